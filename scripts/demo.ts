@@ -1,0 +1,110 @@
+// `npm run demo`: a real Envoy, llm-extproc (as its own process, exactly as deployed) and three
+// local model servers wired by a static endpoints file you can edit while it runs.
+// Flags: --port N (Envoy listener, default 8080; 0 = any free port), --smoke (send sample requests,
+// print the answers and exit: what the test suite runs to keep this command honest).
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { stringify as toYaml } from 'yaml';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../src/envoy-config/gateway-config.js';
+import { startEnvoy, type RunningEnvoy } from '../test/support/envoy-process.js';
+import { send } from '../test/support/http-client.js';
+import { startModelServer, type ModelServer } from '../test/support/model-server.js';
+import { poolsYaml } from '../test/support/gateway.js';
+import { waitUntil } from '../test/support/wait-until.js';
+import { repoRoot } from './repo-root.js';
+
+const { values } = parseArgs({ options: { port: { type: 'string', default: '8080' }, smoke: { type: 'boolean', default: false } } });
+const root = repoRoot();
+const stateDir = join(root, '.cache', 'demo');
+mkdirSync(stateDir, { recursive: true });
+
+const children: ChildProcess[] = [];
+const servers: ModelServer[] = [];
+let envoy: RunningEnvoy | undefined;
+
+async function shutdown(code: number): Promise<never> {
+  await envoy?.stop();
+  for (const child of children) child.kill('SIGTERM');
+  await Promise.all(children.map((c) => (c.exitCode !== null ? undefined : new Promise((resolve) => c.once('exit', resolve)))));
+  await Promise.all(servers.map((s) => s.close()));
+  process.exit(code);
+}
+
+async function main(): Promise<void> {
+  const llamaA = await startModelServer({ id: 'llama-a', models: ['llama-3-8b'] });
+  const llamaB = await startModelServer({ id: 'llama-b', models: ['llama-3-8b'] });
+  const qwen = await startModelServer({ id: 'qwen-a', models: ['qwen-2.5-7b'] });
+  servers.push(llamaA, llamaB, qwen);
+  const endpointsFile = join(stateDir, 'endpoints.yaml');
+  writeFileSync(
+    endpointsFile,
+    poolsYaml([
+      { name: 'llama', models: ['llama-3-8b'], endpoints: [{ address: llamaA.address }, { address: llamaB.address }] },
+      { name: 'qwen', models: ['qwen-2.5-7b'], endpoints: [{ address: qwen.address }, { address: '127.0.0.1:1', state: 'Starting', reason: 'ContainerCreating' }] },
+    ]),
+  );
+
+  const socket = join(stateDir, 'grpc.sock');
+  const server = spawn(process.execPath, [join(root, 'dist', 'src', 'main.js')], {
+    env: { ...process.env, LLM_EXTPROC_ENDPOINTS_FILE: endpointsFile, LLM_EXTPROC_GRPC_ADDRESS: `unix://${socket}`, LLM_EXTPROC_HTTP_ADDRESS: '127.0.0.1:0', LLM_EXTPROC_LOG_LEVEL: values.smoke ? 'warn' : 'info' },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  children.push(server);
+  server.once('exit', (code) => {
+    if (code !== 0 && code !== null) process.stderr.write(`llm-extproc exited with code ${code}\n`);
+  });
+
+  const config = renderGatewayConfig({
+    ...DEFAULT_GATEWAY_OPTIONS,
+    listener: { address: '127.0.0.1', port: Number(values.port) },
+    admin: { address: '127.0.0.1', port: 0 },
+    extProc: `unix://${socket}`,
+    backends: { kind: 'static', addresses: [llamaA.address, llamaB.address, qwen.address, '127.0.0.1:1'] },
+  });
+  writeFileSync(join(stateDir, 'envoy.yaml'), toYaml(config, { lineWidth: 0 }));
+  envoy = await startEnvoy({ configYaml: toYaml(config), name: 'demo', logLevel: 'warning' });
+  const port = envoy.listenerPort('llm_gateway');
+  // The server is ready when Envoy can route through it.
+  await waitUntil(async () => ((await send(port, { path: '/v1/models' })).status === 200 ? true : undefined), { description: 'llm-extproc to answer through Envoy', timeoutMs: 20_000 });
+
+  const base = `http://127.0.0.1:${port}`;
+  if (values.smoke) {
+    const samples = [
+      { path: '/v1/chat/completions', body: { model: 'llama-3-8b', messages: [{ role: 'user', content: 'Hello!' }] } },
+      { path: '/v1/chat/completions', body: { model: 'qwen-2.5-7b', stream: true, messages: [{ role: 'user', content: 'Stream, please' }] } },
+      { path: '/v1/chat/completions', body: { model: 'no-such-model', messages: [] } },
+    ];
+    const statuses: number[] = [];
+    for (const sample of samples) {
+      const response = await send(port, sample);
+      statuses.push(response.status);
+      process.stdout.write(`POST ${sample.path} model=${sample.body.model} → ${response.status}\n${response.text().trim()}\n\n`);
+    }
+    await shutdown(statuses.join(',') === '200,200,404' ? 0 : 1);
+  }
+
+  process.stdout.write(`
+llm-extproc demo is up: Envoy on ${base}, llm-extproc on ${socket}
+Endpoints file (edit it while this runs): ${endpointsFile}
+
+  curl -s ${base}/v1/models
+  curl -s ${base}/v1/chat/completions -H 'content-type: application/json' \\
+       -d '{"model":"llama-3-8b","messages":[{"role":"user","content":"Hello!"}]}'
+  curl -sN ${base}/v1/chat/completions -H 'content-type: application/json' \\
+       -d '{"model":"qwen-2.5-7b","stream":true,"messages":[{"role":"user","content":"Stream, please"}]}'
+  curl -s ${base}/v1/chat/completions -H 'content-type: application/json' -d '{"model":"gpt-17"}'   # 404 model_not_found
+  curl -s ${base}/v1/chat/completions -H 'content-type: application/json' -d '{"model":'            # 400 invalid_json
+
+Press Ctrl-C to stop.
+`);
+  process.once('SIGINT', () => void shutdown(0));
+  process.once('SIGTERM', () => void shutdown(0));
+}
+
+main().catch(async (err: unknown) => {
+  process.stderr.write(`demo failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n${envoy?.logs() ?? ''}\n`);
+  await shutdown(1);
+});

@@ -1,0 +1,157 @@
+// Configuration: one YAML file (optional) plus environment overrides, validated into a frozen
+// object. Pure: callers pass the file text and the environment; `load-config.ts` does the I/O.
+
+import { parse as parseYaml } from 'yaml';
+import type { KubernetesSourceConfig } from '../endpoints/kubernetes-source.js';
+
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+
+export interface Config {
+  readonly listen: {
+    /** gRPC ext_proc + health: `host:port` or `unix:///path/to.sock`. */
+    readonly grpc: string;
+    /** HTTP /metrics, /healthz, /readyz, /debug/endpoints: `host:port`. */
+    readonly http: string;
+  };
+  readonly logLevel: LogLevel;
+  readonly source:
+    | { readonly kind: 'static'; readonly path: string }
+    | { readonly kind: 'kubernetes'; readonly kubernetes: KubernetesSourceConfig };
+  readonly routing: {
+    /** Fallback endpoints handed to Envoy after the primary (Envoy retries on them on connect failure). */
+    readonly fallbacks: number;
+    readonly maxRequestBodyBytes: number;
+    readonly maxInspectedBodyBytes: number;
+  };
+  readonly quarantine: { readonly threshold: number; readonly baseMs: number; readonly maxMs: number };
+  readonly shutdownGraceMs: number;
+}
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+type Raw = Record<string, unknown>;
+
+function section(raw: Raw, key: string): Raw {
+  const value = raw[key];
+  if (value === undefined || value === null) return {};
+  if (typeof value !== 'object' || Array.isArray(value)) throw new ConfigError(`${key}: expected a mapping`);
+  return value as Raw;
+}
+
+function str(raw: Raw, key: string, where: string, fallback?: string): string {
+  const value = raw[key];
+  if (value === undefined || value === null) {
+    if (fallback !== undefined) return fallback;
+    throw new ConfigError(`${where}${key}: required`);
+  }
+  if (typeof value !== 'string' || value === '') throw new ConfigError(`${where}${key}: expected a non-empty string`);
+  return value;
+}
+
+function num(raw: Raw, key: string, where: string, fallback: number, min: number): number {
+  const value = raw[key];
+  if (value === undefined || value === null) return fallback;
+  const n = typeof value === 'string' ? Number(value) : value;
+  if (typeof n !== 'number' || !Number.isFinite(n) || n < min) throw new ConfigError(`${where}${key}: expected a number ≥ ${min}, got ${JSON.stringify(value)}`);
+  return n;
+}
+
+function stringList(value: unknown, where: string): string[] {
+  if (!Array.isArray(value) || value.some((v) => typeof v !== 'string' || v === '')) throw new ConfigError(`${where}: expected a list of non-empty strings`);
+  return value as string[];
+}
+
+function kubernetesSection(raw: Raw): KubernetesSourceConfig {
+  const where = 'kubernetes.';
+  const poolsRaw = raw.pools ?? [];
+  if (!Array.isArray(poolsRaw)) throw new ConfigError(`${where}pools: expected a list`);
+  const pools = poolsRaw.map((p: unknown, i) => {
+    if (typeof p !== 'object' || p === null) throw new ConfigError(`${where}pools[${i}]: expected a mapping`);
+    const pool = p as Raw;
+    const at = `${where}pools[${i}].`;
+    const selector = section(pool, 'selector');
+    if (Object.keys(selector).length === 0) throw new ConfigError(`${at}selector: required (label key: value pairs)`);
+    for (const [k, v] of Object.entries(selector)) if (typeof v !== 'string') throw new ConfigError(`${at}selector.${k}: expected a string`);
+    return {
+      name: str(pool, 'name', at),
+      namespace: str(pool, 'namespace', at),
+      selector: selector as Record<string, string>,
+      targetPort: num(pool, 'targetPort', at, 8000, 1),
+      models: stringList(pool.models, `${at}models`),
+    };
+  });
+  const inference = section(raw, 'inferencePools');
+  const config: KubernetesSourceConfig = { pools };
+  if (typeof raw.kubeconfigPath === 'string') config.kubeconfigPath = raw.kubeconfigPath;
+  if (inference.enabled === true) {
+    config.inferencePools = { enabled: true, namespaces: stringList(inference.namespaces ?? [], `${where}inferencePools.namespaces`) };
+    if (typeof inference.modelsAnnotation === 'string') config.inferencePools.modelsAnnotation = inference.modelsAnnotation;
+  }
+  if (pools.length === 0 && config.inferencePools === undefined) throw new ConfigError(`${where}pools: define at least one pool, or enable inferencePools`);
+  return config;
+}
+
+/**
+ * Builds the configuration. `fileText` is the YAML config file's content (or undefined), `env`
+ * the process environment. Environment variables override the file:
+ * LLM_EXTPROC_GRPC_ADDRESS, LLM_EXTPROC_HTTP_ADDRESS, LLM_EXTPROC_LOG_LEVEL, LLM_EXTPROC_ENDPOINTS_FILE.
+ */
+export function buildConfig(fileText: string | undefined, env: Readonly<Record<string, string | undefined>>): Config {
+  let raw: Raw = {};
+  if (fileText !== undefined) {
+    let parsed: unknown;
+    try {
+      parsed = parseYaml(fileText);
+    } catch (err) {
+      throw new ConfigError(`config file is not valid YAML: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    if (parsed !== null && parsed !== undefined) {
+      if (typeof parsed !== 'object' || Array.isArray(parsed)) throw new ConfigError('config file: expected a mapping at the top level');
+      raw = parsed as Raw;
+    }
+  }
+  const listen = section(raw, 'listen');
+  const routing = section(raw, 'routing');
+  const quarantine = section(raw, 'quarantine');
+  const logLevel = (env.LLM_EXTPROC_LOG_LEVEL ?? (typeof raw.logLevel === 'string' ? raw.logLevel : 'info')) as LogLevel;
+  if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`logLevel: expected one of ${LOG_LEVELS.join(', ')}`);
+
+  const endpointsFile = env.LLM_EXTPROC_ENDPOINTS_FILE;
+  let source: Config['source'];
+  if (endpointsFile !== undefined && endpointsFile !== '') source = { kind: 'static', path: endpointsFile };
+  else if (raw.kubernetes !== undefined) source = { kind: 'kubernetes', kubernetes: kubernetesSection(section(raw, 'kubernetes')) };
+  else source = { kind: 'static', path: str(section(raw, 'static'), 'path', 'static.', 'endpoints.yaml') };
+
+  const config: Config = {
+    listen: {
+      grpc: env.LLM_EXTPROC_GRPC_ADDRESS ?? str(listen, 'grpc', 'listen.', '0.0.0.0:9002'),
+      http: env.LLM_EXTPROC_HTTP_ADDRESS ?? str(listen, 'http', 'listen.', '0.0.0.0:9090'),
+    },
+    logLevel,
+    source,
+    routing: {
+      fallbacks: num(routing, 'fallbacks', 'routing.', 2, 0),
+      maxRequestBodyBytes: num(routing, 'maxRequestBodyBytes', 'routing.', 8 * 1024 * 1024, 1),
+      maxInspectedBodyBytes: num(routing, 'maxInspectedBodyBytes', 'routing.', 4 * 1024 * 1024, 0),
+    },
+    quarantine: {
+      threshold: num(quarantine, 'consecutiveFailures', 'quarantine.', 3, 1),
+      baseMs: num(quarantine, 'baseSeconds', 'quarantine.', 10, 0) * 1000,
+      maxMs: num(quarantine, 'maxSeconds', 'quarantine.', 300, 0) * 1000,
+    },
+    shutdownGraceMs: num(raw, 'shutdownGraceSeconds', '', 20, 0) * 1000,
+  };
+  return deepFreeze(config);
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null) {
+    for (const inner of Object.values(value)) deepFreeze(inner);
+    Object.freeze(value);
+  }
+  return value;
+}

@@ -1,0 +1,149 @@
+// The endpoint store: the single owner of endpoint state. Sources write their observed pools here,
+// the data path reports attempt outcomes here (passive health), and everyone else reads immutable
+// views. Nothing else mutates endpoint state.
+
+import type { AttemptFailure, QuarantinePolicy } from './passive-health.js';
+import { PassiveHealth } from './passive-health.js';
+import type { Endpoint, EndpointSink, EndpointView, ObservedPool, PoolView } from './model.js';
+
+export interface Clock {
+  now(): number;
+  setTimer(callback: () => void, delayMs: number): { cancel(): void };
+}
+
+export const systemClock: Clock = {
+  now: () => Date.now(),
+  setTimer(callback, delayMs) {
+    const timer = setTimeout(callback, delayMs);
+    timer.unref();
+    return { cancel: () => clearTimeout(timer) };
+  },
+};
+
+export interface StoreEvents {
+  /** A new view was published. */
+  viewChanged?(view: EndpointView): void;
+  /** Every source that was registered has delivered its first complete view. */
+  synced?(): void;
+  quarantined?(endpoint: Endpoint, reason: string): void;
+  released?(endpoint: Endpoint): void;
+}
+
+const EMPTY_VIEW: EndpointView = { pools: new Map(), poolsByModel: new Map(), version: 0 };
+
+export class EndpointStore implements EndpointSink {
+  private readonly observed = new Map<string, readonly ObservedPool[]>();
+  private readonly pendingSync: Set<string>;
+  private readonly health: PassiveHealth;
+  private current: EndpointView = EMPTY_VIEW;
+  private releaseTimer: { cancel(): void } | undefined;
+  private readonly listeners = new Set<StoreEvents>();
+
+  /** `sources` names every source that must sync before the store counts as synced. */
+  constructor(sources: readonly string[], policy: QuarantinePolicy, private readonly clock: Clock = systemClock) {
+    this.pendingSync = new Set(sources);
+    this.health = new PassiveHealth(policy);
+  }
+
+  view(): EndpointView {
+    return this.current;
+  }
+
+  isSynced(): boolean {
+    return this.pendingSync.size === 0;
+  }
+
+  subscribe(events: StoreEvents): () => void {
+    this.listeners.add(events);
+    return () => this.listeners.delete(events);
+  }
+
+  replaceAll(source: string, pools: readonly ObservedPool[]): void {
+    this.observed.set(source, pools);
+    this.rebuild();
+  }
+
+  markSynced(source: string): void {
+    if (!this.pendingSync.delete(source) || this.pendingSync.size > 0) return;
+    for (const listener of this.listeners) listener.synced?.();
+  }
+
+  /** The endpoint at `address` answered well: clear its failure streak. */
+  recordSuccess(address: string): void {
+    if (this.health.recordSuccess(address)) this.rebuild();
+  }
+
+  /** The endpoint at `address` failed an attempt; may quarantine it. */
+  recordFailure(address: string, failure: AttemptFailure): void {
+    const now = this.clock.now();
+    if (!this.health.recordFailure(address, failure, now)) return;
+    this.rebuild();
+    const reason = this.health.status(address, now)?.reason ?? failure;
+    for (const endpoint of this.endpointsAt(address)) for (const listener of this.listeners) listener.quarantined?.(endpoint, reason);
+  }
+
+  /** Finds the endpoints (usually one) behind an address in the current view. */
+  endpointsAt(address: string): Endpoint[] {
+    const found: Endpoint[] = [];
+    for (const pool of this.current.pools.values()) for (const endpoint of pool.endpoints) if (endpoint.address === address) found.push(endpoint);
+    return found;
+  }
+
+  stop(): void {
+    this.releaseTimer?.cancel();
+    this.releaseTimer = undefined;
+  }
+
+  private rebuild(): void {
+    const now = this.clock.now();
+    const previous = this.current;
+    const pools = new Map<string, PoolView>();
+    const poolsByModel = new Map<string, PoolView[]>();
+    const addresses = new Set<string>();
+    for (const sourcePools of this.observed.values()) {
+      for (const observedPool of sourcePools) {
+        const endpoints = observedPool.endpoints.map((observed): Endpoint => {
+          if (observed.address !== '') addresses.add(observed.address);
+          const quarantine = observed.state === 'Ready' ? this.health.status(observed.address, now) : undefined;
+          return quarantine === undefined
+            ? { ...observed, pool: observedPool.name }
+            : { ...observed, pool: observedPool.name, state: 'Quarantined', reason: quarantine.reason };
+        });
+        const pool: PoolView = { name: observedPool.name, models: observedPool.models, endpoints };
+        pools.set(pool.name, pool);
+        for (const model of pool.models) {
+          const list = poolsByModel.get(model);
+          if (list === undefined) poolsByModel.set(model, [pool]);
+          else list.push(pool);
+        }
+      }
+    }
+    this.health.retainOnly(addresses);
+    this.current = { pools, poolsByModel, version: previous.version + 1 };
+    this.announceReleases(previous);
+    this.scheduleRelease(now);
+    for (const listener of this.listeners) listener.viewChanged?.(this.current);
+  }
+
+  private announceReleases(previous: EndpointView): void {
+    const wasQuarantined = new Set<string>();
+    for (const pool of previous.pools.values()) for (const e of pool.endpoints) if (e.state === 'Quarantined') wasQuarantined.add(`${pool.name}\u0000${e.id}`);
+    if (wasQuarantined.size === 0) return;
+    for (const pool of this.current.pools.values()) {
+      for (const endpoint of pool.endpoints) {
+        if (endpoint.state === 'Ready' && wasQuarantined.has(`${pool.name}\u0000${endpoint.id}`)) {
+          for (const listener of this.listeners) listener.released?.(endpoint);
+        }
+      }
+    }
+  }
+
+  /** One timer for the earliest quarantine release; the rebuild it triggers schedules the next. */
+  private scheduleRelease(now: number): void {
+    this.releaseTimer?.cancel();
+    this.releaseTimer = undefined;
+    const next = this.health.nextRelease(now);
+    if (next === undefined) return;
+    this.releaseTimer = this.clock.setTimer(() => this.rebuild(), Math.max(1, next - now));
+  }
+}

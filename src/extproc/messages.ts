@@ -1,0 +1,125 @@
+// Plain TypeScript shapes of the ext_proc messages we exchange with Envoy, exactly as
+// @grpc/proto-loader decodes and encodes them with the options in `wire-options.ts`
+// (snake_case field names, enums as strings, bytes as Buffer, oneofs named by a `*` property).
+// The processor sees only these values; the gRPC edge is the only place that touches grpc-js.
+
+export interface HeaderValue {
+  key: string;
+  value?: string;
+  raw_value?: Buffer;
+}
+
+export interface HeaderMap {
+  headers?: HeaderValue[];
+}
+
+export interface HttpHeaders {
+  headers?: HeaderMap;
+  end_of_stream?: boolean;
+}
+
+export interface HttpBody {
+  body?: Buffer;
+  end_of_stream?: boolean;
+}
+
+export interface HttpTrailers {
+  trailers?: HeaderMap;
+}
+
+/** google.protobuf.Value as decoded by proto-loader (oneofs: true adds the `kind` discriminator). */
+export interface ProtoValue {
+  kind?: 'null_value' | 'number_value' | 'string_value' | 'bool_value' | 'struct_value' | 'list_value';
+  null_value?: 'NULL_VALUE' | number;
+  number_value?: number;
+  string_value?: string;
+  bool_value?: boolean;
+  struct_value?: ProtoStruct;
+  list_value?: { values?: ProtoValue[] };
+}
+
+export interface ProtoStruct {
+  fields?: Record<string, ProtoValue>;
+}
+
+export interface ProcessingRequest {
+  request?: 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers';
+  request_headers?: HttpHeaders;
+  response_headers?: HttpHeaders;
+  request_body?: HttpBody;
+  response_body?: HttpBody;
+  request_trailers?: HttpTrailers;
+  response_trailers?: HttpTrailers;
+  /** Keyed by filter name; Envoy uses `envoy.filters.http.ext_proc`. */
+  attributes?: Record<string, ProtoStruct>;
+  observability_mode?: boolean;
+}
+
+export interface HeaderValueOption {
+  header: HeaderValue;
+  append?: { value: boolean };
+}
+
+export interface HeaderMutation {
+  set_headers?: HeaderValueOption[];
+  remove_headers?: string[];
+}
+
+export interface BodyMutation {
+  mutation?: 'body' | 'clear_body';
+  body?: Buffer;
+  clear_body?: boolean;
+}
+
+export type CommonResponseStatus = 'CONTINUE' | 'CONTINUE_AND_REPLACE';
+
+export interface CommonResponse {
+  status?: CommonResponseStatus;
+  header_mutation?: HeaderMutation;
+  body_mutation?: BodyMutation;
+  clear_route_cache?: boolean;
+}
+
+export interface HeadersResponse {
+  response?: CommonResponse;
+}
+
+export interface BodyResponse {
+  response?: CommonResponse;
+}
+
+export interface TrailersResponse {
+  header_mutation?: HeaderMutation;
+}
+
+export interface ImmediateResponse {
+  status: { code: number };
+  headers?: HeaderMutation;
+  body?: Buffer;
+  details?: string;
+}
+
+export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED' | 'BUFFERED_PARTIAL' | 'FULL_DUPLEX_STREAMED';
+export type HeaderSendMode = 'DEFAULT' | 'SEND' | 'SKIP';
+
+export interface ProcessingMode {
+  request_header_mode?: HeaderSendMode;
+  response_header_mode?: HeaderSendMode;
+  request_body_mode?: BodySendMode;
+  response_body_mode?: BodySendMode;
+  request_trailer_mode?: HeaderSendMode;
+  response_trailer_mode?: HeaderSendMode;
+}
+
+export interface ProcessingResponse {
+  response?: 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers' | 'immediate_response';
+  request_headers?: HeadersResponse;
+  response_headers?: HeadersResponse;
+  request_body?: BodyResponse;
+  response_body?: BodyResponse;
+  request_trailers?: TrailersResponse;
+  response_trailers?: TrailersResponse;
+  immediate_response?: ImmediateResponse;
+  dynamic_metadata?: ProtoStruct;
+  mode_override?: ProcessingMode;
+}

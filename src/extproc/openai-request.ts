@@ -1,0 +1,30 @@
+// Pure reading of an OpenAI-compatible request body: which model, streamed or not.
+// We never rewrite the body; it reaches the model server byte-identical.
+
+import { GatewayError } from '../errors/gateway-error.js';
+
+export interface InferenceRequest {
+  readonly model: string;
+  readonly stream: boolean;
+}
+
+export function readInferenceRequest(body: Buffer): InferenceRequest {
+  if (body.length === 0) throw new GatewayError('missing_body', 'request body is empty; send an OpenAI-style JSON object with a "model" field');
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw new GatewayError('invalid_json', `request body is not valid JSON: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new GatewayError('invalid_json', 'request body must be a JSON object');
+  }
+  const record = parsed as Record<string, unknown>;
+  if (!('model' in record) || record.model === undefined || record.model === null) {
+    throw new GatewayError('missing_model', 'request body has no "model" field; name the model to use', { details: { param: 'model' } });
+  }
+  if (typeof record.model !== 'string' || record.model.trim() === '') {
+    throw new GatewayError('invalid_model', '"model" must be a non-empty string', { details: { param: 'model' } });
+  }
+  return { model: record.model, stream: record.stream === true };
+}

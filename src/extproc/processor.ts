@@ -1,0 +1,496 @@
+// One processor per ext_proc stream (= one HTTP request through Envoy). It walks explicit phases,
+// returns the replies for each message and never does I/O itself: the gRPC edge sends what it
+// returns. Outcomes (success/failure per endpoint) are recorded exactly once, and only when known.
+
+import type { Logger } from 'pino';
+import type { Endpoint } from '../endpoints/model.js';
+import type { AttemptFailure } from '../endpoints/passive-health.js';
+import { classifyEnvoyReply } from '../errors/envoy-reply.js';
+import { GatewayError } from '../errors/gateway-error.js';
+import { renderError, renderSseErrorEvent } from '../errors/render.js';
+import type { ErrorKind } from '../errors/catalog.js';
+import { inspectJsonBody } from '../inspect/json-body.js';
+import { isJsonContentType, isSseContentType } from '../inspect/content-type.js';
+import { SseInspector } from '../inspect/sse-inspector.js';
+import type { BodyVerdict } from '../inspect/verdict.js';
+import type { Routing } from './routing.js';
+import type { RoutedRequest } from './routing.js';
+import type { CommonResponse, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse, ProtoStruct } from './messages.js';
+import { readInferenceRequest } from './openai-request.js';
+import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE, ERROR_HEADER } from './protocol-names.js';
+import type { StreamEnd, StreamProcessor } from './processor-contract.js';
+import { attributeNumber, attributeString, headerLookup, headerMutation } from './wire-values.js';
+
+
+export interface ProcessorMetrics {
+  requestStarted(): void;
+  requestEnded(): void;
+  requestFinished(model: string, result: string): void;
+  attempt(pool: string, endpoint: string, outcome: 'success' | 'failure', reason: string): void;
+  messageHandled(message: string, seconds: number): void;
+}
+
+export interface ProcessorDeps {
+  readonly routing: Routing;
+  readonly metrics: ProcessorMetrics;
+  readonly logger: Logger;
+  readonly maxRequestBodyBytes: number;
+  /** Largest non-streaming JSON body we hold a copy of to validate; larger ones pass unverified. */
+  readonly maxInspectedBodyBytes: number;
+}
+
+type Phase =
+  | 'request_headers'
+  | 'request_body'
+  | 'response_headers'
+  | 'response_sse'
+  | 'response_json'
+  | 'response_other'
+  | 'response_local_text'
+  | 'done';
+
+type ResponseKind = 'sse' | 'json' | 'other';
+
+const UNKNOWN_MODEL = '(none)';
+
+export class RequestProcessor implements StreamProcessor {
+  private phase: Phase = 'request_headers';
+  private method = '';
+  private path = '';
+  private requestId = '';
+  private model = UNKNOWN_MODEL;
+  private requestBody: Buffer[] = [];
+  private requestBodyBytes = 0;
+  private routed: RoutedRequest | undefined;
+  private servedBy: Endpoint | undefined;
+  private responseStatus = 0;
+  private sse: SseInspector | undefined;
+  private json: { chunks: Buffer[]; bytes: number; verifying: boolean } | undefined;
+  private pendingLocalReply: { status: number } | undefined;
+  /** Outcome to record when a passed-through body ends (e.g. an upstream JSON 5xx is a failure). */
+  private pendingOutcome: { failure: AttemptFailure | undefined; result: string } | undefined;
+  private finished = false;
+
+  constructor(private readonly deps: ProcessorDeps) {
+    deps.metrics.requestStarted();
+  }
+
+  process(request: ProcessingRequest): ProcessingResponse[] {
+    const started = process.hrtime.bigint();
+    const kind = request.request ?? 'unknown';
+    try {
+      return this.dispatch(request);
+    } finally {
+      this.deps.metrics.messageHandled(kind, Number(process.hrtime.bigint() - started) / 1e9);
+    }
+  }
+
+  finish(end: StreamEnd): void {
+    if (this.finished) return;
+    this.finished = true;
+    if (this.phase !== 'done') this.endWithoutCompletion(end);
+    if (this.routed !== undefined) this.deps.routing.release(this.routed);
+    this.deps.metrics.requestEnded();
+  }
+
+  private dispatch(request: ProcessingRequest): ProcessingResponse[] {
+    if (request.observability_mode === true) return []; // observability mode expects no replies
+    switch (request.request) {
+      case 'request_headers':
+        return [this.onRequestHeaders(request.request_headers ?? {})];
+      case 'request_body':
+        return [this.onRequestBody(request.request_body ?? {})];
+      case 'response_headers':
+        return [this.onResponseHeaders(request.response_headers ?? {}, request.attributes)];
+      case 'response_body':
+        return [this.onResponseBody(request.response_body ?? {})];
+      case 'request_trailers':
+        return [{ request_trailers: {} }];
+      case 'response_trailers':
+        return [{ response_trailers: {} }];
+      default:
+        throw new GatewayError('internal_error', `ext_proc message of unknown type ${String(request.request)}`);
+    }
+  }
+
+  // ── request path ────────────────────────────────────────────────────────────────────────────
+
+  private onRequestHeaders(message: HttpHeaders): ProcessingResponse {
+    this.expectPhase('request_headers');
+    const headers = headerLookup(message.headers);
+    this.method = headers.get(':method') ?? '';
+    this.path = headers.get(':path') ?? '';
+    this.requestId = headers.get('x-request-id') ?? '';
+    if (message.end_of_stream === true) {
+      if (this.method === 'GET' && pathOnly(this.path) === '/v1/models') return this.immediateSuccess(this.deps.routing.modelList());
+      return this.reject(new GatewayError('missing_body', `${this.method} ${pathOnly(this.path)} has no body; send an OpenAI-style JSON request with a "model" field`));
+    }
+    const declaredLength = Number(headers.get('content-length') ?? '0');
+    if (declaredLength > this.deps.maxRequestBodyBytes) return this.reject(this.tooLarge(declaredLength));
+    this.phase = 'request_body';
+    return { request_headers: { response: {} } };
+  }
+
+  private onRequestBody(message: HttpBody): ProcessingResponse {
+    this.expectPhase('request_body');
+    const chunk = message.body ?? Buffer.alloc(0);
+    this.requestBodyBytes += chunk.length;
+    if (this.requestBodyBytes > this.deps.maxRequestBodyBytes) return this.reject(this.tooLarge(this.requestBodyBytes));
+    this.requestBody.push(chunk);
+    // Envoy sends the whole body in one message in BUFFERED mode; tolerate chunks all the same.
+    if (message.end_of_stream !== true) return { request_body: { response: {} } };
+    const body = this.requestBody.length === 1 ? chunk : Buffer.concat(this.requestBody);
+    this.requestBody = [];
+    try {
+      const inference = readInferenceRequest(body);
+      this.model = inference.model;
+      this.routed = this.deps.routing.route(inference.model);
+    } catch (err) {
+      return this.reject(GatewayError.from(err));
+    }
+    this.phase = 'response_headers';
+    const destinations = this.routed.endpoints.map((e) => e.address).join(',');
+    return {
+      request_body: {
+        response: {
+          header_mutation: headerMutation([
+            [DESTINATION_HEADER, destinations],
+            // Never let Envoy retry past our list: beyond it, override_host falls back to any host.
+            ['x-envoy-max-retries', String(this.routed.endpoints.length - 1)],
+          ]),
+        },
+      },
+      dynamic_metadata: metadataFor(destinations),
+    };
+  }
+
+  // ── response path ───────────────────────────────────────────────────────────────────────────
+
+  private onResponseHeaders(message: HttpHeaders, attributes: Record<string, ProtoStruct> | undefined): ProcessingResponse {
+    if (this.phase !== 'response_headers') {
+      // Envoy's own reply to a request we never routed (e.g. our immediate response is not re-processed,
+      // but a 413 from Envoy's buffer limit can arrive here while we wait for the body).
+      this.phase = 'response_headers';
+    }
+    const headers = headerLookup(message.headers);
+    const status = Number(headers.get(':status') ?? '0');
+    this.responseStatus = status;
+    const codeDetails = attributeString(attributes, 'response.code_details');
+    const flags = attributeNumber(attributes, 'response.flags');
+    const upstreamAddress = attributeString(attributes, 'upstream.address');
+    const contentType = headers.get('content-type') ?? '';
+
+    const local = classifyEnvoyReply({ status, codeDetails, flags });
+    if (local !== undefined) return this.replaceEnvoyReply(local.kind, local.detail, upstreamAddress);
+    if (codeDetails === undefined && status >= 500 && !isJsonContentType(contentType) && headers.get(ERROR_HEADER) === undefined) {
+      // No attributes to tell who answered: read the (small, plain-text) body before deciding.
+      this.pendingLocalReply = { status };
+      this.phase = 'response_local_text';
+      return { response_headers: { response: {} }, mode_override: { response_body_mode: 'BUFFERED' } };
+    }
+    this.servedBy = this.resolveServedBy(upstreamAddress);
+    this.blameSkippedEndpoints();
+
+    if (message.end_of_stream === true) {
+      this.settle(status < 500 ? undefined : 'bad_response', status < 400 ? 'ok' : `upstream_${status}`);
+      return { response_headers: { response: {} } };
+    }
+    if (status >= 400) return this.onUpstreamErrorStatus(status, contentType);
+    const kind: ResponseKind = isSseContentType(contentType) ? 'sse' : isJsonContentType(contentType) ? 'json' : 'other';
+    const remove = kind === 'sse' && headers.has('content-length') ? ['content-length'] : [];
+    const response = { response: removeHeaders(remove) };
+    switch (kind) {
+      case 'sse':
+        this.sse = new SseInspector();
+        this.phase = 'response_sse';
+        return { response_headers: response };
+      case 'json':
+        this.json = { chunks: [], bytes: 0, verifying: true };
+        this.phase = 'response_json';
+        // Hold the headers until the body is complete so a broken body can still become a clean 502.
+        return { response_headers: response, mode_override: { response_body_mode: 'BUFFERED_PARTIAL' } };
+      case 'other':
+        this.phase = 'response_other';
+        return { response_headers: response };
+    }
+  }
+
+  private onUpstreamErrorStatus(status: number, contentType: string): ProcessingResponse {
+    // A 4xx says the request was wrong, not that the replica is unhealthy.
+    const failure: AttemptFailure | undefined = status >= 500 ? 'bad_response' : undefined;
+    if (isJsonContentType(contentType)) {
+      // The model server's own structured error: pass it through untouched.
+      this.phase = 'response_other';
+      this.pendingOutcome = { failure, result: `upstream_${status}` };
+      return { response_headers: { response: {} } };
+    }
+    const err = new GatewayError('upstream_error', `the model server answered ${status} with a non-JSON body (${contentType || 'no content type'})`, {
+      details: { upstream_status: status },
+    });
+    this.settle(failure, err.kind);
+    return this.replaceResponse(err, status < 500 ? status : undefined);
+  }
+
+  private onResponseBody(message: HttpBody): ProcessingResponse {
+    const chunk = message.body ?? Buffer.alloc(0);
+    const end = message.end_of_stream === true;
+    switch (this.phase) {
+      case 'response_sse':
+        return this.onSseChunk(chunk, end);
+      case 'response_json':
+        return this.onJsonChunk(chunk, end);
+      case 'response_local_text':
+        return this.onLocalReplyText(chunk);
+      case 'response_other':
+        if (end) {
+          const outcome = this.pendingOutcome ?? { failure: undefined, result: 'ok' };
+          this.settle(outcome.failure, outcome.result);
+        }
+        return { response_body: { response: {} } };
+      default:
+        return { response_body: { response: {} } };
+    }
+  }
+
+  private onSseChunk(chunk: Buffer, end: boolean): ProcessingResponse {
+    const sse = this.sse as SseInspector;
+    sse.feed(chunk);
+    if (!end) return { response_body: { response: {} } };
+    const verdict = sse.finish();
+    if (verdict.ok) {
+      this.settle(undefined, 'ok');
+      return { response_body: { response: {} } };
+    }
+    this.settle('bad_response', verdict.kind);
+    if (verdict.kind !== 'stream_incomplete') return { response_body: { response: {} } }; // the client already saw the upstream's error event
+    const err = new GatewayError('stream_incomplete', `the model server ended the stream without its terminator: ${verdict.detail}`);
+    const body = Buffer.concat([chunk, renderSseErrorEvent(err, sse.lastBytes, this.renderOptions())]);
+    return { response_body: { response: { body_mutation: { body } } } };
+  }
+
+  private onJsonChunk(chunk: Buffer, end: boolean): ProcessingResponse {
+    const json = this.json as { chunks: Buffer[]; bytes: number; verifying: boolean };
+    if (json.verifying) {
+      json.bytes += chunk.length;
+      if (!end || json.bytes > this.deps.maxInspectedBodyBytes) {
+        // Larger than Envoy's buffer or our inspection limit: headers have gone out; pass it through.
+        json.verifying = false;
+        json.chunks = [];
+      } else {
+        json.chunks.push(chunk);
+      }
+    }
+    if (!end) return { response_body: { response: {} } };
+    if (!json.verifying) {
+      this.settle(undefined, 'ok');
+      return { response_body: { response: {} } };
+    }
+    const verdict: BodyVerdict = inspectJsonBody(json.chunks.length === 1 ? chunk : Buffer.concat(json.chunks));
+    json.chunks = [];
+    if (verdict.ok) {
+      this.settle(undefined, 'ok');
+      return { response_body: { response: {} } };
+    }
+    const err = new GatewayError('truncated_response', `the model server's JSON answer was cut short: ${verdict.detail}`);
+    this.settle('bad_response', err.kind);
+    const rendered = renderError(err, this.renderOptions());
+    return {
+      response_body: {
+        response: {
+          header_mutation: headerMutation([[':status', String(rendered.status)], ...rendered.headers]),
+          body_mutation: { body: rendered.body },
+        },
+      },
+    };
+  }
+
+  private onLocalReplyText(chunk: Buffer): ProcessingResponse {
+    const facts = { ...(this.pendingLocalReply ?? { status: this.responseStatus }), bodyText: chunk.toString('utf8', 0, Math.min(chunk.length, 2048)) };
+    const local = classifyEnvoyReply(facts);
+    const err =
+      local !== undefined
+        ? this.failureFromEnvoy(local.kind, local.detail, undefined)
+        : new GatewayError('upstream_error', `the model server answered ${facts.status} with a non-JSON body`, { details: { upstream_status: facts.status } });
+    if (local === undefined) {
+      this.servedBy = this.resolveServedBy(undefined);
+      this.settle('bad_response', err.kind);
+    }
+    const rendered = renderError(err, this.renderOptions());
+    return {
+      response_body: {
+        response: {
+          header_mutation: headerMutation([[':status', String(rendered.status)], ...rendered.headers]),
+          body_mutation: { body: rendered.body },
+        },
+      },
+    };
+  }
+
+  /** Envoy answered for the upstream (connect failure, timeout, overflow...): explain it in JSON. */
+  private replaceEnvoyReply(kind: ErrorKind, detail: string, upstreamAddress: string | undefined): ProcessingResponse {
+    return this.replaceResponse(this.failureFromEnvoy(kind, detail, upstreamAddress));
+  }
+
+  private failureFromEnvoy(kind: ErrorKind, detail: string, upstreamAddress: string | undefined): GatewayError {
+    const routed = this.routed;
+    const tried = routed?.endpoints ?? [];
+    switch (kind) {
+      case 'upstream_connect_failed':
+      case 'all_replicas_failed': {
+        // Every endpoint Envoy could have tried failed to connect: retries are bounded by our list.
+        for (const endpoint of tried) this.recordAttempt(endpoint, 'connect_failure', kind);
+        this.finishRequest(kind);
+        const effective: ErrorKind = tried.length > 1 ? 'all_replicas_failed' : 'upstream_connect_failed';
+        const what = tried.length > 1 ? `all ${tried.length} replicas tried for model ${this.model} failed` : `the replica for model ${this.model} could not be reached`;
+        return new GatewayError(effective, `${what}: ${detail}`, { details: { model: this.model, replicas_tried: tried.length } });
+      }
+      case 'upstream_reset':
+      case 'upstream_timeout': {
+        const endpoint = this.resolveServedBy(upstreamAddress);
+        this.servedBy = endpoint;
+        this.blameSkippedEndpoints();
+        if (endpoint !== undefined) this.recordAttempt(endpoint, kind === 'upstream_timeout' ? 'timeout' : 'reset', kind);
+        this.finishRequest(kind);
+        const what = kind === 'upstream_timeout' ? 'did not answer in time' : 'closed the connection before answering';
+        return new GatewayError(kind, `the replica serving model ${this.model} ${what}: ${detail}`, { details: { model: this.model } });
+      }
+      default:
+        this.finishRequest(kind);
+        return new GatewayError(kind, `${detail} (model ${this.model})`, { details: { model: this.model } });
+    }
+  }
+
+  /** Stream ended before we saw the end of the response: never a success. */
+  private endWithoutCompletion(end: StreamEnd): void {
+    const responseStarted = this.phase === 'response_sse' || this.phase === 'response_json' || this.phase === 'response_other';
+    if (responseStarted && this.servedBy !== undefined) {
+      // Envoy gives no end_of_stream when the upstream resets mid-body; the client connection is
+      // reset too, and nothing can be appended. A client hanging up looks the same, so this counts
+      // as a failed attempt but does not feed quarantine.
+      this.settle('bad_response', 'stream_broken');
+      this.deps.logger.warn({ model: this.model, endpoint: this.servedBy.address, end: end.kind, requestId: this.requestId }, 'response stream broke before it completed');
+      return;
+    }
+    const result = this.routed === undefined ? 'cancelled_before_routing' : 'cancelled_before_response';
+    this.finishRequest(result);
+  }
+
+  // ── outcome accounting ──────────────────────────────────────────────────────────────────────
+
+  /** Records the served endpoint's outcome and the request's result, once. */
+  private settle(failure: AttemptFailure | undefined, result: string): void {
+    if (this.phase === 'done') return;
+    const endpoint = this.servedBy;
+    if (endpoint !== undefined) this.recordAttempt(endpoint, failure, result);
+    this.finishRequest(result);
+  }
+
+  private recordAttempt(endpoint: Endpoint, failure: AttemptFailure | undefined, reason: string): void {
+    if (failure === undefined) {
+      this.deps.routing.recordSuccess(endpoint);
+      this.deps.metrics.attempt(endpoint.pool, endpoint.address, 'success', 'ok');
+    } else {
+      this.deps.routing.recordFailure(endpoint, failure);
+      this.deps.metrics.attempt(endpoint.pool, endpoint.address, 'failure', reason);
+    }
+  }
+
+  private finishRequest(result: string): void {
+    if (this.phase === 'done') return;
+    this.phase = 'done';
+    this.deps.metrics.requestFinished(this.model, result);
+    if (result !== 'ok') this.deps.logger.info({ model: this.model, result, status: this.responseStatus, endpoint: this.servedBy?.address, path: pathOnly(this.path), requestId: this.requestId }, 'request failed');
+  }
+
+  /** Envoy tells us which host answered; if it is not our primary, the ones before it failed to connect. */
+  private resolveServedBy(upstreamAddress: string | undefined): Endpoint | undefined {
+    const endpoints = this.routed?.endpoints ?? [];
+    if (upstreamAddress === undefined || upstreamAddress === '') return endpoints[0];
+    return endpoints.find((e) => e.address === upstreamAddress) ?? endpoints[0];
+  }
+
+  private blameSkippedEndpoints(): void {
+    const endpoints = this.routed?.endpoints ?? [];
+    const served = this.servedBy;
+    if (served === undefined) return;
+    for (const endpoint of endpoints) {
+      if (endpoint.address === served.address) break;
+      this.recordAttempt(endpoint, 'connect_failure', 'upstream_connect_failed');
+    }
+  }
+
+  // ── reply builders ──────────────────────────────────────────────────────────────────────────
+
+  private expectPhase(phase: Phase): void {
+    if (this.phase !== phase) throw new GatewayError('internal_error', `ext_proc protocol violation: got ${phase.replace('_', ' ')} in phase ${this.phase}`);
+  }
+
+  private tooLarge(bytes: number): GatewayError {
+    return new GatewayError('body_too_large', `request body of ${bytes} bytes exceeds the limit of ${this.deps.maxRequestBodyBytes} bytes`, {
+      details: { limit_bytes: this.deps.maxRequestBodyBytes },
+    });
+  }
+
+  private renderOptions(): { requestId?: string } {
+    return this.requestId === '' ? {} : { requestId: this.requestId };
+  }
+
+  /** Answer the client ourselves, before anything went upstream. */
+  private reject(err: GatewayError): ProcessingResponse {
+    this.finishRequest(err.kind);
+    const rendered = renderError(err, this.renderOptions());
+    return {
+      immediate_response: {
+        status: { code: rendered.status },
+        headers: headerMutation(rendered.headers),
+        body: rendered.body,
+        details: `llm_extproc_${err.kind}`,
+      },
+    };
+  }
+
+  private immediateSuccess(body: unknown): ProcessingResponse {
+    this.finishRequest('ok');
+    const bytes = Buffer.from(JSON.stringify(body));
+    return {
+      immediate_response: {
+        status: { code: 200 },
+        headers: headerMutation([['content-type', 'application/json'], ['content-length', String(bytes.length)]]),
+        body: bytes,
+        details: 'llm_extproc_models',
+      },
+    };
+  }
+
+  /** Replace whatever came back with our JSON error, at the response-headers step. */
+  private replaceResponse(err: GatewayError, statusOverride?: number): ProcessingResponse {
+    const rendered = renderError(err, this.renderOptions());
+    const status = statusOverride ?? rendered.status;
+    return {
+      response_headers: {
+        response: {
+          status: 'CONTINUE_AND_REPLACE',
+          header_mutation: headerMutation([[':status', String(status)], ...rendered.headers], ['transfer-encoding']),
+          body_mutation: { body: rendered.body },
+        },
+      },
+    };
+  }
+}
+
+function pathOnly(path: string): string {
+  const q = path.indexOf('?');
+  return q === -1 ? path : path.slice(0, q);
+}
+
+function metadataFor(destinations: string): ProtoStruct {
+  return {
+    fields: {
+      [DESTINATION_METADATA_NAMESPACE]: { struct_value: { fields: { [DESTINATION_HEADER]: { string_value: destinations } } } },
+    },
+  };
+}
+
+function removeHeaders(remove: readonly string[]): CommonResponse {
+  return remove.length === 0 ? {} : { header_mutation: headerMutation([], remove) };
+}

@@ -1,0 +1,77 @@
+// Routing decisions for the data path: model → pools → ordered endpoints, with the load and
+// passive-health bookkeeping that follows each request. Glue between the store (state owner),
+// the pure picker and the load tracker.
+
+import type { Endpoint } from '../endpoints/model.js';
+import type { AttemptFailure } from '../endpoints/passive-health.js';
+import type { EndpointStore } from '../endpoints/store.js';
+import { GatewayError } from '../errors/gateway-error.js';
+import { explainUnavailable } from '../picker/availability.js';
+import type { LoadTracker } from '../picker/load-tracker.js';
+import { pickEndpoints } from '../picker/pick.js';
+
+export interface RoutedRequest {
+  readonly model: string;
+  /** Primary first, then fallbacks in the order Envoy should try them. */
+  readonly endpoints: readonly Endpoint[];
+}
+
+export interface Routing {
+  /** Throws GatewayError `model_not_found` or `no_ready_replica`. */
+  route(model: string): RoutedRequest;
+  release(routed: RoutedRequest): void;
+  recordSuccess(endpoint: Endpoint): void;
+  recordFailure(endpoint: Endpoint, failure: AttemptFailure): void;
+  /** OpenAI `GET /v1/models` answer from the cache. */
+  modelList(): unknown;
+}
+
+export interface RoutingOptions {
+  readonly fallbacks: number;
+  readonly random?: () => number;
+}
+
+export class StoreRouting implements Routing {
+  constructor(
+    private readonly store: EndpointStore,
+    private readonly load: LoadTracker,
+    private readonly options: RoutingOptions,
+  ) {}
+
+  route(model: string): RoutedRequest {
+    const pools = this.store.view().poolsByModel.get(model);
+    if (pools === undefined || pools.length === 0) {
+      throw new GatewayError('model_not_found', `the model ${model} does not exist or is not served here`, { details: { param: 'model', model } });
+    }
+    const endpoints = pickEndpoints(pools, this.load, { fallbacks: this.options.fallbacks, random: this.options.random ?? Math.random });
+    if (endpoints.length === 0) {
+      const why = explainUnavailable(model, pools);
+      throw new GatewayError('no_ready_replica', why.message, {
+        details: { model, replicas: why.replicas },
+        retryAfterSeconds: why.retryAfterSeconds,
+      });
+    }
+    // Load is charged to the primary: it is where Envoy sends the request unless it cannot connect.
+    this.load.acquire(endpoints[0]!.address);
+    return { model, endpoints };
+  }
+
+  release(routed: RoutedRequest): void {
+    const primary = routed.endpoints[0];
+    if (primary !== undefined) this.load.release(primary.address);
+  }
+
+  recordSuccess(endpoint: Endpoint): void {
+    this.store.recordSuccess(endpoint.address);
+  }
+
+  recordFailure(endpoint: Endpoint, failure: AttemptFailure): void {
+    this.store.recordFailure(endpoint.address, failure);
+  }
+
+  modelList(): unknown {
+    const view = this.store.view();
+    const data = [...view.poolsByModel.keys()].sort().map((id) => ({ id, object: 'model', created: 0, owned_by: 'llm-extproc' }));
+    return { object: 'list', data };
+  }
+}

@@ -1,0 +1,66 @@
+// Small pure helpers to read and build ext_proc wire values (headers, attributes, metadata)
+// so the processor reads like the protocol it speaks.
+
+import type { HeaderMap, HeaderMutation, HeaderValueOption, ProtoStruct, ProtoValue } from './messages.js';
+
+/** Header names are lower-case on the wire (HTTP/2 and Envoy normalise them). */
+export function headerLookup(map: HeaderMap | undefined): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const header of map?.headers ?? []) {
+    // Envoy sends values in raw_value; `value` is only a fallback for other clients.
+    const value = header.raw_value !== undefined && header.raw_value.length > 0 ? header.raw_value.toString('latin1') : (header.value ?? '');
+    const existing = out.get(header.key);
+    out.set(header.key, existing === undefined ? value : `${existing},${value}`);
+  }
+  return out;
+}
+
+/** Overwrite (never append) a header; Envoy reads only raw_value in mutations. */
+export function setHeader(key: string, value: string): HeaderValueOption {
+  return { header: { key, raw_value: Buffer.from(value, 'latin1') }, append: { value: false } };
+}
+
+export function headerMutation(set: ReadonlyArray<readonly [string, string]>, remove: readonly string[] = []): HeaderMutation {
+  const mutation: HeaderMutation = { set_headers: set.map(([k, v]) => setHeader(k, v)) };
+  if (remove.length > 0) mutation.remove_headers = [...remove];
+  return mutation;
+}
+
+export function stringValue(value: string): ProtoValue {
+  return { string_value: value };
+}
+
+/** dynamic_metadata: top-level keys are metadata namespaces, each a Struct of string fields. */
+export function metadataNamespaces(namespaces: Record<string, Record<string, string>>): ProtoStruct {
+  const fields: Record<string, ProtoValue> = {};
+  for (const [namespace, values] of Object.entries(namespaces)) {
+    const inner: Record<string, ProtoValue> = {};
+    for (const [key, value] of Object.entries(values)) inner[key] = stringValue(value);
+    fields[namespace] = { struct_value: { fields: inner } };
+  }
+  return { fields };
+}
+
+export const EXT_PROC_ATTRIBUTES_KEY = 'envoy.filters.http.ext_proc';
+
+/** Reads one attribute Envoy attached (request/response_attributes in the filter config). */
+export function attribute(attributes: Record<string, ProtoStruct> | undefined, name: string): string | number | undefined {
+  const value = attributes?.[EXT_PROC_ATTRIBUTES_KEY]?.fields?.[name];
+  if (value === undefined) return undefined;
+  if (value.string_value !== undefined) return value.string_value;
+  if (value.number_value !== undefined) return value.number_value;
+  if (value.bool_value !== undefined) return value.bool_value ? 1 : 0;
+  return undefined;
+}
+
+export function attributeString(attributes: Record<string, ProtoStruct> | undefined, name: string): string | undefined {
+  const value = attribute(attributes, name);
+  return value === undefined ? undefined : String(value);
+}
+
+export function attributeNumber(attributes: Record<string, ProtoStruct> | undefined, name: string): number | undefined {
+  const value = attribute(attributes, name);
+  if (value === undefined) return undefined;
+  const n = typeof value === 'number' ? value : Number(value);
+  return Number.isFinite(n) ? n : undefined;
+}

@@ -1,0 +1,62 @@
+// The operations HTTP server: /metrics (Prometheus), /healthz (liveness), /readyz (readiness:
+// the endpoint cache has its first full view), /debug/endpoints (the cache as JSON).
+
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
+import type { EndpointView } from '../endpoints/model.js';
+
+export interface OpsServerDeps {
+  readonly registry: Registry;
+  readonly isReady: () => boolean;
+  readonly view: () => EndpointView;
+}
+
+export interface RunningOpsServer {
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+function json(status: number, body: unknown): { status: number; type: string; body: string } {
+  return { status, type: 'application/json', body: JSON.stringify(body) };
+}
+
+export function viewAsJson(view: EndpointView): unknown {
+  return {
+    version: view.version,
+    pools: [...view.pools.values()].map((pool) => ({
+      name: pool.name,
+      models: pool.models,
+      endpoints: pool.endpoints.map((e) => ({ id: e.id, address: e.address, state: e.state, reason: e.reason })),
+    })),
+  };
+}
+
+export async function startOpsServer(address: string, deps: OpsServerDeps): Promise<RunningOpsServer> {
+  const server: Server = createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    void (async () => {
+      let reply: { status: number; type: string; body: string };
+      if (req.method !== 'GET' && req.method !== 'HEAD') reply = json(405, { error: 'method not allowed' });
+      else if (path === '/metrics') reply = { status: 200, type: deps.registry.contentType, body: await deps.registry.metrics() };
+      else if (path === '/healthz') reply = json(200, { status: 'ok' });
+      else if (path === '/readyz') reply = deps.isReady() ? json(200, { status: 'ready' }) : json(503, { status: 'not ready', reason: 'endpoint cache has not completed its first sync' });
+      else if (path === '/debug/endpoints') reply = json(200, viewAsJson(deps.view()));
+      else reply = json(404, { error: 'not found' });
+      res.writeHead(reply.status, { 'content-type': reply.type, 'cache-control': 'no-store' });
+      res.end(req.method === 'HEAD' ? undefined : reply.body);
+    })().catch((err: unknown) => {
+      res.writeHead(500, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: err instanceof Error ? err.message : String(err) }));
+    });
+  });
+  const colon = address.lastIndexOf(':');
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(Number(address.slice(colon + 1)), address.slice(0, colon).replace(/^\[|\]$/g, ''), () => resolve());
+  });
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }),
+  };
+}

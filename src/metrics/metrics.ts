@@ -1,0 +1,134 @@
+// Typed recorders over one prom-client Registry (never the global default registry, so tests can
+// run several servers in one process). Metric names follow Prometheus conventions: a
+// `llm_extproc_` prefix, base units (seconds, bytes), `_total` for counters.
+
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { ENDPOINT_STATES } from '../endpoints/model.js';
+import type { EndpointView } from '../endpoints/model.js';
+
+export type AttemptOutcome = 'success' | 'failure';
+
+export class Metrics {
+  readonly registry = new Registry();
+
+  private readonly requests = new Counter({
+    name: 'llm_extproc_requests_total',
+    help: 'Requests seen, by model and result (ok, or the error code the client received).',
+    labelNames: ['model', 'result'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly attempts = new Counter({
+    name: 'llm_extproc_upstream_attempts_total',
+    help: 'Attempts against model-server endpoints, by outcome and failure reason.',
+    labelNames: ['pool', 'endpoint', 'outcome', 'reason'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly quarantines = new Counter({
+    name: 'llm_extproc_endpoint_quarantines_total',
+    help: 'Times an endpoint was quarantined by passive health.',
+    labelNames: ['pool', 'endpoint'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly endpoints = new Gauge({
+    name: 'llm_extproc_endpoints',
+    help: 'Endpoints in the cache, by pool and state.',
+    labelNames: ['pool', 'state'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly inFlight = new Gauge({
+    name: 'llm_extproc_in_flight_requests',
+    help: 'Requests routed and not yet finished.',
+    registers: [this.registry],
+  });
+
+  private readonly messageSeconds = new Histogram({
+    name: 'llm_extproc_message_processing_seconds',
+    help: 'Time spent handling one ext_proc message (our added latency per message), by message type.',
+    labelNames: ['message'] as const,
+    buckets: [0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05],
+    registers: [this.registry],
+  });
+
+  private readonly watchRestarts = new Counter({
+    name: 'llm_extproc_kubernetes_watch_restarts_total',
+    help: 'Kubernetes watch restarts, by resource and reason (gone = 410 relist, dropped, error).',
+    labelNames: ['resource', 'reason'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly sourceErrors = new Counter({
+    name: 'llm_extproc_endpoint_source_errors_total',
+    help: 'Endpoint source errors that were recovered from (bad static file, failed reload).',
+    labelNames: ['source'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly cacheAge = new Gauge({
+    name: 'llm_extproc_endpoint_cache_age_seconds',
+    help: 'Seconds since the endpoint source last confirmed its view (list, watch event or file load).',
+    labelNames: ['source'] as const,
+    registers: [this.registry],
+    collect: () => this.collectCacheAge(),
+  });
+
+  private readonly lastRefresh = new Map<string, number>();
+
+  constructor(options: { processMetrics?: boolean } = {}) {
+    if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry, prefix: 'llm_extproc_' });
+  }
+
+  requestFinished(model: string, result: string): void {
+    this.requests.inc({ model, result });
+  }
+
+  attempt(pool: string, endpoint: string, outcome: AttemptOutcome, reason: string): void {
+    this.attempts.inc({ pool, endpoint, outcome, reason });
+  }
+
+  quarantined(pool: string, endpoint: string): void {
+    this.quarantines.inc({ pool, endpoint });
+  }
+
+  requestStarted(): void {
+    this.inFlight.inc();
+  }
+
+  requestEnded(): void {
+    this.inFlight.dec();
+  }
+
+  messageHandled(message: string, seconds: number): void {
+    this.messageSeconds.observe({ message }, seconds);
+  }
+
+  watchRestarted(resource: string, reason: string): void {
+    this.watchRestarts.inc({ resource, reason });
+  }
+
+  sourceError(source: string): void {
+    this.sourceErrors.inc({ source });
+  }
+
+  sourceRefreshed(source: string, at: number = Date.now()): void {
+    this.lastRefresh.set(source, at);
+  }
+
+  /** Recomputes the per-state gauge from a whole view, so states that emptied drop to zero. */
+  endpointView(view: EndpointView): void {
+    this.endpoints.reset();
+    for (const pool of view.pools.values()) {
+      const counts = new Map<string, number>(ENDPOINT_STATES.map((s) => [s, 0]));
+      for (const endpoint of pool.endpoints) counts.set(endpoint.state, (counts.get(endpoint.state) ?? 0) + 1);
+      for (const [state, count] of counts) this.endpoints.set({ pool: pool.name, state }, count);
+    }
+  }
+
+  private collectCacheAge(): void {
+    const now = Date.now();
+    for (const [source, at] of this.lastRefresh) this.cacheAge.set({ source }, (now - at) / 1000);
+  }
+}

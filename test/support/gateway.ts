@@ -1,0 +1,129 @@
+// End-to-end harness: a real Envoy binary, our server (in-process, so tests can read its store and
+// metrics), and real local model servers, wired by a generated static endpoints file.
+
+import { mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { stringify as toYaml } from 'yaml';
+import { startApp, type RunningApp } from '../../src/app.js';
+import { buildConfig, type Config } from '../../src/config/config.js';
+import type { EndpointState } from '../../src/endpoints/model.js';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig, type BackendsCluster, type GatewayConfigOptions } from '../../src/envoy-config/gateway-config.js';
+import { startEnvoy, type RunningEnvoy } from './envoy-process.js';
+import { send, type ClientRequest, type ClientResponse } from './http-client.js';
+import { waitUntil } from './wait-until.js';
+
+export interface StaticEndpointSpec {
+  readonly address: string;
+  readonly state?: Exclude<EndpointState, 'Quarantined'>;
+  readonly reason?: string;
+}
+
+export interface StaticPoolSpec {
+  readonly name: string;
+  readonly models: readonly string[];
+  readonly endpoints: readonly StaticEndpointSpec[];
+}
+
+export interface GatewayOptions {
+  /** Static pools; omit when `configYaml` sets up another source (e.g. Kubernetes). */
+  readonly pools?: readonly StaticPoolSpec[];
+  /** Extra llm-extproc config YAML (merged under our listen/source settings). */
+  readonly configYaml?: string;
+  /** Every address Envoy's backends cluster must know (defaults to all static endpoint addresses). */
+  readonly backendAddresses?: readonly string[];
+  readonly backends?: BackendsCluster;
+  readonly envoy?: Partial<Omit<GatewayConfigOptions, 'extProc' | 'backends'>>;
+  /** Wait for the endpoint cache to sync before returning (default true). */
+  readonly waitForSync?: boolean;
+}
+
+export interface Gateway {
+  readonly app: RunningApp;
+  readonly envoy: RunningEnvoy;
+  readonly port: number;
+  readonly dir: string;
+  readonly endpointsFile: string;
+  send(req: ClientRequest): Promise<ClientResponse>;
+  /** Atomically replaces the static endpoints file (as a ConfigMap update would). */
+  writePools(pools: readonly StaticPoolSpec[]): Promise<void>;
+  /** Prometheus text of our server's registry. */
+  metricsText(): Promise<string>;
+  stop(): Promise<void>;
+}
+
+export function poolsYaml(pools: readonly StaticPoolSpec[]): string {
+  return toYaml({ pools: pools.map((p) => ({ name: p.name, models: [...p.models], endpoints: p.endpoints.map((e) => ({ ...e })) })) });
+}
+
+const logLevel = (process.env.LLM_EXTPROC_TEST_LOG_LEVEL ?? 'silent') as Config['logLevel'];
+
+export async function startGateway(options: GatewayOptions): Promise<Gateway> {
+  const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-e2e-'));
+  const endpointsFile = join(dir, 'endpoints.yaml');
+  const pools = options.pools ?? [];
+  await writeFile(endpointsFile, poolsYaml(pools));
+  const sourceYaml = options.pools === undefined ? '' : `static:\n  path: ${JSON.stringify(endpointsFile)}\n`;
+  const config = buildConfig(
+    `listen:\n  grpc: "127.0.0.1:0"\n  http: "127.0.0.1:0"\nshutdownGraceSeconds: 1\n${sourceYaml}${options.configYaml ?? ''}`,
+    { LLM_EXTPROC_LOG_LEVEL: logLevel },
+  );
+  const app = await startApp(config, pino({ level: logLevel }));
+  let envoy: RunningEnvoy | undefined;
+  try {
+    const addresses = options.backendAddresses ?? [...new Set(pools.flatMap((p) => p.endpoints.map((e) => e.address)))];
+    const envoyConfig = renderGatewayConfig({
+      ...DEFAULT_GATEWAY_OPTIONS,
+      listener: { address: '127.0.0.1', port: 0 },
+      admin: { address: '127.0.0.1', port: 0 },
+      maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
+      maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
+      ...options.envoy,
+      extProc: app.grpcAddress,
+      backends: options.backends ?? { kind: 'static', addresses },
+    });
+    envoy = await startEnvoy({ configYaml: toYaml(envoyConfig), name: 'gateway', logLevel: (process.env.ENVOY_TEST_LOG_LEVEL ?? 'warning') as 'warning' });
+    if (options.waitForSync ?? true) await waitUntil(() => (app.store.isSynced() ? true : undefined), { description: 'endpoint cache sync' });
+  } catch (err) {
+    await envoy?.stop();
+    await app.stop();
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
+  const running = envoy;
+  const port = running.listenerPort('llm_gateway');
+  return {
+    app,
+    envoy: running,
+    port,
+    dir,
+    endpointsFile,
+    send: (req) => send(port, req),
+    writePools: async (next) => {
+      const temp = join(dir, `.endpoints-${process.hrtime.bigint()}.yaml`);
+      await writeFile(temp, poolsYaml(next));
+      await rename(temp, endpointsFile);
+    },
+    metricsText: () => app.metrics.registry.metrics(),
+    stop: async () => {
+      await running.stop();
+      await app.stop();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Reads one sample from Prometheus text, e.g. metricValue(text, 'llm_extproc_requests_total', { model: 'm', result: 'ok' }). */
+export function metricValue(text: string, name: string, labels: Readonly<Record<string, string>> = {}): number {
+  let total = 0;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
+    const match = /^([^{\s]+)(?:\{(.*)\})?\s+(\S+)$/.exec(line);
+    if (match === null || match[1] !== name) continue;
+    const sample = new Map<string, string>();
+    for (const pair of (match[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) sample.set(pair[1]!, pair[2]!);
+    if (Object.entries(labels).every(([k, v]) => sample.get(k) === v)) total += Number(match[3]);
+  }
+  return total;
+}

@@ -1,0 +1,60 @@
+// A minimal HTTP/1.1 client for end-to-end tests that keeps the exact response bytes and reports
+// a connection reset as data (not a thrown error), because a broken stream is a result we assert on.
+
+import { request as httpRequest, Agent } from 'node:http';
+
+export interface ClientResponse {
+  readonly status: number;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: Buffer;
+  /** Set when the connection broke before the response completed (e.g. upstream reset mid-stream). */
+  readonly error: Error | undefined;
+  text(): string;
+  json(): unknown;
+}
+
+export interface ClientRequest {
+  readonly method?: string;
+  readonly path: string;
+  readonly body?: string | Buffer | object;
+  readonly headers?: Readonly<Record<string, string>>;
+  readonly timeoutMs?: number;
+}
+
+// No connection reuse: each request's failure must not bleed into the next.
+const agent = new Agent({ keepAlive: false });
+
+export function send(port: number, req: ClientRequest): Promise<ClientResponse> {
+  const body =
+    req.body === undefined ? undefined : Buffer.isBuffer(req.body) ? req.body : Buffer.from(typeof req.body === 'string' ? req.body : JSON.stringify(req.body));
+  const headers: Record<string, string> = { ...(body === undefined ? {} : { 'content-type': 'application/json', 'content-length': String(body.length) }), ...req.headers };
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let status = 0;
+    let responseHeaders: Record<string, string> = {};
+    let settled = false;
+    const finish = (error: Error | undefined): void => {
+      if (settled) return;
+      settled = true;
+      const bytes = Buffer.concat(chunks);
+      resolve({ status, headers: responseHeaders, body: bytes, error, text: () => bytes.toString('utf8'), json: () => JSON.parse(bytes.toString('utf8')) as unknown });
+    };
+    const clientRequest = httpRequest({ host: '127.0.0.1', port, method: req.method ?? (body === undefined ? 'GET' : 'POST'), path: req.path, headers, agent }, (res) => {
+      status = res.statusCode ?? 0;
+      responseHeaders = Object.fromEntries(Object.entries(res.headers).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : (v ?? '')]));
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () => finish(undefined));
+      res.on('error', (err) => finish(err));
+      res.on('aborted', () => finish(new Error('response aborted')));
+    });
+    clientRequest.setTimeout(req.timeoutMs ?? 30_000, () => clientRequest.destroy(new Error(`client timeout after ${req.timeoutMs ?? 30_000} ms`)));
+    clientRequest.on('error', (err) => {
+      if (status !== 0) finish(err);
+      else if (!settled) {
+        settled = true;
+        reject(err);
+      }
+    });
+    clientRequest.end(body);
+  });
+}
