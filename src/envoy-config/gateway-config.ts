@@ -141,13 +141,13 @@ function backendsCluster(options: GatewayConfigOptions): Yaml {
  * Mappers match Envoy's response flags; our own answers carry no flags, so they are left alone.
  */
 function localReplyMappers(): Yaml[] {
-  const mapper = (kind: ErrorKind, filter: Yaml, message: string): Yaml => {
+  const mapper = (kind: ErrorKind, filter: Yaml, message: string, keepStatus = false): Yaml => {
     const entry = CATALOG[kind];
     const headers: Yaml[] = [{ header: { key: ERROR_HEADER, value: entry.code }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' }];
     if (entry.retryAfterSeconds !== undefined) headers.push({ header: { key: 'retry-after', value: String(entry.retryAfterSeconds) }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' });
     return {
       filter,
-      status_code: entry.status,
+      ...(keepStatus ? {} : { status_code: entry.status }),
       headers_to_add: headers,
       body_format_override: {
         json_format: { error: { message, type: entry.type, code: entry.code } },
@@ -157,16 +157,33 @@ function localReplyMappers(): Yaml[] {
   };
   const flags = (...names: string[]): Yaml => ({ response_flag_filter: { flags: names } });
   const status = (code: number): Yaml => ({ status_code_filter: { comparison: { op: 'EQ', value: { default_value: code, runtime_key: `llm_extproc.local_reply.${code}` } } } });
+  // Our own answers (ext_proc immediate responses, details `llm_extproc_*`) are already in shape:
+  // the first mapper matches them and changes nothing, which stops the search.
+  const ours: Yaml = {
+    filter: {
+      extension_filter: {
+        name: 'envoy.access_loggers.extension_filters.cel',
+        typed_config: {
+          '@type': 'type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter',
+          expression: "response.code_details.startsWith('llm_extproc')",
+        },
+      },
+    },
+  };
   return [
+    ours,
     mapper('all_replicas_failed', { and_filter: { filters: [flags('UF'), flags('URX')] } }, 'every replica tried failed to accept the connection'),
     mapper('upstream_connect_failed', flags('UF'), 'the model server could not be reached'),
     mapper('no_healthy_upstream', flags('UH'), 'no healthy model server is available'),
     mapper('upstream_timeout', flags('UT', 'SI'), 'the model server did not answer in time'),
     mapper('overloaded', flags('UO'), 'too many requests are in flight to the model servers'),
-    mapper('upstream_reset', flags('UR', 'UC', 'LR'), 'the model server closed the connection before answering'),
+    mapper('upstream_reset', flags('UR', 'UC', 'LR', 'UPE'), 'the model server closed the connection before answering'),
+    mapper('route_not_found', flags('NR'), 'no route serves this path'),
     mapper('body_too_large', status(413), 'request body exceeds the gateway limit'),
     mapper('gateway_unavailable', status(500), 'the routing service is unavailable'),
     mapper('gateway_unavailable', status(504), 'the routing service did not answer in time'),
+    // Anything else Envoy flagged: keep its status, never its plain text.
+    mapper('upstream_error', { response_flag_filter: {} }, 'the gateway could not complete the request to the model server', true),
   ];
 }
 

@@ -46,15 +46,23 @@ export const RETRY_AFTER_BY_STATE: Readonly<Record<Exclude<ReportedState, 'Ready
 /** Retry-After when the model has no replica at all (scaled to zero, or every pod gone). */
 export const RETRY_AFTER_NO_REPLICAS = 30;
 
-const REASON_PHRASES: Readonly<Record<ReportedState, string>> = {
+const STATE_WORDS: Readonly<Record<ReportedState, string>> = {
   Ready: 'ready but not routable',
-  Pending: 'pending (not scheduled or pulling images)',
-  Starting: 'starting (loading the model)',
-  NotReady: 'not ready (readiness probe failing)',
+  Pending: 'pending',
+  Starting: 'starting',
+  NotReady: 'not ready',
   CrashLoop: 'crash-looping',
-  Quarantined: 'quarantined after connection failures',
+  Quarantined: 'quarantined',
   Terminating: 'terminating',
 };
+
+/** A replica as the explanation needs it: its state and the short reason the source gave. */
+export interface ReplicaFacts {
+  readonly state: EndpointState;
+  readonly reason?: string;
+}
+
+const MAX_REASONS_PER_STATE = 3;
 
 export function countReplicaStates(endpoints: Iterable<{ readonly state: EndpointState }>): ReplicaCounts {
   const counts: ReplicaCounts = {};
@@ -77,16 +85,31 @@ export function replicaBreakdown(counts: ReplicaCounts): Record<string, number> 
   return out;
 }
 
-export function noReadyReplicaMessage(model: string, counts: ReplicaCounts, retryAfterSeconds: number): string {
-  const reasons = REPORTED_STATES.filter((s) => (counts[s] ?? 0) > 0).map((s) => `${counts[s] ?? 0} ${REASON_PHRASES[s]}`);
+/**
+ * e.g. `model llama-3-8b has no ready replica: 2 pods — 1 starting (ContainerCreating),
+ * 1 terminating (pod is being deleted). Retry in about 15 s.` Distinct reasons per state are
+ * listed (at most three), so the message stays short for large pools.
+ */
+export function noReadyReplicaMessage(model: string, replicas: readonly ReplicaFacts[], retryAfterSeconds: number): string {
   const wait = `Retry in about ${retryAfterSeconds} s.`;
-  if (reasons.length === 0) return `No ready replica for model "${model}": it has no replicas right now. ${wait}`;
-  return `No ready replica for model "${model}": ${reasons.join(', ')}. ${wait}`;
+  const reported = replicas.filter((r): r is ReplicaFacts & { state: ReportedState } => (REPORTED_STATES as readonly string[]).includes(r.state));
+  if (reported.length === 0) return `model ${model} has no ready replica: its pool has no pods. ${wait}`;
+  const parts: string[] = [];
+  for (const state of REPORTED_STATES) {
+    const inState = reported.filter((r) => r.state === state);
+    if (inState.length === 0) continue;
+    const reasons = [...new Set(inState.map((r) => r.reason ?? '').filter((r) => r !== ''))];
+    const shown = reasons.slice(0, MAX_REASONS_PER_STATE).join('; ') + (reasons.length > MAX_REASONS_PER_STATE ? '; …' : '');
+    parts.push(`${inState.length} ${STATE_WORDS[state]}${shown === '' ? '' : ` (${shown})`}`);
+  }
+  const pods = `${reported.length} ${reported.length === 1 ? 'pod' : 'pods'}`;
+  return `model ${model} has no ready replica: ${pods} — ${parts.join(', ')}. ${wait}`;
 }
 
-export function noReadyReplicaError(model: string, counts: ReplicaCounts, options?: { cause?: unknown }): GatewayError {
+export function noReadyReplicaError(model: string, replicas: readonly ReplicaFacts[], options?: { cause?: unknown }): GatewayError {
+  const counts = countReplicaStates(replicas);
   const retryAfterSeconds = noReadyReplicaRetryAfter(counts);
-  return new GatewayError('no_ready_replica', noReadyReplicaMessage(model, counts, retryAfterSeconds), {
+  return new GatewayError('no_ready_replica', noReadyReplicaMessage(model, replicas, retryAfterSeconds), {
     ...(options !== undefined && 'cause' in options ? { cause: options.cause } : {}),
     details: { model, replicas: replicaBreakdown(counts) },
     retryAfterSeconds,

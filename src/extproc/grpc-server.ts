@@ -152,7 +152,7 @@ function serveProcessStream(
       responses = processor.process(request);
     } catch (thrown) {
       const error = asError(thrown);
-      logger.error({ err: error, message: request.request }, 'stream processor threw; ending the stream with INTERNAL');
+      logger.error({ err: error, messageKind: request.request }, 'stream processor threw; ending the stream with INTERNAL');
       finish({ kind: 'error', error });
       onStreamError?.(error);
       failWithInternal(call);
@@ -173,8 +173,15 @@ function serveProcessStream(
 
   call.on('end', () => {
     if (!open) return;
-    finish({ kind: 'half-closed' });
-    call.end();
+    open = false; // Envoy sends nothing more, and we have answered everything it sent
+    // Node reports a peer's RST_STREAM as end-of-input first and as the stream closing a few
+    // ticks later (grpc-js then emits 'cancelled'). Waiting one macrotask tells a real
+    // half-close from a cancel; a cancel arriving in that window wins.
+    setImmediate(() => {
+      if (finished || call.cancelled) return;
+      finish({ kind: 'half-closed' });
+      call.end();
+    });
   });
 
   call.on('cancelled', () => {

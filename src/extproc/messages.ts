@@ -27,15 +27,19 @@ export interface HttpTrailers {
   trailers?: HeaderMap;
 }
 
-/** google.protobuf.Value as decoded by proto-loader (oneofs: true adds the `kind` discriminator). */
+/**
+ * google.protobuf.Value / Struct as proto-loader decodes them. Unlike our own protos these
+ * well-known types come from protobufjs's bundled definitions, whose field names are camelCase
+ * even with `keepCase: true` (checked against Envoy 1.40's attributes).
+ */
 export interface ProtoValue {
-  kind?: 'null_value' | 'number_value' | 'string_value' | 'bool_value' | 'struct_value' | 'list_value';
-  null_value?: 'NULL_VALUE' | number;
-  number_value?: number;
-  string_value?: string;
-  bool_value?: boolean;
-  struct_value?: ProtoStruct;
-  list_value?: { values?: ProtoValue[] };
+  kind?: 'nullValue' | 'numberValue' | 'stringValue' | 'boolValue' | 'structValue' | 'listValue';
+  nullValue?: 'NULL_VALUE' | number;
+  numberValue?: number;
+  stringValue?: string;
+  boolValue?: boolean;
+  structValue?: ProtoStruct;
+  listValue?: { values?: ProtoValue[] };
 }
 
 export interface ProtoStruct {

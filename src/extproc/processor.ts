@@ -5,7 +5,7 @@
 import type { Logger } from 'pino';
 import type { Endpoint } from '../endpoints/model.js';
 import type { AttemptFailure } from '../endpoints/passive-health.js';
-import { classifyEnvoyReply } from '../errors/envoy-reply.js';
+import { classifyEnvoyReply, isEnvoyLocalReply } from '../errors/envoy-reply.js';
 import { GatewayError } from '../errors/gateway-error.js';
 import { renderError, renderSseErrorEvent } from '../errors/render.js';
 import type { ErrorKind } from '../errors/catalog.js';
@@ -19,7 +19,7 @@ import type { CommonResponse, HttpBody, HttpHeaders, ProcessingRequest, Processi
 import { readInferenceRequest } from './openai-request.js';
 import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE, ERROR_HEADER } from './protocol-names.js';
 import type { StreamEnd, StreamProcessor } from './processor-contract.js';
-import { attributeNumber, attributeString, headerLookup, headerMutation } from './wire-values.js';
+import { attributeNumber, attributeString, headerLookup, headerMutation, metadataNamespaces } from './wire-values.js';
 
 
 export interface ProcessorMetrics {
@@ -180,8 +180,14 @@ export class RequestProcessor implements StreamProcessor {
     const upstreamAddress = attributeString(attributes, 'upstream.address');
     const contentType = headers.get('content-type') ?? '';
 
-    const local = classifyEnvoyReply({ status, codeDetails, flags });
+    const facts = { status, codeDetails, flags };
+    const local = classifyEnvoyReply(facts);
     if (local !== undefined) return this.replaceEnvoyReply(local.kind, local.detail, upstreamAddress);
+    if (isEnvoyLocalReply(facts)) {
+      // Another filter's deliberate answer (401, 403, 429...): its status and body are the message.
+      this.finishRequest(`local_reply_${status}`);
+      return { response_headers: { response: {} } };
+    }
     if (codeDetails === undefined && status >= 500 && !isJsonContentType(contentType) && headers.get(ERROR_HEADER) === undefined) {
       // No attributes to tell who answered: read the (small, plain-text) body before deciding.
       this.pendingLocalReply = { status };
@@ -484,11 +490,7 @@ function pathOnly(path: string): string {
 }
 
 function metadataFor(destinations: string): ProtoStruct {
-  return {
-    fields: {
-      [DESTINATION_METADATA_NAMESPACE]: { struct_value: { fields: { [DESTINATION_HEADER]: { string_value: destinations } } } },
-    },
-  };
+  return metadataNamespaces({ [DESTINATION_METADATA_NAMESPACE]: { [DESTINATION_HEADER]: destinations } });
 }
 
 function removeHeaders(remove: readonly string[]): CommonResponse {

@@ -6,7 +6,7 @@ import type { Endpoint } from '../endpoints/model.js';
 import type { AttemptFailure } from '../endpoints/passive-health.js';
 import type { EndpointStore } from '../endpoints/store.js';
 import { GatewayError } from '../errors/gateway-error.js';
-import { explainUnavailable } from '../picker/availability.js';
+import { noReadyReplicaError } from '../errors/no-ready-replica.js';
 import type { LoadTracker } from '../picker/load-tracker.js';
 import { pickEndpoints } from '../picker/pick.js';
 
@@ -45,11 +45,7 @@ export class StoreRouting implements Routing {
     }
     const endpoints = pickEndpoints(pools, this.load, { fallbacks: this.options.fallbacks, random: this.options.random ?? Math.random });
     if (endpoints.length === 0) {
-      const why = explainUnavailable(model, pools);
-      throw new GatewayError('no_ready_replica', why.message, {
-        details: { model, replicas: why.replicas },
-        retryAfterSeconds: why.retryAfterSeconds,
-      });
+      throw noReadyReplicaError(model, pools.flatMap((pool) => pool.endpoints));
     }
     // Load is charged to the primary: it is where Envoy sends the request unless it cannot connect.
     this.load.acquire(endpoints[0]!.address);

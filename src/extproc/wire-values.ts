@@ -27,7 +27,7 @@ export function headerMutation(set: ReadonlyArray<readonly [string, string]>, re
 }
 
 export function stringValue(value: string): ProtoValue {
-  return { string_value: value };
+  return { stringValue: value };
 }
 
 /** dynamic_metadata: top-level keys are metadata namespaces, each a Struct of string fields. */
@@ -36,7 +36,7 @@ export function metadataNamespaces(namespaces: Record<string, Record<string, str
   for (const [namespace, values] of Object.entries(namespaces)) {
     const inner: Record<string, ProtoValue> = {};
     for (const [key, value] of Object.entries(values)) inner[key] = stringValue(value);
-    fields[namespace] = { struct_value: { fields: inner } };
+    fields[namespace] = { structValue: { fields: inner } };
   }
   return { fields };
 }
@@ -47,9 +47,9 @@ export const EXT_PROC_ATTRIBUTES_KEY = 'envoy.filters.http.ext_proc';
 export function attribute(attributes: Record<string, ProtoStruct> | undefined, name: string): string | number | undefined {
   const value = attributes?.[EXT_PROC_ATTRIBUTES_KEY]?.fields?.[name];
   if (value === undefined) return undefined;
-  if (value.string_value !== undefined) return value.string_value;
-  if (value.number_value !== undefined) return value.number_value;
-  if (value.bool_value !== undefined) return value.bool_value ? 1 : 0;
+  if (value.stringValue !== undefined) return value.stringValue;
+  if (value.numberValue !== undefined) return value.numberValue;
+  if (value.boolValue !== undefined) return value.boolValue ? 1 : 0;
   return undefined;
 }
 

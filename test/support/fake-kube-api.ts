@@ -113,6 +113,7 @@ export class FakeKubeApi {
   /** Watches must start at or after this resourceVersion; older ones get 410. */
   private compactedRv = 0;
   private latencyMs = 0;
+  private readonly pathErrors = new Map<string, number>();
   private unavailable: UnavailableMode | undefined;
   private listening = false;
   private portNumber = 0;
@@ -291,6 +292,15 @@ export class FakeKubeApi {
     }
   }
 
+  /**
+   * Answers every request on `path` with an error Status of HTTP `code` (403 for a namespace the
+   * service account may not read, 404 for a CRD that is not installed); `undefined` clears it.
+   */
+  setPathError(path: string, code: number | undefined): void {
+    if (code === undefined) this.pathErrors.delete(path);
+    else this.pathErrors.set(path, code);
+  }
+
   /** Delays every response by `ms` (headers included), like an overloaded API server. */
   setLatency(ms: number): void {
     this.latencyMs = ms;
@@ -387,6 +397,11 @@ export class FakeKubeApi {
         this.sendStatus(res, record, 500, 'InternalError', 'the fake API server is failing on purpose');
         return;
       }
+      const pathError = this.pathErrors.get(url.pathname);
+      if (pathError !== undefined) {
+        this.sendStatus(res, record, pathError, STATUS_REASONS[pathError] ?? 'InternalError', `request to ${url.pathname} fails on purpose`);
+        return;
+      }
       this.route(req, res, url, watch, record);
     };
     if (this.latencyMs > 0) {
@@ -450,7 +465,9 @@ export class FakeKubeApi {
       .map((o) => {
         // Built-in lists omit each item's kind/apiVersion; custom resources keep them.
         if (type.plural !== 'pods') return o;
-        const { kind: _kind, apiVersion: _apiVersion, ...rest } = o;
+        const rest: Partial<KubeObject> = { ...o };
+        delete rest.kind;
+        delete rest.apiVersion;
         return rest;
       });
     this.listTotals.set(url.pathname, (this.listTotals.get(url.pathname) ?? 0) + 1);
@@ -546,6 +563,17 @@ export class FakeKubeApi {
     this.sendJson(res, record, code, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code });
   }
 }
+
+const STATUS_REASONS: Readonly<Record<number, string>> = {
+  400: 'BadRequest',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'NotFound',
+  410: 'Expired',
+  429: 'TooManyRequests',
+  500: 'InternalError',
+  503: 'ServiceUnavailable',
+};
 
 function goneStatus(requested: number, oldest: number): object {
   return {

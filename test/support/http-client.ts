@@ -27,7 +27,11 @@ const agent = new Agent({ keepAlive: false });
 export function send(port: number, req: ClientRequest): Promise<ClientResponse> {
   const body =
     req.body === undefined ? undefined : Buffer.isBuffer(req.body) ? req.body : Buffer.from(typeof req.body === 'string' ? req.body : JSON.stringify(req.body));
-  const headers: Record<string, string> = { ...(body === undefined ? {} : { 'content-type': 'application/json', 'content-length': String(body.length) }), ...req.headers };
+  const chunked = req.headers?.['transfer-encoding'] === 'chunked';
+  const headers: Record<string, string> = {
+    ...(body === undefined ? {} : { 'content-type': 'application/json', ...(chunked ? {} : { 'content-length': String(body.length) }) }),
+    ...req.headers,
+  };
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let status = 0;

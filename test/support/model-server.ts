@@ -246,8 +246,8 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
   const waiters: ((r: RecordedRequest) => void)[] = [];
   const sockets = new Set<Socket>();
   let seq = 0;
-  /** True while close()/refuse() tear connections down, to tell our teardown from the client's. */
-  let tearingDown = false;
+  /** Connections close()/refuse() tore down, to tell our teardown from the client leaving. */
+  const tornDown = new WeakSet<Socket>();
 
   const server = createServer({ noDelay: true, requestTimeout: 0 });
   // Idle keep-alive connections stay open until the client closes them: a server-side idle timeout
@@ -373,7 +373,8 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
       response.outcome = o;
       settle(o);
     };
-    res.once('close', () => finish(res.writableFinished ? 'ended' : tearingDown ? 'server-closed' : 'client-closed'));
+    const socket = req.socket;
+    res.once('close', () => finish(res.writableFinished ? 'ended' : tornDown.has(socket) ? 'server-closed' : 'client-closed'));
 
     const body = await readBody(req).catch(() => Buffer.alloc(0));
     const record: RecordedRequest = { seq: seq++, method, path, headers: req.headers, body, behavior: chosen, response };
@@ -416,16 +417,12 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
     });
 
   const stopListening = async (): Promise<void> => {
-    tearingDown = true;
-    try {
-      const closed = server.listening
-        ? new Promise<void>((resolve) => server.close(() => resolve()))
-        : Promise.resolve();
-      for (const s of sockets) s.destroy();
-      await closed;
-    } finally {
-      tearingDown = false;
+    const closed = server.listening ? new Promise<void>((resolve) => server.close(() => resolve())) : Promise.resolve();
+    for (const s of sockets) {
+      tornDown.add(s);
+      s.destroy();
     }
+    await closed;
   };
 
   const port = await listen(opts.port ?? 0);

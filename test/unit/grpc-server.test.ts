@@ -236,8 +236,8 @@ function messageType(name: string): MessageTypeDefinition<object, object> {
 // Process stream, over both transports
 
 for (const transport of ['tcp', 'unix'] as const) {
-  describe(`ext_proc Process stream over ${transport}`, () => {
-    it('forwards messages in order, writes every reply in order, and finishes half-closed', async () => {
+  void describe(`ext_proc Process stream over ${transport}`, () => {
+    void it('forwards messages in order, writes every reply in order, and finishes half-closed', async () => {
       // Two replies for the last message prove the edge writes everything process() returns, in order.
       const recording = recordingFactory((request, index) => {
         const replies = echoReply(request, index);
@@ -274,7 +274,7 @@ for (const transport of ['tcp', 'unix'] as const) {
       }
     });
 
-    it('a client cancel finishes the processor as cancelled, and nothing is processed after it', async () => {
+    void it('a client cancel finishes the processor as cancelled, and nothing is processed after it', async () => {
       const recording = recordingFactory(echoReply);
       const harness = await startHarness(transport, { factory: recording.factory });
       try {
@@ -299,7 +299,7 @@ for (const transport of ['tcp', 'unix'] as const) {
       }
     });
 
-    it('a throwing processor ends the stream with INTERNAL, finishes it with the error, and logs it', async () => {
+    void it('a throwing processor ends the stream with INTERNAL, finishes it with the error, and logs it', async () => {
       const boom = new Error('picker exploded at 10.0.0.7');
       const recording = recordingFactory((request, index) => {
         if (index === 1) throw boom;
@@ -338,8 +338,8 @@ for (const transport of ['tcp', 'unix'] as const) {
 // ---------------------------------------------------------------------------------------------
 // health
 
-describe('grpc.health.v1.Health', () => {
-  it('Check follows the health source for "" and for the ext_proc service', async () => {
+void describe('grpc.health.v1.Health', () => {
+  void it('Check follows the health source for "" and for the ext_proc service', async () => {
     const health = new FlippableHealth();
     const harness = await startHarness('tcp', { health });
     try {
@@ -353,7 +353,7 @@ describe('grpc.health.v1.Health', () => {
     }
   });
 
-  it('Check answers NOT_FOUND for any other service name', async () => {
+  void it('Check answers NOT_FOUND for any other service name', async () => {
     const harness = await startHarness('unix');
     try {
       await assert.rejects(check(harness.client, 'some.other.Service'), (err: ServiceError) => err.code === GrpcStatus.NOT_FOUND);
@@ -362,7 +362,7 @@ describe('grpc.health.v1.Health', () => {
     }
   });
 
-  it('Watch sends the current status, then each change, and unsubscribes when the client cancels', async () => {
+  void it('Watch sends the current status, then each change, and unsubscribes when the client cancels', async () => {
     const health = new FlippableHealth();
     const harness = await startHarness('tcp', { health });
     try {
@@ -382,7 +382,7 @@ describe('grpc.health.v1.Health', () => {
     }
   });
 
-  it('Watch on an unknown service reports SERVICE_UNKNOWN and keeps the call open', async () => {
+  void it('Watch on an unknown service reports SERVICE_UNKNOWN and keeps the call open', async () => {
     const health = new FlippableHealth();
     const harness = await startHarness('tcp', { health });
     try {
@@ -402,8 +402,8 @@ describe('grpc.health.v1.Health', () => {
 // ---------------------------------------------------------------------------------------------
 // lifecycle
 
-describe('gRPC server lifecycle', () => {
-  it('shutdown cancels streams still open after the grace period', async () => {
+void describe('gRPC server lifecycle', () => {
+  void it('shutdown cancels streams still open after the grace period', async () => {
     const recording = recordingFactory(echoReply);
     const harness = await startHarness('tcp', { factory: recording.factory });
     try {
@@ -419,7 +419,7 @@ describe('gRPC server lifecycle', () => {
     }
   });
 
-  it('reports the real TCP port and a dialable unix address', async () => {
+  void it('reports the real TCP port and a dialable unix address', async () => {
     const tcp = await startHarness('tcp');
     const unix = await startHarness('unix');
     try {
@@ -435,7 +435,7 @@ describe('gRPC server lifecycle', () => {
     assert.ok(!existsSync(unix.server.address.slice('unix://'.length)), 'the socket file is removed on shutdown');
   });
 
-  it('replaces a unix socket left behind by a dead process, and refuses one that is alive', async () => {
+  void it('replaces a unix socket left behind by a dead process, and refuses one that is alive', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'llm-extproc-grpc-'));
     const socketPath = join(dir, 'ext-proc.sock');
     try {
@@ -468,8 +468,8 @@ describe('gRPC server lifecycle', () => {
 // ---------------------------------------------------------------------------------------------
 // message shapes
 
-describe('wire message shapes (PROTO_LOADER_OPTIONS)', () => {
-  it('a ProcessingResponse with header mutation, dynamic metadata, immediate response and mode override round-trips', () => {
+void describe('wire message shapes (PROTO_LOADER_OPTIONS)', () => {
+  void it('a ProcessingResponse with header mutation, dynamic metadata, immediate response and mode override round-trips', () => {
     // Built with the untyped message serializer because google.protobuf.Value fields are
     // camelCase in protobufjs's bundled struct.proto (see proto-contract.test.ts).
     const sent = {
@@ -543,7 +543,7 @@ describe('wire message shapes (PROTO_LOADER_OPTIONS)', () => {
     });
   });
 
-  it('a ProcessingRequest as Envoy sends it decodes with raw_value Buffers, attributes and discriminators', () => {
+  void it('a ProcessingRequest as Envoy sends it decodes with raw_value Buffers, attributes and discriminators', () => {
     const sent = {
       response_headers: {
         headers: { headers: [{ key: ':status', raw_value: Buffer.from('503') }, { key: 'content-type', raw_value: Buffer.from('text/plain') }] },
@@ -584,7 +584,7 @@ describe('wire message shapes (PROTO_LOADER_OPTIONS)', () => {
     assert.deepEqual(processMethod.requestDeserialize(processMethod.requestSerialize({ request_body: {} })), { request: 'request_body', request_body: {} });
   });
 
-  it('snake_case google.protobuf.Value fields are silently dropped on encode', () => {
+  void it('snake_case google.protobuf.Value fields are silently dropped on encode', () => {
     // Guards the trap: protobufjs's bundled struct.proto names these fields in camelCase.
     const structType = messageType('google.protobuf.Struct');
     const snake = structType.deserialize(structType.serialize({ fields: { k: { string_value: 'v' } } }));
@@ -593,7 +593,7 @@ describe('wire message shapes (PROTO_LOADER_OPTIONS)', () => {
     assert.deepEqual(camel, { fields: { k: { kind: 'stringValue', stringValue: 'v' } } });
   });
 
-  it('the oneof discriminator is ignored on encode: the member that is set decides', () => {
+  void it('the oneof discriminator is ignored on encode: the member that is set decides', () => {
     const decoded = processMethod.responseDeserialize(
       messageType('envoy.service.ext_proc.v3.ProcessingResponse').serialize({ response: 'immediate_response', request_body: { response: {} } }),
     );

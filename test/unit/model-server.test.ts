@@ -9,6 +9,7 @@ import { startModelServer } from '../support/model-server.js';
 import type { ModelServer, StartModelServerOptions } from '../support/model-server.js';
 import { replyText, streamReply, parseInferenceRequest } from '../support/openai-replies.js';
 import { rawRequest } from '../support/raw-http.js';
+import { waitUntil } from '../support/wait-until.js';
 import type { RawResponse } from '../support/raw-http.js';
 
 const CHAT_PATH = '/v1/chat/completions';
@@ -269,11 +270,12 @@ void describe('model server: faults', () => {
     assert.equal(await server.requests[0]?.response.settled, 'client-closed');
 
     // A hung request with the client still waiting: close() must tear it down, not wait for it.
-    const pending = post(server, CHAT_PATH, chatBody());
-    const rec = await server.onRequest();
+    const nextRequest = server.onRequest();
+    const clientFails = assert.rejects(post(server, CHAT_PATH, chatBody()));
+    const rec = await nextRequest;
     await server.close();
     assert.equal(await rec.response.settled, 'server-closed');
-    await assert.rejects(pending);
+    await clientFails;
   });
 
   void it('hang-after-headers sends headers and an event, then goes silent', async (t) => {
@@ -394,7 +396,11 @@ void describe('model server: faults', () => {
     assert.equal((await rawRequest({ url, body: chatBody(), agent })).status, 200);
 
     await server.refuse();
-    // Also through the keep-alive agent: refuse() dropped the pooled connection.
+    // refuse() dropped the pooled keep-alive connection; once the client has noticed, a new
+    // connect through the same agent is refused too.
+    await waitUntil(() => (Object.keys(agent.freeSockets).length === 0 ? true : undefined), {
+      description: 'the agent to drop its closed keep-alive socket',
+    });
     await assert.rejects(rawRequest({ url, body: chatBody(), agent }), { code: 'ECONNREFUSED' });
     await assert.rejects(post(server, CHAT_PATH, chatBody()), { code: 'ECONNREFUSED' });
 
