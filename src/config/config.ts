@@ -92,6 +92,23 @@ function kubernetesSection(raw: Raw): KubernetesSourceConfig {
     if (typeof inference.modelsAnnotation === 'string') config.inferencePools.modelsAnnotation = inference.modelsAnnotation;
   }
   if (pools.length === 0 && config.inferencePools === undefined) throw new ConfigError(`${where}pools: define at least one pool, or enable inferencePools`);
+  if (raw.backoff !== undefined && raw.backoff !== null) {
+    const backoff = section(raw, 'backoff');
+    const at = `${where}backoff.`;
+    if (backoff.initialMs === undefined || backoff.maxMs === undefined) throw new ConfigError(`${where}backoff: needs both initialMs and maxMs`);
+    const initialMs = num(backoff, 'initialMs', at, 0, 1);
+    const maxMs = num(backoff, 'maxMs', at, 0, 1);
+    if (maxMs < initialMs) throw new ConfigError(`${at}maxMs: must be ≥ initialMs (${initialMs})`);
+    config.backoff = { initialMs, maxMs };
+  }
+  if (raw.timeouts !== undefined && raw.timeouts !== null) {
+    const timeouts = section(raw, 'timeouts');
+    const at = `${where}timeouts.`;
+    config.timeouts = {};
+    // At least one second each: client-node and the API server both take whole seconds.
+    if (timeouts.listSeconds !== undefined) config.timeouts.listSeconds = num(timeouts, 'listSeconds', at, 0, 1);
+    if (timeouts.watchSeconds !== undefined) config.timeouts.watchSeconds = num(timeouts, 'watchSeconds', at, 0, 1);
+  }
   return config;
 }
 

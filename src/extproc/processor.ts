@@ -123,7 +123,8 @@ export class RequestProcessor implements StreamProcessor {
     this.requestId = headers.get('x-request-id') ?? '';
     if (message.end_of_stream === true) {
       if (this.method === 'GET' && pathOnly(this.path) === '/v1/models') return this.immediateSuccess(this.deps.routing.modelList());
-      return this.reject(new GatewayError('missing_body', `${this.method} ${pathOnly(this.path)} has no body; send an OpenAI-style JSON request with a "model" field`));
+      if (this.method !== 'POST') return this.reject(new GatewayError('method_not_allowed', `${this.method} is not supported on ${pathOnly(this.path)}; inference requests are POSTs with a JSON body`));
+      return this.reject(new GatewayError('missing_body', `POST ${pathOnly(this.path)} has no body; send an OpenAI-style JSON request with a "model" field`));
     }
     const declaredLength = Number(headers.get('content-length') ?? '0');
     if (declaredLength > this.deps.maxRequestBodyBytes) return this.reject(this.tooLarge(declaredLength));
@@ -149,16 +150,10 @@ export class RequestProcessor implements StreamProcessor {
       return this.reject(GatewayError.from(err));
     }
     this.phase = 'response_headers';
-    const destinations = this.routed.endpoints.map((e) => e.address).join(',');
+    const destinations = this.routed.destinations.join(',');
     return {
       request_body: {
-        response: {
-          header_mutation: headerMutation([
-            [DESTINATION_HEADER, destinations],
-            // Never let Envoy retry past our list: beyond it, override_host falls back to any host.
-            ['x-envoy-max-retries', String(this.routed.endpoints.length - 1)],
-          ]),
-        },
+        response: { header_mutation: headerMutation([[DESTINATION_HEADER, destinations]]) },
       },
       dynamic_metadata: metadataFor(destinations),
     };

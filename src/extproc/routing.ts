@@ -12,8 +12,14 @@ import { pickEndpoints } from '../picker/pick.js';
 
 export interface RoutedRequest {
   readonly model: string;
-  /** Primary first, then fallbacks in the order Envoy should try them. */
+  /** Distinct endpoints: primary first, then fallbacks in the order Envoy should try them. */
   readonly endpoints: readonly Endpoint[];
+  /**
+   * The address list handed to Envoy: always 1 + `fallbacks` long, repeating endpoints when fewer
+   * are ready. Envoy's retries walk this list, so they never run past it into the override_host
+   * fallback policy, which may pick any host of the cluster (even one serving another model).
+   */
+  readonly destinations: readonly string[];
 }
 
 export interface Routing {
@@ -27,6 +33,7 @@ export interface Routing {
 }
 
 export interface RoutingOptions {
+  /** Must be at least the Envoy route's retry count (our shipped configs use the same number). */
   readonly fallbacks: number;
   readonly random?: () => number;
 }
@@ -49,7 +56,8 @@ export class StoreRouting implements Routing {
     }
     // Load is charged to the primary: it is where Envoy sends the request unless it cannot connect.
     this.load.acquire(endpoints[0]!.address);
-    return { model, endpoints };
+    const destinations = Array.from({ length: 1 + this.options.fallbacks }, (_, i) => endpoints[i % endpoints.length]!.address);
+    return { model, endpoints, destinations };
   }
 
   release(routed: RoutedRequest): void {

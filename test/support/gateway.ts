@@ -79,6 +79,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       admin: { address: '127.0.0.1', port: 0 },
       maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
       maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
+      maxRetries: config.routing.fallbacks,
       ...options.envoy,
       extProc: app.grpcAddress,
       backends: options.backends ?? { kind: 'static', addresses },

@@ -19,6 +19,8 @@ export interface ClientRequest {
   readonly body?: string | Buffer | object;
   readonly headers?: Readonly<Record<string, string>>;
   readonly timeoutMs?: number;
+  /** Called with each body chunk as it arrives (to act while a stream is still open). */
+  readonly onData?: (chunk: Buffer) => void;
 }
 
 // No connection reuse: each request's failure must not bleed into the next.
@@ -46,7 +48,10 @@ export function send(port: number, req: ClientRequest): Promise<ClientResponse> 
     const clientRequest = httpRequest({ host: '127.0.0.1', port, method: req.method ?? (body === undefined ? 'GET' : 'POST'), path: req.path, headers, agent }, (res) => {
       status = res.statusCode ?? 0;
       responseHeaders = Object.fromEntries(Object.entries(res.headers).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : (v ?? '')]));
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('data', (chunk: Buffer) => {
+        chunks.push(chunk);
+        req.onData?.(chunk);
+      });
       res.on('end', () => finish(undefined));
       res.on('error', (err) => finish(err));
       res.on('aborted', () => finish(new Error('response aborted')));

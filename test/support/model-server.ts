@@ -143,6 +143,8 @@ export interface ModelServer {
   refuse(): Promise<void>;
   /** Listens again on the same host:port after refuse(). */
   resume(): Promise<void>;
+  /** Sends a TCP reset on every open connection (e.g. mid-stream, once the client saw bytes). */
+  resetConnections(): void;
 }
 
 const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' } as const;
@@ -447,6 +449,12 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
       await stopListening();
     },
     refuse: stopListening,
+    resetConnections: () => {
+      for (const s of sockets) {
+        tornDown.add(s);
+        s.resetAndDestroy();
+      }
+    },
     resume: async () => {
       if (closedForGood) throw new Error(`model server ${id} was closed; start a new one`);
       if (!server.listening) await listen(port);
