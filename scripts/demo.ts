@@ -28,7 +28,7 @@ let envoy: RunningEnvoy | undefined;
 async function shutdown(code: number): Promise<never> {
   await envoy?.stop();
   for (const child of children) child.kill('SIGTERM');
-  await Promise.all(children.map((c) => (c.exitCode !== null ? undefined : new Promise((resolve) => c.once('exit', resolve)))));
+  await Promise.all(children.map((c) => (c.exitCode !== null ? Promise.resolve() : new Promise((resolve) => c.once('exit', resolve)))));
   await Promise.all(servers.map((s) => s.close()));
   process.exit(code);
 }

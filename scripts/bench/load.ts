@@ -3,6 +3,7 @@
 // reuse (one connection per concurrent client, opened during warm-up) is identical everywhere.
 
 import { Agent, request } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import { SENT_FIELD } from './upstream.js';
 
 export interface Target {
@@ -25,7 +26,7 @@ export class RequestFailed extends Error {
   override readonly name = 'RequestFailed';
 }
 
-function post(target: Target, body: Buffer, onResponse: (res: import('node:http').IncomingMessage) => void, onError: (err: Error) => void): void {
+function post(target: Target, body: Buffer, onResponse: (res: IncomingMessage) => void, onError: (err: Error) => void): void {
   const req = request(
     {
       host: '127.0.0.1',

@@ -55,8 +55,8 @@ export class StoreRouting implements Routing {
       throw noReadyReplicaError(model, pools.flatMap((pool) => pool.endpoints));
     }
     // Load is charged to the primary: it is where Envoy sends the request unless it cannot connect.
-    this.load.acquire(endpoints[0]!.address);
-    const destinations = Array.from({ length: 1 + this.options.fallbacks }, (_, i) => endpoints[i % endpoints.length]!.address);
+    this.load.acquire(endpoints[0].address);
+    const destinations = Array.from({ length: 1 + this.options.fallbacks }, (_, i) => endpoints[i % endpoints.length].address);
     return { model, endpoints, destinations };
   }
 

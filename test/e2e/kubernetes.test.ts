@@ -10,6 +10,7 @@ import { describe, it } from 'node:test';
 import type { TestContext } from 'node:test';
 import { stringify as toYaml } from 'yaml';
 import type { EndpointState, EndpointView } from '../../src/endpoints/model.js';
+import { EXT_PROC_SERVICE_NAME } from '../../src/extproc/wire.js';
 import { FakeKubeApi, podsPath, writeKubeconfig } from '../support/fake-kube-api.js';
 import { metricValue, startGateway } from '../support/gateway.js';
 import type { Gateway } from '../support/gateway.js';
@@ -69,7 +70,8 @@ async function startPodServers(): Promise<Record<PodKey, ModelServer>> {
         const port = started[0]?.port ?? 0;
         started.push(await startModelServer({ id: PODS[key].server, host: PODS[key].ip, port, models: [MODEL] }));
       }
-      return { a: started[0]!, b: started[1]!, c: started[2]! };
+      const [a, b, c] = started as [ModelServer, ModelServer, ModelServer];
+      return { a, b, c };
     } catch (err) {
       await Promise.all(started.map((s) => s.close()));
       if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE' || attempt >= 5) throw err;
@@ -93,19 +95,28 @@ async function startCluster(t: TestContext, options: ClusterOptions = {}): Promi
   const servers = await startPodServers();
   const api = await FakeKubeApi.start();
   const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-kube-e2e-'));
-  let gateway: Gateway | undefined;
-  t.after(async () => {
-    await gateway?.stop();
+  const release = async (): Promise<void> => {
     await api.stop();
     await Promise.all(Object.values(servers).map((s) => s.close()));
     await rm(dir, { recursive: true, force: true });
-  });
-  for (const [builder, key] of options.pods ?? []) api.upsertPod(podOf(builder, key));
-  if (options.apiUnavailable === true) await api.setUnavailable(true);
-  gateway = await startGateway({
-    configYaml: kubernetesYaml(writeKubeconfig(dir, api), servers.a.port),
-    backendAddresses: POD_KEYS.map((k) => servers[k].address),
-    waitForSync: options.apiUnavailable !== true,
+  };
+  let gateway: Gateway;
+  try {
+    for (const [builder, key] of options.pods ?? []) api.upsertPod(podOf(builder, key));
+    if (options.apiUnavailable === true) await api.setUnavailable(true);
+    gateway = await startGateway({
+      configYaml: kubernetesYaml(writeKubeconfig(dir, api), servers.a.port),
+      backendAddresses: POD_KEYS.map((k) => servers[k].address),
+      waitForSync: options.apiUnavailable !== true,
+    });
+  } catch (err) {
+    await release();
+    throw err;
+  }
+  // One hook, so Envoy and our server stop before the API server and model servers go away.
+  t.after(async () => {
+    await gateway.stop();
+    await release();
   });
   return { api, gateway, servers, pod: podOf };
 }
@@ -290,6 +301,8 @@ void describe('Kubernetes endpoints through a real Envoy', () => {
 
     // What b had received at the moment the store first saw it Ready (must be nothing), and the
     // first request sequence number sent after the store saw it Terminating.
+    // What b had received at the moment the store first saw it Ready (must be nothing), and the
+    // first request sequence number sent after the store saw it Terminating.
     let receivedByBWhenReady: number | undefined;
     let firstSeqAfterTerminating: number | undefined;
     const load = new SteadyLoad(gateway, 'load', 4);
@@ -300,42 +313,40 @@ void describe('Kubernetes endpoints through a real Envoy', () => {
         if (state === 'Terminating') firstSeqAfterTerminating ??= load.nextRequestSeq;
       },
     });
-    t.after(unsubscribe);
-    let stopped = false;
-    t.after(async () => {
-      if (!stopped) await load.stop();
-    });
+    let outcomes: readonly Outcome[];
+    try {
+      // 1. b is Running but its readiness probe fails: traffic goes to a and c only.
+      await load.completeMore(20);
+      await probe(cluster, 'not-ready', 20, ['a', 'c']);
+      assert.equal(inferenceRequests(servers.b).length, 0, 'the not-ready pod got a request');
 
-    // 1. b is Running but its readiness probe fails: traffic goes to a and c only.
-    await load.completeMore(20);
-    const notReadyProbe = await probe(cluster, 'not-ready', 20, ['a', 'c']);
-    assert.equal(notReadyProbe.a + notReadyProbe.c, 20);
-    assert.equal(inferenceRequests(servers.b).length, 0, 'the not-ready pod got a request');
+      // 2. b turns ready: it gets traffic.
+      api.upsertPod(cluster.pod(readyPod, 'b'));
+      await waitForStates(gateway, { a: 'Ready', b: 'Ready', c: 'Ready' });
+      assert.equal(receivedByBWhenReady, 0, 'b received requests before the store saw it ready');
+      await probeUntilServedBy(cluster, 'ready', 'b', ['a', 'b', 'c']);
+      await load.completeMore(20);
 
-    // 2. b turns ready: it gets traffic.
-    api.upsertPod(cluster.pod(readyPod, 'b'));
-    await waitForStates(gateway, { a: 'Ready', b: 'Ready', c: 'Ready' });
-    assert.equal(receivedByBWhenReady, 0, 'b received requests before the store saw it ready');
-    await probeUntilServedBy(cluster, 'ready', 'b', ['a', 'b', 'c']);
-    await load.completeMore(20);
+      // 3. b's deletion is requested: no new request reaches it.
+      api.setPodDeletionTimestamp(NS, PODS.b.name);
+      await waitForStates(gateway, { a: 'Ready', b: 'Terminating', c: 'Ready' });
+      await load.completeMore(40);
+      await probe(cluster, 'terminating', 20, ['a', 'c']);
+    } finally {
+      outcomes = await load.stop();
+      unsubscribe();
+    }
 
-    // 3. b's deletion is requested: no new request reaches it.
-    api.setPodDeletionTimestamp(NS, PODS.b.name);
-    await waitForStates(gateway, { a: 'Ready', b: 'Terminating', c: 'Ready' });
-    await load.completeMore(40);
-    const terminatingProbe = await probe(cluster, 'terminating', 20, ['a', 'c']);
-    assert.equal(terminatingProbe.b, 0);
-
-    stopped = true;
-    const outcomes = await load.stop();
+    // Every response of the steady flow was a 200 from the server that got it, or a JSON error.
     const served = checkOutcomes(cluster, outcomes, ['a', 'b', 'c']);
+    t.diagnostic(`steady flow: ${outcomes.length} requests, ${served} served, ${outcomes.length - served} JSON errors`);
     assert.ok(served > 0, 'the steady flow was served');
-    assert.ok(firstSeqAfterTerminating !== undefined);
+    const boundary = firstSeqAfterTerminating;
+    assert.ok(boundary !== undefined);
     const lateToB = inferenceRequests(servers.b)
       .map((r) => load.seqOf(String(r.headers[REQUEST_ID_HEADER])))
-      .filter((seq): seq is number => seq !== undefined && seq >= firstSeqAfterTerminating!);
+      .filter((seq): seq is number => seq !== undefined && seq >= boundary);
     assert.deepEqual(lateToB, [], 'requests sent after the store saw b terminating reached b');
-    assert.ok(inferenceRequests(servers.b).some((r) => load.seqOf(String(r.headers[REQUEST_ID_HEADER])) !== undefined || true), 'b served while ready');
 
     // 4. b is gone from the API: it leaves the view.
     api.deletePod(NS, PODS.b.name);
@@ -381,19 +392,23 @@ void describe('Kubernetes endpoints through a real Envoy', () => {
     const readyz = `http://127.0.0.1:${gateway.app.httpPort}/readyz`;
 
     // The client keeps failing to list (connection refused) and backs off: not serving.
-    await waitUntil(() => (api.requests.length === 0 ? true : undefined), { description: 'no request reached the unreachable API', timeoutMs: 100 }).catch(() => undefined);
     assert.equal(gateway.app.store.isSynced(), false);
     assert.equal(await health.check(), 'NOT_SERVING');
-    assert.equal(await health.check('envoy.service.ext_proc.v3.ExternalProcessor'), 'NOT_SERVING');
+    assert.equal(await health.check(EXT_PROC_SERVICE_NAME), 'NOT_SERVING');
     const watch = health.watch();
     await watch.until('NOT_SERVING');
     assert.equal((await fetch(readyz)).status, 503);
 
-    // Requests still get an answer, and it is a structured error, never Envoy's plain text.
+    // Requests still get an answer, and it is a structured error, never Envoy's plain text. The
+    // model is configured, so it is not "not found": it is a retryable 503 with no replica known.
     const early = await gateway.send(chat('unsynced'));
-    assert.notEqual(early.status, 200);
+    assert.equal(early.status, 503, early.text());
+    assert.match(early.headers['retry-after'] ?? '', /^\d+$/);
     const error = assertStructuredError(early, 'request before the first sync');
-    t.diagnostic(`before the first sync: ${early.status} ${error.code}: ${error.message}`);
+    assert.equal(error.code, 'no_ready_replica');
+    assert.equal(error.type, 'service_unavailable_error');
+    assert.match(error.message, /^model llama-3-8b has no ready replica/);
+    assert.deepEqual(Object.values(error.replicas as Record<string, number>), [0, 0, 0, 0, 0, 0, 0]);
     assert.equal(inferenceRequests(servers.a).length + inferenceRequests(servers.b).length, 0);
 
     // The API server comes back: the first list syncs the cache and health flips to SERVING.

@@ -45,7 +45,7 @@ describe('routing through a real Envoy (static endpoints)', () => {
       assert.equal(q.headers['x-model-server-id'], 'qwen-a');
     }
     assert.equal(llamaNotReady.requests.length, 0, 'the not-ready endpoint must never get a request');
-    assert.equal(qwen.requests.every((r) => JSON.parse(r.body.toString()).model === 'qwen-2.5'), true);
+    assert.equal(qwen.requests.every((r) => (JSON.parse(r.body.toString()) as { model: string }).model === 'qwen-2.5'), true);
   });
 
   it('delivers a non-streaming JSON answer byte-identical to what the model server sent, and the request body unchanged', async () => {
@@ -120,7 +120,7 @@ describe('routing through a real Envoy (static endpoints)', () => {
         models: ['llama-3-8b'],
         endpoints: [{ address: llamaReady.address, state: 'Terminating', reason: 'drained' }, { address: llamaNotReady.address }],
       },
-      pools[1]!,
+      pools[1],
     ]);
     await waitUntil(() => (gateway.app.store.view().version > before ? true : undefined), { description: 'endpoints file reload' });
     const servedBefore = llamaReady.requests.length;

@@ -123,7 +123,7 @@ export function metricValue(text: string, name: string, labels: Readonly<Record<
     const match = /^([^{\s]+)(?:\{(.*)\})?\s+(\S+)$/.exec(line);
     if (match === null || match[1] !== name) continue;
     const sample = new Map<string, string>();
-    for (const pair of (match[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) sample.set(pair[1]!, pair[2]!);
+    for (const pair of (match[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) sample.set(pair[1], pair[2]);
     if (Object.entries(labels).every(([k, v]) => sample.get(k) === v)) total += Number(match[3]);
   }
   return total;

@@ -1,0 +1,24 @@
+# llm-extproc container image: build the TypeScript once, ship only the runtime.
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json ./
+COPY proto ./proto
+COPY src ./src
+COPY scripts ./scripts
+COPY test ./test
+RUN npx tsc -p tsconfig.json
+
+FROM node:20-bookworm-slim
+ENV NODE_ENV=production
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+COPY proto ./proto
+COPY --from=build /app/dist/src ./dist/src
+USER node
+# 9002: gRPC ext_proc + grpc.health.v1; 9090: /metrics, /healthz, /readyz, /debug/endpoints
+EXPOSE 9002 9090
+ENTRYPOINT ["node", "dist/src/main.js"]
+CMD ["--config", "/etc/llm-extproc/config.yaml"]

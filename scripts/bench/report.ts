@@ -1,0 +1,196 @@
+// Renders benchmark results as Markdown. Pure: results in, text out. Differences are always
+// against the baseline (Envoy without ext_proc) measured in the same run.
+
+import { histogramQuantile, summarize } from './stats.js';
+import type { HistogramSnapshot, Summary } from './stats.js';
+
+export type SetupKey = 'baseline' | 'tcp' | 'uds';
+
+export const SETUP_LABELS: Readonly<Record<SetupKey, string>> = {
+  baseline: 'baseline (Envoy, no ext_proc)',
+  tcp: 'llm-extproc, TCP loopback',
+  uds: 'llm-extproc, Unix socket',
+};
+
+export interface CpuUse {
+  /** CPU seconds used during the measured phases. */
+  readonly envoySeconds: number;
+  /** Absent for the baseline. */
+  readonly serverSeconds: number | undefined;
+}
+
+export interface RequestPhase {
+  readonly latenciesMs: number[];
+  wallMs: number;
+  errors: number;
+  firstError: string | undefined;
+  cpu: CpuUse;
+}
+
+export interface StreamPhase {
+  readonly ttfbMs: number[];
+  readonly totalMs: number[];
+  readonly eventLatencyMs: number[];
+  readonly interArrivalMs: number[];
+  streams: number;
+  errors: number;
+  firstError: string | undefined;
+  cpu: CpuUse;
+}
+
+export interface SetupResults {
+  readonly key: SetupKey;
+  /** By concurrency. */
+  readonly requests: Map<number, RequestPhase>;
+  readonly streams: Map<number, StreamPhase>;
+  /** Server-side `llm_extproc_message_processing_seconds` observed during the measured phases, by message. */
+  messages: Map<string, HistogramSnapshot> | undefined;
+}
+
+export interface RunInfo {
+  readonly date: string;
+  readonly command: string;
+  readonly cpus: number;
+  readonly cpuModel: string;
+  readonly kernel: string;
+  readonly node: string;
+  readonly envoy: string;
+  readonly requestBytes: number;
+  readonly responseBytes: number;
+  readonly events: number;
+  readonly eventDelayMs: number;
+  readonly rounds: number;
+}
+
+const ms = (v: number): string => (Number.isFinite(v) ? v.toFixed(3) : '–');
+const us = (v: number): string => (Number.isFinite(v) ? Math.round(v).toString() : '–');
+const signedUs = (v: number): string => (Number.isFinite(v) ? `${v >= 0 ? '+' : '−'}${Math.abs(Math.round(v))}` : '–');
+
+function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const line = (cells: readonly string[]): string => `| ${cells.join(' | ')} |`;
+  return [line(header), line(header.map((h, i) => (i === 0 ? '---' : '---:'))), ...rows.map(line)].join('\n');
+}
+
+function cpuPer(seconds: number | undefined, units: number): string {
+  return seconds === undefined || units === 0 ? '–' : us((seconds * 1e6) / units);
+}
+
+export function renderReport(info: RunInfo, results: readonly SetupResults[]): string {
+  const baseline = results.find((r) => r.key === 'baseline');
+  const out: string[] = [];
+
+  out.push(
+    `Run ${info.date}: ${info.cpus} vCPU (${info.cpuModel}), Linux ${info.kernel}, Node ${info.node}, Envoy ${info.envoy}.`,
+    `Command: \`${info.command}\`. Measured phases were interleaved over ${info.rounds} rounds (setup order rotated each round) after a warm-up.`,
+    '',
+  );
+
+  // ── non-streaming ──
+  out.push(`#### Non-streaming chat completion (${info.requestBytes} B request, ${info.responseBytes} B JSON answer)`, '');
+  const reqRows: string[][] = [];
+  for (const r of results) {
+    for (const [c, phase] of [...r.requests.entries()].sort((a, b) => a[0] - b[0])) {
+      const s = summarize(phase.latenciesMs);
+      const base = baseline?.requests.get(c);
+      const b: Summary | undefined = base === undefined ? undefined : summarize(base.latenciesMs);
+      const n = phase.latenciesMs.length;
+      reqRows.push([
+        SETUP_LABELS[r.key],
+        String(c),
+        String(n),
+        ms(s.p50),
+        ms(s.p90),
+        ms(s.p99),
+        ms(s.mean),
+        phase.wallMs > 0 ? Math.round((n * 1000) / phase.wallMs).toString() : '–',
+        r.key === 'baseline' || b === undefined ? '' : signedUs((s.p50 - b.p50) * 1000),
+        r.key === 'baseline' || b === undefined ? '' : signedUs((s.mean - b.mean) * 1000),
+        cpuPer(phase.cpu.envoySeconds, n),
+        cpuPer(phase.cpu.serverSeconds, n),
+        String(phase.errors),
+      ]);
+    }
+  }
+  out.push(
+    table(['setup', 'conc.', 'requests', 'p50 ms', 'p90 ms', 'p99 ms', 'mean ms', 'req/s', 'Δp50 µs', 'Δmean µs', 'Envoy CPU µs/req', 'llm-extproc CPU µs/req', 'errors'], reqRows),
+    '',
+  );
+
+  // ── streaming ──
+  out.push(`#### Streaming chat completion (${info.events} SSE events + \`[DONE]\`, ${info.eventDelayMs} ms apart at the model server)`, '');
+  const streamRows: string[][] = [];
+  const overheadRows: string[][] = [];
+  for (const r of results) {
+    for (const [c, phase] of [...r.streams.entries()].sort((a, b) => a[0] - b[0])) {
+      const ttfb = summarize(phase.ttfbMs);
+      const total = summarize(phase.totalMs);
+      const ev = summarize(phase.eventLatencyMs);
+      const gap = summarize(phase.interArrivalMs);
+      streamRows.push([SETUP_LABELS[r.key], String(c), String(phase.streams), ms(ttfb.p50), ms(ttfb.p99), ms(ev.p50), ms(ev.p90), ms(ev.p99), ms(gap.p50), ms(gap.p99), ms(total.p50), String(phase.errors)]);
+      const base = baseline?.streams.get(c);
+      if (r.key === 'baseline' || base === undefined) continue;
+      const bTtfb = summarize(base.ttfbMs);
+      const bTotal = summarize(base.totalMs);
+      const bEv = summarize(base.eventLatencyMs);
+      const chunks = info.events + 1;
+      overheadRows.push([
+        SETUP_LABELS[r.key],
+        String(c),
+        signedUs((ttfb.p50 - bTtfb.p50) * 1000),
+        signedUs((ev.p50 - bEv.p50) * 1000),
+        signedUs((ev.p99 - bEv.p99) * 1000),
+        signedUs(((total.p50 - bTotal.p50) * 1000) / info.events),
+        signedUs(((total.p50 - bTotal.p50 - (ttfb.p50 - bTtfb.p50)) * 1000) / info.events),
+        // Envoy's CPU per stream with ext_proc minus without, spread over the stream's chunks.
+        signedUs(((phase.cpu.envoySeconds / Math.max(1, phase.streams) - base.cpu.envoySeconds / Math.max(1, base.streams)) * 1e6) / chunks),
+        cpuPer(phase.cpu.serverSeconds, phase.streams * chunks),
+      ]);
+    }
+  }
+  out.push(
+    table(['setup', 'conc.', 'streams', 'TTFB p50 ms', 'TTFB p99 ms', 'event latency p50 ms', 'p90 ms', 'p99 ms', 'inter-arrival p50 ms', 'p99 ms', 'stream total p50 ms', 'errors'], streamRows),
+    '',
+    'Added by ext_proc (vs the baseline at the same concurrency):',
+    '',
+    table(
+      [
+        'setup',
+        'conc.',
+        'ΔTTFB p50 µs',
+        'per chunk: Δevent latency p50 µs',
+        'Δevent latency p99 µs',
+        'Δtotal p50 / events µs',
+        '(Δtotal − ΔTTFB) p50 / events µs',
+        'extra Envoy CPU µs/chunk',
+        'llm-extproc CPU µs/chunk',
+      ],
+      overheadRows,
+    ),
+    '',
+  );
+
+  // ── server-side processing ──
+  const msgRows: string[][] = [];
+  for (const r of results) {
+    if (r.messages === undefined) continue;
+    for (const [message, h] of [...r.messages.entries()].sort((a, b) => a[0].localeCompare(b[0]))) {
+      if (h.count <= 0) continue;
+      const q50 = histogramQuantile(h, 0.5);
+      const q99 = histogramQuantile(h, 0.99);
+      msgRows.push([
+        SETUP_LABELS[r.key],
+        message,
+        String(h.count),
+        us((h.sum / h.count) * 1e6),
+        `${q50.aboveTop ? '>' : '≈'}${us(q50.value * 1e6)}`,
+        `${q99.aboveTop ? '>' : '≈'}${us(q99.value * 1e6)}`,
+      ]);
+    }
+  }
+  out.push(
+    '#### Time inside llm-extproc per ext_proc message (`llm_extproc_message_processing_seconds`, all measured phases)',
+    '',
+    table(['setup', 'message', 'count', 'mean µs', 'p50 µs', 'p99 µs'], msgRows),
+  );
+  return out.join('\n');
+}
