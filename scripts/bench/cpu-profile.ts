@@ -42,8 +42,9 @@ export function codeArea(frame: CallFrame): string {
   const url = frame.url;
   if (url === '') return frame.functionName.startsWith('(') ? frame.functionName : '(native/builtin)';
   const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url);
-  if (pkg !== null) return pkg[1]!;
-  if (url.startsWith('node:')) return `node:${url.slice(5).split('/')[0]}`;
+  if (pkg !== null) return pkg[1];
+  // node:internal/http2/core → node:internal/http2; node:events → node:events
+  if (url.startsWith('node:')) return url.split('/').slice(0, 2).join('/');
   const ours = /\/dist\/(src\/[^/]+)\//.exec(url);
   if (ours !== null) return `llm-extproc ${ours[1]}`;
   return url;
@@ -67,7 +68,7 @@ export function summarizeProfile(profile: CpuProfile, limit = 15): ProfileSummar
   const areas = new Map<string, number>();
   let busy = 0;
   for (let i = 0; i < profile.samples.length; i++) {
-    const frame = byId.get(profile.samples[i]!);
+    const frame = byId.get(profile.samples[i]);
     // timeDeltas[i] is the time since the previous sample: the best per-sample weight available.
     const us = profile.timeDeltas[i] ?? 0;
     if (frame === undefined || frame.functionName === '(idle)') continue;

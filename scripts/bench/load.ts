@@ -150,7 +150,7 @@ export function timedStream(target: Target, body: Buffer): Promise<StreamTiming>
             const sent = SENT_PATTERN.exec(event);
             if (sent === null) continue;
             events++;
-            eventLatencyMs.push(Number(now - BigInt(sent[1]!)) * MS_PER_NS);
+            eventLatencyMs.push(Number(now - BigInt(sent[1])) * MS_PER_NS);
             if (lastAt !== undefined) interArrivalMs.push(Number(now - lastAt) * MS_PER_NS);
             firstAt ??= now;
             lastAt = now;

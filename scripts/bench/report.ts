@@ -68,7 +68,7 @@ const signedUs = (v: number): string => (Number.isFinite(v) ? `${v >= 0 ? '+' : 
 
 function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
   const line = (cells: readonly string[]): string => `| ${cells.join(' | ')} |`;
-  return [line(header), line(header.map((h, i) => (i === 0 ? '---' : '---:'))), ...rows.map(line)].join('\n');
+  return [line(header), line(header.map((_, i) => (i === 0 ? '---' : '---:'))), ...rows.map(line)].join('\n');
 }
 
 function cpuPer(seconds: number | undefined, units: number): string {

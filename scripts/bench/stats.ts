@@ -14,7 +14,7 @@ export interface Summary {
 export function percentile(sorted: ArrayLike<number>, p: number): number {
   if (sorted.length === 0) return Number.NaN;
   const rank = Math.ceil((p / 100) * sorted.length);
-  return sorted[Math.min(sorted.length, Math.max(1, rank)) - 1]!;
+  return sorted[Math.min(sorted.length, Math.max(1, rank)) - 1];
 }
 
 export function summarize(samples: readonly number[]): Summary {
@@ -27,7 +27,7 @@ export function summarize(samples: readonly number[]): Summary {
     p50: percentile(sorted, 50),
     p90: percentile(sorted, 90),
     p99: percentile(sorted, 99),
-    max: sorted.length === 0 ? Number.NaN : sorted[sorted.length - 1]!,
+    max: sorted.length === 0 ? Number.NaN : sorted[sorted.length - 1],
   };
 }
 
@@ -40,7 +40,7 @@ export interface HistogramSnapshot {
 
 function parseLabels(text: string): Map<string, string> {
   const labels = new Map<string, string>();
-  for (const m of text.matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels.set(m[1]!, m[2]!);
+  for (const m of text.matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels.set(m[1], m[2]);
   return labels;
 }
 

@@ -56,8 +56,14 @@ function write(res: ServerResponse, chunk: string): Promise<void> {
   return new Promise((resolve, reject) => res.write(chunk, (err) => (err ? reject(err) : resolve())));
 }
 
-function pause(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+/**
+ * Waits until `offsetMs` after `start`. Node timers have 1 ms granularity, so the wait is rounded:
+ * single events may leave up to ~0.5 ms early or late, the cadence averages out exact.
+ */
+async function untilScheduled(start: bigint, offsetMs: number): Promise<void> {
+  const remainingMs = offsetMs - Number(process.hrtime.bigint() - start) / 1e6;
+  if (remainingMs < 0.5) return;
+  await new Promise((resolve) => setTimeout(resolve, Math.round(remainingMs)));
 }
 
 export async function startBenchUpstream(opts: BenchUpstreamOptions): Promise<BenchUpstream> {
@@ -84,13 +90,16 @@ export async function startBenchUpstream(opts: BenchUpstreamOptions): Promise<Be
     }
     // Headers and the first event leave together, as when a server sends its first token at once.
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-    for (let i = 0; i < opts.events; i++) {
-      if (i > 0) await pause(opts.eventDelayMs);
+    // Events follow a fixed schedule (event i at start + i·delay) rather than "delay after the
+    // previous write": a timer that fires late on a busy machine then does not stretch the stream,
+    // so stream durations differ between setups only by what the gateway adds.
+    const start = process.hrtime.bigint();
+    for (let i = 0; i <= opts.events; i++) {
+      await untilScheduled(start, i * opts.eventDelayMs);
       if (res.destroyed) return;
-      await write(res, streamEvent(opts.id, parsed.model, i));
+      if (i === opts.events) res.end(SSE_DONE);
+      else await write(res, streamEvent(opts.id, parsed.model, i));
     }
-    await pause(opts.eventDelayMs);
-    res.end(SSE_DONE);
   };
 
   const server = createServer({ noDelay: true, requestTimeout: 0 }, (req, res) => {

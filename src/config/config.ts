@@ -93,8 +93,9 @@ function kubernetesSection(raw: Raw): KubernetesSourceConfig {
   }
   if (pools.length === 0 && config.inferencePools === undefined) throw new ConfigError(`${where}pools: define at least one pool, or enable inferencePools`);
   if (raw.backoff !== undefined && raw.backoff !== null) {
-    const backoff = section(raw, 'backoff');
     const at = `${where}backoff.`;
+    if (typeof raw.backoff !== 'object' || Array.isArray(raw.backoff)) throw new ConfigError(`${where}backoff: expected a mapping`);
+    const backoff = raw.backoff as Raw;
     if (backoff.initialMs === undefined || backoff.maxMs === undefined) throw new ConfigError(`${where}backoff: needs both initialMs and maxMs`);
     const initialMs = num(backoff, 'initialMs', at, 0, 1);
     const maxMs = num(backoff, 'maxMs', at, 0, 1);
@@ -102,8 +103,9 @@ function kubernetesSection(raw: Raw): KubernetesSourceConfig {
     config.backoff = { initialMs, maxMs };
   }
   if (raw.timeouts !== undefined && raw.timeouts !== null) {
-    const timeouts = section(raw, 'timeouts');
     const at = `${where}timeouts.`;
+    if (typeof raw.timeouts !== 'object' || Array.isArray(raw.timeouts)) throw new ConfigError(`${where}timeouts: expected a mapping`);
+    const timeouts = raw.timeouts as Raw;
     config.timeouts = {};
     // At least one second each: client-node and the API server both take whole seconds.
     if (timeouts.listSeconds !== undefined) config.timeouts.listSeconds = num(timeouts, 'listSeconds', at, 0, 1);

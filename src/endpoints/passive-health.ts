@@ -62,9 +62,11 @@ export class PassiveHealth {
   status(address: string, now: number): QuarantineStatus | undefined {
     const record = this.records.get(address);
     if (record === undefined || record.quarantinedUntil <= now) return undefined;
-    const seconds = Math.ceil((record.quarantinedUntil - now) / 1000);
     const what = record.lastFailure === 'reset' ? 'connection resets' : 'connect failures';
-    return { until: record.quarantinedUntil, reason: `${this.policy.threshold} consecutive ${what}; retrying in ${seconds}s` };
+    const count = record.strikes > 1 ? 'another failure after a previous quarantine' : `${this.policy.threshold} consecutive ${what}`;
+    // An absolute time stays true however long the view is cached; a countdown would not.
+    const until = new Date(record.quarantinedUntil).toISOString().replace(/\.\d+Z$/, 'Z');
+    return { until: record.quarantinedUntil, reason: `${count}; until ${until}` };
   }
 
   /** Earliest quarantine end after `now`, so the store can schedule one re-evaluation timer. */

@@ -294,15 +294,8 @@ export class RequestProcessor implements StreamProcessor {
     }
     const err = new GatewayError('truncated_response', `the model server's JSON answer was cut short: ${verdict.detail}`);
     this.settle('bad_response', err.kind);
-    const rendered = renderError(err, this.renderOptions());
-    return {
-      response_body: {
-        response: {
-          header_mutation: headerMutation([[':status', String(rendered.status)], ...rendered.headers]),
-          body_mutation: { body: rendered.body },
-        },
-      },
-    };
+    // Envoy still holds the headers (BUFFERED_PARTIAL), so status and body can both change here.
+    return { response_body: { response: this.errorReplacement(err) } };
   }
 
   private onLocalReplyText(chunk: Buffer): ProcessingResponse {
@@ -316,15 +309,7 @@ export class RequestProcessor implements StreamProcessor {
       this.servedBy = this.resolveServedBy(undefined);
       this.settle('bad_response', err.kind);
     }
-    const rendered = renderError(err, this.renderOptions());
-    return {
-      response_body: {
-        response: {
-          header_mutation: headerMutation([[':status', String(rendered.status)], ...rendered.headers]),
-          body_mutation: { body: rendered.body },
-        },
-      },
-    };
+    return { response_body: { response: this.errorReplacement(err) } };
   }
 
   /** Envoy answered for the upstream (connect failure, timeout, overflow...): explain it in JSON. */
@@ -465,16 +450,15 @@ export class RequestProcessor implements StreamProcessor {
 
   /** Replace whatever came back with our JSON error, at the response-headers step. */
   private replaceResponse(err: GatewayError, statusOverride?: number): ProcessingResponse {
+    return { response_headers: { response: { ...this.errorReplacement(err, statusOverride), status: 'CONTINUE_AND_REPLACE' } } };
+  }
+
+  /** Status, headers and body of our JSON error as a mutation of the response in flight. */
+  private errorReplacement(err: GatewayError, statusOverride?: number): CommonResponse {
     const rendered = renderError(err, this.renderOptions());
-    const status = statusOverride ?? rendered.status;
     return {
-      response_headers: {
-        response: {
-          status: 'CONTINUE_AND_REPLACE',
-          header_mutation: headerMutation([[':status', String(status)], ...rendered.headers], ['transfer-encoding']),
-          body_mutation: { body: rendered.body },
-        },
-      },
+      header_mutation: headerMutation([[':status', String(statusOverride ?? rendered.status)], ...rendered.headers], ['transfer-encoding']),
+      body_mutation: { body: rendered.body },
     };
   }
 }

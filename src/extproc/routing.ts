@@ -32,6 +32,8 @@ export interface Routing {
   modelList(): unknown;
 }
 
+const NOT_SYNCED_RETRY_AFTER_SECONDS = 5;
+
 export interface RoutingOptions {
   /** Must be at least the Envoy route's retry count (our shipped configs use the same number). */
   readonly fallbacks: number;
@@ -46,6 +48,13 @@ export class StoreRouting implements Routing {
   ) {}
 
   route(model: string): RoutedRequest {
+    if (!this.store.isSynced()) {
+      // Until the source's first complete view we know neither the models nor their pods.
+      throw new GatewayError('no_ready_replica', `model ${model} cannot be routed yet: the endpoint list has not been loaded (waiting for the first sync with the endpoint source). Retry in about ${NOT_SYNCED_RETRY_AFTER_SECONDS} s.`, {
+        details: { model, endpoints_synced: false },
+        retryAfterSeconds: NOT_SYNCED_RETRY_AFTER_SECONDS,
+      });
+    }
     const pools = this.store.view().poolsByModel.get(model);
     if (pools === undefined || pools.length === 0) {
       throw new GatewayError('model_not_found', `the model ${model} does not exist or is not served here`, { details: { param: 'model', model } });

@@ -301,8 +301,6 @@ void describe('Kubernetes endpoints through a real Envoy', () => {
 
     // What b had received at the moment the store first saw it Ready (must be nothing), and the
     // first request sequence number sent after the store saw it Terminating.
-    // What b had received at the moment the store first saw it Ready (must be nothing), and the
-    // first request sequence number sent after the store saw it Terminating.
     let receivedByBWhenReady: number | undefined;
     let firstSeqAfterTerminating: number | undefined;
     const load = new SteadyLoad(gateway, 'load', 4);
@@ -399,16 +397,17 @@ void describe('Kubernetes endpoints through a real Envoy', () => {
     await watch.until('NOT_SERVING');
     assert.equal((await fetch(readyz)).status, 503);
 
-    // Requests still get an answer, and it is a structured error, never Envoy's plain text. The
-    // model is configured, so it is not "not found": it is a retryable 503 with no replica known.
+    // Requests still get an answer, and it is a structured error, never Envoy's plain text: before
+    // the first sync nothing is known about models or pods, so it is a retryable 503 saying so.
     const early = await gateway.send(chat('unsynced'));
     assert.equal(early.status, 503, early.text());
     assert.match(early.headers['retry-after'] ?? '', /^\d+$/);
     const error = assertStructuredError(early, 'request before the first sync');
     assert.equal(error.code, 'no_ready_replica');
     assert.equal(error.type, 'service_unavailable_error');
-    assert.match(error.message, /^model llama-3-8b has no ready replica/);
-    assert.deepEqual(Object.values(error.replicas as Record<string, number>), [0, 0, 0, 0, 0, 0, 0]);
+    assert.equal(early.headers['retry-after'], '5');
+    assert.match(error.message, /^model llama-3-8b cannot be routed yet: the endpoint list has not been loaded/);
+    assert.equal(error.endpoints_synced, false);
     assert.equal(inferenceRequests(servers.a).length + inferenceRequests(servers.b).length, 0);
 
     // The API server comes back: the first list syncs the cache and health flips to SERVING.

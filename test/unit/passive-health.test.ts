@@ -152,20 +152,32 @@ describe('PassiveHealth: backoff and probation', () => {
 });
 
 describe('PassiveHealth: status, nextRelease, retainOnly', () => {
-  const reasons: ReadonlyArray<{ name: string; failures: AttemptFailure[]; at: number; reason: string }> = [
-    { name: 'connect failures, full backoff left', failures: ['connect_failure', 'connect_failure', 'connect_failure'], at: 0, reason: '3 consecutive connect failures; retrying in 10s' },
-    { name: 'resets name resets', failures: ['reset', 'reset', 'reset'], at: 0, reason: '3 consecutive connection resets; retrying in 10s' },
-    { name: 'the last failure names the kind', failures: ['reset', 'reset', 'connect_failure'], at: 0, reason: '3 consecutive connect failures; retrying in 10s' },
-    { name: 'seconds left round up', failures: ['connect_failure', 'connect_failure', 'connect_failure'], at: 8_500, reason: '3 consecutive connect failures; retrying in 2s' },
-    { name: 'under a second shows 1s', failures: ['connect_failure', 'connect_failure', 'connect_failure'], at: 9_999, reason: '3 consecutive connect failures; retrying in 1s' },
+  /** The absolute end time as the reason prints it (whole seconds, UTC). */
+  const iso = (ms: number): string => new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
+
+  const reasons: ReadonlyArray<{ name: string; failures: AttemptFailure[]; reason: string }> = [
+    { name: 'connect failures', failures: ['connect_failure', 'connect_failure', 'connect_failure'], reason: `3 consecutive connect failures; until ${iso(10_000)}` },
+    { name: 'resets name resets', failures: ['reset', 'reset', 'reset'], reason: `3 consecutive connection resets; until ${iso(10_000)}` },
+    { name: 'the last failure names the kind', failures: ['reset', 'reset', 'connect_failure'], reason: `3 consecutive connect failures; until ${iso(10_000)}` },
   ];
   for (const c of reasons) {
     it(`reason: ${c.name}`, () => {
       const health = new PassiveHealth(POLICY);
       fail(health, A, c.failures, 0);
-      assert.deepEqual(health.status(A, c.at), { until: 10_000, reason: c.reason });
+      assert.deepEqual(health.status(A, 0), { until: 10_000, reason: c.reason });
     });
   }
+
+  it('the reason gives an absolute time, so it reads the same whenever it is looked at', () => {
+    const health = new PassiveHealth(POLICY);
+    const start = Date.UTC(2025, 0, 1, 12, 0, 0, 250);
+    const until = quarantine(health, A, start);
+    assert.equal(until, start + 10_000);
+    const early = health.status(A, start)?.reason;
+    const late = health.status(A, until - 1)?.reason;
+    assert.equal(early, '3 consecutive connect failures; until 2025-01-01T12:00:10Z');
+    assert.equal(late, early);
+  });
 
   it('status is undefined before the threshold and once the quarantine ended', () => {
     const health = new PassiveHealth(POLICY);
@@ -176,17 +188,12 @@ describe('PassiveHealth: status, nextRelease, retainOnly', () => {
     assert.equal(health.status(B, until), undefined);
   });
 
-  it(
-    'reason on a probation re-quarantine states the failures that actually happened',
-    { todo: 'bug: passive-health.ts status() always says `${threshold} consecutive ...`; after a probation re-quarantine caused by ONE failure it still reads "3 consecutive connect failures"' },
-    () => {
-      const health = new PassiveHealth(POLICY);
-      const until = quarantine(health, A, 0);
-      fail(health, A, ['connect_failure'], until);
-      const reason = health.status(A, until)?.reason ?? '';
-      assert.doesNotMatch(reason, /^3 consecutive/);
-    },
-  );
+  it('a probation re-quarantine does not claim a streak of threshold failures', () => {
+    const health = new PassiveHealth(POLICY);
+    const until = quarantine(health, A, 0);
+    fail(health, A, ['connect_failure'], until);
+    assert.deepEqual(health.status(A, until), { until: until + 20_000, reason: `another failure after a previous quarantine; until ${iso(until + 20_000)}` });
+  });
 
   it('nextRelease is the earliest quarantine end after now', () => {
     const health = new PassiveHealth(POLICY);

@@ -7,9 +7,11 @@ import type { Clock, StoreEvents } from '../../src/endpoints/store.js';
 import type { Endpoint, EndpointView, ObservedEndpoint, ObservedPool } from '../../src/endpoints/model.js';
 import type { QuarantinePolicy } from '../../src/endpoints/passive-health.js';
 
+const T0 = Date.UTC(2025, 0, 1);
+
 /** A test clock: time moves only when `advance` is called, which fires the timers that came due. */
 class ManualClock implements Clock {
-  private time = 0;
+  private time = T0;
   private nextId = 0;
   private readonly timers = new Map<number, { at: number; callback: () => void }>();
 
@@ -201,9 +203,9 @@ describe('EndpointStore: passive health', () => {
     store.recordFailure(A, 'connect_failure');
     const quarantined = stateOf(store, 'p', A);
     assert.equal(quarantined?.state, 'Quarantined');
-    assert.equal(quarantined?.reason, '2 consecutive connect failures; retrying in 10s');
+    assert.equal(quarantined?.reason, '2 consecutive connect failures; until 2025-01-01T00:00:10Z');
     assert.equal(stateOf(store, 'p', B)?.state, 'Ready');
-    assert.deepEqual(log, ['view:2', `quarantined:p/${A}:2 consecutive connect failures; retrying in 10s`]);
+    assert.deepEqual(log, ['view:2', `quarantined:p/${A}:2 consecutive connect failures; until 2025-01-01T00:00:10Z`]);
   });
 
   it('timeouts and bad responses never quarantine', () => {
@@ -280,7 +282,7 @@ describe('EndpointStore: passive health', () => {
     clock.advance(4_000);
     store.recordFailure(B, 'reset');
     store.recordFailure(B, 'reset');
-    assert.equal(stateOf(store, 'p', B)?.reason, '2 consecutive connection resets; retrying in 10s');
+    assert.equal(stateOf(store, 'p', B)?.reason, '2 consecutive connection resets; until 2025-01-01T00:00:14Z');
     assert.equal(clock.pendingTimers, 1);
     const { log } = record(store);
     clock.advance(6_000);

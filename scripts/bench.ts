@@ -1,0 +1,386 @@
+// `npm run bench`: the latency llm-extproc adds to every request and every streamed chunk,
+// measured against the same Envoy without the ext_proc filter.
+//
+// Three setups run side by side, each with its own real Envoy (our shipped config from
+// renderGatewayConfig) in front of one local model server (a separate process):
+//   baseline  the rendered config with the ext_proc filter and its cluster deleted, nothing else changed
+//   tcp       llm-extproc as its own process, reached over TCP loopback (standalone placement)
+//   uds       llm-extproc as its own process, reached over a Unix domain socket (sidecar placement)
+// The load generator (this process) drives each Envoy with keep-alive HTTP/1.1 clients; measured
+// phases are interleaved across setups in rounds so drift on a shared machine hits all of them.
+//
+// Flags: --requests N (non-streaming requests per setup and concurrency, default 2000),
+// --concurrency N[,N...] (besides 1; default 16), --streams N (streams per setup and stream
+// concurrency, default 40), --stream-concurrency N (besides 1; default 8), --events N (SSE events
+// per stream, default 64), --event-delay-ms N (default 2), --warmup N (default 500), --rounds N
+// (default 4), --write (rewrite the results block of docs/benchmarks.md), --cpu-prof (profile both
+// llm-extproc processes, print their hottest functions; results are then not written).
+
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { request } from 'node:http';
+import { release, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { stringify as toYaml } from 'yaml';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../src/envoy-config/gateway-config.js';
+import { envoyBinaryPath } from '../test/support/envoy-binary.js';
+import { startEnvoy } from '../test/support/envoy-process.js';
+import type { RunningEnvoy } from '../test/support/envoy-process.js';
+import { poolsYaml } from '../test/support/gateway.js';
+import { waitUntil } from '../test/support/wait-until.js';
+import { withoutExtProc } from './bench/baseline-config.js';
+import { isCpuProfile, summarizeProfile } from './bench/cpu-profile.js';
+import { closedLoop, keepAliveAgent, runRequests, timedRequest, timedStream } from './bench/load.js';
+import type { Target } from './bench/load.js';
+import { cpuSeconds, freePort, spawnNode } from './bench/processes.js';
+import type { ManagedChild } from './bench/processes.js';
+import { renderReport, SETUP_LABELS } from './bench/report.js';
+import type { CpuUse, RequestPhase, RunInfo, SetupKey, SetupResults, StreamPhase } from './bench/report.js';
+import { histogramDelta, parseHistogram, replaceBetweenMarkers } from './bench/stats.js';
+import type { HistogramSnapshot } from './bench/stats.js';
+import { repoRoot } from './repo-root.js';
+
+const MODEL = 'bench-model';
+const MESSAGE_METRIC = 'llm_extproc_message_processing_seconds';
+const DOC_START = '<!-- bench:start -->';
+const DOC_END = '<!-- bench:end -->';
+
+// ── options ──────────────────────────────────────────────────────────────────────────────────
+
+const { values: flags } = parseArgs({
+  options: {
+    requests: { type: 'string', default: '2000' },
+    concurrency: { type: 'string', default: '16' },
+    streams: { type: 'string', default: '40' },
+    'stream-concurrency': { type: 'string', default: '8' },
+    events: { type: 'string', default: '64' },
+    'event-delay-ms': { type: 'string', default: '2' },
+    warmup: { type: 'string', default: '500' },
+    rounds: { type: 'string', default: '4' },
+    write: { type: 'boolean', default: false },
+    'cpu-prof': { type: 'boolean', default: false },
+  },
+  allowPositionals: false,
+});
+
+function positiveInt(name: string, text: string, min = 1): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < min) throw new Error(`--${name}: expected an integer ≥ ${min}, got ${JSON.stringify(text)}`);
+  return n;
+}
+
+function levels(name: string, text: string): number[] {
+  return [...new Set([1, ...text.split(',').map((t) => positiveInt(name, t.trim()))])].sort((a, b) => a - b);
+}
+
+const opts = {
+  requests: positiveInt('requests', flags.requests),
+  concurrency: levels('concurrency', flags.concurrency),
+  streams: positiveInt('streams', flags.streams),
+  streamConcurrency: levels('stream-concurrency', flags['stream-concurrency']),
+  events: positiveInt('events', flags.events),
+  eventDelayMs: positiveInt('event-delay-ms', flags['event-delay-ms'], 0),
+  warmup: positiveInt('warmup', flags.warmup, 0),
+  rounds: positiveInt('rounds', flags.rounds),
+  write: flags.write,
+  cpuProf: flags['cpu-prof'],
+};
+if (opts.write && opts.cpuProf) throw new Error('--write and --cpu-prof do not mix: a profiled server is slower than a real one');
+
+const CHAT_BODY = Buffer.from(JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say hello in one short sentence.' }], max_tokens: 32 }));
+const STREAM_BODY = Buffer.from(JSON.stringify({ model: MODEL, stream: true, messages: [{ role: 'user', content: 'Count slowly, please.' }], max_tokens: 128 }));
+
+// ── cleanup: whatever happens, Envoys, servers and the model server go away ─────────────────────
+
+const cleanups: (() => Promise<unknown>)[] = [];
+let cleaning: Promise<void> | undefined;
+
+function runCleanup(): Promise<void> {
+  cleaning ??= (async () => {
+    for (const step of cleanups.reverse()) {
+      try {
+        await step();
+      } catch (err) {
+        process.stderr.write(`cleanup step failed: ${err instanceof Error ? err.message : String(err)}\n`);
+      }
+    }
+  })();
+  return cleaning;
+}
+
+// process.on (not once): startEnvoy's own signal hook re-raises the signal when it is the last
+// listener, which would kill us before the servers are stopped.
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    process.stderr.write(`\n${signal}: stopping Envoys and servers\n`);
+    void runCleanup().finally(() => process.exit(130));
+  });
+}
+
+// ── helpers ──────────────────────────────────────────────────────────────────────────────────
+
+function httpGet(url: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { agent: false, timeout: 5_000 }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+      res.on('error', reject);
+    });
+    req.on('timeout', () => req.destroy(new Error(`GET ${url} timed out`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+type Yaml = Record<string, unknown>;
+
+function gatewayConfig(extProc: string, upstreamAddress: string): Yaml {
+  return renderGatewayConfig({
+    ...DEFAULT_GATEWAY_OPTIONS,
+    listener: { address: '127.0.0.1', port: 0 },
+    admin: { address: '127.0.0.1', port: 0 },
+    extProc,
+    backends: { kind: 'static', addresses: [upstreamAddress] },
+  });
+}
+
+interface Server {
+  readonly child: ManagedChild;
+  /** What Envoy dials: `127.0.0.1:port` or `unix:///path`. */
+  readonly grpcAddress: string;
+  readonly httpPort: number;
+}
+
+async function startServer(root: string, name: string, grpcAddress: string, endpointsFile: string, profileDir: string | undefined): Promise<Server> {
+  const httpPort = await freePort();
+  const child = spawnNode(name, join(root, 'dist', 'src', 'main.js'), {
+    env: {
+      LLM_EXTPROC_ENDPOINTS_FILE: endpointsFile,
+      LLM_EXTPROC_GRPC_ADDRESS: grpcAddress,
+      LLM_EXTPROC_HTTP_ADDRESS: `127.0.0.1:${httpPort}`,
+      LLM_EXTPROC_LOG_LEVEL: 'warn',
+    },
+    nodeArgs: profileDir === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `${name}.cpuprofile`],
+  });
+  cleanups.push(() => child.stop());
+  const exited = new AbortController();
+  child.child.once('exit', (code, signal) => exited.abort(new Error(`${name} exited (${String(code ?? signal)})\n${child.logs()}`)));
+  await waitUntil(async () => ((await httpGet(`http://127.0.0.1:${httpPort}/readyz`)).status === 200 ? true : undefined), {
+    description: `${name} /readyz`,
+    timeoutMs: 20_000,
+    signal: exited.signal,
+  });
+  return { child, grpcAddress, httpPort };
+}
+
+async function scrapeMessages(server: Server): Promise<Map<string, HistogramSnapshot>> {
+  const res = await httpGet(`http://127.0.0.1:${server.httpPort}/metrics`);
+  if (res.status !== 200) throw new Error(`${server.child.name} /metrics answered ${res.status}`);
+  return parseHistogram(res.body, MESSAGE_METRIC, 'message');
+}
+
+interface Setup {
+  readonly key: SetupKey;
+  readonly envoy: RunningEnvoy;
+  readonly target: Target;
+  readonly server: Server | undefined;
+  readonly results: SetupResults;
+  before: Map<string, HistogramSnapshot> | undefined;
+}
+
+function cpuNow(setup: Setup): CpuUse {
+  return { envoySeconds: cpuSeconds(setup.envoy.pid), serverSeconds: setup.server === undefined ? undefined : cpuSeconds(setup.server.child.pid) };
+}
+
+function addCpu(total: CpuUse, from: CpuUse, to: CpuUse): CpuUse {
+  return {
+    envoySeconds: total.envoySeconds + (to.envoySeconds - from.envoySeconds),
+    serverSeconds: to.serverSeconds === undefined || from.serverSeconds === undefined ? undefined : (total.serverSeconds ?? 0) + (to.serverSeconds - from.serverSeconds),
+  };
+}
+
+function emptyCpu(setup: Setup): CpuUse {
+  return { envoySeconds: 0, serverSeconds: setup.server === undefined ? undefined : 0 };
+}
+
+function commandOutput(cmd: string, args: readonly string[]): string {
+  const res = spawnSync(cmd, args, { encoding: 'utf8' });
+  return res.status === 0 ? `${res.stdout}${res.stderr}`.trim() : '';
+}
+
+function runInfo(responseBytes: number): RunInfo {
+  const cpuinfo = readFileSync('/proc/cpuinfo', 'utf8');
+  const envoyVersion = commandOutput(envoyBinaryPath(), ['--version']);
+  const args = process.argv.slice(2).filter((a) => a !== '--write');
+  return {
+    date: new Date().toISOString().slice(0, 10),
+    command: `npm run bench -- --write${args.length > 0 ? ` ${args.join(' ')}` : ''}`,
+    cpus: Number(commandOutput('nproc', [])) || 0,
+    cpuModel: /^model name\s*:\s*(.+)$/m.exec(cpuinfo)?.[1]?.trim() ?? 'unknown CPU',
+    kernel: release(),
+    node: process.version,
+    envoy: /\/(\d+\.\d+\.\d+)\//.exec(envoyVersion)?.[1] ?? (envoyVersion || 'unknown'),
+    requestBytes: CHAT_BODY.length,
+    responseBytes,
+    events: opts.events,
+    eventDelayMs: opts.eventDelayMs,
+    rounds: opts.rounds,
+  };
+}
+
+/** Body size of one non-streaming answer (for the report header). */
+function answerBytes(port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, method: 'POST', path: '/v1/chat/completions', agent: false, headers: { 'content-type': 'application/json', 'content-length': CHAT_BODY.length } }, (res) => {
+      let bytes = 0;
+      res.on('data', (c: Buffer) => (bytes += c.length));
+      res.on('end', () => resolve(bytes));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(CHAT_BODY);
+  });
+}
+
+const log = (line: string): void => void process.stderr.write(`${line}\n`);
+
+// ── phases ───────────────────────────────────────────────────────────────────────────────────
+
+async function requestPhase(setup: Setup, concurrency: number, count: number): Promise<void> {
+  const phase: RequestPhase =
+    setup.results.requests.get(concurrency) ??
+    ({ latenciesMs: [], wallMs: 0, errors: 0, firstError: undefined, cpu: emptyCpu(setup) } satisfies RequestPhase);
+  setup.results.requests.set(concurrency, phase);
+  const from = cpuNow(setup);
+  const run = await runRequests(setup.target, CHAT_BODY, count, concurrency);
+  phase.cpu = addCpu(phase.cpu, from, cpuNow(setup));
+  phase.latenciesMs.push(...run.latenciesMs);
+  phase.wallMs += run.wallMs;
+  phase.errors += run.errors;
+  phase.firstError ??= run.firstError;
+}
+
+async function streamPhase(setup: Setup, concurrency: number, count: number): Promise<void> {
+  const phase: StreamPhase =
+    setup.results.streams.get(concurrency) ??
+    ({ ttfbMs: [], totalMs: [], eventLatencyMs: [], interArrivalMs: [], streams: 0, errors: 0, firstError: undefined, cpu: emptyCpu(setup) } satisfies StreamPhase);
+  setup.results.streams.set(concurrency, phase);
+  const from = cpuNow(setup);
+  const run = await closedLoop(count, concurrency, () => timedStream(setup.target, STREAM_BODY), (t) => {
+    if (t.events !== opts.events) throw new Error(`${setup.key}: a stream delivered ${t.events} of ${opts.events} events`);
+    phase.ttfbMs.push(t.ttfbMs);
+    phase.totalMs.push(t.totalMs);
+    phase.eventLatencyMs.push(...t.eventLatencyMs);
+    phase.interArrivalMs.push(...t.interArrivalMs);
+    phase.streams++;
+  });
+  phase.cpu = addCpu(phase.cpu, from, cpuNow(setup));
+  phase.errors += run.errors;
+  phase.firstError ??= run.firstError;
+}
+
+async function warmUp(setup: Setup): Promise<void> {
+  const maxConcurrency = Math.max(...opts.concurrency, ...opts.streamConcurrency);
+  // Opens every connection the measured phases will reuse, and gets V8's JIT past its cold start.
+  const requests = await runRequests(setup.target, CHAT_BODY, Math.max(opts.warmup, maxConcurrency), maxConcurrency);
+  const streams = await closedLoop(Math.max(...opts.streamConcurrency) * 2, Math.max(...opts.streamConcurrency), () => timedStream(setup.target, STREAM_BODY), () => undefined);
+  const errors = requests.errors + streams.errors;
+  if (errors > 0) throw new Error(`${setup.key}: ${errors} errors during warm-up, first: ${requests.firstError ?? streams.firstError ?? '?'}\n--- envoy ---\n${setup.envoy.logs()}\n--- server ---\n${setup.server?.child.logs() ?? ''}`);
+}
+
+// ── main ─────────────────────────────────────────────────────────────────────────────────────
+
+async function main(): Promise<void> {
+  const root = repoRoot();
+  const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-bench-'));
+  cleanups.push(() => rm(dir, { recursive: true, force: true }));
+  const profileDir = opts.cpuProf ? join(root, '.cache', 'bench', `profiles-${Date.now()}`) : undefined;
+  if (profileDir !== undefined) mkdirSync(profileDir, { recursive: true });
+
+  const upstream = spawnNode('model-server', join(root, 'dist', 'scripts', 'bench', 'upstream-process.js'), {
+    args: ['--events', String(opts.events), '--event-delay-ms', String(opts.eventDelayMs)],
+  });
+  cleanups.push(() => upstream.stop());
+  const upstreamAddress = await upstream.waitForLine(/^address=(\S+)$/);
+  const endpointsFile = join(dir, 'endpoints.yaml');
+  await writeFile(endpointsFile, poolsYaml([{ name: 'bench', models: [MODEL], endpoints: [{ address: upstreamAddress }] }]));
+
+  log('starting llm-extproc (TCP and UDS) and three Envoys…');
+  const tcpServer = await startServer(root, 'llm-extproc-tcp', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir);
+  const udsServer = await startServer(root, 'llm-extproc-uds', `unix://${join(dir, 'grpc.sock')}`, endpointsFile, profileDir);
+  const plans: { key: SetupKey; config: Yaml; server: Server | undefined }[] = [
+    { key: 'baseline', config: withoutExtProc(gatewayConfig('127.0.0.1:1', upstreamAddress)), server: undefined },
+    { key: 'tcp', config: gatewayConfig(tcpServer.grpcAddress, upstreamAddress), server: tcpServer },
+    { key: 'uds', config: gatewayConfig(udsServer.grpcAddress, upstreamAddress), server: udsServer },
+  ];
+  const maxSockets = Math.max(...opts.concurrency, ...opts.streamConcurrency);
+  const setups: Setup[] = [];
+  for (const plan of plans) {
+    const envoy = await startEnvoy({ configYaml: toYaml(plan.config), name: `bench-${plan.key}`, logLevel: 'warning' });
+    cleanups.push(() => envoy.stop());
+    const agent = keepAliveAgent(maxSockets);
+    cleanups.push(() => Promise.resolve(agent.destroy()));
+    const target: Target = { port: envoy.listenerPort('llm_gateway'), agent };
+    await waitUntil(async () => ((await timedRequest(target, CHAT_BODY)) > 0 ? true : undefined), { description: `${plan.key}: a 200 through Envoy`, timeoutMs: 20_000 });
+    setups.push({ key: plan.key, envoy, target, server: plan.server, results: { key: plan.key, requests: new Map(), streams: new Map(), messages: undefined }, before: undefined });
+  }
+
+  for (const setup of setups) {
+    log(`warm-up: ${SETUP_LABELS[setup.key]}`);
+    await warmUp(setup);
+    if (setup.server !== undefined) setup.before = await scrapeMessages(setup.server);
+  }
+
+  const perRound = (total: number): number => Math.max(1, Math.ceil(total / opts.rounds));
+  for (let round = 0; round < opts.rounds; round++) {
+    // Rotate the order so no setup always runs first (or right after the heaviest one).
+    const order = setups.map((_, i) => setups[(i + round) % setups.length]);
+    log(`round ${round + 1}/${opts.rounds}: ${order.map((s) => s.key).join(' → ')}`);
+    for (const c of opts.concurrency) for (const setup of order) await requestPhase(setup, c, perRound(opts.requests));
+    for (const c of opts.streamConcurrency) for (const setup of order) await streamPhase(setup, c, perRound(opts.streams));
+  }
+
+  for (const setup of setups) {
+    if (setup.server === undefined) continue;
+    const after = await scrapeMessages(setup.server);
+    setup.results.messages = new Map([...after].map(([message, h]) => [message, histogramDelta(h, setup.before?.get(message))]));
+  }
+
+  const report = renderReport(runInfo(await answerBytes(setups[0].target.port)), setups.map((s) => s.results));
+  process.stdout.write(`${report}\n`);
+  for (const setup of setups) {
+    for (const [c, p] of [...setup.results.requests, ...setup.results.streams]) {
+      if (p.errors > 0) log(`WARNING ${setup.key} concurrency ${c}: ${p.errors} errors, first: ${p.firstError ?? '?'}`);
+    }
+  }
+
+  if (opts.write) {
+    const docPath = join(root, 'docs', 'benchmarks.md');
+    writeFileSync(docPath, replaceBetweenMarkers(readFileSync(docPath, 'utf8'), DOC_START, DOC_END, report));
+    log(`wrote ${docPath}`);
+  }
+
+  await runCleanup();
+  if (profileDir !== undefined) printProfiles(profileDir);
+}
+
+function printProfiles(profileDir: string): void {
+  for (const file of readdirSync(profileDir).filter((f) => f.endsWith('.cpuprofile'))) {
+    const parsed: unknown = JSON.parse(readFileSync(join(profileDir, file), 'utf8'));
+    if (!isCpuProfile(parsed)) continue;
+    const summary = summarizeProfile(parsed, 20);
+    process.stdout.write(`\n### CPU profile ${file} (${summary.busyMs.toFixed(0)} ms busy; ${join(profileDir, file)})\n\nBy area:\n`);
+    for (const row of summary.areas) process.stdout.write(`  ${(row.share * 100).toFixed(1).padStart(5)}%  ${row.selfMs.toFixed(0).padStart(6)} ms  ${row.name}\n`);
+    process.stdout.write('Top functions (self time):\n');
+    for (const row of summary.functions) process.stdout.write(`  ${(row.share * 100).toFixed(1).padStart(5)}%  ${row.selfMs.toFixed(0).padStart(6)} ms  ${row.name}\n`);
+  }
+}
+
+main().catch(async (err: unknown) => {
+  process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  await runCleanup();
+  process.exit(1);
+});
