@@ -9,12 +9,14 @@
 // The load generator (this process) drives each Envoy with keep-alive HTTP/1.1 clients; measured
 // phases are interleaved across setups in rounds so drift on a shared machine hits all of them.
 //
-// Flags: --requests N (non-streaming requests per setup and concurrency, default 2000),
-// --concurrency N[,N...] (besides 1; default 16), --streams N (streams per setup and stream
-// concurrency, default 40), --stream-concurrency N (besides 1; default 8), --events N (SSE events
+// Flags: --requests N (non-streaming requests per setup and concurrency, default 5000),
+// --concurrency N[,N...] (besides 1; default 8,16), --streams N (streams per setup and stream
+// concurrency, default 64), --stream-concurrency N (besides 1; default 8), --events N (SSE events
 // per stream, default 64), --event-delay-ms N (default 2), --warmup N (default 500), --rounds N
 // (default 4), --write (rewrite the results block of docs/benchmarks.md), --cpu-prof (profile both
-// llm-extproc processes, print their hottest functions; results are then not written).
+// llm-extproc processes, print their hottest functions; results are then not written),
+// --envoy-runtime key=value (repeatable; a static runtime layer for every Envoy), --server PATH
+// (the server entry script to run instead of dist/src/main.js, e.g. another build to compare).
 
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -51,9 +53,9 @@ const DOC_END = '<!-- bench:end -->';
 
 const { values: flags } = parseArgs({
   options: {
-    requests: { type: 'string', default: '2000' },
-    concurrency: { type: 'string', default: '16' },
-    streams: { type: 'string', default: '40' },
+    requests: { type: 'string', default: '5000' },
+    concurrency: { type: 'string', default: '8,16' },
+    streams: { type: 'string', default: '64' },
     'stream-concurrency': { type: 'string', default: '8' },
     events: { type: 'string', default: '64' },
     'event-delay-ms': { type: 'string', default: '2' },
@@ -61,6 +63,8 @@ const { values: flags } = parseArgs({
     rounds: { type: 'string', default: '4' },
     write: { type: 'boolean', default: false },
     'cpu-prof': { type: 'boolean', default: false },
+    'envoy-runtime': { type: 'string', multiple: true, default: [] },
+    server: { type: 'string' },
   },
   allowPositionals: false,
 });
@@ -75,6 +79,18 @@ function levels(name: string, text: string): number[] {
   return [...new Set([1, ...text.split(',').map((t) => positiveInt(name, t.trim()))])].sort((a, b) => a - b);
 }
 
+/** `--envoy-runtime key=value` (repeatable): a static runtime layer for every Envoy, to try Envoy-side fixes. */
+function runtimeLayer(pairs: readonly string[]): Record<string, string | number | boolean> {
+  const layer: Record<string, string | number | boolean> = {};
+  for (const pair of pairs) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) throw new Error(`--envoy-runtime: expected key=value, got ${JSON.stringify(pair)}`);
+    const text = pair.slice(eq + 1);
+    layer[pair.slice(0, eq)] = text === 'true' ? true : text === 'false' ? false : Number.isFinite(Number(text)) ? Number(text) : text;
+  }
+  return layer;
+}
+
 const opts = {
   requests: positiveInt('requests', flags.requests),
   concurrency: levels('concurrency', flags.concurrency),
@@ -86,6 +102,9 @@ const opts = {
   rounds: positiveInt('rounds', flags.rounds),
   write: flags.write,
   cpuProf: flags['cpu-prof'],
+  envoyRuntime: runtimeLayer(flags['envoy-runtime']),
+  /** Entry script of the server under test (default: this checkout's dist/src/main.js). */
+  server: flags.server,
 };
 if (opts.write && opts.cpuProf) throw new Error('--write and --cpu-prof do not mix: a profiled server is slower than a real one');
 
@@ -112,8 +131,10 @@ function runCleanup(): Promise<void> {
 
 // process.on (not once): startEnvoy's own signal hook re-raises the signal when it is the last
 // listener, which would kill us before the servers are stopped.
+let interrupted = false;
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.on(signal, () => {
+    interrupted = true;
     process.stderr.write(`\n${signal}: stopping Envoys and servers\n`);
     void runCleanup().finally(() => process.exit(130));
   });
@@ -138,13 +159,15 @@ function httpGet(url: string): Promise<{ status: number; body: string }> {
 type Yaml = Record<string, unknown>;
 
 function gatewayConfig(extProc: string, upstreamAddress: string): Yaml {
-  return renderGatewayConfig({
+  const config = renderGatewayConfig({
     ...DEFAULT_GATEWAY_OPTIONS,
     listener: { address: '127.0.0.1', port: 0 },
     admin: { address: '127.0.0.1', port: 0 },
     extProc,
     backends: { kind: 'static', addresses: [upstreamAddress] },
   });
+  if (Object.keys(opts.envoyRuntime).length === 0) return config;
+  return { ...config, layered_runtime: { layers: [{ name: 'bench', static_layer: opts.envoyRuntime }] } };
 }
 
 interface Server {
@@ -156,7 +179,7 @@ interface Server {
 
 async function startServer(root: string, name: string, grpcAddress: string, endpointsFile: string, profileDir: string | undefined): Promise<Server> {
   const httpPort = await freePort();
-  const child = spawnNode(name, join(root, 'dist', 'src', 'main.js'), {
+  const child = spawnNode(name, opts.server ?? join(root, 'dist', 'src', 'main.js'), {
     env: {
       LLM_EXTPROC_ENDPOINTS_FILE: endpointsFile,
       LLM_EXTPROC_GRPC_ADDRESS: grpcAddress,
@@ -325,7 +348,7 @@ async function main(): Promise<void> {
     cleanups.push(() => Promise.resolve(agent.destroy()));
     const target: Target = { port: envoy.listenerPort('llm_gateway'), agent };
     await waitUntil(async () => ((await timedRequest(target, CHAT_BODY)) > 0 ? true : undefined), { description: `${plan.key}: a 200 through Envoy`, timeoutMs: 20_000 });
-    setups.push({ key: plan.key, envoy, target, server: plan.server, results: { key: plan.key, requests: new Map(), streams: new Map(), messages: undefined }, before: undefined });
+    setups.push({ key: plan.key, envoy, target, server: plan.server, results: { key: plan.key, requests: new Map(), streams: new Map(), messages: undefined, sideStreams: undefined }, before: undefined });
   }
 
   for (const setup of setups) {
@@ -347,14 +370,27 @@ async function main(): Promise<void> {
     if (setup.server === undefined) continue;
     const after = await scrapeMessages(setup.server);
     setup.results.messages = new Map([...after].map(([message, h]) => [message, histogramDelta(h, setup.before?.get(message))]));
+    const stats = await setup.envoy.stats('ext_proc\\.streams_|^cluster\\.llm_extproc\\.');
+    setup.results.sideStreams = {
+      started: stats['http.llm_gateway.ext_proc.streams_started'] ?? 0,
+      failed: stats['http.llm_gateway.ext_proc.streams_failed'] ?? 0,
+      resetsSent: stats['cluster.llm_extproc.http2.tx_reset'] ?? 0,
+      goawaysReceived: stats['cluster.llm_extproc.upstream_cx_close_notify'] ?? 0,
+      connections: stats['cluster.llm_extproc.upstream_cx_total'] ?? 0,
+    };
   }
 
   const report = renderReport(runInfo(await answerBytes(setups[0].target.port)), setups.map((s) => s.results));
   process.stdout.write(`${report}\n`);
   for (const setup of setups) {
-    for (const [c, p] of [...setup.results.requests, ...setup.results.streams]) {
-      if (p.errors > 0) log(`WARNING ${setup.key} concurrency ${c}: ${p.errors} errors, first: ${p.firstError ?? '?'}`);
-    }
+    const failed = [...setup.results.requests, ...setup.results.streams].filter(([, p]) => p.errors > 0);
+    for (const [c, p] of failed) log(`WARNING ${setup.key} concurrency ${c}: ${p.errors} errors, first: ${p.firstError ?? '?'}`);
+    if (failed.length === 0) continue;
+    // Enough to tell whose failure it was without rerunning.
+    const stats = await setup.envoy.stats('ext_proc|upstream_rq_5xx|downstream_rq_5xx|llm_extproc\\.(upstream_cx|http2)');
+    log(`${setup.key} Envoy stats: ${JSON.stringify(Object.fromEntries(Object.entries(stats).filter(([, v]) => v !== 0)))}`);
+    log(`${setup.key} Envoy log tail:\n${setup.envoy.logs().split('\n').slice(-20).join('\n')}`);
+    if (setup.server !== undefined) log(`${setup.key} llm-extproc log tail:\n${setup.server.child.logs().split('\n').slice(-20).join('\n')}`);
   }
 
   if (opts.write) {
@@ -380,6 +416,8 @@ function printProfiles(profileDir: string): void {
 }
 
 main().catch(async (err: unknown) => {
+  // After Ctrl-C the run fails as its processes disappear; the signal handler reports and exits.
+  if (interrupted) return;
   process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   await runCleanup();
   process.exit(1);

@@ -43,6 +43,11 @@ function post(target: Target, body: Buffer, onResponse: (res: IncomingMessage) =
   req.end(body);
 }
 
+function describeFailure(res: IncomingMessage, body: Buffer): string {
+  const error = res.headers['x-llm-extproc-error'];
+  return `${error === undefined ? '' : `(${String(error)}) `}${JSON.stringify(body.toString('utf8', 0, Math.min(body.length, 300)))}`;
+}
+
 /** One non-streaming request; resolves with its latency (request start → last body byte) in ms. */
 export function timedRequest(target: Target, body: Buffer): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -52,10 +57,16 @@ export function timedRequest(target: Target, body: Buffer): Promise<number> {
       body,
       (res) => {
         let bytes = 0;
-        res.on('data', (c: Buffer) => (bytes += c.length));
+        // Failures keep the start of their body: it names the cause (ours, Envoy's, the model server's).
+        const failed = res.statusCode !== 200;
+        const kept: Buffer[] = [];
+        res.on('data', (c: Buffer) => {
+          bytes += c.length;
+          if (failed) kept.push(c);
+        });
         res.on('end', () => {
           const ms = elapsedMs(started);
-          if (res.statusCode !== 200 || bytes === 0) reject(new RequestFailed(`status ${String(res.statusCode)}, ${bytes} body bytes`));
+          if (failed || bytes === 0) reject(new RequestFailed(`status ${String(res.statusCode)} ${describeFailure(res, Buffer.concat(kept))}`));
           else resolve(ms);
         });
         res.on('error', reject);
@@ -124,8 +135,9 @@ export function timedStream(target: Target, body: Buffer): Promise<StreamTiming>
       body,
       (res) => {
         if (res.statusCode !== 200) {
-          res.resume();
-          reject(new RequestFailed(`stream status ${String(res.statusCode)}`));
+          const kept: Buffer[] = [];
+          res.on('data', (c: Buffer) => kept.push(c));
+          res.on('end', () => reject(new RequestFailed(`stream status ${String(res.statusCode)} ${describeFailure(res, Buffer.concat(kept))}`)));
           return;
         }
         res.setEncoding('utf8');

@@ -45,6 +45,18 @@ export interface SetupResults {
   readonly streams: Map<number, StreamPhase>;
   /** Server-side `llm_extproc_message_processing_seconds` observed during the measured phases, by message. */
   messages: Map<string, HistogramSnapshot> | undefined;
+  /** Envoy's view of the ext_proc side streams over the whole run (warm-up included). */
+  sideStreams: SideStreamStats | undefined;
+}
+
+export interface SideStreamStats {
+  readonly started: number;
+  readonly failed: number;
+  /** RST_STREAMs Envoy sent on the ext_proc connection (`cluster.llm_extproc.http2.tx_reset`). */
+  readonly resetsSent: number;
+  /** GOAWAYs Envoy received from llm-extproc (`cluster.llm_extproc.upstream_cx_close_notify`). */
+  readonly goawaysReceived: number;
+  readonly connections: number;
 }
 
 export interface RunInfo {
@@ -175,17 +187,28 @@ export function renderReport(info: RunInfo, results: readonly SetupResults[]): s
     if (r.messages === undefined) continue;
     for (const [message, h] of [...r.messages.entries()].sort((a, b) => a[0].localeCompare(b[0]))) {
       if (h.count <= 0) continue;
-      const q50 = histogramQuantile(h, 0.5);
-      const q99 = histogramQuantile(h, 0.99);
-      msgRows.push([
-        SETUP_LABELS[r.key],
-        message,
-        String(h.count),
-        us((h.sum / h.count) * 1e6),
-        `${q50.aboveTop ? '>' : '≈'}${us(q50.value * 1e6)}`,
-        `${q99.aboveTop ? '>' : '≈'}${us(q99.value * 1e6)}`,
-      ]);
+      // Interpolating inside the first bucket would invent a value: say "below its bound" instead.
+      const firstBound = h.buckets[0]?.le ?? 0;
+      const estimate = (q: number): string => {
+        const { value, aboveTop } = histogramQuantile(h, q);
+        if (aboveTop) return `>${us(value * 1e6)}`;
+        return value <= firstBound ? `≤${us(firstBound * 1e6)}` : `≈${us(value * 1e6)}`;
+      };
+      msgRows.push([SETUP_LABELS[r.key], message, String(h.count), us((h.sum / h.count) * 1e6), estimate(0.5), estimate(0.99)]);
     }
+  }
+  const sideRows = results.flatMap((r) =>
+    r.sideStreams === undefined
+      ? []
+      : [[SETUP_LABELS[r.key], String(r.sideStreams.started), String(r.sideStreams.failed), String(r.sideStreams.resetsSent), String(r.sideStreams.goawaysReceived), String(r.sideStreams.connections)]],
+  );
+  if (sideRows.length > 0) {
+    out.push(
+      '#### ext_proc side streams as Envoy saw them (whole run, warm-up included)',
+      '',
+      table(['setup', 'streams started', 'streams failed', 'RST_STREAM sent by Envoy', 'GOAWAY from llm-extproc', 'connections opened'], sideRows),
+      '',
+    );
   }
   out.push(
     '#### Time inside llm-extproc per ext_proc message (`llm_extproc_message_processing_seconds`, all measured phases)',

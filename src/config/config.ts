@@ -56,8 +56,14 @@ function num(raw: Raw, key: string, where: string, fallback: number, min: number
   const value = raw[key];
   if (value === undefined || value === null) return fallback;
   const n = typeof value === 'string' ? Number(value) : value;
-  if (typeof n !== 'number' || !Number.isFinite(n) || n < min) throw new ConfigError(`${where}${key}: expected a number ≥ ${min}, got ${JSON.stringify(value)}`);
+  if (typeof n !== 'number' || !Number.isFinite(n) || n < min) throw new ConfigError(`${where}${key}: expected a number ≥ ${min}, got ${typeof value === 'number' ? String(value) : JSON.stringify(value)}`);
   return n;
+}
+
+function port(raw: Raw, key: string, where: string): number {
+  const value = num(raw, key, where, 8000, 1);
+  if (!Number.isInteger(value) || value > 65535) throw new ConfigError(`${where}${key}: expected a port number 1–65535, got ${JSON.stringify(raw[key])}`);
+  return value;
 }
 
 function stringList(value: unknown, where: string): string[] {
@@ -80,7 +86,7 @@ function kubernetesSection(raw: Raw): KubernetesSourceConfig {
       name: str(pool, 'name', at),
       namespace: str(pool, 'namespace', at),
       selector: selector as Record<string, string>,
-      targetPort: num(pool, 'targetPort', at, 8000, 1),
+      targetPort: port(pool, 'targetPort', at),
       models: stringList(pool.models, `${at}models`),
     };
   });
@@ -133,13 +139,16 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
       raw = parsed as Raw;
     }
   }
+  rejectUnknownKeys(raw, TOP_LEVEL_KEYS, '');
   const listen = section(raw, 'listen');
   const routing = section(raw, 'routing');
   const quarantine = section(raw, 'quarantine');
-  const logLevel = (env.LLM_EXTPROC_LOG_LEVEL ?? (typeof raw.logLevel === 'string' ? raw.logLevel : 'info')) as LogLevel;
-  if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`logLevel: expected one of ${LOG_LEVELS.join(', ')}`);
+  rejectUnknownKeys(listen, ['grpc', 'http'], 'listen.');
+  rejectUnknownKeys(routing, ['fallbacks', 'maxRequestBodyBytes', 'maxInspectedBodyBytes'], 'routing.');
+  rejectUnknownKeys(quarantine, ['consecutiveFailures', 'baseSeconds', 'maxSeconds'], 'quarantine.');
+  const logLevel = readLogLevel(raw, env);
 
-  const endpointsFile = env.LLM_EXTPROC_ENDPOINTS_FILE;
+  const endpointsFile = nonEmpty(env.LLM_EXTPROC_ENDPOINTS_FILE);
   let source: Config['source'];
   if (endpointsFile !== undefined && endpointsFile !== '') source = { kind: 'static', path: endpointsFile };
   else if (raw.kubernetes !== undefined) source = { kind: 'kubernetes', kubernetes: kubernetesSection(section(raw, 'kubernetes')) };
@@ -147,8 +156,8 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
 
   const config: Config = {
     listen: {
-      grpc: env.LLM_EXTPROC_GRPC_ADDRESS ?? str(listen, 'grpc', 'listen.', '0.0.0.0:9002'),
-      http: env.LLM_EXTPROC_HTTP_ADDRESS ?? str(listen, 'http', 'listen.', '0.0.0.0:9090'),
+      grpc: nonEmpty(env.LLM_EXTPROC_GRPC_ADDRESS) ?? str(listen, 'grpc', 'listen.', '0.0.0.0:9002'),
+      http: nonEmpty(env.LLM_EXTPROC_HTTP_ADDRESS) ?? str(listen, 'http', 'listen.', '0.0.0.0:9090'),
     },
     logLevel,
     source,
@@ -164,7 +173,35 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
     },
     shutdownGraceMs: num(raw, 'shutdownGraceSeconds', '', 20, 0) * 1000,
   };
+  if (config.quarantine.maxMs < config.quarantine.baseMs) throw new ConfigError('quarantine.maxSeconds: must be ≥ quarantine.baseSeconds');
   return deepFreeze(config);
+}
+
+const TOP_LEVEL_KEYS = ['listen', 'logLevel', 'static', 'kubernetes', 'routing', 'quarantine', 'shutdownGraceSeconds'];
+
+/** A misspelt key would silently fall back to a default: refuse it instead. */
+function rejectUnknownKeys(raw: Raw, known: readonly string[], where: string): void {
+  for (const key of Object.keys(raw)) {
+    if (!known.includes(key)) throw new ConfigError(`${where}${key}: unknown setting (expected one of ${known.join(', ')})`);
+  }
+}
+
+/** An empty environment variable means "not set" (Kubernetes renders unset values as ""). */
+function nonEmpty(value: string | undefined): string | undefined {
+  return value === undefined || value === '' ? undefined : value;
+}
+
+function readLogLevel(raw: Raw, env: Readonly<Record<string, string | undefined>>): LogLevel {
+  const fromEnv = nonEmpty(env.LLM_EXTPROC_LOG_LEVEL);
+  if (fromEnv !== undefined) {
+    if (!(LOG_LEVELS as readonly string[]).includes(fromEnv)) throw new ConfigError(`LLM_EXTPROC_LOG_LEVEL: expected one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(fromEnv)}`);
+    return fromEnv as LogLevel;
+  }
+  const value = raw.logLevel ?? 'info';
+  if (typeof value !== 'string' || !(LOG_LEVELS as readonly string[]).includes(value)) {
+    throw new ConfigError(`logLevel: expected one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(value)}`);
+  }
+  return value as LogLevel;
 }
 
 function deepFreeze<T>(value: T): T {

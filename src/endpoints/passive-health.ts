@@ -45,6 +45,7 @@ export class PassiveHealth {
     const needed = record.strikes > 0 ? 1 : this.policy.threshold;
     if (record.quarantinedUntil > now || record.consecutiveFailures < needed) return false;
     const backoff = Math.min(this.policy.maxMs, this.policy.baseMs * 2 ** record.strikes);
+    if (backoff <= 0) return false; // quarantine.baseSeconds: 0 turns passive health off
     record.strikes += 1;
     record.quarantinedUntil = now + backoff;
     record.consecutiveFailures = 0;

@@ -59,6 +59,12 @@ export function parseStaticEndpoints(text: string): ObservedPool[] {
     if (!Array.isArray(models) || models.length === 0 || models.some((m) => typeof m !== 'string' || m === '')) fail(`${where}.models`, 'expected a non-empty list of model names');
     const endpoints = pool.endpoints ?? [];
     if (!Array.isArray(endpoints)) fail(`${where}.endpoints`, 'expected a list');
-    return { name: pool.name, models: models as string[], endpoints: endpoints.map((e, j) => parseEndpoint(e, `${where}.endpoints[${j}]`)) };
+    const parsed = endpoints.map((e, j) => parseEndpoint(e, `${where}.endpoints[${j}]`));
+    const seen = new Set<string>();
+    parsed.forEach((e, j) => {
+      if (seen.has(e.id)) fail(`${where}.endpoints[${j}]`, `duplicate endpoint ${e.id}`);
+      seen.add(e.id);
+    });
+    return { name: pool.name, models: models as string[], endpoints: parsed };
   });
 }

@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
 import type { EndpointSink, EndpointSource } from './model.js';
-import { parseStaticEndpoints } from './static-file.js';
+import { parseStaticEndpoints, StaticFileError } from './static-file.js';
 
 export interface StaticSourceObserver {
   loaded(): void;
@@ -30,8 +30,15 @@ export class StaticFileSource implements EndpointSource {
   ) {}
 
   async start(sink: EndpointSink): Promise<void> {
-    const text = await readFile(this.path, 'utf8');
-    sink.replaceAll(this.name, parseStaticEndpoints(text));
+    let pools;
+    let text: string;
+    try {
+      text = await readFile(this.path, 'utf8');
+      pools = parseStaticEndpoints(text);
+    } catch (err) {
+      throw new StaticFileError(`endpoints file ${this.path}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    }
+    sink.replaceAll(this.name, pools);
     this.lastText = text;
     this.observer.loaded();
     sink.markSynced(this.name);

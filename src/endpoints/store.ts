@@ -79,7 +79,11 @@ export class EndpointStore implements EndpointSink {
     if (!this.health.recordFailure(address, failure, now)) return;
     this.rebuild();
     const reason = this.health.status(address, now)?.reason ?? failure;
-    for (const endpoint of this.endpointsAt(address)) for (const listener of this.listeners) listener.quarantined?.(endpoint, reason);
+    // Only Ready endpoints can be quarantined; a failure on a NotReady one changes nothing visible.
+    for (const endpoint of this.endpointsAt(address)) {
+      if (endpoint.state !== 'Quarantined') continue;
+      for (const listener of this.listeners) listener.quarantined?.(endpoint, reason);
+    }
   }
 
   /** Finds the endpoints (usually one) behind an address in the current view. */

@@ -243,6 +243,18 @@ export function renderGatewayConfig(options: GatewayConfigOptions): Yaml {
   };
   return {
     admin: { address: { socket_address: { address: options.admin.address, port_value: options.admin.port } } },
+    layered_runtime: {
+      layers: [
+        {
+          name: 'llm_extproc_defaults',
+          static_layer: {
+            // Without it Envoy ends every ext_proc stream with RST_STREAM; past ~33 resets/s Node's
+            // HTTP/2 flood protection answers GOAWAY and in-flight requests fail (seen in npm run bench).
+            'envoy.reloadable_features.ext_proc_graceful_grpc_close': true,
+          },
+        },
+      ],
+    },
     static_resources: {
       listeners: [
         {

@@ -51,7 +51,8 @@ type Phase =
 
 type ResponseKind = 'sse' | 'json' | 'other';
 
-const UNKNOWN_MODEL = '(none)';
+/** Metrics label for requests whose model is absent or not served here. */
+const UNKNOWN_MODEL = '(unknown)';
 
 export class RequestProcessor implements StreamProcessor {
   private phase: Phase = 'request_headers';
@@ -248,8 +249,11 @@ export class RequestProcessor implements StreamProcessor {
           this.settle(outcome.failure, outcome.result);
         }
         return { response_body: { response: {} } };
-      default:
+      case 'done':
+        // We already answered (or replaced the answer); Envoy may still stream the rest.
         return { response_body: { response: {} } };
+      default:
+        throw new GatewayError('internal_error', `ext_proc protocol violation: response body in phase ${this.phase}`);
     }
   }
 
@@ -323,12 +327,14 @@ export class RequestProcessor implements StreamProcessor {
     switch (kind) {
       case 'upstream_connect_failed':
       case 'all_replicas_failed': {
-        // Every endpoint Envoy could have tried failed to connect: retries are bounded by our list.
-        for (const endpoint of tried) this.recordAttempt(endpoint, 'connect_failure', kind);
+        // UF+URX: Envoy walked our whole list (retries never leave it), so every replica in it
+        // failed to connect. UF alone: one attempt, at the host Envoy names.
+        const failed = kind === 'all_replicas_failed' ? tried : [this.resolveServedBy(upstreamAddress)].filter((e): e is Endpoint => e !== undefined);
+        for (const endpoint of failed) this.recordAttempt(endpoint, 'connect_failure', kind);
         this.finishRequest(kind);
-        const effective: ErrorKind = tried.length > 1 ? 'all_replicas_failed' : 'upstream_connect_failed';
-        const what = tried.length > 1 ? `all ${tried.length} replicas tried for model ${this.model} failed` : `the replica for model ${this.model} could not be reached`;
-        return new GatewayError(effective, `${what}: ${detail}`, { details: { model: this.model, replicas_tried: tried.length } });
+        const effective: ErrorKind = failed.length > 1 ? 'all_replicas_failed' : 'upstream_connect_failed';
+        const what = failed.length > 1 ? `all ${failed.length} replicas tried for model ${this.model} failed` : `the replica for model ${this.model} could not be reached`;
+        return new GatewayError(effective, `${what}: ${detail}`, { details: { model: this.model, replicas_tried: failed.length } });
       }
       case 'upstream_reset':
       case 'upstream_timeout': {
@@ -384,7 +390,8 @@ export class RequestProcessor implements StreamProcessor {
   private finishRequest(result: string): void {
     if (this.phase === 'done') return;
     this.phase = 'done';
-    this.deps.metrics.requestFinished(this.model, result);
+    // Label only models we serve: a client must not be able to mint metric series at will.
+    this.deps.metrics.requestFinished(this.deps.routing.servesModel(this.model) ? this.model : UNKNOWN_MODEL, result);
     if (result !== 'ok') this.deps.logger.info({ model: this.model, result, status: this.responseStatus, endpoint: this.servedBy?.address, path: pathOnly(this.path), requestId: this.requestId }, 'request failed');
   }
 

@@ -30,6 +30,8 @@ export interface Routing {
   recordFailure(endpoint: Endpoint, failure: AttemptFailure): void;
   /** OpenAI `GET /v1/models` answer from the cache. */
   modelList(): unknown;
+  /** Whether some pool serves this model (bounds metric label values to configured models). */
+  servesModel(model: string): boolean;
 }
 
 const NOT_SYNCED_RETRY_AFTER_SECONDS = 5;
@@ -80,6 +82,10 @@ export class StoreRouting implements Routing {
 
   recordFailure(endpoint: Endpoint, failure: AttemptFailure): void {
     this.store.recordFailure(endpoint.address, failure);
+  }
+
+  servesModel(model: string): boolean {
+    return this.store.view().poolsByModel.has(model);
   }
 
   modelList(): unknown {

@@ -76,6 +76,7 @@ export class Metrics {
   });
 
   private readonly lastRefresh = new Map<string, number>();
+  private readonly messageChildren = new Map<string, { observe(value: number): void }>();
 
   constructor(options: { processMetrics?: boolean } = {}) {
     if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry, prefix: 'llm_extproc_' });
@@ -102,7 +103,13 @@ export class Metrics {
   }
 
   messageHandled(message: string, seconds: number): void {
-    this.messageSeconds.observe({ message }, seconds);
+    // Hot path (every ext_proc message): resolve the labelled child once per message type.
+    let child = this.messageChildren.get(message);
+    if (child === undefined) {
+      child = this.messageSeconds.labels({ message });
+      this.messageChildren.set(message, child);
+    }
+    child.observe(seconds);
   }
 
   watchRestarted(resource: string, reason: string): void {

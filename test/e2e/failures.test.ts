@@ -223,7 +223,10 @@ describe('safe retries and outcome accounting', () => {
     const refusing = await startModelServer({ id: 'refusing', models: ['m'] });
     const gateway = await startGateway({
       pools: [{ name: 'p', models: ['m'], endpoints: [{ address: healthy.address }, { address: refusing.address }] }],
-      configYaml: 'quarantine:\n  consecutiveFailures: 2\n  baseSeconds: 600\n',
+      configYaml: 'quarantine:\n  consecutiveFailures: 2\n  baseSeconds: 600\n  maxSeconds: 600\n',
+    }).catch(async (err: unknown) => {
+      await Promise.all([healthy.close(), refusing.close()]);
+      throw err;
     });
     await refusing.refuse();
     try {

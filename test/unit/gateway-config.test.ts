@@ -25,7 +25,7 @@ describe('renderGatewayConfig', () => {
   it('runs ext_proc before the router, fails closed, buffers the request body and reads our routing metadata', () => {
     const filters = at(hcm(render()), 'http_filters') as Node[];
     assert.deepEqual(filters.map((f) => f.name), ['envoy.filters.http.ext_proc', 'envoy.filters.http.router']);
-    const ext = filters[0]!.typed_config as Node;
+    const ext = filters[0].typed_config as Node;
     assert.equal(ext.failure_mode_allow, false);
     assert.equal(ext.allow_mode_override, true);
     assert.equal(at(ext, 'processing_mode', 'request_body_mode'), 'BUFFERED');
@@ -58,7 +58,7 @@ describe('renderGatewayConfig', () => {
   it('renders local replies that bypass ext_proc as catalog JSON, leaving our own answers alone', () => {
     const mappers = at(hcm(render()), 'local_reply_config', 'mappers') as Node[];
     assert.match(String(at(mappers[0], 'filter', 'extension_filter', 'typed_config', 'expression')), /llm_extproc/);
-    assert.equal(mappers[0]!.body_format_override, undefined, 'the first mapper matches our answers and changes nothing');
+    assert.equal(mappers[0].body_format_override, undefined, 'the first mapper matches our answers and changes nothing');
     for (const mapper of mappers.slice(1)) {
       const error = at(mapper, 'body_format_override', 'json_format', 'error') as { code: string; type: string };
       const entry = Object.values(CATALOG).find((e) => e.code === error.code);

@@ -39,7 +39,7 @@ describe('ops server', () => {
 
   it('shows the cache on /debug/endpoints', async () => {
     const body = (await (await fetch(url('/debug/endpoints'))).json()) as { pools: Array<{ name: string; endpoints: Array<{ id: string; state: string; reason: string }> }> };
-    assert.deepEqual(body.pools[0]!.endpoints.map((e) => [e.id, e.state, e.reason]), [['a', 'Ready', ''], ['b', 'Starting', 'ContainerCreating']]);
+    assert.deepEqual(body.pools[0].endpoints.map((e) => [e.id, e.state, e.reason]), [['a', 'Ready', ''], ['b', 'Starting', 'ContainerCreating']]);
   });
 
   it('answers unknown paths and methods with JSON errors', async () => {

@@ -128,7 +128,6 @@ describe('PassiveHealth: backoff and probation', () => {
 
   it(
     'baseMs 0: recordFailure does not report a quarantine that never happens',
-    { todo: 'bug: passive-health.ts recordFailure returns true for a 0 ms backoff (config allows quarantine.baseSeconds: 0), so the store emits `quarantined` events (metric + warn log) for an endpoint that stays Ready' },
     () => {
       const health = new PassiveHealth({ threshold: 1, baseMs: 0, maxMs: 3_000 });
       assert.equal(health.recordFailure(A, 'connect_failure', 100), false);

@@ -27,7 +27,7 @@ function sequence(...values: number[]): () => number {
   let i = 0;
   return () => {
     if (i >= values.length) throw new Error(`random() called more than ${values.length} times`);
-    return values[i++] as number;
+    return values[i++];
   };
 }
 

@@ -142,7 +142,6 @@ describe('parseStaticEndpoints: errors point at the entry', () => {
 
   it(
     'the same endpoint listed twice in one pool is rejected, like a duplicate pool name',
-    { todo: 'bug (minor): static-file.ts checks duplicate pool names but not duplicate endpoint ids/addresses within a pool; `endpoints: [10.0.0.1:8000, 10.0.0.1:8000]` yields two endpoints with the same id, so /debug/endpoints and no_ready_replica counts show 2 pods, and the store (which keys released events by pool+id) cannot tell them apart' },
     () => rejects('pools:\n  - { name: a, models: [m], endpoints: [10.0.0.1:8000, 10.0.0.1:8000] }\n', /^pools\[0\]\.endpoints\[1\]/),
   );
 });

@@ -312,7 +312,6 @@ describe('EndpointStore: passive health', () => {
 
   it(
     'no quarantined event for an endpoint that is not Ready (it is not quarantined in the view)',
-    { todo: 'bug: store.ts recordFailure announces `quarantined` for every endpoint at the address, even a NotReady one whose view state stays NotReady; app.ts turns that into llm_extproc_endpoint_quarantines_total++ and an "endpoint quarantined" warning' },
     () => {
       const { store } = newStore();
       fleet(store, [ep(A, 'NotReady', 'readiness probe failing')]);

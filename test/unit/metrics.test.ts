@@ -1,0 +1,43 @@
+// Metric recorders: names, labels and values an operator's dashboards depend on.
+
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { Metrics } from '../../src/metrics/metrics.js';
+import { metricValue } from '../support/gateway.js';
+
+describe('Metrics', () => {
+  it('counts requests by result and attempts by endpoint, outcome and reason', async () => {
+    const m = new Metrics({ processMetrics: false });
+    m.requestFinished('llama', 'ok');
+    m.requestFinished('llama', 'stream_broken');
+    m.attempt('p', '10.0.0.1:8000', 'failure', 'stream_broken');
+    const text = await m.registry.metrics();
+    assert.equal(metricValue(text, 'llm_extproc_requests_total', { model: 'llama' }), 2);
+    assert.equal(metricValue(text, 'llm_extproc_upstream_attempts_total', { endpoint: '10.0.0.1:8000', outcome: 'failure', reason: 'stream_broken' }), 1);
+  });
+
+  it('reports endpoint states per pool, dropping to zero when a state empties', async () => {
+    const m = new Metrics({ processMetrics: false });
+    const endpoint = { id: 'a', address: '10.0.0.1:8000', reason: '', pool: 'p' };
+    m.endpointView({ version: 1, pools: new Map([['p', { name: 'p', models: ['m'], endpoints: [{ ...endpoint, state: 'Starting' }] }]]), poolsByModel: new Map() });
+    m.endpointView({ version: 2, pools: new Map([['p', { name: 'p', models: ['m'], endpoints: [{ ...endpoint, state: 'Ready' }] }]]), poolsByModel: new Map() });
+    const text = await m.registry.metrics();
+    assert.equal(metricValue(text, 'llm_extproc_endpoints', { pool: 'p', state: 'Ready' }), 1);
+    assert.equal(metricValue(text, 'llm_extproc_endpoints', { pool: 'p', state: 'Starting' }), 0);
+  });
+
+  it('computes the endpoint cache age at scrape time from the last refresh', async () => {
+    const m = new Metrics({ processMetrics: false });
+    m.sourceRefreshed('kubernetes', Date.now() - 42_000);
+    const age = metricValue(await m.registry.metrics(), 'llm_extproc_endpoint_cache_age_seconds', { source: 'kubernetes' });
+    assert.ok(age >= 42 && age < 60, `age ${age}`);
+  });
+
+  it('keeps separate registries per instance (no global state between servers)', async () => {
+    const a = new Metrics({ processMetrics: false });
+    const b = new Metrics({ processMetrics: false });
+    a.watchRestarted('pods/p', 'gone');
+    assert.equal(metricValue(await b.registry.metrics(), 'llm_extproc_kubernetes_watch_restarts_total'), 0);
+    assert.equal(metricValue(await a.registry.metrics(), 'llm_extproc_kubernetes_watch_restarts_total', { reason: 'gone' }), 1);
+  });
+});
