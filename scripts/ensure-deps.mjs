@@ -3,11 +3,13 @@
 // when node_modules is missing or older than package-lock.json. Plain JS: it runs before anything
 // is installed or built.
 import { execFileSync } from 'node:child_process';
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+// Scratch space for the Envoy binary, test results and the demo's files (git-ignored).
+mkdirSync(join(root, '.cache'), { recursive: true });
 const marker = join(root, 'node_modules', '.package-lock.json');
 const lock = join(root, 'package-lock.json');
 const stale = !existsSync(marker) || statSync(marker).mtimeMs < statSync(lock).mtimeMs;
