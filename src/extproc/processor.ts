@@ -16,6 +16,7 @@ import type { BodyVerdict } from '../inspect/verdict.js';
 import type { Routing } from './routing.js';
 import type { RoutedRequest } from './routing.js';
 import type { CommonResponse, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse, ProtoStruct } from './messages.js';
+import { CONTINUE_REQUEST_BODY, CONTINUE_REQUEST_HEADERS, CONTINUE_RESPONSE_BODY, CONTINUE_RESPONSE_HEADERS } from './constant-replies.js';
 import { readInferenceRequest } from './openai-request.js';
 import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE, ERROR_HEADER } from './protocol-names.js';
 import type { StreamEnd, StreamProcessor } from './processor-contract.js';
@@ -130,7 +131,7 @@ export class RequestProcessor implements StreamProcessor {
     const declaredLength = Number(headers.get('content-length') ?? '0');
     if (declaredLength > this.deps.maxRequestBodyBytes) return this.reject(this.tooLarge(declaredLength));
     this.phase = 'request_body';
-    return { request_headers: { response: {} } };
+    return CONTINUE_REQUEST_HEADERS;
   }
 
   private onRequestBody(message: HttpBody): ProcessingResponse {
@@ -140,7 +141,7 @@ export class RequestProcessor implements StreamProcessor {
     if (this.requestBodyBytes > this.deps.maxRequestBodyBytes) return this.reject(this.tooLarge(this.requestBodyBytes));
     this.requestBody.push(chunk);
     // Envoy sends the whole body in one message in BUFFERED mode; tolerate chunks all the same.
-    if (message.end_of_stream !== true) return { request_body: { response: {} } };
+    if (message.end_of_stream !== true) return CONTINUE_REQUEST_BODY;
     const body = this.requestBody.length === 1 ? chunk : Buffer.concat(this.requestBody);
     this.requestBody = [];
     try {
@@ -182,7 +183,7 @@ export class RequestProcessor implements StreamProcessor {
     if (isEnvoyLocalReply(facts)) {
       // Another filter's deliberate answer (401, 403, 429...): its status and body are the message.
       this.finishRequest(`local_reply_${status}`);
-      return { response_headers: { response: {} } };
+      return CONTINUE_RESPONSE_HEADERS;
     }
     if (codeDetails === undefined && status >= 500 && !isJsonContentType(contentType) && headers.get(ERROR_HEADER) === undefined) {
       // No attributes to tell who answered: read the (small, plain-text) body before deciding.
@@ -195,25 +196,24 @@ export class RequestProcessor implements StreamProcessor {
 
     if (message.end_of_stream === true) {
       this.settle(status < 500 ? undefined : 'bad_response', status < 400 ? 'ok' : `upstream_${status}`);
-      return { response_headers: { response: {} } };
+      return CONTINUE_RESPONSE_HEADERS;
     }
     if (status >= 400) return this.onUpstreamErrorStatus(status, contentType);
     const kind: ResponseKind = isSseContentType(contentType) ? 'sse' : isJsonContentType(contentType) ? 'json' : 'other';
-    const remove = kind === 'sse' && headers.has('content-length') ? ['content-length'] : [];
-    const response = { response: removeHeaders(remove) };
     switch (kind) {
       case 'sse':
         this.sse = new SseInspector();
         this.phase = 'response_sse';
-        return { response_headers: response };
+        // We may append an error event at the end, so a fixed content-length cannot stay.
+        return headers.has('content-length') ? { response_headers: { response: { header_mutation: headerMutation([], ['content-length']) } } } : CONTINUE_RESPONSE_HEADERS;
       case 'json':
         this.json = { chunks: [], bytes: 0, verifying: true };
         this.phase = 'response_json';
         // Hold the headers until the body is complete so a broken body can still become a clean 502.
-        return { response_headers: response, mode_override: { response_body_mode: 'BUFFERED_PARTIAL' } };
+        return { response_headers: { response: {} }, mode_override: { response_body_mode: 'BUFFERED_PARTIAL' } };
       case 'other':
         this.phase = 'response_other';
-        return { response_headers: response };
+        return CONTINUE_RESPONSE_HEADERS;
     }
   }
 
@@ -224,7 +224,7 @@ export class RequestProcessor implements StreamProcessor {
       // The model server's own structured error: pass it through untouched.
       this.phase = 'response_other';
       this.pendingOutcome = { failure, result: `upstream_${status}` };
-      return { response_headers: { response: {} } };
+      return CONTINUE_RESPONSE_HEADERS;
     }
     const err = new GatewayError('upstream_error', `the model server answered ${status} with a non-JSON body (${contentType || 'no content type'})`, {
       details: { upstream_status: status },
@@ -248,10 +248,10 @@ export class RequestProcessor implements StreamProcessor {
           const outcome = this.pendingOutcome ?? { failure: undefined, result: 'ok' };
           this.settle(outcome.failure, outcome.result);
         }
-        return { response_body: { response: {} } };
+        return CONTINUE_RESPONSE_BODY;
       case 'done':
         // We already answered (or replaced the answer); Envoy may still stream the rest.
-        return { response_body: { response: {} } };
+        return CONTINUE_RESPONSE_BODY;
       default:
         throw new GatewayError('internal_error', `ext_proc protocol violation: response body in phase ${this.phase}`);
     }
@@ -260,14 +260,14 @@ export class RequestProcessor implements StreamProcessor {
   private onSseChunk(chunk: Buffer, end: boolean): ProcessingResponse {
     const sse = this.sse as SseInspector;
     sse.feed(chunk);
-    if (!end) return { response_body: { response: {} } };
+    if (!end) return CONTINUE_RESPONSE_BODY;
     const verdict = sse.finish();
     if (verdict.ok) {
       this.settle(undefined, 'ok');
-      return { response_body: { response: {} } };
+      return CONTINUE_RESPONSE_BODY;
     }
     this.settle('bad_response', verdict.kind);
-    if (verdict.kind !== 'stream_incomplete') return { response_body: { response: {} } }; // the client already saw the upstream's error event
+    if (verdict.kind !== 'stream_incomplete') return CONTINUE_RESPONSE_BODY; // the client already saw the upstream's error event
     const err = new GatewayError('stream_incomplete', `the model server ended the stream without its terminator: ${verdict.detail}`);
     const body = Buffer.concat([chunk, renderSseErrorEvent(err, sse.lastBytes, this.renderOptions())]);
     return { response_body: { response: { body_mutation: { body } } } };
@@ -285,16 +285,16 @@ export class RequestProcessor implements StreamProcessor {
         json.chunks.push(chunk);
       }
     }
-    if (!end) return { response_body: { response: {} } };
+    if (!end) return CONTINUE_RESPONSE_BODY;
     if (!json.verifying) {
       this.settle(undefined, 'ok');
-      return { response_body: { response: {} } };
+      return CONTINUE_RESPONSE_BODY;
     }
     const verdict: BodyVerdict = inspectJsonBody(json.chunks.length === 1 ? chunk : Buffer.concat(json.chunks));
     json.chunks = [];
     if (verdict.ok) {
       this.settle(undefined, 'ok');
-      return { response_body: { response: {} } };
+      return CONTINUE_RESPONSE_BODY;
     }
     const err = new GatewayError('truncated_response', `the model server's JSON answer was cut short: ${verdict.detail}`);
     this.settle('bad_response', err.kind);
@@ -479,6 +479,3 @@ function metadataFor(destinations: string): ProtoStruct {
   return metadataNamespaces({ [DESTINATION_METADATA_NAMESPACE]: { [DESTINATION_HEADER]: destinations } });
 }
 
-function removeHeaders(remove: readonly string[]): CommonResponse {
-  return remove.length === 0 ? {} : { header_mutation: headerMutation([], remove) };
-}

@@ -8,6 +8,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadSync } from '@grpc/proto-loader';
 import type { AnyDefinition, MethodDefinition, Options, PackageDefinition, ServiceDefinition } from '@grpc/proto-loader';
+import { CONSTANT_REPLIES } from './constant-replies.js';
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
 
 /** Fully-qualified gRPC service names, as they appear in paths and health checks. */
@@ -72,13 +73,20 @@ export function loadWireDefinitions(): WireDefinitions {
   return {
     packageDefinition,
     externalProcessor: {
-      Process: method<ProcessingRequest, ProcessingResponse>(extProc, EXT_PROC_SERVICE_NAME, 'Process', true, true),
+      Process: withCachedReplies(method<ProcessingRequest, ProcessingResponse>(extProc, EXT_PROC_SERVICE_NAME, 'Process', true, true)),
     },
     health: {
       Check: method<HealthCheckRequest, HealthCheckResponse>(health, HEALTH_SERVICE_NAME, 'Check', false, false),
       Watch: method<HealthCheckRequest, HealthCheckResponse>(health, HEALTH_SERVICE_NAME, 'Watch', false, true),
     },
   };
+}
+
+/** Serializes the constant "continue" replies once; everything else goes through protobufjs. */
+function withCachedReplies(def: MethodDefinition<ProcessingRequest, ProcessingResponse>): MethodDefinition<ProcessingRequest, ProcessingResponse> {
+  const serialize = def.responseSerialize;
+  const cached = new Map<ProcessingResponse, Buffer>(CONSTANT_REPLIES.map((reply) => [reply, serialize(reply)]));
+  return { ...def, responseSerialize: (value) => cached.get(value) ?? serialize(value) };
 }
 
 function findProtoRoot(startDir: string): string {
