@@ -48,8 +48,11 @@ async function main(): Promise<void> {
   );
 
   const socket = join(stateDir, 'grpc.sock');
-  const server = spawn(process.execPath, [join(root, 'dist', 'src', 'main.js')], {
-    env: { ...process.env, LLM_EXTPROC_ENDPOINTS_FILE: endpointsFile, LLM_EXTPROC_GRPC_ADDRESS: `unix://${socket}`, LLM_EXTPROC_HTTP_ADDRESS: '127.0.0.1:0', LLM_EXTPROC_LOG_LEVEL: values.smoke ? 'warn' : 'info' },
+  const configFile = join(stateDir, 'llm-extproc.yaml');
+  // A local demo has no load balancer to drain: stop at once on Ctrl-C.
+  writeFileSync(configFile, toYaml({ listen: { grpc: `unix://${socket}`, http: '127.0.0.1:0' }, static: { path: endpointsFile }, shutdownDrainSeconds: 0, shutdownGraceSeconds: 2 }));
+  const server = spawn(process.execPath, [join(root, 'dist', 'src', 'main.js'), '--config', configFile], {
+    env: { ...process.env, LLM_EXTPROC_LOG_LEVEL: values.smoke ? 'warn' : 'info' },
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   children.push(server);

@@ -56,9 +56,20 @@ export async function startApp(config: Config, logger: Logger, options: { metric
     released: (endpoint) => logger.info({ pool: endpoint.pool, endpoint: endpoint.address }, 'endpoint released from quarantine'),
   });
 
+  // Serving = synced and not draining. Draining flips health first, so Envoy-side health checks
+  // and readiness probes move traffic away while we keep answering what still arrives.
+  let draining = false;
+  const drainListeners = new Set<() => void>();
   const health: HealthSource = {
-    isServing: () => store.isSynced(),
-    onChange: (listener) => store.subscribe({ synced: listener }),
+    isServing: () => store.isSynced() && !draining,
+    onChange: (listener) => {
+      const unsubscribe = store.subscribe({ synced: listener });
+      drainListeners.add(listener);
+      return () => {
+        unsubscribe();
+        drainListeners.delete(listener);
+      };
+    },
   };
   const routing = new StoreRouting(store, new LoadTracker(), { fallbacks: config.routing.fallbacks });
   const requestLogger = logger.child({ component: 'extproc' });
@@ -75,7 +86,7 @@ export async function startApp(config: Config, logger: Logger, options: { metric
         maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
       }),
   });
-  const ops = await startOpsServer(config.listen.http, { registry: metrics.registry, isReady: () => store.isSynced(), view: () => store.view() });
+  const ops = await startOpsServer(config.listen.http, { registry: metrics.registry, isReady: () => health.isServing(), view: () => store.view() });
   // The source starts last: the servers answer NOT_SERVING until its first complete view arrives.
   try {
     await source.start(store);
@@ -94,8 +105,14 @@ export async function startApp(config: Config, logger: Logger, options: { metric
     metrics,
     stop: () =>
       (stopping ??= (async () => {
-        await source.stop();
+        draining = true;
+        for (const listener of drainListeners) listener();
+        if (config.shutdownDrainMs > 0) {
+          logger.info({ drainMs: config.shutdownDrainMs }, 'draining: health says NOT_SERVING, still answering');
+          await new Promise((resolve) => setTimeout(resolve, config.shutdownDrainMs));
+        }
         await grpc.shutdown(config.shutdownGraceMs);
+        await source.stop();
         await ops.close();
         store.stop();
       })()),

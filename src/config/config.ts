@@ -24,6 +24,9 @@ export interface Config {
     readonly maxInspectedBodyBytes: number;
   };
   readonly quarantine: { readonly threshold: number; readonly baseMs: number; readonly maxMs: number };
+  /** On SIGTERM: keep answering (health NOT_SERVING) this long, so the proxy moves away first. */
+  readonly shutdownDrainMs: number;
+  /** Then stop taking new streams; open ones get this long before they are released to Envoy. */
   readonly shutdownGraceMs: number;
 }
 
@@ -171,13 +174,14 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
       baseMs: num(quarantine, 'baseSeconds', 'quarantine.', 10, 0) * 1000,
       maxMs: num(quarantine, 'maxSeconds', 'quarantine.', 300, 0) * 1000,
     },
+    shutdownDrainMs: num(raw, 'shutdownDrainSeconds', '', 5, 0) * 1000,
     shutdownGraceMs: num(raw, 'shutdownGraceSeconds', '', 20, 0) * 1000,
   };
   if (config.quarantine.maxMs < config.quarantine.baseMs) throw new ConfigError('quarantine.maxSeconds: must be ≥ quarantine.baseSeconds');
   return deepFreeze(config);
 }
 
-const TOP_LEVEL_KEYS = ['listen', 'logLevel', 'static', 'kubernetes', 'routing', 'quarantine', 'shutdownGraceSeconds'];
+const TOP_LEVEL_KEYS = ['listen', 'logLevel', 'static', 'kubernetes', 'routing', 'quarantine', 'shutdownDrainSeconds', 'shutdownGraceSeconds'];
 
 /** A misspelt key would silently fall back to a default: refuse it instead. */
 function rejectUnknownKeys(raw: Raw, known: readonly string[], where: string): void {

@@ -62,9 +62,10 @@ export const DEFAULT_MODELS_ANNOTATION = 'llm-extproc.io/models';
 const SOURCE_NAME = 'kubernetes';
 const DEFAULT_BACKOFF = { initialMs: 500, maxMs: 30_000 };
 const DEFAULT_LIST_SECONDS = 30;
-const DEFAULT_WATCH_SECONDS = 300;
+// Short watches bound how long a silently dead connection (no RST, no data) can go unnoticed.
+const DEFAULT_WATCH_SECONDS = 60;
 /** How long past its requested timeout a silent watch may stay open before we assume a dead connection. */
-const WATCH_IDLE_GRACE_MS = 30_000;
+const WATCH_IDLE_GRACE_MS = 15_000;
 
 const INFERENCE_POOL = { group: 'inference.networking.k8s.io', version: 'v1', plural: 'inferencepools' } as const;
 
@@ -461,7 +462,8 @@ export class KubernetesSource implements EndpointSource {
       for (const object of loop.items()) {
         const parsed = parseInferencePool(object, this.modelsAnnotation);
         if (typeof parsed === 'string') {
-          this.warnOnce(`${parsed}@${object.metadata?.resourceVersion ?? ''}`, parsed);
+          // Keyed by object and problem, not resourceVersion: a re-saved object must not warn (or grow the set) again.
+          this.warnOnce(`invalid:${object.metadata?.namespace ?? ''}/${object.metadata?.name ?? ''}:${parsed}`, parsed);
           continue;
         }
         if (staticNames.has(parsed.name)) {
@@ -469,7 +471,7 @@ export class KubernetesSource implements EndpointSource {
           continue;
         }
         if (parsed.models.length === 0) {
-          this.warnOnce(`models:${parsed.name}@${object.metadata?.resourceVersion ?? ''}`,
+          this.warnOnce(`models:${parsed.name}`,
             `InferencePool ${parsed.name} has no ${this.modelsAnnotation} annotation; it serves no model names`);
         }
         desired.set(parsed.name, parsed);

@@ -57,6 +57,20 @@ function socketAddress(hostPort: string): Yaml {
   return { socket_address: { address: host, port_value: Number(hostPort.slice(colon + 1)) } };
 }
 
+/** Strict-DNS discovery through the DNS cluster extension (the top-level DNS fields are deprecated). */
+function dnsClusterType(): Yaml {
+  return {
+    cluster_type: {
+      name: 'envoy.clusters.dns',
+      typed_config: {
+        '@type': 'type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster',
+        dns_refresh_rate: '5s',
+        respect_dns_ttl: true,
+      },
+    },
+  };
+}
+
 function isLiteralAddress(hostPort: string): boolean {
   if (hostPort.startsWith('unix://')) return true;
   const host = hostPort.slice(0, hostPort.lastIndexOf(':')).replace(/^\[|\]$/g, '');
@@ -81,6 +95,7 @@ function backendsCluster(options: GatewayConfigOptions): Yaml {
   const base: Yaml = {
     name: 'llm_backends',
     connect_timeout: '2s',
+    // Upstream-side buffer; the downstream listener's limit also bounds what Envoy holds for us.
     per_connection_buffer_limit_bytes: options.maxInspectedBodyBytes,
     circuit_breakers: {
       thresholds: [{ priority: 'DEFAULT', max_requests: options.maxConcurrentRequests, max_pending_requests: options.maxConcurrentRequests, max_retries: options.maxConcurrentRequests }],
@@ -127,9 +142,7 @@ function backendsCluster(options: GatewayConfigOptions): Yaml {
   }
   return {
     ...base,
-    type: 'STRICT_DNS',
-    dns_refresh_rate: '5s',
-    respect_dns_ttl: true,
+    ...dnsClusterType(),
     load_balancing_policy: overrideHost,
     load_assignment: loadAssignment('llm_backends', [`${backends.host}:${backends.port}`]),
   };
@@ -269,8 +282,14 @@ export function renderGatewayConfig(options: GatewayConfigOptions): Yaml {
         {
           name: 'llm_extproc',
           // A Service name needs DNS; an IP or a Unix socket (sidecar) is static.
-          type: isLiteralAddress(options.extProc) ? 'STATIC' : 'STRICT_DNS',
+          ...(isLiteralAddress(options.extProc) ? { type: 'STATIC' } : dnsClusterType()),
           connect_timeout: '1s',
+          // Every in-flight HTTP request holds one ext_proc stream. Envoy's default cap (1024) would
+          // turn load above it into gateway_unavailable; keep it above the backends' cap, so that
+          // overload shows up as `overloaded` there first.
+          circuit_breakers: {
+            thresholds: [{ priority: 'DEFAULT', max_requests: 2 * options.maxConcurrentRequests, max_pending_requests: 2 * options.maxConcurrentRequests, max_connections: 1024 }],
+          },
           typed_extension_protocol_options: HTTP2_OPTIONS,
           load_assignment: loadAssignment('llm_extproc', [options.extProc]),
         },

@@ -41,7 +41,11 @@ export interface RunningGrpcServer {
   address: string;
   /** The bound TCP port; absent for unix sockets. */
   port?: number;
-  /** Stop accepting, let open streams finish for up to graceMs, then cut the rest. Idempotent. */
+  /**
+   * Stop accepting streams and let open ones finish for up to graceMs. Streams still open then
+   * are released: ended with status OK, so Envoy completes each HTTP response without us instead
+   * of failing it. Idempotent.
+   */
   shutdown(graceMs: number): Promise<void>;
 }
 
@@ -67,8 +71,6 @@ export const GRPC_SERVER_OPTIONS: Readonly<ChannelOptions> = Object.freeze({
   'grpc.max_concurrent_streams': 2 ** 31 - 1,
   'grpc.max_receive_message_length': 128 * MiB,
   'grpc.max_send_message_length': -1,
-  // Channelz keeps per-call bookkeeping we never read; it costs on every ext_proc stream.
-  'grpc.enable_channelz': 0,
 });
 
 /** Health answers cover the server as a whole ("") and the one service it exists for. */
@@ -78,11 +80,13 @@ export async function startGrpcServer(opts: GrpcServerOptions): Promise<RunningG
   const logger = opts.logger.child({ component: 'grpc-server' });
   const definitions = loadWireDefinitions();
   const watches = new Set<HealthWatch>();
+  /** Release functions of the open Process streams. */
+  const openStreams = new Set<() => void>();
   const server = new Server({ ...GRPC_SERVER_OPTIONS });
 
   server.addService(definitions.externalProcessor, {
     Process: (call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => {
-      serveProcessStream(call, opts.processorFactory, logger, opts.onStreamError);
+      serveProcessStream(call, opts.processorFactory, logger, opts.onStreamError, openStreams);
     },
   });
   server.addService(definitions.health, {
@@ -107,7 +111,7 @@ export async function startGrpcServer(opts: GrpcServerOptions): Promise<RunningG
     address,
     ...(target.kind === 'tcp' ? { port } : {}),
     shutdown(graceMs: number): Promise<void> {
-      stopping ??= shutdownServer(server, watches, graceMs, logger);
+      stopping ??= shutdownServer(server, watches, openStreams, graceMs, logger);
       return stopping;
     },
   };
@@ -121,6 +125,7 @@ function serveProcessStream(
   processorFactory: ProcessorFactory,
   logger: Logger,
   onStreamError: ((err: Error) => void) | undefined,
+  openStreams: Set<() => void>,
 ): void {
   let processor: StreamProcessor;
   try {
@@ -140,12 +145,22 @@ function serveProcessStream(
     open = false;
     if (finished) return;
     finished = true;
+    openStreams.delete(release);
     try {
       processor.finish(end);
     } catch (thrown) {
       logger.error({ err: asError(thrown), end: end.kind }, 'stream processor finish() threw');
     }
   };
+
+  // Shutdown: end the stream with OK. Envoy then stops sending us this request's messages and
+  // completes the client's response on its own (cancelling would abort the client's response).
+  const release = (): void => {
+    if (finished) return;
+    finish({ kind: 'released' });
+    call.end();
+  };
+  openStreams.add(release);
 
   call.on('data', (request: ProcessingRequest) => {
     if (!open) return;
@@ -330,17 +345,25 @@ async function removeStaleSocket(path: string, logger: Logger): Promise<void> {
   unlinkSync(path);
 }
 
-async function shutdownServer(server: Server, watches: Set<HealthWatch>, graceMs: number, logger: Logger): Promise<void> {
+/** After releasing the last streams, how long the sessions get to flush those final frames. */
+const RELEASE_FLUSH_MS = 500;
+
+async function shutdownServer(server: Server, watches: Set<HealthWatch>, openStreams: Set<() => void>, graceMs: number, logger: Logger): Promise<void> {
   // Watch calls never end on their own; close them so they do not hold the grace period.
   for (const watch of [...watches]) watch.endForShutdown();
   await new Promise<void>((resolve) => {
+    let flushTimer: NodeJS.Timeout | undefined;
     const timer = setTimeout(() => {
-      logger.warn({ graceMs }, 'gRPC streams still open after the grace period; cancelling them');
-      server.forceShutdown();
-      resolve();
+      logger.warn({ graceMs, streams: openStreams.size }, 'ext_proc streams still open after the grace period; releasing them to Envoy');
+      for (const release of [...openStreams]) release();
+      flushTimer = setTimeout(() => {
+        server.forceShutdown();
+        resolve();
+      }, RELEASE_FLUSH_MS);
     }, graceMs);
     server.tryShutdown((err) => {
       clearTimeout(timer);
+      clearTimeout(flushTimer);
       if (err) {
         logger.warn({ err }, 'graceful gRPC shutdown failed; forcing');
         server.forceShutdown();

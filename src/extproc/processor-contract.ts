@@ -9,7 +9,9 @@ export type StreamEnd =
   /** Envoy reset/cancelled the stream (HTTP stream over, upstream reset, timeout…). */
   | { kind: 'cancelled' }
   /** Transport failure, or process() threw (the edge then ends the stream with INTERNAL). */
-  | { kind: 'error'; error: Error };
+  | { kind: 'error'; error: Error }
+  /** We ended the stream with OK at shutdown; Envoy finishes the HTTP response without us. */
+  | { kind: 'released' };
 
 /** One instance per ext_proc stream, i.e. per HTTP request; its state dies with the stream. */
 export interface StreamProcessor {

@@ -29,6 +29,7 @@ export interface ProcessorMetrics {
   requestFinished(model: string, result: string): void;
   attempt(pool: string, endpoint: string, outcome: 'success' | 'failure', reason: string): void;
   messageHandled(message: string, seconds: number): void;
+  servedOutsidePick(): void;
 }
 
 export interface ProcessorDeps {
@@ -72,6 +73,7 @@ export class RequestProcessor implements StreamProcessor {
   /** Outcome to record when a passed-through body ends (e.g. an upstream JSON 5xx is a failure). */
   private pendingOutcome: { failure: AttemptFailure | undefined; result: string } | undefined;
   private finished = false;
+  private reportedOutsidePick = false;
 
   constructor(private readonly deps: ProcessorDeps) {
     deps.metrics.requestStarted();
@@ -152,12 +154,14 @@ export class RequestProcessor implements StreamProcessor {
       return this.reject(GatewayError.from(err));
     }
     this.phase = 'response_headers';
-    const destinations = this.routed.destinations.join(',');
+    // The metadata carries the whole list (override_host reads it first and walks it on retries);
+    // the header carries the primary alone, which ORIGINAL_DST clusters and the Gateway API
+    // Inference Extension protocol expect.
     return {
       request_body: {
-        response: { header_mutation: headerMutation([[DESTINATION_HEADER, destinations]]) },
+        response: { header_mutation: headerMutation([[DESTINATION_HEADER, this.routed.destinations[0] ?? '']]) },
       },
-      dynamic_metadata: metadataFor(destinations),
+      dynamic_metadata: metadataFor(this.routed.destinations.join(',')),
     };
   }
 
@@ -199,7 +203,7 @@ export class RequestProcessor implements StreamProcessor {
       return CONTINUE_RESPONSE_HEADERS;
     }
     if (status >= 400) return this.onUpstreamErrorStatus(status, contentType);
-    const kind: ResponseKind = isSseContentType(contentType) ? 'sse' : isJsonContentType(contentType) ? 'json' : 'other';
+    const kind = this.responseKind(headers, contentType);
     switch (kind) {
       case 'sse':
         this.sse = new SseInspector();
@@ -215,6 +219,20 @@ export class RequestProcessor implements StreamProcessor {
         this.phase = 'response_other';
         return CONTINUE_RESPONSE_HEADERS;
     }
+  }
+
+  /**
+   * How to watch this answer. A compressed body cannot be inspected (and appending plain text to
+   * it would corrupt it), and a JSON body larger than we may hold is passed through: both are
+   * watched only for their end.
+   */
+  private responseKind(headers: ReadonlyMap<string, string>, contentType: string): ResponseKind {
+    const encoding = (headers.get('content-encoding') ?? 'identity').trim().toLowerCase();
+    if (encoding !== '' && encoding !== 'identity') return 'other';
+    if (isSseContentType(contentType)) return 'sse';
+    if (!isJsonContentType(contentType)) return 'other';
+    const length = Number(headers.get('content-length') ?? NaN);
+    return Number.isFinite(length) && length > this.deps.maxInspectedBodyBytes ? 'other' : 'json';
   }
 
   private onUpstreamErrorStatus(status: number, contentType: string): ProcessingResponse {
@@ -329,10 +347,12 @@ export class RequestProcessor implements StreamProcessor {
       case 'all_replicas_failed': {
         // UF+URX: Envoy walked our whole list (retries never leave it), so every replica in it
         // failed to connect. UF alone: one attempt, at the host Envoy names.
-        const failed = kind === 'all_replicas_failed' ? tried : [this.resolveServedBy(upstreamAddress)].filter((e): e is Endpoint => e !== undefined);
+        const last = this.resolveServedBy(upstreamAddress);
+        const outsidePick = last === undefined && upstreamAddress !== undefined && upstreamAddress !== '';
+        const failed = outsidePick ? [] : kind === 'all_replicas_failed' ? tried : [last].filter((e): e is Endpoint => e !== undefined);
         for (const endpoint of failed) this.recordAttempt(endpoint, 'connect_failure', kind);
         this.finishRequest(kind);
-        const effective: ErrorKind = failed.length > 1 ? 'all_replicas_failed' : 'upstream_connect_failed';
+        const effective: ErrorKind = failed.length > 1 || (outsidePick && kind === 'all_replicas_failed') ? 'all_replicas_failed' : 'upstream_connect_failed';
         const what = failed.length > 1 ? `all ${failed.length} replicas tried for model ${this.model} failed` : `the replica for model ${this.model} could not be reached`;
         return new GatewayError(effective, `${what}: ${detail}`, { details: { model: this.model, replicas_tried: failed.length } });
       }
@@ -354,6 +374,17 @@ export class RequestProcessor implements StreamProcessor {
 
   /** Stream ended before we saw the end of the response: never a success. */
   private endWithoutCompletion(end: StreamEnd): void {
+    if (end.kind === 'released') {
+      // We let go of the stream at shutdown; Envoy finishes the response without us.
+      this.finishRequest('released_at_shutdown');
+      return;
+    }
+    if (this.phase === 'response_json' && this.json?.verifying === false) {
+      // Larger than Envoy's buffer: Envoy streamed the rest without us and we cannot tell a clean
+      // end from a reset. Neither success nor failure is recorded for the replica.
+      this.finishRequest('unverified');
+      return;
+    }
     const responseStarted = this.phase === 'response_sse' || this.phase === 'response_json' || this.phase === 'response_other';
     if (responseStarted && this.servedBy !== undefined) {
       // Envoy gives no end_of_stream when the upstream resets mid-body; the client connection is
@@ -395,13 +426,27 @@ export class RequestProcessor implements StreamProcessor {
     if (result !== 'ok') this.deps.logger.info({ model: this.model, result, status: this.responseStatus, endpoint: this.servedBy?.address, path: pathOnly(this.path), requestId: this.requestId }, 'request failed');
   }
 
-  /** Envoy tells us which host answered; if it is not our primary, the ones before it failed to connect. */
+  /**
+   * Envoy tells us which host answered. Without the attribute we assume our primary. A host we
+   * did not pick means Envoy's cluster lacked our picks and its fallback policy chose: nothing
+   * about that attempt may be blamed on (or credited to) the replicas we picked.
+   */
   private resolveServedBy(upstreamAddress: string | undefined): Endpoint | undefined {
     const endpoints = this.routed?.endpoints ?? [];
     if (upstreamAddress === undefined || upstreamAddress === '') return endpoints[0];
-    return endpoints.find((e) => e.address === upstreamAddress) ?? endpoints[0];
+    const picked = endpoints.find((e) => e.address === upstreamAddress);
+    if (picked === undefined && this.routed !== undefined && !this.reportedOutsidePick) {
+      this.reportedOutsidePick = true;
+      this.deps.metrics.servedOutsidePick();
+      this.deps.logger.warn(
+        { model: this.model, upstream: upstreamAddress, picked: this.routed.destinations, requestId: this.requestId },
+        "Envoy sent the request to a host we did not pick: its backends cluster lacks our endpoints (check the cluster's host set)",
+      );
+    }
+    return picked;
   }
 
+  /** If a fallback answered, the replicas before it in our list failed to connect. */
   private blameSkippedEndpoints(): void {
     const endpoints = this.routed?.endpoints ?? [];
     const served = this.servedBy;
@@ -464,7 +509,8 @@ export class RequestProcessor implements StreamProcessor {
   private errorReplacement(err: GatewayError, statusOverride?: number): CommonResponse {
     const rendered = renderError(err, this.renderOptions());
     return {
-      header_mutation: headerMutation([[':status', String(statusOverride ?? rendered.status)], ...rendered.headers], ['transfer-encoding']),
+      // Our body is plain JSON: no upstream framing or encoding may stay on it.
+      header_mutation: headerMutation([[':status', String(statusOverride ?? rendered.status)], ...rendered.headers], ['transfer-encoding', 'content-encoding']),
       body_mutation: { body: rendered.body },
     };
   }

@@ -53,6 +53,12 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  private readonly outsidePick = new Counter({
+    name: 'llm_extproc_served_outside_pick_total',
+    help: "Requests Envoy sent to a host we did not pick (its backends cluster lacked our picks and its fallback policy chose).",
+    registers: [this.registry],
+  });
+
   private readonly watchRestarts = new Counter({
     name: 'llm_extproc_kubernetes_watch_restarts_total',
     help: 'Kubernetes watch restarts, by resource and reason (gone = 410 relist, dropped, error).',
@@ -76,6 +82,8 @@ export class Metrics {
   });
 
   private readonly lastRefresh = new Map<string, number>();
+  /** Label sets used per endpoint address, so they can be removed when the address goes away. */
+  private readonly seriesByEndpoint = new Map<string, Map<string, Record<string, string>>>();
   private readonly messageChildren = new Map<string, { observe(value: number): void }>();
 
   constructor(options: { processMetrics?: boolean } = {}) {
@@ -87,11 +95,14 @@ export class Metrics {
   }
 
   attempt(pool: string, endpoint: string, outcome: AttemptOutcome, reason: string): void {
-    this.attempts.inc({ pool, endpoint, outcome, reason });
+    const labels = { pool, endpoint, outcome, reason };
+    this.attempts.inc(labels);
+    this.rememberSeries(endpoint, `a\u0000${pool}\u0000${outcome}\u0000${reason}`, labels);
   }
 
   quarantined(pool: string, endpoint: string): void {
     this.quarantines.inc({ pool, endpoint });
+    this.rememberSeries(endpoint, `q\u0000${pool}`, { pool, endpoint });
   }
 
   requestStarted(): void {
@@ -112,6 +123,10 @@ export class Metrics {
     child.observe(seconds);
   }
 
+  servedOutsidePick(): void {
+    this.outsidePick.inc();
+  }
+
   watchRestarted(resource: string, reason: string): void {
     this.watchRestarts.inc({ resource, reason });
   }
@@ -124,14 +139,34 @@ export class Metrics {
     this.lastRefresh.set(source, at);
   }
 
-  /** Recomputes the per-state gauge from a whole view, so states that emptied drop to zero. */
+  /**
+   * Recomputes the per-state gauge from a whole view, so states that emptied drop to zero, and
+   * drops the per-endpoint series of addresses that left it: pod IPs churn with every rollout,
+   * and series must not pile up for endpoints that no longer exist.
+   */
   endpointView(view: EndpointView): void {
+    const present = new Set<string>();
+    for (const pool of view.pools.values()) for (const endpoint of pool.endpoints) present.add(endpoint.address);
+    for (const [endpoint, series] of this.seriesByEndpoint) {
+      if (present.has(endpoint)) continue;
+      for (const [key, labels] of series) {
+        if (key.startsWith('a')) this.attempts.remove(labels as { pool: string; endpoint: string; outcome: string; reason: string });
+        else this.quarantines.remove(labels as { pool: string; endpoint: string });
+      }
+      this.seriesByEndpoint.delete(endpoint);
+    }
     this.endpoints.reset();
     for (const pool of view.pools.values()) {
       const counts = new Map<string, number>(ENDPOINT_STATES.map((s) => [s, 0]));
       for (const endpoint of pool.endpoints) counts.set(endpoint.state, (counts.get(endpoint.state) ?? 0) + 1);
       for (const [state, count] of counts) this.endpoints.set({ pool: pool.name, state }, count);
     }
+  }
+
+  private rememberSeries(endpoint: string, key: string, labels: Record<string, string>): void {
+    let series = this.seriesByEndpoint.get(endpoint);
+    if (series === undefined) this.seriesByEndpoint.set(endpoint, (series = new Map<string, Record<string, string>>()));
+    if (!series.has(key)) series.set(key, labels);
   }
 
   private collectCacheAge(): void {

@@ -5,7 +5,7 @@ import { mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { stringify as toYaml } from 'yaml';
+import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { startApp, type RunningApp } from '../../src/app.js';
 import { buildConfig, type Config } from '../../src/config/config.js';
 import type { EndpointState } from '../../src/endpoints/model.js';
@@ -64,11 +64,15 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   const endpointsFile = join(dir, 'endpoints.yaml');
   const pools = options.pools ?? [];
   await writeFile(endpointsFile, poolsYaml(pools));
-  const sourceYaml = options.pools === undefined ? '' : `static:\n  path: ${JSON.stringify(endpointsFile)}\n`;
-  const config = buildConfig(
-    `listen:\n  grpc: "127.0.0.1:0"\n  http: "127.0.0.1:0"\nshutdownGraceSeconds: 1\n${sourceYaml}${options.configYaml ?? ''}`,
-    { LLM_EXTPROC_LOG_LEVEL: logLevel },
-  );
+  // The test's own settings win over the harness defaults.
+  const settings: Record<string, unknown> = {
+    listen: { grpc: '127.0.0.1:0', http: '127.0.0.1:0' },
+    shutdownDrainSeconds: 0,
+    shutdownGraceSeconds: 1,
+    ...(options.pools === undefined ? {} : { static: { path: endpointsFile } }),
+    ...((parseYaml(options.configYaml ?? '') as Record<string, unknown> | null) ?? {}),
+  };
+  const config = buildConfig(toYaml(settings), { LLM_EXTPROC_LOG_LEVEL: logLevel });
   const app = await startApp(config, pino({ level: logLevel }));
   let envoy: RunningEnvoy | undefined;
   try {

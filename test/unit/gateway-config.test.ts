@@ -48,7 +48,7 @@ describe('renderGatewayConfig', () => {
 
   it('reaches llm-extproc over HTTP/2 by IP, DNS name or Unix socket', () => {
     assert.equal(cluster(render(), 'llm_extproc').type, 'STATIC');
-    assert.equal(cluster(render({ extProc: 'llm-extproc.ns.svc:9002' }), 'llm_extproc').type, 'STRICT_DNS');
+    assert.equal(at(cluster(render({ extProc: 'llm-extproc.ns.svc:9002' }), 'llm_extproc'), 'cluster_type', 'name'), 'envoy.clusters.dns');
     const uds = cluster(render({ extProc: 'unix:///run/x.sock' }), 'llm_extproc');
     assert.equal(uds.type, 'STATIC');
     assert.deepEqual(at(uds, 'load_assignment', 'endpoints', 0, 'lb_endpoints', 0, 'endpoint', 'address'), { pipe: { path: '/run/x.sock' } });

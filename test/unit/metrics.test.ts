@@ -26,6 +26,23 @@ describe('Metrics', () => {
     assert.equal(metricValue(text, 'llm_extproc_endpoints', { pool: 'p', state: 'Starting' }), 0);
   });
 
+  it('drops per-endpoint series when the endpoint leaves the view (pod IPs churn)', async () => {
+    const m = new Metrics({ processMetrics: false });
+    const view = (addresses: string[]) => ({
+      version: 1,
+      pools: new Map([['p', { name: 'p', models: ['m'], endpoints: addresses.map((address) => ({ id: address, address, reason: '', pool: 'p', state: 'Ready' as const })) }]]),
+      poolsByModel: new Map(),
+    });
+    m.endpointView(view(['10.0.0.1:8000', '10.0.0.2:8000']));
+    m.attempt('p', '10.0.0.1:8000', 'failure', 'upstream_connect_failed');
+    m.attempt('p', '10.0.0.2:8000', 'success', 'ok');
+    m.quarantined('p', '10.0.0.1:8000');
+    m.endpointView(view(['10.0.0.2:8000']));
+    const text = await m.registry.metrics();
+    assert.doesNotMatch(text, /10\.0\.0\.1:8000/);
+    assert.equal(metricValue(text, 'llm_extproc_upstream_attempts_total', { endpoint: '10.0.0.2:8000', outcome: 'success' }), 1);
+  });
+
   it('computes the endpoint cache age at scrape time from the last refresh', async () => {
     const m = new Metrics({ processMetrics: false });
     m.sourceRefreshed('kubernetes', Date.now() - 42_000);

@@ -182,13 +182,13 @@ describe('RequestProcessor: request path', () => {
     assert.deepEqual(reply, { request_headers: { response: {} } });
   });
 
-  it('the body picks endpoints: destination header (primary first) and envoy.lb metadata', () => {
+  it('the body picks endpoints: the primary in the destination header, the whole list in envoy.lb metadata', () => {
     const h = harness();
     const p = h.processor();
     send(p, requestHeaders({ ...POST_CHAT, 'x-gateway-destination-endpoint': '6.6.6.6:80' }));
     const reply = send(p, requestBody({ model: MODEL, messages: [] }));
     const expected = `${A},${B},${C}`;
-    assert.deepEqual(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], expected, 'overwrites what the client sent');
+    assert.deepEqual(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A, 'overwrites what the client sent');
     assert.deepEqual(reply.dynamic_metadata, {
       fields: { 'envoy.lb': { structValue: { fields: { 'x-gateway-destination-endpoint': { stringValue: expected } } } } },
     });
@@ -208,7 +208,8 @@ describe('RequestProcessor: request path', () => {
     it(`destinations: ${c.name}`, () => {
       const h = harness({ fleet: [{ name: 'llama', models: [MODEL], endpoints: c.endpoints }], fallbacks: c.fallbacks });
       const reply = route(h.processor());
-      assert.equal(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], c.expected);
+      assert.equal(reply.dynamic_metadata?.fields?.['envoy.lb']?.structValue?.fields?.['x-gateway-destination-endpoint']?.stringValue, c.expected);
+      assert.equal(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], c.expected.split(',')[0]);
     });
   }
 
@@ -489,7 +490,7 @@ describe('RequestProcessor: broken responses', () => {
     const headers = setHeaders(response?.header_mutation);
     assert.equal(headers[':status'], '502');
     assert.equal(headers['content-type'], 'application/json');
-    assert.deepEqual(response?.header_mutation?.remove_headers, ['transfer-encoding']);
+    assert.deepEqual(response?.header_mutation?.remove_headers, ['transfer-encoding', 'content-encoding']);
     const body = errorBody(response?.body_mutation?.body);
     assert.equal(body.error.code, 'upstream_error');
     assert.equal(body.error.upstream_status, 502);
