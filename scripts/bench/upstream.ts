@@ -8,6 +8,7 @@
 // - nothing is recorded: the e2e fake keeps every byte of every response for assertions, a cost
 //   that grows with the run and would leak into the numbers.
 
+import { buffer } from 'node:stream/consumers';
 import { createServer } from 'node:http';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -29,14 +30,6 @@ export interface BenchUpstream {
 
 export const SENT_FIELD = 'bench_sent_ns';
 
-function readBody(req: IncomingMessage): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => resolve(Buffer.concat(chunks)));
-    req.on('error', reject);
-  });
-}
 
 function streamEvent(id: string, model: string, index: number): string {
   return sseEvent(
@@ -71,7 +64,7 @@ export async function startBenchUpstream(opts: BenchUpstreamOptions): Promise<Be
   const jsonCache = new Map<string, Buffer>();
 
   const answer = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const body = await readBody(req);
+    const body = await buffer(req);
     if (req.method !== 'POST' || req.url !== '/v1/chat/completions') {
       res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":{"message":"not found"}}');
       return;

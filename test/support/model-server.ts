@@ -10,6 +10,7 @@
 // /v1/embeddings, /v1/responses); GET /health and GET /v1/models always answer normally, so a
 // health check or model listing never consumes a one-shot fault.
 
+import { buffer } from 'node:stream/consumers';
 import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
@@ -217,14 +218,6 @@ class RecordingWriter {
   }
 }
 
-function readBody(req: IncomingMessage): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => resolve(Buffer.concat(chunks)));
-    req.on('error', reject);
-  });
-}
 
 function json(value: unknown): Buffer {
   return Buffer.from(JSON.stringify(value));
@@ -378,7 +371,7 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
     const socket = req.socket;
     res.once('close', () => finish(res.writableFinished ? 'ended' : tornDown.has(socket) ? 'server-closed' : 'client-closed'));
 
-    const body = await readBody(req).catch(() => Buffer.alloc(0));
+    const body = await buffer(req).catch(() => Buffer.alloc(0));
     const record: RecordedRequest = { seq: seq++, method, path, headers: req.headers, body, behavior: chosen, response };
     requests.push(record);
     for (const w of waiters.splice(0)) w(record);
