@@ -2,7 +2,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { startGateway, type Gateway, type StaticPoolSpec } from '../support/gateway.js';
+import { metricValue, startGateway, type Gateway, type StaticPoolSpec } from '../support/gateway.js';
 import { startModelServer, type ModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';
 
@@ -67,6 +67,19 @@ describe('routing through a real Envoy (static endpoints)', () => {
     assert.ok(served.response.chunks.length > 2, 'the model server wrote several chunks');
     assert.deepEqual(response.body, served.response.body);
     assert.ok(response.text().endsWith('data: [DONE]\n\n'));
+  });
+
+  it('delivers a Responses API stream (ending in response.completed, no [DONE]) untouched and counts it as a success', async () => {
+    const response = await gateway.send({ path: '/v1/responses', body: { model: 'qwen-2.5', stream: true, input: 'stream please' } });
+    assert.equal(response.status, 200);
+    const served = qwen.requests.at(-1)!;
+    await served.response.settled;
+    assert.deepEqual(response.body, served.response.body, 'nothing appended: the terminal event counts as the end');
+    assert.match(response.text(), /response\.completed/);
+    await waitUntil(async () => (metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { model: 'qwen-2.5', result: 'ok' }) >= 1 ? true : undefined), {
+      description: 'the stream recorded as ok',
+    });
+    assert.equal(metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { result: 'stream_incomplete' }), 0);
   });
 
   it('answers an unknown model with 404 model_not_found JSON', async () => {
