@@ -5,7 +5,7 @@
 import { isIP } from 'node:net';
 import { CATALOG } from '../errors/catalog.js';
 import type { ErrorKind } from '../errors/catalog.js';
-import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE, ERROR_HEADER } from '../extproc/protocol-names.js';
+import { DESTINATION_HEADER, EXT_PROC_SERVICE_NAME, DESTINATION_METADATA_NAMESPACE, ERROR_HEADER } from '../extproc/protocol-names.js';
 
 export type BackendsCluster =
   /** Fixed addresses (demo, tests, bare metal). Every address the picker may return must be listed. */
@@ -34,6 +34,12 @@ export interface GatewayConfigOptions {
   readonly messageTimeoutMs: number;
   /** Circuit breaker: concurrent requests to the backends before Envoy answers UO (overflow). */
   readonly maxConcurrentRequests: number;
+  /**
+   * gRPC health checks of llm-extproc at this interval, for a standalone deployment with several
+   * replicas: a replica that is draining or not yet synced says NOT_SERVING and Envoy moves its
+   * streams to the others. Leave unset for a sidecar (one replica: nothing to move to).
+   */
+  readonly extProcHealthCheckIntervalMs?: number;
 }
 
 export const DEFAULT_GATEWAY_OPTIONS: Omit<GatewayConfigOptions, 'backends' | 'extProc'> = {
@@ -55,6 +61,18 @@ function socketAddress(hostPort: string): Yaml {
   const colon = hostPort.lastIndexOf(':');
   const host = hostPort.slice(0, colon).replace(/^\[|\]$/g, '');
   return { socket_address: { address: host, port_value: Number(hostPort.slice(colon + 1)) } };
+}
+
+function extProcHealthCheck(intervalMs: number): Yaml {
+  return {
+    timeout: '1s',
+    interval: `${intervalMs / 1000}s`,
+    // Envoy checks an idle cluster only once a minute by default: a drain must be seen at once.
+    no_traffic_interval: `${intervalMs / 1000}s`,
+    unhealthy_threshold: 1,
+    healthy_threshold: 1,
+    grpc_health_check: { service_name: EXT_PROC_SERVICE_NAME },
+  };
 }
 
 /** Strict-DNS discovery through the DNS cluster extension (the top-level DNS fields are deprecated). */
@@ -290,6 +308,7 @@ export function renderGatewayConfig(options: GatewayConfigOptions): Yaml {
           circuit_breakers: {
             thresholds: [{ priority: 'DEFAULT', max_requests: 2 * options.maxConcurrentRequests, max_pending_requests: 2 * options.maxConcurrentRequests, max_connections: 1024 }],
           },
+          ...(options.extProcHealthCheckIntervalMs === undefined ? {} : { health_checks: [extProcHealthCheck(options.extProcHealthCheckIntervalMs)] }),
           typed_extension_protocol_options: HTTP2_OPTIONS,
           load_assignment: loadAssignment('llm_extproc', [options.extProc]),
         },

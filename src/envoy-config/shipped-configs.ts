@@ -14,11 +14,14 @@ export const SHIPPED_CONFIGS: readonly ShippedConfig[] = [
   {
     file: 'llm-gateway.yaml',
     title:
-      'Standalone llm-extproc Deployment reached through its Service; model servers found through a headless Service\n' +
+      'Standalone llm-extproc Deployment reached through a headless Service and health-checked over gRPC (a draining or\n' +
+      'unsynced replica says NOT_SERVING and gets no new streams); model servers found through a headless Service\n' +
       '(DNS lists ready pods only), picked per request by llm-extproc with the override_host policy.',
     options: {
       ...DEFAULT_GATEWAY_OPTIONS,
-      extProc: 'llm-extproc.llm-extproc.svc.cluster.local:9002',
+      // A headless Service, so Envoy sees every llm-extproc replica and health-checks each.
+      extProc: 'llm-extproc-headless.llm-extproc.svc.cluster.local:9002',
+      extProcHealthCheckIntervalMs: 2000,
       backends: { kind: 'strict_dns', host: 'vllm-llama-headless.models.svc.cluster.local', port: 8000 },
     },
   },
@@ -39,7 +42,8 @@ export const SHIPPED_CONFIGS: readonly ShippedConfig[] = [
     options: {
       ...DEFAULT_GATEWAY_OPTIONS,
       maxRetries: 0,
-      extProc: 'llm-extproc.llm-extproc.svc.cluster.local:9002',
+      extProc: 'llm-extproc-headless.llm-extproc.svc.cluster.local:9002',
+      extProcHealthCheckIntervalMs: 2000,
       backends: { kind: 'original_dst' },
     },
   },

@@ -12,7 +12,8 @@ import { CONSTANT_REPLIES } from './constant-replies.js';
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
 
 /** Fully-qualified gRPC service names, as they appear in paths and health checks. */
-export const EXT_PROC_SERVICE_NAME = 'envoy.service.ext_proc.v3.ExternalProcessor';
+export { EXT_PROC_SERVICE_NAME } from './protocol-names.js';
+import { EXT_PROC_SERVICE_NAME } from './protocol-names.js';
 export const HEALTH_SERVICE_NAME = 'grpc.health.v1.Health';
 
 /** Entry files, relative to PROTO_ROOT; their imports are resolved from the same root. */

@@ -102,3 +102,28 @@ describe('edge cases through a real Envoy', () => {
     }
   });
 });
+
+describe('draining with Envoy health checks', () => {
+  it('a draining llm-extproc fails Envoy\'s gRPC health check yet keeps answering', async () => {
+    const s = await startModelServer({ id: 'hc', models: ['m'] });
+    const gateway = await startGateway({
+      pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }],
+      configYaml: 'shutdownDrainSeconds: 3\n',
+      envoy: { extProcHealthCheckIntervalMs: 100 },
+    });
+    const healthy = async (): Promise<number> => (await gateway.envoy.stats('cluster\\.llm_extproc\\.membership_healthy'))['cluster.llm_extproc.membership_healthy'] ?? -1;
+    try {
+      await waitUntil(async () => ((await healthy()) === 1 ? true : undefined), { description: 'Envoy sees llm-extproc SERVING' });
+      const stopping = gateway.app.stop();
+      await waitUntil(async () => ((await healthy()) === 0 ? true : undefined), { description: 'Envoy sees llm-extproc NOT_SERVING while it drains' });
+      // One replica: Envoy's panic threshold still sends to it, and it still answers while draining.
+      const response = await gateway.send(chat());
+      assert.equal(response.status, 200);
+      assert.equal(response.headers['x-model-server-id'], 'hc');
+      await stopping;
+    } finally {
+      await gateway.stop();
+      await s.close();
+    }
+  });
+});
