@@ -38,7 +38,7 @@ export const SHIPPED_CONFIGS: readonly ShippedConfig[] = [
     file: 'llm-gateway-original-dst.yaml',
     title:
       'ORIGINAL_DST variant: Envoy connects to the address in x-gateway-destination-endpoint; no host set to keep in sync.\n' +
-      'Envoy retries reuse the same host, so set llm-extproc routing.fallbacks: 0 with this variant.',
+      'Envoy would retry on the same host, so this variant has no retries; the header carries our primary pick.',
     options: {
       ...DEFAULT_GATEWAY_OPTIONS,
       maxRetries: 0,
