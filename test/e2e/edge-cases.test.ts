@@ -127,3 +127,29 @@ describe('draining with Envoy health checks', () => {
     }
   });
 });
+
+describe('ORIGINAL_DST variant', () => {
+  it('routes on the primary in the destination header, with no host set in Envoy', async () => {
+    const a = await startModelServer({ id: 'od-a', models: ['m'] });
+    const b = await startModelServer({ id: 'od-b', models: ['other'] });
+    const gateway = await startGateway({
+      pools: [
+        { name: 'p', models: ['m'], endpoints: [{ address: a.address }] },
+        { name: 'q', models: ['other'], endpoints: [{ address: b.address }] },
+      ],
+      backends: { kind: 'original_dst' },
+      envoy: { maxRetries: 0 },
+    });
+    try {
+      for (let i = 0; i < 3; i++) {
+        const response = await gateway.send(chat());
+        assert.equal(response.status, 200, response.text());
+        assert.equal(response.headers['x-model-server-id'], 'od-a');
+      }
+      assert.equal(b.requests.length, 0);
+    } finally {
+      await gateway.stop();
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+});
