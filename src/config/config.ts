@@ -63,6 +63,12 @@ function num(raw: Raw, key: string, where: string, fallback: number, min: number
   return n;
 }
 
+function whole(raw: Raw, key: string, where: string, fallback: number, min: number): number {
+  const value = num(raw, key, where, fallback, min);
+  if (!Number.isInteger(value)) throw new ConfigError(`${where}${key}: expected a whole number, got ${value}`);
+  return value;
+}
+
 function port(raw: Raw, key: string, where: string): number {
   const value = num(raw, key, where, 8000, 1);
   if (!Number.isInteger(value) || value > 65535) throw new ConfigError(`${where}${key}: expected a port number 1–65535, got ${JSON.stringify(raw[key])}`);
@@ -76,12 +82,14 @@ function stringList(value: unknown, where: string): string[] {
 
 function kubernetesSection(raw: Raw): KubernetesSourceConfig {
   const where = 'kubernetes.';
+  rejectUnknownKeys(raw, ['kubeconfigPath', 'pools', 'inferencePools', 'backoff', 'timeouts'], where);
   const poolsRaw = raw.pools ?? [];
   if (!Array.isArray(poolsRaw)) throw new ConfigError(`${where}pools: expected a list`);
   const pools = poolsRaw.map((p: unknown, i) => {
     if (typeof p !== 'object' || p === null) throw new ConfigError(`${where}pools[${i}]: expected a mapping`);
     const pool = p as Raw;
     const at = `${where}pools[${i}].`;
+    rejectUnknownKeys(pool, ['name', 'namespace', 'selector', 'targetPort', 'models'], at);
     const selector = section(pool, 'selector');
     if (Object.keys(selector).length === 0) throw new ConfigError(`${at}selector: required (label key: value pairs)`);
     for (const [k, v] of Object.entries(selector)) if (typeof v !== 'string') throw new ConfigError(`${at}selector.${k}: expected a string`);
@@ -94,6 +102,7 @@ function kubernetesSection(raw: Raw): KubernetesSourceConfig {
     };
   });
   const inference = section(raw, 'inferencePools');
+  rejectUnknownKeys(inference, ['enabled', 'namespaces', 'modelsAnnotation'], `${where}inferencePools.`);
   const config: KubernetesSourceConfig = { pools };
   if (typeof raw.kubeconfigPath === 'string') config.kubeconfigPath = raw.kubeconfigPath;
   if (inference.enabled === true) {
@@ -105,6 +114,7 @@ function kubernetesSection(raw: Raw): KubernetesSourceConfig {
     const at = `${where}backoff.`;
     if (typeof raw.backoff !== 'object' || Array.isArray(raw.backoff)) throw new ConfigError(`${where}backoff: expected a mapping`);
     const backoff = raw.backoff as Raw;
+    rejectUnknownKeys(backoff, ['initialMs', 'maxMs'], at);
     if (backoff.initialMs === undefined || backoff.maxMs === undefined) throw new ConfigError(`${where}backoff: needs both initialMs and maxMs`);
     const initialMs = num(backoff, 'initialMs', at, 0, 1);
     const maxMs = num(backoff, 'maxMs', at, 0, 1);
@@ -115,6 +125,7 @@ function kubernetesSection(raw: Raw): KubernetesSourceConfig {
     const at = `${where}timeouts.`;
     if (typeof raw.timeouts !== 'object' || Array.isArray(raw.timeouts)) throw new ConfigError(`${where}timeouts: expected a mapping`);
     const timeouts = raw.timeouts as Raw;
+    rejectUnknownKeys(timeouts, ['listSeconds', 'watchSeconds'], at);
     config.timeouts = {};
     // At least one second each: client-node and the API server both take whole seconds.
     if (timeouts.listSeconds !== undefined) config.timeouts.listSeconds = num(timeouts, 'listSeconds', at, 0, 1);
@@ -155,7 +166,11 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
   let source: Config['source'];
   if (endpointsFile !== undefined && endpointsFile !== '') source = { kind: 'static', path: endpointsFile };
   else if (raw.kubernetes !== undefined) source = { kind: 'kubernetes', kubernetes: kubernetesSection(section(raw, 'kubernetes')) };
-  else source = { kind: 'static', path: str(section(raw, 'static'), 'path', 'static.', 'endpoints.yaml') };
+  else {
+    const staticSection = section(raw, 'static');
+    rejectUnknownKeys(staticSection, ['path'], 'static.');
+    source = { kind: 'static', path: str(staticSection, 'path', 'static.', 'endpoints.yaml') };
+  }
 
   const config: Config = {
     listen: {
@@ -165,12 +180,12 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
     logLevel,
     source,
     routing: {
-      fallbacks: num(routing, 'fallbacks', 'routing.', 2, 0),
+      fallbacks: whole(routing, 'fallbacks', 'routing.', 2, 0),
       maxRequestBodyBytes: num(routing, 'maxRequestBodyBytes', 'routing.', 8 * 1024 * 1024, 1),
       maxInspectedBodyBytes: num(routing, 'maxInspectedBodyBytes', 'routing.', 4 * 1024 * 1024, 0),
     },
     quarantine: {
-      threshold: num(quarantine, 'consecutiveFailures', 'quarantine.', 3, 1),
+      threshold: whole(quarantine, 'consecutiveFailures', 'quarantine.', 3, 1),
       baseMs: num(quarantine, 'baseSeconds', 'quarantine.', 10, 0) * 1000,
       maxMs: num(quarantine, 'maxSeconds', 'quarantine.', 300, 0) * 1000,
     },

@@ -284,6 +284,8 @@ export function renderGatewayConfig(options: GatewayConfigOptions): Yaml {
             'envoy.reloadable_features.ext_proc_graceful_grpc_close': true,
           },
         },
+        // Keeps the admin endpoint /runtime_modify usable for operators.
+        { name: 'admin', admin_layer: {} },
       ],
     },
     static_resources: {

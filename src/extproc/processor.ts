@@ -295,11 +295,13 @@ export class RequestProcessor implements StreamProcessor {
     const json = this.json as { chunks: Buffer[]; bytes: number; verifying: boolean };
     if (json.verifying) {
       json.bytes += chunk.length;
-      if (!end || json.bytes > this.deps.maxInspectedBodyBytes) {
-        // Larger than Envoy's buffer or our inspection limit: headers have gone out; pass it through.
+      if (!end) {
+        // Larger than Envoy's buffer: it sent what it held and streams the rest without us, so
+        // the headers have gone out. Pass it through.
         json.verifying = false;
         json.chunks = [];
       } else {
+        // Envoy held the whole answer (it fits its buffer): validate it, whatever its size.
         json.chunks.push(chunk);
       }
     }
@@ -352,7 +354,12 @@ export class RequestProcessor implements StreamProcessor {
         const failed = outsidePick ? [] : kind === 'all_replicas_failed' ? tried : [last].filter((e): e is Endpoint => e !== undefined);
         for (const endpoint of failed) this.recordAttempt(endpoint, 'connect_failure', kind);
         this.finishRequest(kind);
-        const effective: ErrorKind = failed.length > 1 || (outsidePick && kind === 'all_replicas_failed') ? 'all_replicas_failed' : 'upstream_connect_failed';
+        if (outsidePick) {
+          return new GatewayError(kind, `Envoy sent the request for model ${this.model} to a host outside our pick, and it failed to connect: ${detail}`, {
+            details: { model: this.model },
+          });
+        }
+        const effective: ErrorKind = failed.length > 1 ? 'all_replicas_failed' : 'upstream_connect_failed';
         const what = failed.length > 1 ? `all ${failed.length} replicas tried for model ${this.model} failed` : `the replica for model ${this.model} could not be reached`;
         return new GatewayError(effective, `${what}: ${detail}`, { details: { model: this.model, replicas_tried: failed.length } });
       }

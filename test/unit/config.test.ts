@@ -295,3 +295,22 @@ describe('buildConfig: the result is deeply frozen', () => {
     assert.equal(config.routing.fallbacks, 2);
   });
 });
+
+describe('buildConfig: misspelt nested settings are refused, not ignored', () => {
+  const base = 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, models: [m]';
+  const cases: Array<[string, string]> = [
+    ['static:\n  pth: x.yaml\n', 'static.pth: unknown setting'],
+    [`${base}, targetport: 9000 }\n`, 'kubernetes.pools[0].targetport: unknown setting'],
+    [`${base} }\n  kubeconfig: /k\n`, 'kubernetes.kubeconfig: unknown setting'],
+    [`${base} }\n  inferencePools: { enable: true }\n`, 'kubernetes.inferencePools.enable: unknown setting'],
+    [`${base} }\n  timeouts: { watchSecond: 5 }\n`, 'kubernetes.timeouts.watchSecond: unknown setting'],
+    [`${base} }\n  backoff: { initialMs: 1, maxMs: 2, max: 3 }\n`, 'kubernetes.backoff.max: unknown setting'],
+    ['routing:\n  fallbacks: 1.5\n', 'routing.fallbacks: expected a whole number, got 1.5'],
+    ['quarantine:\n  consecutiveFailures: 2.5\n', 'quarantine.consecutiveFailures: expected a whole number, got 2.5'],
+  ];
+  for (const [text, message] of cases) {
+    it(message, () => {
+      assert.throws(() => buildConfig(text, {}), (err: Error) => err instanceof ConfigError && err.message.startsWith(message));
+    });
+  }
+});

@@ -751,3 +751,71 @@ describe('RequestProcessor: protocol violations throw', () => {
     },
   );
 });
+
+describe('RequestProcessor: answers we cannot or need not verify', () => {
+  it('a whole JSON answer above maxInspectedBodyBytes (no content-length) is still validated: Envoy held all of it', async () => {
+    const h = harness();
+    const p = h.processor();
+    route(p);
+    send(p, responseHeaders(200, JSON_TYPE));
+    const truncated = '{"data":"' + 'x'.repeat(LIMIT + 10);
+    const reply = send(p, responseBody(truncated, true));
+    assert.equal(setHeaders(reply.response_body?.response?.header_mutation)[':status'], '502');
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'truncated_response' }), 1);
+  });
+
+  it('a JSON answer declaring a content-length above the limit passes through and counts when it ends', async () => {
+    const h = harness();
+    const p = h.processor();
+    route(p);
+    const headersReply = send(p, responseHeaders(200, { ...JSON_TYPE, 'content-length': String(LIMIT + 1) }));
+    assert.equal(headersReply.mode_override, undefined, 'not held');
+    send(p, responseBody('{"partial":', false));
+    send(p, responseBody('true}', true));
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'success' }), 1);
+  });
+
+  it('a JSON answer larger than Envoy\'s buffer that then ends without end_of_stream is unverified: neither success nor failure', async () => {
+    const h = harness();
+    const p = h.processor();
+    route(p);
+    send(p, responseHeaders(200, JSON_TYPE));
+    send(p, responseBody('{"data":[1,2,3', false)); // BUFFERED_PARTIAL: the part Envoy could hold
+    p.finish({ kind: 'half-closed' });
+    assert.equal(await requests(h.metrics, { model: MODEL, result: 'unverified' }), 1);
+    assert.equal(await attempts(h.metrics, {}), 0);
+    assert.equal(h.load.inFlight(A), 0);
+  });
+
+  it('a compressed answer is not inspected (appending plain text would corrupt it)', async () => {
+    const h = harness();
+    const p = h.processor();
+    route(p);
+    assert.equal(send(p, responseHeaders(200, { ...SSE, 'content-encoding': 'gzip' })).response_headers?.response?.header_mutation, undefined);
+    const last = send(p, responseBody(Buffer.from([0x1f, 0x8b, 0x08, 0x00]), true));
+    assert.equal(last.response_body?.response?.body_mutation, undefined, 'nothing appended');
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'success' }), 1);
+  });
+
+  it('a stream released at shutdown records neither success nor failure', async () => {
+    const h = harness();
+    const p = h.processor();
+    route(p);
+    send(p, responseHeaders(200, SSE));
+    send(p, responseBody(CHUNK, false));
+    p.finish({ kind: 'released' });
+    assert.equal(await requests(h.metrics, { model: MODEL, result: 'released_at_shutdown' }), 1);
+    assert.equal(await attempts(h.metrics, {}), 0);
+  });
+
+  it('requests for models we do not serve are labelled (unknown), so clients cannot mint series', async () => {
+    const h = harness();
+    for (const model of ['gpt-1', 'gpt-2', 'x'.repeat(10_000)]) {
+      const p = h.processor();
+      send(p, requestHeaders(POST_CHAT));
+      send(p, requestBody({ model }));
+    }
+    assert.equal(await requests(h.metrics, { model: '(unknown)', result: 'model_not_found' }), 3);
+    assert.doesNotMatch(await h.metrics.registry.metrics(), /gpt-1/);
+  });
+});
