@@ -70,7 +70,7 @@ async function main(): Promise<void> {
   writeFileSync(join(stateDir, 'envoy.yaml'), toYaml(config, { lineWidth: 0 }));
   envoy = await startEnvoy({ configYaml: toYaml(config), name: 'demo', logLevel: 'warning' });
   const port = envoy.listenerPort('llm_gateway');
-  // The server is ready when Envoy can route through it.
+  // Ready when Envoy routes through llm-extproc and its endpoint cache has synced (503 before).
   await waitUntil(async () => ((await send(port, { path: '/v1/models' })).status === 200 ? true : undefined), { description: 'llm-extproc to answer through Envoy', timeoutMs: 20_000 });
 
   const base = `http://127.0.0.1:${port}`;

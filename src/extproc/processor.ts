@@ -126,7 +126,13 @@ export class RequestProcessor implements StreamProcessor {
     this.path = headers.get(':path') ?? '';
     this.requestId = headers.get('x-request-id') ?? '';
     if (message.end_of_stream === true) {
-      if (this.method === 'GET' && pathOnly(this.path) === '/v1/models') return this.immediateSuccess(this.deps.routing.modelList());
+      if (this.method === 'GET' && pathOnly(this.path) === '/v1/models') {
+        try {
+          return this.immediateSuccess(this.deps.routing.modelList());
+        } catch (err) {
+          return this.reject(GatewayError.from(err));
+        }
+      }
       if (this.method !== 'POST') return this.reject(new GatewayError('method_not_allowed', `${this.method} is not supported on ${pathOnly(this.path)}; inference requests are POSTs with a JSON body`));
       return this.reject(new GatewayError('missing_body', `POST ${pathOnly(this.path)} has no body; send an OpenAI-style JSON request with a "model" field`));
     }

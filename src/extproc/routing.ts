@@ -28,7 +28,7 @@ export interface Routing {
   release(routed: RoutedRequest): void;
   recordSuccess(endpoint: Endpoint): void;
   recordFailure(endpoint: Endpoint, failure: AttemptFailure): void;
-  /** OpenAI `GET /v1/models` answer from the cache. */
+  /** OpenAI `GET /v1/models` answer from the cache; throws `no_ready_replica` before the first sync. */
   modelList(): unknown;
   /** Whether some pool serves this model (bounds metric label values to configured models). */
   servesModel(model: string): boolean;
@@ -50,13 +50,7 @@ export class StoreRouting implements Routing {
   ) {}
 
   route(model: string): RoutedRequest {
-    if (!this.store.isSynced()) {
-      // Until the source's first complete view we know neither the models nor their pods.
-      throw new GatewayError('no_ready_replica', `model ${model} cannot be routed yet: the endpoint list has not been loaded (waiting for the first sync with the endpoint source). Retry in about ${NOT_SYNCED_RETRY_AFTER_SECONDS} s.`, {
-        details: { model, endpoints_synced: false },
-        retryAfterSeconds: NOT_SYNCED_RETRY_AFTER_SECONDS,
-      });
-    }
+    this.requireSynced(`model ${model} cannot be routed yet`, { model });
     const pools = this.store.view().poolsByModel.get(model);
     if (pools === undefined || pools.length === 0) {
       throw new GatewayError('model_not_found', `the model ${model} does not exist or is not served here`, { details: { param: 'model', model } });
@@ -76,6 +70,16 @@ export class StoreRouting implements Routing {
     if (primary !== undefined) this.load.release(primary.address);
   }
 
+  /** Until the source's first complete view we know neither the models nor their pods. */
+  private requireSynced(what: string, details: Record<string, unknown>): void {
+    if (this.store.isSynced()) return;
+    throw new GatewayError(
+      'no_ready_replica',
+      `${what}: the endpoint list has not been loaded (waiting for the first sync with the endpoint source). Retry in about ${NOT_SYNCED_RETRY_AFTER_SECONDS} s.`,
+      { details: { ...details, endpoints_synced: false }, retryAfterSeconds: NOT_SYNCED_RETRY_AFTER_SECONDS },
+    );
+  }
+
   recordSuccess(endpoint: Endpoint): void {
     this.store.recordSuccess(endpoint.address);
   }
@@ -89,6 +93,7 @@ export class StoreRouting implements Routing {
   }
 
   modelList(): unknown {
+    this.requireSynced('the served models cannot be listed yet', {});
     const view = this.store.view();
     const data = [...view.poolsByModel.keys()].sort().map((id) => ({ id, object: 'model', created: 0, owned_by: 'llm-extproc' }));
     return { object: 'list', data };

@@ -408,6 +408,10 @@ void describe('Kubernetes endpoints through a real Envoy', () => {
     assert.equal(early.headers['retry-after'], '5');
     assert.match(error.message, /^model llama-3-8b cannot be routed yet: the endpoint list has not been loaded/);
     assert.equal(error.endpoints_synced, false);
+    // Nor can the model list be given yet: an empty 200 would tell clients there are no models.
+    const earlyModels = await gateway.send({ path: '/v1/models' });
+    assert.equal(earlyModels.status, 503);
+    assert.equal(assertStructuredError(earlyModels, 'model list before the first sync').code, 'no_ready_replica');
     assert.equal(inferenceRequests(servers.a).length + inferenceRequests(servers.b).length, 0);
 
     // The API server comes back: the first list syncs the cache and health flips to SERVING.
@@ -419,6 +423,9 @@ void describe('Kubernetes endpoints through a real Envoy', () => {
     assert.equal((await fetch(readyz)).status, 200);
     await waitForStates(gateway, { a: 'Ready', b: 'NotReady' });
     assert.deepEqual(await probe(cluster, 'synced', 5, ['a']), { a: 5, b: 0, c: 0 });
+    const models = await gateway.send({ path: '/v1/models' });
+    assert.equal(models.status, 200);
+    assert.deepEqual((models.json() as { data: Array<{ id: string }> }).data.map((m) => m.id), [MODEL]);
   });
 
   void it('follows pod changes made while the watch was broken (410 Gone, dropped connection) and counts the restarts', async (t) => {
