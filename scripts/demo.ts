@@ -1,7 +1,7 @@
 // `npm run demo`: a real Envoy, llm-extproc (as its own process, exactly as deployed) and three
 // local model servers wired by a static endpoints file you can edit while it runs.
 // Flags: --port N (Envoy listener, default 8080; 0 = any free port), --smoke (send sample requests,
-// print the answers and exit: what the test suite runs to keep this command honest).
+// print the answers and exit: what the test suite runs to keep this command honest), --state-dir D.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -16,9 +16,12 @@ import { poolsYaml } from '../test/support/gateway.js';
 import { waitUntil } from '../test/support/wait-until.js';
 import { repoRoot } from './repo-root.js';
 
-const { values } = parseArgs({ options: { port: { type: 'string', default: '8080' }, smoke: { type: 'boolean', default: false } } });
+const { values } = parseArgs({
+  options: { port: { type: 'string', default: '8080' }, smoke: { type: 'boolean', default: false }, 'state-dir': { type: 'string' } },
+});
 const root = repoRoot();
-const stateDir = join(root, '.cache', 'demo');
+// Endpoints file, configs and the Unix socket live here (--state-dir lets two demos run side by side).
+const stateDir = values['state-dir'] ?? join(root, '.cache', 'demo');
 mkdirSync(stateDir, { recursive: true });
 
 const children: ChildProcess[] = [];
