@@ -22,7 +22,6 @@ import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE, ERROR_HEADER } from
 import type { StreamEnd, StreamProcessor } from './processor-contract.js';
 import { attributeNumber, attributeString, headerLookup, headerMutation, metadataNamespaces } from './wire-values.js';
 
-
 export interface ProcessorMetrics {
   requestStarted(): void;
   requestEnded(): void;
@@ -37,7 +36,7 @@ export interface ProcessorDeps {
   readonly metrics: ProcessorMetrics;
   readonly logger: Logger;
   readonly maxRequestBodyBytes: number;
-  /** Largest non-streaming JSON body we hold a copy of to validate; larger ones pass unverified. */
+  /** JSON answers declaring a larger content-length are not held for validation; they pass through. */
   readonly maxInspectedBodyBytes: number;
 }
 
@@ -68,8 +67,8 @@ export class RequestProcessor implements StreamProcessor {
   private servedBy: Endpoint | undefined;
   private responseStatus = 0;
   private sse: SseInspector | undefined;
-  private json: { chunks: Buffer[]; bytes: number; verifying: boolean } | undefined;
-  private pendingLocalReply: { status: number } | undefined;
+  /** A JSON answer larger than Envoy's buffer: it passes through without validation. */
+  private jsonTooLargeToHold = false;
   /** Outcome to record when a passed-through body ends (e.g. an upstream JSON 5xx is a failure). */
   private pendingOutcome: { failure: AttemptFailure | undefined; result: string } | undefined;
   private finished = false;
@@ -197,7 +196,6 @@ export class RequestProcessor implements StreamProcessor {
     }
     if (codeDetails === undefined && status >= 500 && !isJsonContentType(contentType) && headers.get(ERROR_HEADER) === undefined) {
       // No attributes to tell who answered: read the (small, plain-text) body before deciding.
-      this.pendingLocalReply = { status };
       this.phase = 'response_local_text';
       return { response_headers: { response: {} }, mode_override: { response_body_mode: 'BUFFERED' } };
     }
@@ -217,7 +215,6 @@ export class RequestProcessor implements StreamProcessor {
         // We may append an error event at the end, so a fixed content-length cannot stay.
         return headers.has('content-length') ? { response_headers: { response: { header_mutation: headerMutation([], ['content-length']) } } } : CONTINUE_RESPONSE_HEADERS;
       case 'json':
-        this.json = { chunks: [], bytes: 0, verifying: true };
         this.phase = 'response_json';
         // Hold the headers until the body is complete so a broken body can still become a clean 502.
         return { response_headers: { response: {} }, mode_override: { response_body_mode: 'BUFFERED_PARTIAL' } };
@@ -297,27 +294,17 @@ export class RequestProcessor implements StreamProcessor {
     return { response_body: { response: { body_mutation: { body } } } };
   }
 
+  /**
+   * BUFFERED_PARTIAL: an answer that fits Envoy's buffer arrives whole, in one message with
+   * end_of_stream, and is validated. A larger one arrives as a first part without end_of_stream:
+   * its headers have gone out and Envoy streams the rest, so it passes through unverified.
+   */
   private onJsonChunk(chunk: Buffer, end: boolean): ProcessingResponse {
-    const json = this.json as { chunks: Buffer[]; bytes: number; verifying: boolean };
-    if (json.verifying) {
-      json.bytes += chunk.length;
-      if (!end) {
-        // Larger than Envoy's buffer: it sent what it held and streams the rest without us, so
-        // the headers have gone out. Pass it through.
-        json.verifying = false;
-        json.chunks = [];
-      } else {
-        // Envoy held the whole answer (it fits its buffer): validate it, whatever its size.
-        json.chunks.push(chunk);
-      }
-    }
-    if (!end) return CONTINUE_RESPONSE_BODY;
-    if (!json.verifying) {
-      this.settle(undefined, 'ok');
+    if (!end) {
+      this.jsonTooLargeToHold = true;
       return CONTINUE_RESPONSE_BODY;
     }
-    const verdict: BodyVerdict = inspectJsonBody(json.chunks.length === 1 ? chunk : Buffer.concat(json.chunks));
-    json.chunks = [];
+    const verdict: BodyVerdict = this.jsonTooLargeToHold ? { ok: true } : inspectJsonBody(chunk);
     if (verdict.ok) {
       this.settle(undefined, 'ok');
       return CONTINUE_RESPONSE_BODY;
@@ -329,7 +316,7 @@ export class RequestProcessor implements StreamProcessor {
   }
 
   private onLocalReplyText(chunk: Buffer): ProcessingResponse {
-    const facts = { ...(this.pendingLocalReply ?? { status: this.responseStatus }), bodyText: chunk.toString('utf8', 0, Math.min(chunk.length, 2048)) };
+    const facts = { status: this.responseStatus, bodyText: chunk.toString('utf8', 0, Math.min(chunk.length, 2048)) };
     const local = classifyEnvoyReply(facts);
     const err =
       local !== undefined
@@ -392,7 +379,7 @@ export class RequestProcessor implements StreamProcessor {
       this.finishRequest('released_at_shutdown');
       return;
     }
-    if (this.phase === 'response_json' && this.json?.verifying === false) {
+    if (this.phase === 'response_json' && this.jsonTooLargeToHold) {
       // Larger than Envoy's buffer: Envoy streamed the rest without us and we cannot tell a clean
       // end from a reset. Neither success nor failure is recorded for the replica.
       this.finishRequest('unverified');
