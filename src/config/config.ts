@@ -12,6 +12,8 @@ export interface Config {
     readonly grpc: string;
     /** HTTP /metrics, /healthz, /readyz, /debug/endpoints: `host:port`. */
     readonly http: string;
+    /** TLS on the gRPC listener; absent = plaintext (sidecar, Unix socket). */
+    readonly tls?: GrpcTlsConfig;
   };
   readonly logLevel: LogLevel;
   readonly source:
@@ -22,6 +24,17 @@ export interface Config {
     readonly fallbacks: number;
     readonly maxRequestBodyBytes: number;
     readonly maxInspectedBodyBytes: number;
+    /**
+     * Serve exactly this pool (a configured pool's name, or `namespace/name` of an InferencePool):
+     * behind an InferencePool the gateway's cluster holds only that pool's endpoints. Absent = all pools.
+     */
+    readonly pool?: string;
+    /**
+     * How the pick is handed to Envoy. `list`: `primary,fallback,…` in `envoy.lb` metadata for
+     * override_host. `single`: exactly one `ip:port` in header and metadata (ORIGINAL_DST, kgateway,
+     * Envoy AI Gateway).
+     */
+    readonly destinationFormat: DestinationFormat;
   };
   readonly quarantine: { readonly threshold: number; readonly baseMs: number; readonly maxMs: number };
   /** On SIGTERM: keep answering (health NOT_SERVING) this long, so the proxy moves away first. */
@@ -29,6 +42,13 @@ export interface Config {
   /** Then stop taking new streams; open ones get this long before they are released to Envoy. */
   readonly shutdownGraceMs: number;
 }
+
+export type DestinationFormat = 'list' | 'single';
+
+/** Certificate and key files (PEM, reloaded when they change), or a self-signed pair made at start. */
+export type GrpcTlsConfig =
+  | { readonly mode: 'files'; readonly certFile: string; readonly keyFile: string }
+  | { readonly mode: 'self-signed' };
 
 export class ConfigError extends Error {
   override readonly name = 'ConfigError';
@@ -157,8 +177,8 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
   const listen = section(raw, 'listen');
   const routing = section(raw, 'routing');
   const quarantine = section(raw, 'quarantine');
-  rejectUnknownKeys(listen, ['grpc', 'http'], 'listen.');
-  rejectUnknownKeys(routing, ['fallbacks', 'maxRequestBodyBytes', 'maxInspectedBodyBytes'], 'routing.');
+  rejectUnknownKeys(listen, ['grpc', 'http', 'tls'], 'listen.');
+  rejectUnknownKeys(routing, ['fallbacks', 'maxRequestBodyBytes', 'maxInspectedBodyBytes', 'pool', 'destinationFormat'], 'routing.');
   rejectUnknownKeys(quarantine, ['consecutiveFailures', 'baseSeconds', 'maxSeconds'], 'quarantine.');
   const logLevel = readLogLevel(raw, env);
 
@@ -176,6 +196,7 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
     listen: {
       grpc: nonEmpty(env.LLM_EXTPROC_GRPC_ADDRESS) ?? str(listen, 'grpc', 'listen.', '0.0.0.0:9002'),
       http: nonEmpty(env.LLM_EXTPROC_HTTP_ADDRESS) ?? str(listen, 'http', 'listen.', '0.0.0.0:9090'),
+      ...tlsSection(section(listen, 'tls')),
     },
     logLevel,
     source,
@@ -183,6 +204,8 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
       fallbacks: whole(routing, 'fallbacks', 'routing.', 2, 0),
       maxRequestBodyBytes: num(routing, 'maxRequestBodyBytes', 'routing.', 8 * 1024 * 1024, 1),
       maxInspectedBodyBytes: num(routing, 'maxInspectedBodyBytes', 'routing.', 4 * 1024 * 1024, 0),
+      ...(routing.pool === undefined || routing.pool === null ? {} : { pool: str(routing, 'pool', 'routing.') }),
+      destinationFormat: destinationFormat(routing),
     },
     quarantine: {
       threshold: whole(quarantine, 'consecutiveFailures', 'quarantine.', 3, 1),
@@ -194,6 +217,27 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
   };
   if (config.quarantine.maxMs < config.quarantine.baseMs) throw new ConfigError('quarantine.maxSeconds: must be ≥ quarantine.baseSeconds');
   return deepFreeze(config);
+}
+
+/** `listen.tls`: `enabled` with both files, or with neither (self-signed at start). */
+function tlsSection(tls: Raw): { tls?: GrpcTlsConfig } {
+  rejectUnknownKeys(tls, ['enabled', 'certFile', 'keyFile'], 'listen.tls.');
+  if (tls.enabled === undefined || tls.enabled === null || tls.enabled === false) {
+    if (tls.certFile !== undefined || tls.keyFile !== undefined) throw new ConfigError('listen.tls.enabled: set it to true to use certFile/keyFile');
+    return {};
+  }
+  if (tls.enabled !== true) throw new ConfigError(`listen.tls.enabled: expected true or false, got ${JSON.stringify(tls.enabled)}`);
+  const hasCert = tls.certFile !== undefined && tls.certFile !== null;
+  const hasKey = tls.keyFile !== undefined && tls.keyFile !== null;
+  if (hasCert !== hasKey) throw new ConfigError('listen.tls: give both certFile and keyFile, or neither for a self-signed certificate');
+  if (!hasCert) return { tls: { mode: 'self-signed' } };
+  return { tls: { mode: 'files', certFile: str(tls, 'certFile', 'listen.tls.'), keyFile: str(tls, 'keyFile', 'listen.tls.') } };
+}
+
+function destinationFormat(routing: Raw): DestinationFormat {
+  const value = routing.destinationFormat ?? 'list';
+  if (value !== 'list' && value !== 'single') throw new ConfigError(`routing.destinationFormat: expected list or single, got ${JSON.stringify(value)}`);
+  return value;
 }
 
 const TOP_LEVEL_KEYS = ['listen', 'logLevel', 'static', 'kubernetes', 'routing', 'quarantine', 'shutdownDrainSeconds', 'shutdownGraceSeconds'];

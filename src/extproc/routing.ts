@@ -22,9 +22,19 @@ export interface RoutedRequest {
   readonly destinations: readonly string[];
 }
 
+/** What the picker may use about one request. */
+export interface RouteRequest {
+  readonly model: string;
+  /**
+   * The gateway's subset hint (`envoy.lb.subset_hint` → `x-gateway-destination-endpoint-subset`):
+   * only these `ip:port` addresses may be picked. Undefined = no restriction.
+   */
+  readonly subset?: ReadonlySet<string>;
+}
+
 export interface Routing {
   /** Throws GatewayError `model_not_found` or `no_ready_replica`. */
-  route(model: string): RoutedRequest;
+  route(request: RouteRequest): RoutedRequest;
   release(routed: RoutedRequest): void;
   recordSuccess(endpoint: Endpoint): void;
   recordFailure(endpoint: Endpoint, failure: AttemptFailure): void;
@@ -49,7 +59,8 @@ export class StoreRouting implements Routing {
     private readonly options: RoutingOptions,
   ) {}
 
-  route(model: string): RoutedRequest {
+  route(request: RouteRequest): RoutedRequest {
+    const model = request.model;
     this.requireSynced(`model ${model} cannot be routed yet`, { model });
     const pools = this.store.view().poolsByModel.get(model);
     if (pools === undefined || pools.length === 0) {

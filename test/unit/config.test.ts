@@ -47,7 +47,7 @@ describe('buildConfig: defaults', () => {
       assert.deepEqual(config.listen, { grpc: '0.0.0.0:9002', http: '0.0.0.0:9090' });
       assert.equal(config.logLevel, 'info');
       assert.deepEqual(config.source, { kind: 'static', path: 'endpoints.yaml' });
-      assert.deepEqual(config.routing, { fallbacks: 2, maxRequestBodyBytes: 8 * MiB, maxInspectedBodyBytes: 4 * MiB });
+      assert.deepEqual(config.routing, { fallbacks: 2, maxRequestBodyBytes: 8 * MiB, maxInspectedBodyBytes: 4 * MiB, destinationFormat: 'list' });
       assert.deepEqual(config.quarantine, { threshold: 3, baseMs: 10_000, maxMs: 300_000 });
       assert.equal(config.shutdownGraceMs, 20_000);
     });
@@ -79,7 +79,7 @@ shutdownGraceSeconds: 0
     assert.deepEqual(config.listen, { grpc: 'unix:///run/llm-extproc.sock', http: '127.0.0.1:9191' });
     assert.equal(config.logLevel, 'debug');
     assert.deepEqual(config.source, { kind: 'static', path: '/etc/llm-extproc/endpoints.yaml' });
-    assert.deepEqual(config.routing, { fallbacks: 0, maxRequestBodyBytes: MiB, maxInspectedBodyBytes: 0 });
+    assert.deepEqual(config.routing, { fallbacks: 0, maxRequestBodyBytes: MiB, maxInspectedBodyBytes: 0, destinationFormat: 'list' });
     assert.deepEqual(config.quarantine, { threshold: 5, baseMs: 1_500, maxMs: 60_000 });
     assert.equal(config.shutdownGraceMs, 0);
   });
@@ -313,4 +313,25 @@ describe('buildConfig: misspelt nested settings are refused, not ignored', () =>
       assert.throws(() => buildConfig(text, {}), (err: Error) => err instanceof ConfigError && err.message.startsWith(message));
     });
   }
+});
+
+describe('gRPC TLS, pool scope and destination format', () => {
+  it('reads TLS with files, self-signed TLS, and plaintext', () => {
+    const files = buildConfig('listen:\n  tls:\n    enabled: true\n    certFile: /tls/tls.crt\n    keyFile: /tls/tls.key\n', {});
+    assert.deepEqual(files.listen.tls, { mode: 'files', certFile: '/tls/tls.crt', keyFile: '/tls/tls.key' });
+    assert.deepEqual(buildConfig('listen:\n  tls:\n    enabled: true\n', {}).listen.tls, { mode: 'self-signed' });
+    assert.equal(buildConfig('listen:\n  tls:\n    enabled: false\n', {}).listen.tls, undefined);
+  });
+
+  it('rejects half a TLS key pair and files without enabled', () => {
+    assert.throws(() => buildConfig('listen:\n  tls:\n    enabled: true\n    certFile: /a\n', {}), /both certFile and keyFile/);
+    assert.throws(() => buildConfig('listen:\n  tls:\n    certFile: /a\n    keyFile: /b\n', {}), /listen\.tls\.enabled/);
+  });
+
+  it('reads the pool scope and the destination format', () => {
+    const config = buildConfig('routing:\n  pool: models/llama\n  destinationFormat: single\n', {});
+    assert.equal(config.routing.pool, 'models/llama');
+    assert.equal(config.routing.destinationFormat, 'single');
+    assert.throws(() => buildConfig('routing:\n  destinationFormat: csv\n', {}), /routing\.destinationFormat: expected list or single/);
+  });
 });
