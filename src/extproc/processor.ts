@@ -154,7 +154,7 @@ export class RequestProcessor implements StreamProcessor {
     try {
       const inference = readInferenceRequest(body);
       this.model = inference.model;
-      this.routed = this.deps.routing.route({ model: inference.model });
+      this.routed = this.deps.routing.route({ model: inference.model, promptBlocks: inference.promptBlocks });
     } catch (err) {
       return this.reject(GatewayError.from(err));
     }

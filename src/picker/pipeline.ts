@@ -39,6 +39,8 @@ export interface PipelineOptions {
   readonly fallbacks: number;
   /** Bounded load for prefix affinity: the owner keeps a prefix while load ≤ factor × mean + slack. */
   readonly boundedLoad: { readonly factor: number; readonly slack: number };
+  /** The affinity key is the hash of the prompt's first `keyBlocks` blocks (or of all, if fewer). */
+  readonly keyBlocks: number;
   /** Adapters a server may hold before LoRA affinity stops sending it new ones. */
   readonly maxAdaptersPerServer: number;
   readonly poolPolicy: (pool: string) => PoolPolicy;
@@ -50,7 +52,7 @@ export const DEFAULT_BOUNDED_LOAD = { factor: 1.25, slack: 2 } as const;
 
 export interface PickRequest {
   readonly model: string;
-  /** Chained prompt block hashes (prompt-hash.ts); the last one is the affinity key. */
+  /** Chained prompt block hashes (prompt-hash.ts); the one at `keyBlocks` is the affinity key. */
   readonly promptBlocks?: readonly number[];
   /** Only these `ip:port` may be picked (the gateway's subset hint). */
   readonly subset?: ReadonlySet<string>;
@@ -162,7 +164,7 @@ export class Picker {
       excluded[i] = 0;
       eligible++;
       loadSum += outstandingLoad(cell.inFlight, load?.waiting, load?.running);
-      if (!adapterKnown && cell.adapters.has(request.model)) adapterKnown = true;
+      if (!adapterKnown && load !== undefined && cell.adapters.has(request.model)) adapterKnown = true;
     }
     if (eligible === 0) return { kind: 'shed', pools: this.poolsOf(set, count), shortestQueue };
 
@@ -170,8 +172,8 @@ export class Picker {
     const waitingRange = { min: minWaiting, max: maxWaiting };
     const meanLoad = loadSum / eligible;
     const blocks = request.promptBlocks;
-    const useAffinity = weights.prefix > 0 && blocks !== undefined && blocks.length > 0;
-    const key = useAffinity ? blocks[blocks.length - 1] : 0;
+    const useAffinity = weights.prefix > 0 && blocks !== undefined && blocks.length > 0 && this.options.keyBlocks > 0;
+    const key = useAffinity ? blocks[Math.min(blocks.length, this.options.keyBlocks) - 1] : 0;
     // The LoRA scorer only speaks for a model that some candidate reports as an adapter.
     const useLora = weights.lora > 0 && adapterKnown;
 
