@@ -13,6 +13,9 @@ import { StoreRouting } from './extproc/routing.js';
 import { startOpsServer } from './http/ops-server.js';
 import { Metrics } from './metrics/metrics.js';
 import { LoadTracker } from './picker/load-tracker.js';
+import { MetricsScraper } from './picker/scraper.js';
+import { metricsFormatFor } from './picker/settings.js';
+import { SignalBoard } from './picker/signals.js';
 
 export interface RunningApp {
   /** Bound gRPC address (`host:port` or `unix:///path`). */
@@ -71,7 +74,26 @@ export async function startApp(config: Config, logger: Logger, options: { metric
       };
     },
   };
-  const routing = new StoreRouting(store, new LoadTracker(), { fallbacks: config.routing.fallbacks });
+  // One signal cell per endpoint: our in-flight count (load tracker) and the server's own report
+  // (scraper), read by the picker on every request.
+  const board = new SignalBoard();
+  const routing = new StoreRouting(store, new LoadTracker(board), { fallbacks: config.routing.fallbacks, picker: config.picker });
+  const scraper = new MetricsScraper(
+    board,
+    () => store.view(),
+    {
+      intervalMs: config.picker.metrics.intervalMs,
+      timeoutMs: config.picker.metrics.timeoutMs,
+      staleAfterMs: config.picker.metrics.staleAfterMs,
+      concurrency: config.picker.metrics.concurrency,
+      path: config.picker.metrics.path,
+      formatFor: (pool) => metricsFormatFor(config.picker, pool),
+    },
+    { scraped: (result, seconds) => metrics.scraped(result, seconds) },
+  );
+  metrics.reportLoadStatesFrom(function* () {
+    for (const cell of board.all()) yield cell.metricsState;
+  });
   const requestLogger = logger.child({ component: 'extproc' });
   const grpc = await startGrpcServer({
     address: config.listen.grpc,
@@ -86,7 +108,12 @@ export async function startApp(config: Config, logger: Logger, options: { metric
         maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
       }),
   });
-  const ops = await startOpsServer(config.listen.http, { registry: metrics.registry, isReady: () => health.isServing(), view: () => store.view() });
+  const ops = await startOpsServer(config.listen.http, {
+    registry: metrics.registry,
+    isReady: () => health.isServing(),
+    view: () => store.view(),
+    signals: (address) => board.snapshot(address),
+  });
   // The source starts last: the servers answer NOT_SERVING until its first complete view arrives.
   try {
     await source.start(store);
@@ -95,6 +122,9 @@ export async function startApp(config: Config, logger: Logger, options: { metric
     await ops.close();
     throw err;
   }
+  // Scrapes the first synced view at once, then every interval; a view change is picked up at the
+  // next cycle, and until then a new endpoint counts as `missing` (never as idle).
+  if (config.picker.metrics.enabled) scraper.start();
   logger.info({ grpc: grpc.address, http: ops.port, source: source.name }, 'llm-extproc started');
 
   let stopping: Promise<void> | undefined;
@@ -112,6 +142,7 @@ export async function startApp(config: Config, logger: Logger, options: { metric
           await new Promise((resolve) => setTimeout(resolve, config.shutdownDrainMs));
         }
         await grpc.shutdown(config.shutdownGraceMs);
+        await scraper.stop();
         await source.stop();
         await ops.close();
         store.stop();

@@ -3,6 +3,8 @@
 
 import { parse as parseYaml } from 'yaml';
 import type { KubernetesSourceConfig } from '../endpoints/kubernetes-source.js';
+import type { PickerSettings } from '../picker/settings.js';
+import { PickerConfigError, pickerSection } from './picker-config.js';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 
@@ -37,6 +39,8 @@ export interface Config {
     readonly destinationFormat: DestinationFormat;
   };
   readonly quarantine: { readonly threshold: number; readonly baseMs: number; readonly maxMs: number };
+  /** Load-aware, cache-affine picking (picker-config.ts). */
+  readonly picker: PickerSettings;
   /** On SIGTERM: keep answering (health NOT_SERVING) this long, so the proxy moves away first. */
   readonly shutdownDrainMs: number;
   /** Then stop taking new streams; open ones get this long before they are released to Envoy. */
@@ -212,6 +216,7 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
       baseMs: num(quarantine, 'baseSeconds', 'quarantine.', 10, 0) * 1000,
       maxMs: num(quarantine, 'maxSeconds', 'quarantine.', 300, 0) * 1000,
     },
+    picker: pickerOrConfigError(raw.picker),
     shutdownDrainMs: num(raw, 'shutdownDrainSeconds', '', 5, 0) * 1000,
     shutdownGraceMs: num(raw, 'shutdownGraceSeconds', '', 20, 0) * 1000,
   };
@@ -240,7 +245,16 @@ function destinationFormat(routing: Raw): DestinationFormat {
   return value;
 }
 
-const TOP_LEVEL_KEYS = ['listen', 'logLevel', 'static', 'kubernetes', 'routing', 'quarantine', 'shutdownDrainSeconds', 'shutdownGraceSeconds'];
+const TOP_LEVEL_KEYS = ['listen', 'logLevel', 'static', 'kubernetes', 'routing', 'quarantine', 'picker', 'shutdownDrainSeconds', 'shutdownGraceSeconds'];
+
+function pickerOrConfigError(raw: unknown): PickerSettings {
+  try {
+    return pickerSection(raw);
+  } catch (err) {
+    if (err instanceof PickerConfigError) throw new ConfigError(err.message);
+    throw err;
+  }
+}
 
 /** A misspelt key would silently fall back to a default: refuse it instead. */
 function rejectUnknownKeys(raw: Raw, known: readonly string[], where: string): void {

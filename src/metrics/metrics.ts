@@ -81,6 +81,30 @@ export class Metrics {
     collect: () => this.collectCacheAge(),
   });
 
+  private readonly scrapes = new Counter({
+    name: 'llm_extproc_model_server_scrapes_total',
+    help: 'Scrapes of model-server metrics endpoints, by result (ok, timeout, http_error, connect_error, parse_error).',
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly scrapeSeconds = new Histogram({
+    name: 'llm_extproc_model_server_scrape_seconds',
+    help: 'Time one model-server metrics scrape took, failed ones included.',
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+    registers: [this.registry],
+  });
+
+  private readonly endpointMetricsStates = new Gauge({
+    name: 'llm_extproc_endpoint_load_reports',
+    help: 'Endpoints by the state of their model-server load report (fresh, missing, failing, stale). Only fresh reports count for picking.',
+    labelNames: ['state'] as const,
+    registers: [this.registry],
+    collect: () => this.collectLoadReports(),
+  });
+
+  private loadReportStates: () => Iterable<string> = () => [];
+
   private readonly lastRefresh = new Map<string, number>();
   /** Label sets used per endpoint address, so they can be removed when the address goes away. */
   private readonly seriesByEndpoint = new Map<string, Map<string, Record<string, string>>>();
@@ -133,6 +157,22 @@ export class Metrics {
 
   sourceError(source: string): void {
     this.sourceErrors.inc({ source });
+  }
+
+  scraped(result: string, seconds: number): void {
+    this.scrapes.inc({ result });
+    this.scrapeSeconds.observe(seconds);
+  }
+
+  /** Where the per-endpoint report states come from (the picker's signal board, via app.ts). */
+  reportLoadStatesFrom(states: () => Iterable<string>): void {
+    this.loadReportStates = states;
+  }
+
+  private collectLoadReports(): void {
+    const counts = new Map<string, number>([['fresh', 0], ['missing', 0], ['failing', 0], ['stale', 0]]);
+    for (const state of this.loadReportStates()) counts.set(state, (counts.get(state) ?? 0) + 1);
+    for (const [state, count] of counts) this.endpointMetricsStates.set({ state }, count);
   }
 
   sourceRefreshed(source: string, at: number = Date.now()): void {

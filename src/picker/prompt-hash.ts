@@ -1,9 +1,13 @@
-// Prompt prefix hashing for cache affinity. The prompt (chat messages, completion prompt,
-// Responses input) is fed, piece by piece, through a streaming 32-bit FNV-1a hash cut into blocks
+// Prompt prefix hashing for cache affinity. The prompt's shared part (chat messages, completion
+// prompt, Responses input) is fed, piece by piece, through a streaming 32-bit FNV-1a hash cut into blocks
 // of `blockChars` characters; block i's hash chains block i-1's, so two prompts share the hash of
 // block i exactly when they share their first i blocks (up to collisions). Only the first
 // `maxBlocks` blocks are read: the affinity key needs no more, and a huge prompt costs no more
 // than a short one. The text is only hashed: nothing here keeps, returns or logs it.
+//
+// In a conversation the last message is the new turn: no server has it cached, and it differs from
+// request to request, so it is left out whenever earlier messages exist. What remains (system
+// prompt, earlier turns) is what requests share and what a server's prefix cache holds.
 
 export interface PromptHashOptions {
   /** Characters per block (UTF-16 code units). */
@@ -74,7 +78,8 @@ function feedContent(h: BlockHasher, content: unknown): void {
   }
 }
 
-function feedMessages(h: BlockHasher, messages: readonly unknown[]): void {
+function feedMessages(h: BlockHasher, all: readonly unknown[]): void {
+  const messages = all.length > 1 ? all.slice(0, -1) : all;
   for (const message of messages) {
     if (h.full) return;
     if (!isRecord(message)) continue;

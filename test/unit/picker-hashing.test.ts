@@ -14,10 +14,21 @@ describe('promptBlockHashes', () => {
     assert.equal(a.length, 4);
     // "system␟shared system prompt␟user␟" is 34 units: the first 4 blocks of 8 are shared.
     assert.deepEqual(a, b);
-    const c = promptBlockHashes(chat(['system', 'shared'], ['user', 'q']), { blockChars: 8, maxBlocks: 16 });
-    const d = promptBlockHashes(chat(['system', 'shared'], ['user', 'r']), { blockChars: 8, maxBlocks: 16 });
+    const c = promptBlockHashes(chat(['system', 'shared'], ['user', 'earlier turn'], ['user', 'q']), { blockChars: 8, maxBlocks: 16 });
+    const d = promptBlockHashes(chat(['system', 'shared'], ['user', 'another turn'], ['user', 'q']), { blockChars: 8, maxBlocks: 16 });
     assert.equal(c[0], d[0]);
     assert.notEqual(c.at(-1), d.at(-1));
+  });
+
+  it('leaves out the newest message of a conversation: requests sharing a system prompt share every hash', () => {
+    const a = promptBlockHashes(chat(['system', 'short system prompt'], ['user', 'first question, long enough to fill blocks']), opts);
+    const b = promptBlockHashes(chat(['system', 'short system prompt'], ['user', 'second question']), opts);
+    assert.deepEqual(a, b);
+    assert.notDeepEqual(a, promptBlockHashes(chat(['system', 'other system prompt'], ['user', 'second question']), opts));
+  });
+
+  it('a single message is hashed whole', () => {
+    assert.notDeepEqual(promptBlockHashes(chat(['user', 'one question']), opts), promptBlockHashes(chat(['user', 'another question']), opts));
   });
 
   it('the same prompt always hashes the same (so every replica agrees)', () => {
