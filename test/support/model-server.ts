@@ -125,7 +125,7 @@ export interface StartModelServerOptions {
   readonly models?: readonly string[];
   readonly behavior?: Behavior;
   /** What GET /metrics reports (default: idle). */
-  readonly metrics?: VllmMetrics;
+  readonly metrics?: MetricsBehavior;
 }
 
 /** The load a fake vLLM server reports on GET /metrics. */
