@@ -143,29 +143,27 @@ export class Picker {
     let reporting = 0;
     let eligible = 0;
     let loadSum = 0;
-    let adapterKnown = false;
-    let shortestQueue = Infinity;
     for (let j = 0; j < count; j++) {
       const i = order[j];
       const cell = cells[i];
-      const load = cell.usableLoad();
-      if (cell.inFlight < minFlight) minFlight = cell.inFlight;
-      if (cell.inFlight > maxFlight) maxFlight = cell.inFlight;
-      if (load !== undefined) {
+      const flight = cell.inFlight;
+      if (flight < minFlight) minFlight = flight;
+      if (flight > maxFlight) maxFlight = flight;
+      if (cell.reporting) {
+        const waiting = cell.waiting;
         reporting++;
-        if (load.waiting < minWaiting) minWaiting = load.waiting;
-        if (load.waiting > maxWaiting) maxWaiting = load.waiting;
-        if (load.waiting < shortestQueue) shortestQueue = load.waiting;
-        if (load.waiting >= queueLimits[i]) {
+        if (waiting < minWaiting) minWaiting = waiting;
+        if (waiting > maxWaiting) maxWaiting = waiting;
+        if (waiting >= queueLimits[i]) {
           excluded[i] = 1;
           continue;
         }
-      }
+        loadSum += outstandingLoad(flight, waiting, cell.running);
+      } else loadSum += flight;
       excluded[i] = 0;
       eligible++;
-      loadSum += outstandingLoad(cell.inFlight, load?.waiting, load?.running);
-      if (!adapterKnown && load !== undefined && cell.adapters.has(request.model)) adapterKnown = true;
     }
+    const shortestQueue = minWaiting;
     if (eligible === 0) return { kind: 'shed', pools: this.poolsOf(set, count), shortestQueue };
 
     const flightRange = { min: minFlight, max: maxFlight };
@@ -174,8 +172,8 @@ export class Picker {
     const blocks = request.promptBlocks;
     const useAffinity = weights.prefix > 0 && blocks !== undefined && blocks.length > 0 && this.options.keyBlocks > 0;
     const key = useAffinity ? blocks[Math.min(blocks.length, this.options.keyBlocks) - 1] : 0;
-    // The LoRA scorer only speaks for a model that some candidate reports as an adapter.
-    const useLora = weights.lora > 0 && adapterKnown;
+    // The LoRA scorer only speaks for a model that some endpoint reports as an adapter.
+    const useLora = weights.lora > 0 && this.board.adapters.has(request.model);
 
     // Pass 2: scores, from a random start so that ties go to a random endpoint.
     const start = Math.floor(this.options.random() * count) % count;
@@ -189,19 +187,20 @@ export class Picker {
       const i = order[j];
       if (excluded[i] === 1) continue;
       const cell = cells[i];
-      const load = cell.usableLoad();
+      const reports = cell.reporting;
       let score = weights.inFlight * inFlightScore(cell.inFlight, flightRange);
-      if (weights.queue > 0) score += weights.queue * queueDepthScore(load?.waiting, waitingRange);
-      if (weights.kvCache > 0) score += weights.kvCache * kvCacheScore(load?.kvCacheUsage);
+      if (reports) {
+        if (weights.queue > 0) score += weights.queue * queueDepthScore(cell.waiting, waitingRange);
+        if (weights.kvCache > 0) score += weights.kvCache * kvCacheScore(cell.kvCacheUsage);
+      }
       if (useLora) {
-        const maxAdapters = Math.min(this.options.maxAdaptersPerServer, load?.maxAdapters ?? Infinity);
-        score += weights.lora * loraAffinityScore(request.model, { adapters: load === undefined ? undefined : cell.adapters, maxAdapters });
+        const maxAdapters = Math.min(this.options.maxAdaptersPerServer, cell.load?.maxAdapters ?? Infinity);
+        score += weights.lora * loraAffinityScore(request.model, reports ? cell.adapters : undefined, maxAdapters);
       }
       if (useAffinity) {
         // Owners must be known to be within bounds: when any candidate reports metrics, one
         // that does not is never trusted with a prefix.
-        const trusted = load !== undefined || reporting === 0;
-        if (trusted && !isOverloaded(outstandingLoad(cell.inFlight, load?.waiting, load?.running), meanLoad, boundedLoad.factor, boundedLoad.slack)) {
+        if ((reports || reporting === 0) && !isOverloaded(reports ? outstandingLoad(cell.inFlight, cell.waiting, cell.running) : cell.inFlight, meanLoad, boundedLoad.factor, boundedLoad.slack)) {
           const w = rendezvousWeight(key, hashes[i]);
           if (w > ownerWeight) {
             ownerWeight = w;

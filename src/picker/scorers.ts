@@ -38,22 +38,18 @@ export function prefixAffinityScore(isOwner: boolean): number {
   return isOwner ? 1 : 0;
 }
 
-export interface AdapterFacts {
-  /** Adapters the server runs or is loading; undefined when its metrics are unusable. */
-  readonly adapters: ReadonlySet<string> | undefined;
-  /** The limit of adapters per server (configured, or the server's own max_lora when smaller). */
-  readonly maxAdapters: number;
-}
-
 /**
- * LoRA affinity for a request naming `adapter`: a server that already has it scores 1, one with a
- * free adapter slot 0.5 (it can load it without evicting), a full one or one we know nothing about 0.
+ * LoRA affinity for a request naming `adapter`: a server that already has it (running or loading)
+ * scores 1, one with a free adapter slot 0.5 (it can load it without evicting), a full one or one
+ * we know nothing about (`adapters` undefined: metrics unusable) 0. `maxAdapters` is the configured
+ * limit, or the server's own max_lora when smaller.
  */
-export function loraAffinityScore(adapter: string, facts: AdapterFacts): number {
-  const adapters = facts.adapters;
+export function loraAffinityScore(adapter: string, adapters: ReadonlySet<string> | undefined, maxAdapters: number): number {
   if (adapters === undefined) return 0;
-  if (adapters.has(adapter)) return 1;
-  return adapters.size < facts.maxAdapters ? 0.5 : 0;
+  const size = adapters.size;
+  // Most servers hold no adapter: skip the hash look-up for them.
+  if (size > 0 && adapters.has(adapter)) return 1;
+  return size < maxAdapters ? 0.5 : 0;
 }
 
 /**

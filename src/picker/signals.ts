@@ -32,7 +32,16 @@ export interface ServerLoad {
 export class SignalCell {
   /** Requests we routed here that have not finished. */
   inFlight = 0;
-  metricsState: MetricsState = 'missing';
+  private state: MetricsState = 'missing';
+  /**
+   * `metricsState === 'fresh'`, kept as a plain field with the report's numbers beside it so the
+   * picker's inner loop reads numbers, not objects (it runs over every candidate on every request).
+   */
+  reporting = false;
+  waiting = 0;
+  running = 0;
+  /** NaN when the server does not report it. */
+  kvCacheUsage = Number.NaN;
   /** Last good report; kept while stale/failing for /debug/endpoints, never used for picking then. */
   load: ServerLoad | undefined = undefined;
   /** When `load` was scraped (ms since epoch), 0 = never. */
@@ -42,7 +51,32 @@ export class SignalCell {
   /** `runningAdapters ∪ waitingAdapters`, for O(1) LoRA look-ups. */
   adapters: ReadonlySet<string> = EMPTY_SET;
 
-  constructor(readonly address: string) {}
+  /** The adapters this cell has counted in the board's index (only while reporting). */
+  private counted: ReadonlySet<string> = EMPTY_SET;
+
+  constructor(
+    readonly address: string,
+    private readonly index: AdapterIndex = new AdapterIndex(),
+  ) {}
+
+  get metricsState(): MetricsState {
+    return this.state;
+  }
+
+  set metricsState(state: MetricsState) {
+    this.state = state;
+    this.reporting = state === 'fresh' && this.load !== undefined;
+    this.recount();
+  }
+
+  /** Keeps the board's adapter index equal to the adapters of reporting cells. */
+  recount(): void {
+    const now = this.reporting ? this.adapters : EMPTY_SET;
+    if (now === this.counted) return;
+    for (const adapter of this.counted) this.index.remove(adapter);
+    for (const adapter of now) this.index.add(adapter);
+    this.counted = now;
+  }
 
   /** The server's report, only when fresh: a stale, failing or missing scrape never reads as idle. */
   usableLoad(): ServerLoad | undefined {
@@ -51,6 +85,28 @@ export class SignalCell {
 }
 
 const EMPTY_SET: ReadonlySet<string> = new Set();
+
+/**
+ * How many reporting endpoints run or load each adapter: lets the picker tell in O(1) whether a
+ * requested model is a LoRA adapter anyone has, instead of asking every candidate.
+ */
+export class AdapterIndex {
+  private readonly counts = new Map<string, number>();
+
+  add(adapter: string): void {
+    this.counts.set(adapter, (this.counts.get(adapter) ?? 0) + 1);
+  }
+
+  remove(adapter: string): void {
+    const next = (this.counts.get(adapter) ?? 0) - 1;
+    if (next > 0) this.counts.set(adapter, next);
+    else this.counts.delete(adapter);
+  }
+
+  has(adapter: string): boolean {
+    return this.counts.has(adapter);
+  }
+}
 
 export interface SignalSnapshot {
   readonly inFlight: number;
@@ -67,10 +123,11 @@ export interface SignalSnapshot {
 /** The cells, by address. Cells live as long as the address is in the view or has requests in flight. */
 export class SignalBoard {
   private readonly cells = new Map<string, SignalCell>();
+  readonly adapters = new AdapterIndex();
 
   cell(address: string): SignalCell {
     let cell = this.cells.get(address);
-    if (cell === undefined) this.cells.set(address, (cell = new SignalCell(address)));
+    if (cell === undefined) this.cells.set(address, (cell = new SignalCell(address, this.adapters)));
     return cell;
   }
 
@@ -80,7 +137,11 @@ export class SignalBoard {
 
   /** Drops cells of addresses that left the view and carry no in-flight request. */
   retainOnly(addresses: ReadonlySet<string>): void {
-    for (const [address, cell] of this.cells) if (!addresses.has(address) && cell.inFlight === 0) this.cells.delete(address);
+    for (const [address, cell] of this.cells) {
+      if (addresses.has(address) || cell.inFlight > 0) continue;
+      cell.metricsState = 'missing';
+      this.cells.delete(address);
+    }
   }
 
   all(): IterableIterator<SignalCell> {
@@ -113,10 +174,13 @@ export class SignalBoard {
 /** Stores a good scrape in the cell. */
 export function recordScrape(cell: SignalCell, load: ServerLoad, at: number): void {
   cell.load = load;
+  cell.waiting = load.waiting;
+  cell.running = load.running;
+  cell.kvCacheUsage = load.kvCacheUsage ?? Number.NaN;
   cell.scrapedAt = at;
-  cell.metricsState = 'fresh';
   cell.lastError = '';
   cell.adapters = load.runningAdapters.length + load.waitingAdapters.length === 0 ? EMPTY_SET : new Set([...load.runningAdapters, ...load.waitingAdapters]);
+  cell.metricsState = 'fresh';
 }
 
 /** A failed scrape: the old report is kept for display but no longer counts. */
