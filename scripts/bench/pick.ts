@@ -9,7 +9,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Endpoint, PoolView } from '../../src/endpoints/model.js';
-import { DEFAULT_WEIGHTS, Picker } from '../../src/picker/pipeline.js';
+import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS, Picker } from '../../src/picker/pipeline.js';
 import type { PickRequest } from '../../src/picker/pipeline.js';
 import { promptBlockHashes } from '../../src/picker/prompt-hash.js';
 import { recordScrape, SignalBoard } from '../../src/picker/signals.js';
@@ -52,7 +52,7 @@ function setup(n: number): { picker: Picker; pools: PoolView[]; requests: PickRe
   const picker = new Picker(board, {
     weights: DEFAULT_WEIGHTS,
     fallbacks: 2,
-    boundedLoad: { factor: 1.25, slack: 2 },
+    boundedLoad: DEFAULT_BOUNDED_LOAD,
     keyBlocks: 8,
     maxAdaptersPerServer: 4,
     poolPolicy: () => ({ maxQueueDepth: 18 }),

@@ -52,7 +52,7 @@ export function pickerSection(value: unknown): PickerSettings {
   const w = 'picker.weights.';
 
   const prefix = mapping(raw.prefix, 'picker.prefix');
-  onlyKeys(prefix, ['keyBlocks', 'loadFactor', 'loadSlack'], 'picker.prefix.');
+  onlyKeys(prefix, ['keyBlocks', 'loadFactor', 'loadSlack', 'maxQueue'], 'picker.prefix.');
   const lora = mapping(raw.lora, 'picker.lora');
   onlyKeys(lora, ['maxAdaptersPerServer'], 'picker.lora.');
 
@@ -90,6 +90,7 @@ export function pickerSection(value: unknown): PickerSettings {
       keyBlocks: number(prefix, 'keyBlocks', 'picker.prefix.', d.prefix.keyBlocks, 1, { whole: true, max: 16 }),
       loadFactor: number(prefix, 'loadFactor', 'picker.prefix.', d.prefix.loadFactor, 1),
       loadSlack: number(prefix, 'loadSlack', 'picker.prefix.', d.prefix.loadSlack, 0),
+      maxQueue: number(prefix, 'maxQueue', 'picker.prefix.', d.prefix.maxQueue, 0, { whole: true }),
     },
     lora: { maxAdaptersPerServer: number(lora, 'maxAdaptersPerServer', 'picker.lora.', d.lora.maxAdaptersPerServer, 1, { whole: true }) },
     metrics: {

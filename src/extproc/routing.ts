@@ -74,7 +74,7 @@ export class StoreRouting implements Routing {
     this.picker = new Picker(load.board, {
       weights: settings.weights,
       fallbacks: options.fallbacks,
-      boundedLoad: { factor: settings.prefix.loadFactor, slack: settings.prefix.loadSlack },
+      boundedLoad: { factor: settings.prefix.loadFactor, slack: settings.prefix.loadSlack, maxQueue: settings.prefix.maxQueue },
       keyBlocks: settings.prefix.keyBlocks,
       maxAdaptersPerServer: settings.lora.maxAdaptersPerServer,
       poolPolicy: (pool) => poolSettings(settings, pool),

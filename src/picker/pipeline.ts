@@ -38,7 +38,15 @@ export interface PipelineOptions {
   /** Fallbacks after the primary. */
   readonly fallbacks: number;
   /** Bounded load for prefix affinity: the owner keeps a prefix while load ≤ factor × mean + slack. */
-  readonly boundedLoad: { readonly factor: number; readonly slack: number };
+  readonly boundedLoad: {
+    readonly factor: number;
+    readonly slack: number;
+    /**
+     * An owner reporting more waiting requests than this is overloaded whatever the mean: its batch
+     * is full, and a request sent there waits however warm its cache. Undefined = no such limit.
+     */
+    readonly maxQueue?: number;
+  };
   /** The affinity key is the hash of the prompt's first `keyBlocks` blocks (or of all, if fewer). */
   readonly keyBlocks: number;
   /** Adapters a server may hold before LoRA affinity stops sending it new ones. */
@@ -48,7 +56,12 @@ export interface PipelineOptions {
   readonly random: () => number;
 }
 
-export const DEFAULT_BOUNDED_LOAD = { factor: 1.25, slack: 2 } as const;
+/**
+ * Tight bounds: an LLM server with a full batch makes every new request wait, so a prefix owner
+ * gives way as soon as it reports a queue or runs 10 % (+1) above the mean (see docs/benchmarks.md,
+ * simulation).
+ */
+export const DEFAULT_BOUNDED_LOAD = { factor: 1.1, slack: 1, maxQueue: 0 } as const;
 
 export interface PickRequest {
   readonly model: string;
@@ -169,6 +182,7 @@ export class Picker {
     const flightRange = { min: minFlight, max: maxFlight };
     const waitingRange = { min: minWaiting, max: maxWaiting };
     const meanLoad = loadSum / eligible;
+    const ownerMaxQueue = boundedLoad.maxQueue ?? Infinity;
     const blocks = request.promptBlocks;
     const useAffinity = weights.prefix > 0 && blocks !== undefined && blocks.length > 0 && this.options.keyBlocks > 0;
     const key = useAffinity ? blocks[Math.min(blocks.length, this.options.keyBlocks) - 1] : 0;
@@ -200,7 +214,8 @@ export class Picker {
       if (useAffinity) {
         // Owners must be known to be within bounds: when any candidate reports metrics, one
         // that does not is never trusted with a prefix.
-        if ((reports || reporting === 0) && !isOverloaded(reports ? outstandingLoad(cell.inFlight, cell.waiting, cell.running) : cell.inFlight, meanLoad, boundedLoad.factor, boundedLoad.slack)) {
+        const queued = reports && cell.waiting > ownerMaxQueue;
+        if ((reports || reporting === 0) && !queued && !isOverloaded(reports ? outstandingLoad(cell.inFlight, cell.waiting, cell.running) : cell.inFlight, meanLoad, boundedLoad.factor, boundedLoad.slack)) {
           const w = rendezvousWeight(key, hashes[i]);
           if (w > ownerWeight) {
             ownerWeight = w;

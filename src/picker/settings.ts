@@ -17,6 +17,8 @@ export interface PickerSettings {
     readonly keyBlocks: number;
     readonly loadFactor: number;
     readonly loadSlack: number;
+    /** The owner gives its prefixes up while it reports more waiting requests than this. */
+    readonly maxQueue: number;
   };
   readonly lora: { readonly maxAdaptersPerServer: number };
   readonly metrics: {
@@ -35,7 +37,7 @@ export interface PickerSettings {
 
 export const DEFAULT_PICKER_SETTINGS: PickerSettings = {
   weights: DEFAULT_WEIGHTS,
-  prefix: { keyBlocks: 8, loadFactor: DEFAULT_BOUNDED_LOAD.factor, loadSlack: DEFAULT_BOUNDED_LOAD.slack },
+  prefix: { keyBlocks: 8, loadFactor: DEFAULT_BOUNDED_LOAD.factor, loadSlack: DEFAULT_BOUNDED_LOAD.slack, maxQueue: DEFAULT_BOUNDED_LOAD.maxQueue },
   lora: { maxAdaptersPerServer: 4 },
   metrics: { enabled: true, format: 'vllm', path: '/metrics', intervalMs: 1000, timeoutMs: 500, staleAfterMs: 5000, concurrency: 16 },
   pools: {},

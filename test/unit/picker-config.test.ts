@@ -15,7 +15,7 @@ describe('picker config', () => {
       [
         'picker:',
         '  weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0 }',
-        '  prefix: { keyBlocks: 4, loadFactor: 1.5, loadSlack: 3 }',
+        '  prefix: { keyBlocks: 4, loadFactor: 1.5, loadSlack: 3, maxQueue: 4 }',
         '  lora: { maxAdaptersPerServer: 8 }',
         '  metrics: { enabled: true, format: sglang, path: /stats, intervalSeconds: 2, timeoutSeconds: 0.25, staleAfterSeconds: 10, concurrency: 4 }',
         '  pools:',
@@ -27,7 +27,7 @@ describe('picker config', () => {
     );
     assert.deepEqual(config.picker, {
       weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0 },
-      prefix: { keyBlocks: 4, loadFactor: 1.5, loadSlack: 3 },
+      prefix: { keyBlocks: 4, loadFactor: 1.5, loadSlack: 3, maxQueue: 4 },
       lora: { maxAdaptersPerServer: 8 },
       metrics: { enabled: true, format: 'sglang', path: '/stats', intervalMs: 2000, timeoutMs: 250, staleAfterMs: 10_000, concurrency: 4 },
       pools: { llama: { metricsFormat: 'vllm', maxQueueDepth: 64 }, legacy: { metricsFormat: 'none' } },
