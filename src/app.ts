@@ -84,6 +84,7 @@ export async function startApp(config: Config, logger: Logger, options: { metric
         logger: requestLogger,
         maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
         maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
+        destinationFormat: config.routing.destinationFormat,
       }),
   });
   const ops = await startOpsServer(config.listen.http, { registry: metrics.registry, isReady: () => health.isServing(), view: () => store.view() });

@@ -103,6 +103,7 @@ function responseBody(body: string | Buffer, endOfStream: boolean): ProcessingRe
 }
 
 const SSE = { 'content-type': 'text/event-stream' };
+const DUPLEX = { request_body_mode: 'FULL_DUPLEX_STREAMED', response_body_mode: 'FULL_DUPLEX_STREAMED' } as const;
 const JSON_TYPE = { 'content-type': 'application/json' };
 const CHUNK = 'data: {"choices":[{"delta":{"content":"Hel"}}]}\n\n';
 const DONE = 'data: [DONE]\n\n';
@@ -222,14 +223,23 @@ describe('RequestProcessor: request path', () => {
     assert.equal(primary(second), B);
   });
 
-  it('the body may come in several chunks', () => {
+  it('a buffered body without end_of_stream (trailers follow) is whole: routed at the body step', () => {
     const h = harness();
     const p = h.processor();
     send(p, requestHeaders(POST_CHAT));
-    const text = JSON.stringify({ model: MODEL, messages: [] });
-    assert.deepEqual(send(p, requestBody(text.slice(0, 7), false)), { request_body: { response: {} } });
-    const reply = send(p, requestBody(text.slice(7), true));
-    assert.ok(reply.request_body?.response?.header_mutation !== undefined);
+    const reply = send(p, requestBody({ model: MODEL, messages: [] }, false));
+    assert.equal(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+    assert.deepEqual(send(p, { request: 'request_trailers', request_trailers: {} }), { request_trailers: {} });
+  });
+
+  it('BUFFERED_PARTIAL: a first part of a larger body → 413 naming Envoy\'s buffer', () => {
+    const h = harness();
+    const p = h.processor();
+    send(p, { ...requestHeaders(POST_CHAT), protocol_config: { request_body_mode: 'BUFFERED_PARTIAL', response_body_mode: 'STREAMED' } });
+    const text = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'x'.repeat(100) }] });
+    const reply = immediate(send(p, requestBody(text.slice(0, 40), false)));
+    assert.equal(reply.status, 413);
+    assert.match(errorBody(reply.body).error.message, /larger than Envoy's buffer/);
   });
 
   const rejections: ReadonlyArray<{ name: string; body: string | object; status: number; code: string; check?: (e: ErrorBody, headers: Record<string, string>) => void }> = [
@@ -322,8 +332,9 @@ describe('RequestProcessor: request path', () => {
   it('a body that grows past the limit without content-length → 413 at the body step', () => {
     const h = harness();
     const p = h.processor();
-    send(p, requestHeaders(POST_CHAT));
-    assert.deepEqual(send(p, requestBody('x'.repeat(LIMIT), false)), { request_body: { response: {} } });
+    // Full duplex streams the body in chunks; we collect them (no reply) until the limit is passed.
+    assert.deepEqual(p.process({ ...requestHeaders(POST_CHAT), protocol_config: DUPLEX }), []);
+    assert.deepEqual(p.process(requestBody('x'.repeat(LIMIT), false)), []);
     assert.equal(immediate(send(p, requestBody('y', false))).status, 413);
   });
 });
@@ -374,14 +385,15 @@ describe('RequestProcessor: successful responses', () => {
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'success' }), 1);
   });
 
-  it('JSON larger than Envoy buffers (partial chunk first) passes through unverified as a success', async () => {
+  it('JSON that Envoy did not hold (partial chunk first) passes through, and a broken one is never recorded as a success', async () => {
     const h = harness();
     const p = h.processor();
     route(p);
     send(p, responseHeaders(200, JSON_TYPE));
     assert.deepEqual(send(p, responseBody('{"id":"chatcmpl-1","choices":[', false)), { response_body: { response: {} } });
     assert.deepEqual(send(p, responseBody('broken', true)), { response_body: { response: {} } });
-    assert.equal(await requests(h.metrics, { result: 'ok' }), 1);
+    assert.equal(await requests(h.metrics, { result: 'truncated_response' }), 1);
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'truncated_response' }), 1);
   });
 
   it('a response served by a fallback blames the primary (connect failure) and credits the fallback', async () => {
@@ -467,31 +479,25 @@ describe('RequestProcessor: broken responses', () => {
     const p = h.processor();
     route(p);
     send(p, responseHeaders(200, JSON_TYPE));
-    const reply = send(p, responseBody('{"id":"chatcmpl-1","choices":[{"message":{"content":"Hel', true));
-    const response = reply.response_body?.response;
-    const headers = setHeaders(response?.header_mutation);
-    assert.equal(headers[':status'], '502');
-    assert.equal(headers['content-type'], 'application/json');
-    const body = response?.body_mutation?.body;
-    assert.equal(headers['content-length'], String(body?.length));
-    const parsed = errorBody(body);
+    const reply = immediate(send(p, responseBody('{"id":"chatcmpl-1","choices":[{"message":{"content":"Hel', true)));
+    assert.equal(reply.status, 502);
+    assert.equal(reply.headers['content-type'], 'application/json');
+    assert.equal(reply.headers['content-length'], String(reply.body.length));
+    const parsed = errorBody(reply.body);
     assert.equal(parsed.error.code, 'truncated_response');
     assert.match(parsed.error.message, /inside a JSON string/);
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'truncated_response' }), 1);
   });
 
-  it('upstream 502 text/html → CONTINUE_AND_REPLACE with a JSON upstream_error', async () => {
+  it('upstream 502 text/html → an immediate JSON upstream_error in place of the answer', async () => {
     const h = harness();
     const p = h.processor();
     route(p);
-    const reply = send(p, responseHeaders(502, { 'content-type': 'text/html', 'transfer-encoding': 'chunked' }));
-    const response = reply.response_headers?.response;
-    assert.equal(response?.status, 'CONTINUE_AND_REPLACE');
-    const headers = setHeaders(response?.header_mutation);
-    assert.equal(headers[':status'], '502');
-    assert.equal(headers['content-type'], 'application/json');
-    assert.deepEqual(response?.header_mutation?.remove_headers, ['transfer-encoding', 'content-encoding']);
-    const body = errorBody(response?.body_mutation?.body);
+    const reply = immediate(send(p, responseHeaders(502, { 'content-type': 'text/html', 'transfer-encoding': 'chunked' })));
+    assert.equal(reply.status, 502);
+    assert.equal(reply.headers['content-type'], 'application/json');
+    assert.equal(reply.details, 'llm_extproc_upstream_error');
+    const body = errorBody(reply.body);
     assert.equal(body.error.code, 'upstream_error');
     assert.equal(body.error.upstream_status, 502);
     assert.match(body.error.message, /text\/html/);
@@ -502,9 +508,9 @@ describe('RequestProcessor: broken responses', () => {
     const h = harness();
     const p = h.processor();
     route(p);
-    const response = send(p, responseHeaders(404, { 'content-type': 'text/plain' })).response_headers?.response;
-    assert.equal(setHeaders(response?.header_mutation)[':status'], '404');
-    assert.equal(errorBody(response?.body_mutation?.body).error.code, 'upstream_error');
+    const reply = immediate(send(p, responseHeaders(404, { 'content-type': 'text/plain' })));
+    assert.equal(reply.status, 404);
+    assert.equal(errorBody(reply.body).error.code, 'upstream_error');
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure' }), 0);
   });
 
@@ -536,13 +542,10 @@ describe('RequestProcessor: Envoy local replies', () => {
     const h = harness();
     const p = h.processor();
     route(p);
-    const reply = send(p, responseHeaders(503, { 'content-type': 'text/plain' }, ALL_REFUSED));
-    const response = reply.response_headers?.response;
-    assert.equal(response?.status, 'CONTINUE_AND_REPLACE');
-    const headers = setHeaders(response?.header_mutation);
-    assert.equal(headers[':status'], '503');
-    assert.equal(headers['retry-after'], '5');
-    const body = errorBody(response?.body_mutation?.body);
+    const reply = immediate(send(p, responseHeaders(503, { 'content-type': 'text/plain' }, ALL_REFUSED)));
+    assert.equal(reply.status, 503);
+    assert.equal(reply.headers['retry-after'], '5');
+    const body = errorBody(reply.body);
     assert.equal(body.error.code, 'all_replicas_failed');
     assert.equal(body.error.replicas_tried, 3);
     assert.equal(body.error.model, MODEL);
@@ -574,8 +577,7 @@ describe('RequestProcessor: Envoy local replies', () => {
     const h = harness({ fleet: [{ name: 'llama', models: [MODEL], endpoints: [ready(A)] }] });
     const p = h.processor();
     route(p);
-    const response = send(p, responseHeaders(503, {}, { ...ALL_REFUSED, upstream: A })).response_headers?.response;
-    const body = errorBody(response?.body_mutation?.body);
+    const body = errorBody(immediate(send(p, responseHeaders(503, {}, { ...ALL_REFUSED, upstream: A }))).body);
     assert.equal(body.error.code, 'upstream_connect_failed');
     assert.equal(body.error.replicas_tried, 1);
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure' }), 1);
@@ -587,8 +589,8 @@ describe('RequestProcessor: Envoy local replies', () => {
       const h = harness();
       const p = h.processor();
       route(p);
-      const response = send(p, responseHeaders(503, {}, { details: ALL_REFUSED.details, flags: UF, upstream: A })).response_headers?.response;
-      assert.equal(errorBody(response?.body_mutation?.body).error.code, 'upstream_connect_failed');
+      const reply = immediate(send(p, responseHeaders(503, {}, { details: ALL_REFUSED.details, flags: UF, upstream: A })));
+      assert.equal(errorBody(reply.body).error.code, 'upstream_connect_failed');
       assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure' }), 1);
       assert.equal(await attempts(h.metrics, { endpoint: B, outcome: 'failure' }), 0);
       assert.equal(await attempts(h.metrics, { endpoint: C, outcome: 'failure' }), 0);
@@ -602,9 +604,9 @@ describe('RequestProcessor: Envoy local replies', () => {
     const headersReply = send(p, responseHeaders(503, { 'content-type': 'text/plain' }, null));
     assert.deepEqual(headersReply, { response_headers: { response: {} }, mode_override: { response_body_mode: 'BUFFERED' } });
     const text = 'upstream connect error or disconnect/reset before headers. retried and the latest reset reason: remote connection failure, transport failure reason: delayed connect error: 111';
-    const response = send(p, responseBody(text, true)).response_body?.response;
-    assert.equal(setHeaders(response?.header_mutation)[':status'], '503');
-    assert.equal(errorBody(response?.body_mutation?.body).error.code, 'all_replicas_failed');
+    const reply = immediate(send(p, responseBody(text, true)));
+    assert.equal(reply.status, 503);
+    assert.equal(errorBody(reply.body).error.code, 'all_replicas_failed');
     assert.equal(await attempts(h.metrics, { outcome: 'failure', reason: 'all_replicas_failed' }), 3);
   });
 
@@ -612,10 +614,9 @@ describe('RequestProcessor: Envoy local replies', () => {
     const h = harness({ threshold: 1 });
     const p = h.processor();
     route(p);
-    const response = send(p, responseHeaders(504, { 'content-type': 'text/plain' }, { details: 'upstream_per_try_timeout', flags: 0x4, upstream: A })).response_headers?.response;
-    assert.equal(response?.status, 'CONTINUE_AND_REPLACE');
-    assert.equal(setHeaders(response?.header_mutation)[':status'], '504');
-    assert.equal(errorBody(response?.body_mutation?.body).error.code, 'upstream_timeout');
+    const reply = immediate(send(p, responseHeaders(504, { 'content-type': 'text/plain' }, { details: 'upstream_per_try_timeout', flags: 0x4, upstream: A })));
+    assert.equal(reply.status, 504);
+    assert.equal(errorBody(reply.body).error.code, 'upstream_timeout');
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'upstream_timeout' }), 1);
     assert.equal(stateOf(h, A), 'Ready');
   });
@@ -624,9 +625,9 @@ describe('RequestProcessor: Envoy local replies', () => {
     const h = harness({ threshold: 1 });
     const p = h.processor();
     route(p);
-    const response = send(p, responseHeaders(503, {}, { details: 'upstream_reset_before_response_started{connection_termination}', flags: 0x40, upstream: A })).response_headers?.response;
-    assert.equal(setHeaders(response?.header_mutation)[':status'], '502');
-    assert.equal(errorBody(response?.body_mutation?.body).error.code, 'upstream_reset');
+    const reply = immediate(send(p, responseHeaders(503, {}, { details: 'upstream_reset_before_response_started{connection_termination}', flags: 0x40, upstream: A })));
+    assert.equal(reply.status, 502);
+    assert.equal(errorBody(reply.body).error.code, 'upstream_reset');
     assert.equal(stateOf(h, A), 'Quarantined');
   });
 
@@ -759,8 +760,8 @@ describe('RequestProcessor: answers we cannot or need not verify', () => {
     route(p);
     send(p, responseHeaders(200, JSON_TYPE));
     const truncated = '{"data":"' + 'x'.repeat(LIMIT + 10);
-    const reply = send(p, responseBody(truncated, true));
-    assert.equal(setHeaders(reply.response_body?.response?.header_mutation)[':status'], '502');
+    const reply = immediate(send(p, responseBody(truncated, true)));
+    assert.equal(reply.status, 502);
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'truncated_response' }), 1);
   });
 
