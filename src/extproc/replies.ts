@@ -1,7 +1,7 @@
 // Builders for the replies we send Envoy. Pure: values in, ProcessingResponse values out.
 // The constant "continue" replies live in constant-replies.ts (encoded once by wire.ts).
 
-import { GatewayError } from '../errors/gateway-error.js';
+import type { GatewayError } from '../errors/gateway-error.js';
 import { renderError } from '../errors/render.js';
 import type { HeaderMutation, ProcessingResponse, ProtoStruct } from './messages.js';
 import { headerMutation } from './wire-values.js';

@@ -42,20 +42,21 @@ interface Harness {
   processor(): RequestProcessor;
 }
 
-function harness(options: { fleet?: ObservedPool[]; fallbacks?: number; threshold?: number } = {}): Harness {
+function harness(options: { fleet?: ObservedPool[]; fallbacks?: number; threshold?: number; pool?: string; destinationFormat?: 'list' | 'single' } = {}): Harness {
   const store = new EndpointStore(['static'], { threshold: options.threshold ?? 2, baseMs: 10_000, maxMs: 60_000 }, frozenClock);
   store.replaceAll('static', options.fleet ?? FLEET);
   store.markSynced('static');
   const load = new LoadTracker();
   // random() = 0 for every endpoint: equal loads keep configuration order, so primaries are predictable.
-  const routing = new StoreRouting(store, load, { fallbacks: options.fallbacks ?? 2, random: () => 0 });
+  const routing = new StoreRouting(store, load, { fallbacks: options.fallbacks ?? 2, random: () => 0, ...(options.pool === undefined ? {} : { pool: options.pool }) });
   const metrics = new Metrics({ processMetrics: false });
   const logger = pino({ level: 'silent' });
   return {
     store,
     load,
     metrics,
-    processor: () => new RequestProcessor({ routing, metrics, logger, maxRequestBodyBytes: LIMIT, maxInspectedBodyBytes: LIMIT }),
+    processor: () =>
+      new RequestProcessor({ routing, metrics, logger, maxRequestBodyBytes: LIMIT, maxInspectedBodyBytes: LIMIT, destinationFormat: options.destinationFormat ?? 'list' }),
   };
 }
 
@@ -818,5 +819,259 @@ describe('RequestProcessor: answers we cannot or need not verify', () => {
     }
     assert.equal(await requests(h.metrics, { model: '(unknown)', result: 'model_not_found' }), 3);
     assert.doesNotMatch(await h.metrics.registry.metrics(), /gpt-1/);
+  });
+});
+
+// ── every body mode ─────────────────────────────────────────────────────────────────────────
+
+function withModes(message: ProcessingRequest, request: string, response: string, early = false): ProcessingRequest {
+  return {
+    ...message,
+    protocol_config: {
+      request_body_mode: request as 'BUFFERED',
+      response_body_mode: response as 'BUFFERED',
+      ...(early ? { send_body_without_waiting_for_header_response: true } : {}),
+    },
+  };
+}
+
+function streamedChunk(reply: ProcessingResponse, direction: 'request_body' | 'response_body'): { body: Buffer; end: boolean } {
+  const streamed = reply[direction]?.response?.body_mutation?.streamed_response;
+  assert.ok(streamed !== undefined, `expected a streamed_response, got ${JSON.stringify(reply)}`);
+  return { body: streamed.body ?? Buffer.alloc(0), end: streamed.end_of_stream === true };
+}
+
+function metadataDestination(reply: ProcessingResponse): string | undefined {
+  return reply.dynamic_metadata?.fields?.['envoy.lb']?.structValue?.fields?.['x-gateway-destination-endpoint']?.stringValue;
+}
+
+describe('RequestProcessor: full duplex', () => {
+  it('holds the header reply until the body ended, then answers headers (routing) and streams the body back', () => {
+    const h = harness();
+    const p = h.processor();
+    assert.deepEqual(p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED')), []);
+    const text = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] });
+    assert.deepEqual(p.process(requestBody(text.slice(0, 10), false)), []);
+    const replies = p.process(requestBody(text.slice(10), true));
+    assert.equal(setHeaders(replies[0].request_headers?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+    assert.equal(metadataDestination(replies[0]), `${A},${B},${C}`);
+    const chunks = replies.slice(1).map((r) => streamedChunk(r, 'request_body'));
+    assert.equal(Buffer.concat(chunks.map((c) => c.body)).toString(), text, 'the body goes back unchanged');
+    assert.deepEqual(chunks.map((c) => c.end), [false, true], 'end_of_stream on the last chunk only');
+  });
+
+  it('splits a body chunk larger than 64 KiB into streamed chunks Envoy accepts', () => {
+    const h = harness({});
+    const p = new RequestProcessor({ routing: new StoreRouting(h.store, h.load, { fallbacks: 0, random: () => 0 }), metrics: h.metrics, logger: pino({ level: 'silent' }), maxRequestBodyBytes: 1 << 20, maxInspectedBodyBytes: LIMIT });
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    const text = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'y'.repeat(150_000) }] });
+    const replies = p.process(requestBody(text, true));
+    const chunks = replies.slice(1).map((r) => streamedChunk(r, 'request_body'));
+    assert.ok(chunks.length >= 3);
+    assert.ok(chunks.every((c) => c.body.length <= 64 * 1024));
+    assert.equal(Buffer.concat(chunks.map((c) => c.body)).toString(), text);
+  });
+
+  it('request trailers end a collected body: headers, body (no end_of_stream), then the trailers reply', () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    assert.deepEqual(p.process(requestBody({ model: MODEL }, false)), []);
+    const replies = p.process({ request: 'request_trailers', request_trailers: {} });
+    assert.ok(replies[0].request_headers !== undefined);
+    assert.equal(streamedChunk(replies[1], 'request_body').end, false);
+    assert.deepEqual(replies.at(-1), { request_trailers: {} });
+  });
+
+  it('SSE passes chunk by chunk as streamed_response; a missing terminator appends the error event to the last chunk', async () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL, stream: true }));
+    assert.deepEqual(send(p, responseHeaders(200, SSE, null)), { response_headers: { response: {} } });
+    assert.deepEqual(streamedChunk(send(p, responseBody(CHUNK, false)), 'response_body'), { body: Buffer.from(CHUNK), end: false });
+    const last = streamedChunk(send(p, responseBody(CHUNK, true)), 'response_body');
+    assert.ok(last.end);
+    assert.ok(last.body.toString().startsWith(CHUNK));
+    assert.match(last.body.toString(), /"code":"stream_incomplete"/);
+    assert.equal(await requests(h.metrics, { result: 'stream_incomplete' }), 1);
+  });
+
+  it('JSON is held whole (headers and body), then released unchanged when valid', async () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL }));
+    assert.deepEqual(p.process(responseHeaders(200, JSON_TYPE, null)), [], 'the header reply waits for the body');
+    assert.deepEqual(p.process(responseBody('{"ok":', false)), []);
+    const replies = p.process(responseBody('true}', true));
+    assert.deepEqual(replies[0], { response_headers: { response: {} } });
+    assert.equal(Buffer.concat(replies.slice(1).map((r) => streamedChunk(r, 'response_body').body)).toString(), '{"ok":true}');
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'success' }), 1);
+  });
+
+  it('a truncated JSON answer held in full duplex becomes an immediate 502', () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL }));
+    p.process(responseHeaders(200, JSON_TYPE, null));
+    const reply = immediate(send(p, responseBody('{"choices":[{"message":', true)));
+    assert.equal(reply.status, 502);
+    assert.equal(errorBody(reply.body).error.code, 'truncated_response');
+  });
+
+  it('JSON larger than we may hold is released as it comes and counted when it ends', async () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL }));
+    p.process(responseHeaders(200, JSON_TYPE, null));
+    const flushed = p.process(responseBody('{"data":"' + 'x'.repeat(LIMIT), false));
+    assert.deepEqual(flushed[0], { response_headers: { response: {} } });
+    assert.equal(streamedChunk(flushed[1], 'response_body').end, false);
+    assert.equal(streamedChunk(send(p, responseBody('"}', true)), 'response_body').end, true);
+    assert.equal(await requests(h.metrics, { result: 'ok' }), 1);
+  });
+
+  it('without attributes, Envoy\'s plain-text local reply is read from the body and replaced', async () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL }));
+    assert.deepEqual(p.process(responseHeaders(503, { 'content-type': 'text/plain' }, null)), []);
+    const reply = immediate(send(p, responseBody('upstream connect error or disconnect/reset before headers. reset reason: remote connection failure, transport failure reason: delayed connect error: 111', true)));
+    assert.equal(reply.status, 503);
+    assert.equal(errorBody(reply.body).error.code, 'upstream_connect_failed');
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure' }), 1, 'our primary is assumed to be the host that failed');
+  });
+
+  it('the served endpoint comes from the gateway\'s -served metadata when there are no attributes', async () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL, stream: true }));
+    const headers = responseHeaders(200, SSE, null);
+    headers.metadata_context = { filter_metadata: { 'envoy.lb': { fields: { 'x-gateway-destination-endpoint-served': { stringValue: B } } } } };
+    p.process(headers);
+    p.process(responseBody(CHUNK + DONE, true));
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'upstream_connect_failed' }), 1, 'the primary was skipped');
+    assert.equal(await attempts(h.metrics, { endpoint: B, outcome: 'success' }), 1);
+  });
+});
+
+describe('RequestProcessor: other body modes', () => {
+  it('STREAMED request bodies without early sending: the header reply asks Envoy to buffer', () => {
+    const h = harness();
+    const p = h.processor();
+    assert.deepEqual(send(p, withModes(requestHeaders(POST_CHAT), 'STREAMED', 'STREAMED')), { request_headers: { response: {} }, mode_override: { request_body_mode: 'BUFFERED' } });
+    const reply = send(p, requestBody({ model: MODEL }));
+    assert.equal(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+  });
+
+  it('STREAMED with early bodies: headers answered after the body, then one CONTINUE per chunk', () => {
+    const h = harness();
+    const p = h.processor();
+    assert.deepEqual(p.process(withModes(requestHeaders(POST_CHAT), 'STREAMED', 'STREAMED', true)), []);
+    const text = JSON.stringify({ model: MODEL });
+    assert.deepEqual(p.process(requestBody(text.slice(0, 4), false)), []);
+    const replies = p.process(requestBody(text.slice(4), true));
+    assert.equal(replies.length, 3);
+    assert.ok(replies[0].request_headers?.response?.header_mutation !== undefined);
+    assert.deepEqual(replies.slice(1), [{ request_body: { response: {} } }, { request_body: { response: {} } }]);
+  });
+
+  it('BUFFERED responses: JSON validated when Envoy delivers it whole, no mode override', () => {
+    const h = harness();
+    const p = h.processor();
+    send(p, withModes(requestHeaders(POST_CHAT), 'BUFFERED', 'BUFFERED'));
+    send(p, requestBody({ model: MODEL }));
+    assert.deepEqual(send(p, responseHeaders(200, JSON_TYPE, null)), { response_headers: { response: {} } });
+    assert.equal(immediate(send(p, responseBody('{"broken":', true))).status, 502);
+  });
+
+  it('response body mode NONE: the answer cannot be judged and is recorded as unverified', async () => {
+    const h = harness();
+    const p = h.processor();
+    send(p, withModes(requestHeaders(POST_CHAT), 'BUFFERED', 'NONE'));
+    send(p, requestBody({ model: MODEL }));
+    assert.deepEqual(send(p, responseHeaders(200, JSON_TYPE, null)), { response_headers: { response: {} } });
+    assert.equal(await requests(h.metrics, { result: 'unverified' }), 1);
+    assert.equal(await attempts(h.metrics, {}), 0);
+  });
+});
+
+describe('RequestProcessor: destination format, subset hint and pool scope', () => {
+  function subsetMessage(message: ProcessingRequest, subset: ProtoStruct['fields'] extends infer F ? F : never): ProcessingRequest {
+    return { ...message, metadata_context: { filter_metadata: { 'envoy.lb.subset_hint': { fields: subset } } } };
+  }
+
+  it('single: exactly one ip:port in both header and metadata', () => {
+    const h = harness({ destinationFormat: 'single' });
+    const p = h.processor();
+    send(p, requestHeaders(POST_CHAT));
+    const reply = send(p, requestBody({ model: MODEL }));
+    assert.equal(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+    assert.equal(metadataDestination(reply), A);
+  });
+
+  it('a subset hint (comma string) limits the pick to its endpoints', () => {
+    const h = harness();
+    const p = h.processor();
+    send(p, subsetMessage(requestHeaders(POST_CHAT), { 'x-gateway-destination-endpoint-subset': { stringValue: `${C}, ${B}` } }));
+    const reply = send(p, requestBody({ model: MODEL }));
+    assert.equal(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], B);
+    assert.equal(metadataDestination(reply), `${B},${C},${B}`);
+  });
+
+  it('a subset hint as a list value is honoured too', () => {
+    const h = harness();
+    const p = h.processor();
+    send(p, subsetMessage(requestHeaders(POST_CHAT), { 'x-gateway-destination-endpoint-subset': { listValue: { values: [{ stringValue: C }] } } }));
+    const reply = send(p, requestBody({ model: MODEL }));
+    assert.equal(metadataDestination(reply), `${C},${C},${C}`);
+  });
+
+  for (const [name, subset] of [
+    ['an empty subset hint', { stringValue: '' }],
+    ['a hint naming only unready or unknown endpoints', { stringValue: '10.0.1.1:8000,10.9.9.9:1' }],
+  ] as const) {
+    it(`${name} → 503 no_ready_replica JSON`, () => {
+      const h = harness();
+      const p = h.processor();
+      send(p, subsetMessage(requestHeaders(POST_CHAT), { 'x-gateway-destination-endpoint-subset': subset }));
+      const reply = immediate(send(p, requestBody({ model: MODEL })));
+      assert.equal(reply.status, 503);
+      assert.equal(errorBody(reply.body).error.code, 'no_ready_replica');
+      assert.match(errorBody(reply.body).error.message, /subset hint/);
+    });
+  }
+
+  it('pool scope: a model of another pool is not found here; the scoped pool routes', () => {
+    const h = harness({ pool: 'llama' });
+    const other = h.processor();
+    send(other, requestHeaders(POST_CHAT));
+    const reply = immediate(send(other, requestBody({ model: 'phi-3' })));
+    assert.equal(reply.status, 404);
+    assert.match(errorBody(reply.body).error.message, /not served by the pool llama/);
+    const p = h.processor();
+    send(p, requestHeaders(POST_CHAT));
+    assert.equal(setHeaders(send(p, requestBody({ model: MODEL })).request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+  });
+
+  it('pool scope on a pool that lists no models serves any model name (an InferencePool without our annotation)', () => {
+    const h = harness({ pool: 'ns/pool', fleet: [{ name: 'ns/pool', models: [], endpoints: [ready(A)] }] });
+    const p = h.processor();
+    send(p, requestHeaders(POST_CHAT));
+    assert.equal(setHeaders(send(p, requestBody({ model: 'anything' })).request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+  });
+
+  it('pool scope on a pool that does not exist → 503 naming the pool', () => {
+    const h = harness({ pool: 'missing' });
+    const p = h.processor();
+    send(p, requestHeaders(POST_CHAT));
+    const reply = immediate(send(p, requestBody({ model: MODEL })));
+    assert.equal(reply.status, 503);
+    assert.match(errorBody(reply.body).error.message, /pool missing/);
   });
 });
