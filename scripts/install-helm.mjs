@@ -17,6 +17,19 @@ import { join } from 'node:path';
 
 const HELM_VERSION = 'v3.22.0';
 const HELM_MODULE = 'helm.sh/helm/v3/cmd/helm';
+// What helm's own Makefile stamps in with -ldflags: without them `helm version` says "v3.22" and
+// the default Kubernetes version (.Capabilities.KubeVersion, lint deprecations) is 1.20. Helm
+// v3.22 is built against client-go v0.37, i.e. Kubernetes 1.37.
+const LDFLAGS = [
+  '-s',
+  '-w',
+  `-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}`,
+  '-X helm.sh/helm/v3/internal/version.gitTreeState=clean',
+  '-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1',
+  '-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37',
+  '-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1',
+  '-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37',
+].join(' ');
 
 class InstallError extends Error {}
 
@@ -45,10 +58,7 @@ function describeFailure(res) {
   return `exit ${res.status ?? res.signal}${out ? `:\n${out}` : ''}`;
 }
 
-/**
- * True when the binary runs and reports the wanted version. `go install` embeds the module
- * version in the build info, which `helm version` prints (`version.BuildInfo{Version:"v3.22.0"…`).
- */
+/** True when the binary runs and reports the wanted version (stamped in by LDFLAGS). */
 function hasWantedVersion(bin) {
   const res = run(bin, ['version', '--short']);
   if (res.error || res.status !== 0) return false;
@@ -70,7 +80,7 @@ function build(target) {
   const staging = mkdtempSync(join(dir, '.build-'));
   try {
     const env = { ...process.env, GOBIN: staging, CGO_ENABLED: '0', GOFLAGS: '-buildvcs=false' };
-    const res = run('go', ['install', `${HELM_MODULE}@${HELM_VERSION}`], env);
+    const res = run('go', ['install', '-trimpath', `-ldflags=${LDFLAGS}`, `${HELM_MODULE}@${HELM_VERSION}`], env);
     if (res.error || res.status !== 0) {
       throw new InstallError(`\`go install ${HELM_MODULE}@${HELM_VERSION}\` failed: ${describeFailure(res)}`);
     }
