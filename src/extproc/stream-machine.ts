@@ -119,7 +119,8 @@ export type StreamState =
       bytes: number;
     }
   | { readonly kind: 'Streaming'; readonly served: Served; readonly watch: BodyWatch; readonly pending: PendingOutcome | undefined }
-  | { readonly kind: 'Done' };
+  /** The result is recorded. A body chunk may still pass (after another filter's answer): `request` says how. */
+  | { readonly kind: 'Done'; readonly request?: RequestFacts };
 
 /** One replica's part in the request, known at the moment it is reported. */
 export interface Attempt {
@@ -176,7 +177,7 @@ export function onMessage(ctx: MachineContext, state: StreamState, message: Proc
       responseBody(ctx, out, state, message.response_body ?? {});
       break;
     case 'response_trailers':
-      responseTrailers(ctx, out, state);
+      responseTrailers(out, state);
       break;
     default:
       throw new GatewayError('internal_error', `ext_proc message of unknown type ${String(message.request)}`);
@@ -398,7 +399,7 @@ function responseHeaders(ctx: MachineContext, out: StepBuilder, state: StreamSta
 
   const local = classifyEnvoyReply({ status: facts.status, ...definedFacts(facts) });
   if (local !== undefined) {
-    replaceWithEnvoyFailure(ctx, out, exchange, local.kind, local.detail, facts.servedAddress);
+    replaceWithEnvoyFailure(out, exchange, local.kind, local.detail, facts.servedAddress);
     return;
   }
   if (isEnvoyLocalReply({ status: facts.status, ...definedFacts(facts) })) {
@@ -483,7 +484,7 @@ function passHeaders(out: StepBuilder, delivery: StreamModes['response'], endOfS
   out.reply(CONTINUE_RESPONSE_HEADERS);
   if (endOfStream || delivery === 'none') {
     if (pending !== undefined) settle(out, next.served, pending.failure, pending.result);
-    out.become({ kind: 'Done' });
+    out.become({ kind: 'Done', request: next.served.exchange.request });
     return;
   }
   out.become({ ...next, pending });
@@ -505,7 +506,7 @@ function readErrorText(out: StepBuilder, exchange: Exchange, facts: ResponseFact
 function decideErrorText(out: StepBuilder, exchange: Exchange, status: number, text: string): void {
   const local = text === '' ? undefined : classifyEnvoyReply({ status, bodyText: text });
   if (local !== undefined) {
-    replaceWithEnvoyFailure(undefined, out, exchange, local.kind, local.detail, undefined);
+    replaceWithEnvoyFailure(out, exchange, local.kind, local.detail, undefined);
     return;
   }
   const servedBy = resolveServedBy(out, exchange, undefined);
@@ -569,7 +570,11 @@ function judgeJson(out: StepBuilder, served: Served, body: Buffer, pass: () => P
     out.replies(pass());
     return;
   }
-  const err = new GatewayError('truncated_response', `the model server's JSON answer was cut short: ${verdict.detail}`);
+  replaceTruncatedJson(out, served, verdict.detail);
+}
+
+function replaceTruncatedJson(out: StepBuilder, served: Served, detail: string): void {
+  const err = new GatewayError('truncated_response', `the model server's JSON answer was cut short: ${detail}`);
   settle(out, served, 'bad_response', err.kind);
   out.reply(immediateError(err, served.exchange.request.requestId));
 }
@@ -650,39 +655,50 @@ function copyJson(ctx: MachineContext, watch: Extract<BodyWatch, { kind: 'json-c
 function endPending(out: StepBuilder, state: Extract<StreamState, { kind: 'Streaming' }>): void {
   const pending = state.pending;
   if (pending === undefined) {
-    out.become({ kind: 'Done' });
+    out.become({ kind: 'Done', request: state.served.exchange.request });
     return;
   }
   if (pending.judged) settle(out, state.served, pending.failure, pending.result);
   else out.finish(state.served.exchange.request, state.served.exchange, pending.result, state.served);
 }
 
-function responseTrailers(ctx: MachineContext, out: StepBuilder, state: StreamState): void {
-  // Trailers end the body. Whatever we held goes out first, then the trailers reply.
-  if (state.kind === 'HoldingJson') {
-    const body = Buffer.concat(state.chunks);
-    judgeJson(out, state.served, body, () => [CONTINUE_RESPONSE_HEADERS, ...streamedChunks('response', state.chunks, false)]);
-    if (out.state.kind !== 'Done' || out.lastReplyIsImmediate()) return;
-  } else if (state.kind === 'Streaming') {
-    const watch = state.watch;
-    if (watch.kind === 'sse') {
-      const verdict = watch.inspector.finish();
-      if (verdict.ok) settle(out, state.served, undefined, 'ok');
-      else settle(out, state.served, 'bad_response', verdict.kind);
-    } else if (watch.kind === 'json-copy' && !watch.overflow) {
-      const verdict = inspectJsonBody(Buffer.concat(watch.chunks));
-      settle(out, state.served, verdict.ok ? undefined : 'bad_response', verdict.ok ? 'ok' : 'truncated_response');
-    } else {
-      endPending(out, state);
+function responseTrailers(out: StepBuilder, state: StreamState): void {
+  // Trailers end the body: judge what we watched, release what we held, then answer them.
+  switch (state.kind) {
+    case 'ReadingErrorText':
+      decideErrorText(out, state.exchange, state.status, Buffer.concat(state.chunks).toString('utf8'));
+      return;
+    case 'HoldingJson': {
+      const verdict = inspectJsonBody(Buffer.concat(state.chunks));
+      if (!verdict.ok) {
+        replaceTruncatedJson(out, state.served, verdict.detail);
+        return;
+      }
+      settle(out, state.served, undefined, 'ok');
+      out.reply(CONTINUE_RESPONSE_HEADERS);
+      out.replies(streamedChunks('response', state.chunks, false));
+      break;
     }
-    if (out.finishedResult === undefined && state.pending !== undefined) out.finish(state.served.exchange.request, state.served.exchange, 'unverified', state.served);
-  } else if (state.kind === 'ReadingErrorText') {
-    decideErrorText(out, state.exchange, state.status, Buffer.concat(state.chunks).toString('utf8'));
-    return;
+    case 'Streaming':
+      judgeEndedBody(out, state);
+      break;
+    default:
+      break;
   }
-  void ctx;
   out.reply({ response_trailers: {} });
-  out.become({ kind: 'Done' });
+  const request = state.kind === 'Done' ? state.request : state.kind === 'AwaitingRequestHeaders' ? undefined : requestOf(state);
+  out.become(request === undefined ? { kind: 'Done' } : { kind: 'Done', request });
+}
+
+/** A watched body ended (by trailers) where nothing can be appended any more: record its verdict. */
+function judgeEndedBody(out: StepBuilder, state: Extract<StreamState, { kind: 'Streaming' }>): void {
+  const watch = state.watch;
+  if (state.pending === undefined) return;
+  let verdict: BodyVerdict = { ok: true };
+  if (watch.kind === 'sse') verdict = watch.inspector.finish();
+  else if (watch.kind === 'json-copy' && !watch.overflow) verdict = inspectJsonBody(Buffer.concat(watch.chunks));
+  if (!verdict.ok) settle(out, state.served, 'bad_response', verdict.kind);
+  else endPending(out, state);
 }
 
 /** Pass a body chunk on unchanged, as the body mode requires. */
@@ -692,8 +708,7 @@ function passChunk(delivery: StreamModes['response'], chunk: Buffer, end: boolea
 
 // ── Envoy's own failures ────────────────────────────────────────────────────────────────────
 
-function replaceWithEnvoyFailure(ctx: MachineContext | undefined, out: StepBuilder, exchange: Exchange, kind: ErrorKind, detail: string, upstreamAddress: string | undefined): void {
-  void ctx;
+function replaceWithEnvoyFailure(out: StepBuilder, exchange: Exchange, kind: ErrorKind, detail: string, upstreamAddress: string | undefined): void {
   const err = failureFromEnvoy(out, exchange, kind, detail, upstreamAddress);
   out.reply(immediateError(err, exchange.request.requestId));
 }
@@ -782,20 +797,12 @@ class StepBuilder {
     this.state = state;
   }
 
-  get finishedResult(): Finished | undefined {
-    return this.result;
-  }
-
   reply(reply: ProcessingResponse): void {
     this.out.push(reply);
   }
 
   replies(replies: readonly ProcessingResponse[]): void {
     for (const reply of replies) this.out.push(reply);
-  }
-
-  lastReplyIsImmediate(): boolean {
-    return this.out.length > 0 && this.out[this.out.length - 1].immediate_response !== undefined;
   }
 
   become(state: StreamState): void {
@@ -822,7 +829,7 @@ class StepBuilder {
       requestId: request?.requestId ?? '',
       brokenMidStream,
     };
-    this.state = { kind: 'Done' };
+    this.state = request === undefined ? { kind: 'Done' } : { kind: 'Done', request };
   }
 
   /** Answer the client ourselves before anything went upstream. */
@@ -878,7 +885,7 @@ function exchangeForResponse(state: StreamState): Exchange {
 }
 
 function modeOf(state: StreamState): StreamModes['response'] {
-  const request = state.kind === 'Done' ? undefined : requestOf(state);
+  const request = state.kind === 'Done' ? state.request : requestOf(state);
   return request?.modes.response ?? 'streamed';
 }
 

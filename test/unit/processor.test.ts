@@ -960,6 +960,32 @@ describe('RequestProcessor: full duplex', () => {
   });
 });
 
+describe('RequestProcessor: response trailers end the body', () => {
+  it('full-duplex JSON ended by trailers is judged, released without end_of_stream, then the trailers are answered', async () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL }));
+    p.process(responseHeaders(200, JSON_TYPE, null));
+    p.process(responseBody('{"ok":true}', false));
+    const replies = p.process({ request: 'response_trailers', response_trailers: {} });
+    assert.deepEqual(replies[0], { response_headers: { response: {} } });
+    assert.deepEqual(streamedChunk(replies[1], 'response_body'), { body: Buffer.from('{"ok":true}'), end: false });
+    assert.deepEqual(replies[2], { response_trailers: {} });
+    assert.equal(await requests(h.metrics, { result: 'ok' }), 1);
+  });
+
+  it('an SSE stream ended by trailers without its terminator is recorded as incomplete', async () => {
+    const h = harness();
+    const p = h.processor();
+    route(p);
+    send(p, responseHeaders(200, SSE));
+    send(p, responseBody(CHUNK, false));
+    assert.deepEqual(send(p, { request: 'response_trailers', response_trailers: {} }), { response_trailers: {} });
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'stream_incomplete' }), 1);
+  });
+});
+
 describe('RequestProcessor: other body modes', () => {
   it('STREAMED request bodies without early sending: the header reply asks Envoy to buffer', () => {
     const h = harness();
