@@ -77,7 +77,11 @@ export async function startApp(config: Config, logger: Logger, options: { metric
   // One signal cell per endpoint: our in-flight count (load tracker) and the server's own report
   // (scraper), read by the picker on every request.
   const board = new SignalBoard();
-  const routing = new StoreRouting(store, new LoadTracker(board), { fallbacks: config.routing.fallbacks, picker: config.picker });
+  const routing = new StoreRouting(store, new LoadTracker(board), {
+    fallbacks: config.routing.fallbacks,
+    ...(config.routing.pool === undefined ? {} : { pool: config.routing.pool }),
+    picker: config.picker,
+  });
   const scraper = new MetricsScraper(
     board,
     () => store.view(),
@@ -106,6 +110,7 @@ export async function startApp(config: Config, logger: Logger, options: { metric
         logger: requestLogger,
         maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
         maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
+        destinationFormat: config.routing.destinationFormat,
       }),
   });
   const ops = await startOpsServer(config.listen.http, {
