@@ -1,7 +1,6 @@
 // The `picker:` section of the config file (validated by schema.ts) mapped onto PickerSettings,
 // with defaults and the one rule the schema cannot express.
 
-import type { MetricsFormat } from '../picker/server-metrics.js';
 import { DEFAULT_PICKER_SETTINGS } from '../picker/settings.js';
 import type { PickerSettings, PoolPickerSettings } from '../picker/settings.js';
 import type { ConfigFile } from './schema.js';
@@ -46,7 +45,7 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
     lora: { maxAdaptersPerServer: section?.lora?.maxAdaptersPerServer ?? d.lora.maxAdaptersPerServer },
     metrics: {
       enabled: m.enabled ?? d.metrics.enabled,
-      format: (m.format as MetricsFormat | undefined) ?? d.metrics.format,
+      format: (m.format) ?? d.metrics.format,
       path: m.path ?? d.metrics.path,
       intervalMs,
       timeoutMs: (m.timeoutSeconds ?? d.metrics.timeoutMs / 1000) * 1000,

@@ -39,7 +39,7 @@ async function scrapedAfterNow(servers: readonly ModelServer[]): Promise<void> {
 async function servedBy(gateway: Gateway, request: ClientRequest): Promise<string> {
   const response = await gateway.send(request);
   assert.equal(response.status, 200, response.text());
-  return response.headers['x-model-server-id'] as string;
+  return response.headers['x-model-server-id'];
 }
 
 async function debugEndpoints(gateway: Gateway): Promise<Array<{ address: string; load: { metrics: string; waiting?: number; lastError?: string } }>> {
