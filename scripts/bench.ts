@@ -34,6 +34,7 @@ import { poolsYaml } from '../test/support/gateway.js';
 import { waitUntil } from '../test/support/wait-until.js';
 import { withoutExtProc } from './bench/baseline-config.js';
 import { isCpuProfile, summarizeProfile } from './bench/cpu-profile.js';
+import { pickBench, writePickReport } from './bench/pick.js';
 import { closedLoop, keepAliveAgent, runRequests, timedRequest, timedStream } from './bench/load.js';
 import type { Target } from './bench/load.js';
 import { cpuSeconds, freePort, spawnNode } from './bench/processes.js';
@@ -317,6 +318,10 @@ async function warmUp(setup: Setup): Promise<void> {
 // ── main ─────────────────────────────────────────────────────────────────────────────────────
 
 async function main(): Promise<void> {
+  // Pick time first, while no Envoy or server competes for the CPU (scripts/bench/pick.ts).
+  const pickReport = pickBench(log);
+  process.stdout.write(`${pickReport}\n\n`);
+  if (opts.write) log(`wrote ${writePickReport(pickReport)}`);
   const root = repoRoot();
   const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-bench-'));
   cleanups.push(() => rm(dir, { recursive: true, force: true }));
