@@ -2,6 +2,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildConfig, ConfigError } from '../../src/config/config.js';
+import { METRICS_FLAVOURS } from '../../src/config/schema.js';
+import { METRICS_FORMATS } from '../../src/picker/server-metrics.js';
 import { DEFAULT_PICKER_SETTINGS, metricsFormatFor, poolSettings } from '../../src/picker/settings.js';
 
 describe('picker config', () => {
@@ -36,6 +38,10 @@ describe('picker config', () => {
     assert.equal(metricsFormatFor(config.picker, 'legacy'), undefined);
     assert.equal(metricsFormatFor(config.picker, 'other'), 'sglang');
     assert.deepEqual(poolSettings(config.picker, 'toString'), {});
+  });
+
+  it('the schema accepts exactly the flavours the parser knows', () => {
+    assert.deepEqual([...METRICS_FLAVOURS], [...METRICS_FORMATS]);
   });
 
   it('scraping off: no pool is scraped', () => {
