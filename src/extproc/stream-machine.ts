@@ -61,6 +61,12 @@ export interface Exchange {
   /** Absent when Envoy answered before we routed (its own limits, timeouts). */
   readonly routed: RoutedRequest | undefined;
   readonly model: string | undefined;
+  /**
+   * The replica that served when nobody reports it (no `upstream.address`, no `-served` metadata):
+   * certain only when Envoy could reach no other — one address handed over, or one picked.
+   * Undefined otherwise: a guess would credit a replica that may have refused the connection.
+   */
+  readonly servedUnlessReported?: Endpoint;
 }
 
 /** A response that came from an upstream (or at least not from Envoy itself). */
@@ -353,7 +359,8 @@ function route(ctx: MachineContext, out: StepBuilder, state: Extract<StreamState
       out.replies(streamedChunks('request', state.chunks, !trailersFollow));
       break;
   }
-  out.become({ kind: 'AwaitingResponse', exchange: { request, routed, model } });
+  const onlyPossible = ctx.destinationFormat === 'single' || routed.endpoints.length === 1 ? routed.endpoints[0] : undefined;
+  out.become({ kind: 'AwaitingResponse', exchange: { request, routed, model, ...(onlyPossible === undefined ? {} : { servedUnlessReported: onlyPossible }) } });
 }
 
 // ── response path ───────────────────────────────────────────────────────────────────────────
@@ -754,14 +761,14 @@ function failureFromEnvoy(out: StepBuilder, exchange: Exchange, kind: ErrorKind,
 
 /**
  * Which of our picks answered. Envoy's `upstream.address` (or the gateway's `-served` metadata)
- * names the host; without either we assume our primary. A host we did not pick means Envoy's
+ * names the host; without either, only a host Envoy had no alternative to counts. A host we did not pick means Envoy's
  * cluster lacked our picks and chose itself: nothing about that attempt may be blamed on (or
  * credited to) the replicas we picked.
  */
 function resolveServedBy(out: StepBuilder, exchange: Exchange, upstreamAddress: string | undefined): Endpoint | undefined {
   const routed = exchange.routed;
   if (routed === undefined) return undefined;
-  if (upstreamAddress === undefined || upstreamAddress === '') return routed.endpoints[0];
+  if (upstreamAddress === undefined || upstreamAddress === '') return exchange.servedUnlessReported;
   const picked = routed.endpoints.find((e) => e.address === upstreamAddress);
   if (picked === undefined) {
     out.notice({ kind: 'served-outside-pick', upstream: upstreamAddress, picked: routed.destinations, model: exchange.model, requestId: exchange.request.requestId });
