@@ -14,6 +14,7 @@ import { mkdirSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
 import { request as httpRequest } from 'node:http';
 import { createServer } from 'node:net';
+import type { Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ApiextensionsV1Api, CoreV1Api, KubeConfig, KubernetesObjectApi, PatchStrategy } from '@kubernetes/client-node';
@@ -278,7 +279,7 @@ export class KubeControlPlane {
 /** Distinct free loopback ports (the kernel picks them; they are released before use). */
 async function freePorts(count: number): Promise<number[]> {
   const servers = await Promise.all(
-    Array.from({ length: count }, () => new Promise<import('node:net').Server>((resolve, reject) => {
+    Array.from({ length: count }, () => new Promise<Server>((resolve, reject) => {
       const server = createServer();
       server.once('error', reject);
       server.listen(0, '127.0.0.1', () => resolve(server));

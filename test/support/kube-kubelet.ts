@@ -4,7 +4,7 @@
 // deletion once "the containers have stopped". The statuses come from pod-builders.ts, so the
 // fake-API tests and the real-API tests describe pods the same way.
 
-import { CoreV1Api } from '@kubernetes/client-node';
+import type { CoreV1Api } from '@kubernetes/client-node';
 import type { V1Pod, V1PodStatus } from '@kubernetes/client-node';
 import type { PodJson, PodOptions } from './pod-builders.js';
 
