@@ -221,7 +221,8 @@ function main() {
     process.stdout.write(`${JSON.stringify({ ...paths, present })}\n`);
     return;
   }
-  requireGo();
+  const missing = !existsSync(paths.inferencePoolCrd) || !ready(paths.etcd, `etcd Version: ${ETCD_VERSION.slice(1)}`) || !ready(paths.kubeApiserver, `Kubernetes ${KUBERNETES_VERSION}`);
+  if (missing) requireGo();
   installInferencePoolCrd();
   installEtcd();
   installKubeApiserver();
