@@ -79,8 +79,9 @@ const Labels = (description: string) => Type.Record(Type.String(), Type.String()
 function chartConfigSchema(): TSchema {
   const properties: Record<string, unknown> = { ...configFileSchema.properties };
   delete properties.listen;
-  const { title: _title, ...rest } = configFileSchema as TSchema & { title?: string };
-  return { ...rest, properties, description: "llm-extproc's config file (the server's own schema; `listen` is set by the chart)." } as TSchema;
+  const copy: Record<string, unknown> = { ...configFileSchema, properties, description: "llm-extproc's config file (the server's own schema; `listen` is set by the chart)." };
+  delete copy.title;
+  return copy as TSchema;
 }
 
 export function valuesSchema(): object {
