@@ -6,6 +6,7 @@ import { mkdir, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { connect } from 'node:tls';
 import { X509Certificate } from 'node:crypto';
+import { generate as generateSelfSigned } from 'selfsigned';
 import type { TlsIdentity } from '../../src/extproc/tls-identity.js';
 
 export const CERT_NAME = 'tls.crt';
@@ -54,4 +55,39 @@ export function servedFingerprint(host: string, port: number): Promise<string> {
     });
     socket.once('error', reject);
   });
+}
+
+export interface TestCa {
+  readonly caPem: string;
+  /** A server certificate for `localhost` / 127.0.0.1 signed by this CA (a fresh key each call). */
+  issue(): Promise<TlsIdentity>;
+}
+
+/** A throwaway CA, so Envoy can verify llm-extproc's certificate and rotation can keep the same trust. */
+export async function makeTestCa(): Promise<TestCa> {
+  const ca = await generateSelfSigned([{ name: 'commonName', value: 'llm-extproc test CA' }], {
+    keyType: 'ec',
+    algorithm: 'sha256',
+    extensions: [
+      { name: 'basicConstraints', cA: true, critical: true },
+      { name: 'keyUsage', keyCertSign: true, cRLSign: true, digitalSignature: true, critical: true },
+    ],
+  });
+  return {
+    caPem: ca.cert,
+    issue: async () => {
+      const leaf = await generateSelfSigned([{ name: 'commonName', value: 'localhost' }], {
+        keyType: 'ec',
+        algorithm: 'sha256',
+        ca: { key: ca.private, cert: ca.cert },
+        extensions: [
+          { name: 'basicConstraints', cA: false },
+          { name: 'keyUsage', digitalSignature: true, keyEncipherment: true },
+          { name: 'extKeyUsage', serverAuth: true },
+          { name: 'subjectAltName', altNames: [{ type: 2, value: 'localhost' }, { type: 7, ip: '127.0.0.1' }] },
+        ],
+      });
+      return { cert: Buffer.from(leaf.cert), key: Buffer.from(leaf.private) };
+    },
+  };
 }
