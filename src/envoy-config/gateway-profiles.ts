@@ -38,6 +38,13 @@ export interface ProfileOptions {
   readonly backends: readonly string[];
   /** Test knob: the route timeout, so a hung model server fails fast. Absent = the gateway's default. */
   readonly routeTimeoutSeconds?: number;
+  /**
+   * Istio only: the `:authority` of the gRPC stream to the picker, as an EnvoyFilter patch of the
+   * route's ExtProcPerRoute `grpc_service.envoy_grpc.authority` would set it. Istio sets none, so
+   * Envoy sends the cluster name (`outbound|9002||…`), whose `|` Node's HTTP/2 (nghttp2) refuses
+   * with RST_STREAM PROTOCOL_ERROR: without the patch every request fails closed (envoy#3297).
+   */
+  readonly istioPickerAuthority?: string;
 }
 
 /** What llm-extproc must be told to work behind this gateway (the `chart` values follow these). */
@@ -232,7 +239,7 @@ const istio: GatewayProfile = {
           '@type': EXT_PROC_PER_ROUTE_TYPE,
           overrides: {
             failure_mode_allow: false,
-            grpc_service: envoyGrpc(pickerClusterName),
+            grpc_service: envoyGrpc(pickerClusterName, options.istioPickerAuthority === undefined ? {} : { authority: options.istioPickerAuthority }),
             processing_mode: processingMode('FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED', 'SEND'),
           },
         },

@@ -50,6 +50,8 @@ export interface GatewayOptions {
    * sets `listen.tls`.
    */
   readonly pickerTls?: PickerTls;
+  /** Istio profile: the EnvoyFilter-set `:authority` for the picker stream (see ProfileOptions). */
+  readonly istioPickerAuthority?: string;
 }
 
 export interface Gateway {
@@ -104,6 +106,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
           pickerTls,
           backends: addresses,
           ...(options.envoy?.routeTimeoutSeconds === undefined ? {} : { routeTimeoutSeconds: options.envoy.routeTimeoutSeconds }),
+          ...(options.istioPickerAuthority === undefined ? {} : { istioPickerAuthority: options.istioPickerAuthority }),
         })
       : renderGatewayConfig({
       ...DEFAULT_GATEWAY_OPTIONS,
