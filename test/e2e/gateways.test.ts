@@ -255,8 +255,12 @@ for (const row of ROWS) {
         const served = a.requests.length > 0 ? a : b;
         const other = served === a ? b : a;
         if (row.responseHeld === true) {
-          assert.ok(response.error !== undefined || response.status >= 500, `the client sees a failed response, got ${response.status} ${response.text()}`);
-          if (response.error === undefined) assertCatalogError(response, 'upstream_reset', 'stream_broken');
+          // Documented limitation (docs/gateways.md): Envoy's own 502 for the reset goes out after
+          // ext_proc already answered this response's headers, so it never passes through us and
+          // keeps Envoy's text unless the gateway maps it (Envoy Gateway responseOverride).
+          assert.equal(response.status, 502, response.text());
+          assert.match(response.text(), /^upstream connect error or disconnect\/reset before headers/);
+          assert.ok(!response.text().includes('data:'), 'no part of the held stream went out');
         } else {
           assert.equal(response.status, 200);
           assert.ok(response.body.length > 0, 'the client had received part of the stream');
