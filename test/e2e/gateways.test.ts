@@ -374,7 +374,7 @@ void describe('Envoy reaches llm-extproc over TLS', () => {
         const response = await inFlight;
         assert.equal(response.status, 200);
         assert.equal(response.error, undefined, 'the stream in flight during the swap completes');
-        const served = server.requests[0]!;
+        const served = server.requests[0];
         await served.response.settled;
         assert.deepEqual(response.body, served.response.body);
         for (let i = 0; i < 3; i++) assert.equal((await gateway.send(chat('m'))).status, 200, 'requests after the swap are served');
