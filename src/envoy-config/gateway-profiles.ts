@@ -7,18 +7,14 @@
 // Each profile names the repository, path and release it was read from, so it can be re-checked.
 // Pure: options in, a plain Envoy bootstrap object out.
 
-import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE } from '../extproc/protocol-names.js';
+import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE, SERVED_ENDPOINT_KEY, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from '../extproc/protocol-names.js';
 import { DEFAULT_GATEWAY_OPTIONS, HTTP2_OPTIONS, loadAssignment, pickerTransportSocket, renderGatewayConfig, socketAddress } from './gateway-config.js';
 import type { PickerTls, Yaml } from './gateway-config.js';
 
 export const GATEWAY_PROFILE_NAMES = ['ours', 'istio', 'aigw', 'aigw-buffered', 'kgateway', 'envoy-gateway'] as const;
 export type GatewayProfileName = (typeof GATEWAY_PROFILE_NAMES)[number];
 
-/** Inference extension protocol names beyond the two we always use (see protocol-names.ts). */
-export const SUBSET_HINT_NAMESPACE = 'envoy.lb.subset_hint';
-export const SUBSET_HINT_KEY = 'x-gateway-destination-endpoint-subset';
-/** Where Istio's override_host policy records the host that really served the request. */
-export const SERVED_ENDPOINT_KEY = 'x-gateway-destination-endpoint-served';
+export { SERVED_ENDPOINT_KEY, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE };
 /**
  * Test-bed only (kgateway profile): a request header whose value becomes the subset hint, standing
  * in for the gateway's own forwarding. Its value is a base64 `google.protobuf.Value` holding a list
