@@ -5,6 +5,7 @@ import { mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
+import type { Logger } from 'pino';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { startApp, type RunningApp } from '../../src/app.js';
 import { buildConfig, type Config } from '../../src/config/config.js';
@@ -54,6 +55,8 @@ export interface GatewayOptions {
   readonly pickerTls?: PickerTls;
   /** Istio profile: the EnvoyFilter-set `:authority` for the picker stream (see ProfileOptions). */
   readonly istioPickerAuthority?: string;
+  /** Our server's logger (default: pino at LLM_EXTPROC_TEST_LOG_LEVEL, silent), e.g. to assert on log lines. */
+  readonly logger?: Logger;
 }
 
 export interface Gateway {
@@ -95,7 +98,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     ...(profile === undefined && own.routing === undefined ? {} : { routing: { ...(profile === undefined ? {} : { destinationFormat: profile.picker.destinationFormat }), ...section('routing') } }),
   };
   const config = buildConfig(toYaml(settings), { LLM_EXTPROC_LOG_LEVEL: logLevel });
-  const app = await startApp(config, pino({ level: logLevel }));
+  const app = await startApp(config, options.logger ?? pino({ level: logLevel }));
   let envoy: RunningEnvoy | undefined;
   try {
     const addresses = options.backendAddresses ?? [...new Set(pools.flatMap((p) => p.endpoints.map((e) => e.address)))];
