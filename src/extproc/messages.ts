@@ -15,12 +15,18 @@ export interface HeaderMap {
 
 export interface HttpHeaders {
   headers?: HeaderMap;
+  /** Deprecated upstream (attributes come in ProcessingRequest.attributes); decoded if sent. */
+  attributes?: Record<string, ProtoStruct>;
   end_of_stream?: boolean;
 }
 
 export interface HttpBody {
   body?: Buffer;
   end_of_stream?: boolean;
+  /** GRPC body mode only. */
+  end_of_stream_without_message?: boolean;
+  /** GRPC body mode only. */
+  grpc_message_compressed?: boolean;
 }
 
 export interface HttpTrailers {
@@ -46,6 +52,18 @@ export interface ProtoStruct {
   fields?: Record<string, ProtoValue>;
 }
 
+/** Filter settings Envoy announces in the first ProcessingRequest of a stream. */
+export interface ProtocolConfiguration {
+  request_body_mode?: BodySendMode;
+  response_body_mode?: BodySendMode;
+  send_body_without_waiting_for_header_response?: boolean;
+}
+
+/** config.core.v3.Metadata (typed_filter_metadata, google.protobuf.Any values, is not decoded by the fast path). */
+export interface Metadata {
+  filter_metadata?: Record<string, ProtoStruct>;
+}
+
 export interface ProcessingRequest {
   request?: 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers';
   request_headers?: HttpHeaders;
@@ -57,6 +75,9 @@ export interface ProcessingRequest {
   /** Keyed by filter name; Envoy uses `envoy.filters.http.ext_proc`. */
   attributes?: Record<string, ProtoStruct>;
   observability_mode?: boolean;
+  metadata_context?: Metadata;
+  /** Only in the first message of a stream. */
+  protocol_config?: ProtocolConfiguration;
 }
 
 export interface HeaderValueOption {
@@ -69,10 +90,19 @@ export interface HeaderMutation {
   remove_headers?: string[];
 }
 
+/** Body chunk for FULL_DUPLEX_STREAMED (and GRPC) body modes. */
+export interface StreamedBodyResponse {
+  body?: Buffer;
+  end_of_stream?: boolean;
+  end_of_stream_without_message?: boolean;
+  grpc_message_compressed?: boolean;
+}
+
 export interface BodyMutation {
-  mutation?: 'body' | 'clear_body';
+  mutation?: 'body' | 'clear_body' | 'streamed_response';
   body?: Buffer;
   clear_body?: boolean;
+  streamed_response?: StreamedBodyResponse;
 }
 
 export type CommonResponseStatus = 'CONTINUE' | 'CONTINUE_AND_REPLACE';
@@ -103,7 +133,7 @@ export interface ImmediateResponse {
   details?: string;
 }
 
-export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED' | 'BUFFERED_PARTIAL' | 'FULL_DUPLEX_STREAMED';
+export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED' | 'BUFFERED_PARTIAL' | 'FULL_DUPLEX_STREAMED' | 'GRPC';
 export type HeaderSendMode = 'DEFAULT' | 'SEND' | 'SKIP';
 
 export interface ProcessingMode {
