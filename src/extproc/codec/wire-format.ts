@@ -77,7 +77,7 @@ export class Reader {
 
   string(end: number): string {
     const stop = this.lengthEnd(end);
-    const out = this.buf.toString('utf8', this.pos, stop);
+    const out = stop - this.pos <= SHORT_STRING ? (shortAscii(this.buf, this.pos, stop) ?? this.buf.toString('utf8', this.pos, stop)) : this.buf.toString('utf8', this.pos, stop);
     this.pos = stop;
     return out;
   }
@@ -115,6 +115,19 @@ export class Reader {
     }
     if (this.pos > end) throw new Unsupported('truncated fixed-size field');
   }
+}
+
+/** Header names and short values: building the string by hand beats a native call below this length. */
+const SHORT_STRING = 24;
+
+function shortAscii(buf: Buffer, start: number, stop: number): string | undefined {
+  let out = '';
+  for (let i = start; i < stop; i++) {
+    const c = buf[i];
+    if (c >= 0x80) return undefined;
+    out += String.fromCharCode(c);
+  }
+  return out;
 }
 
 const INITIAL_CAPACITY = 64 * 1024;
