@@ -20,7 +20,15 @@ export interface RunningApp {
   readonly httpPort: number;
   readonly store: EndpointStore;
   readonly metrics: Metrics;
+  /** Serving = synced and not draining (what gRPC health and /readyz report). */
+  readonly health: HealthSource;
   stop(): Promise<void>;
+}
+
+export interface StartAppOptions {
+  metrics?: Metrics;
+  /** false: no ops HTTP server (a cluster worker; the primary serves /metrics and /readyz). Default true. */
+  opsServer?: boolean;
 }
 
 async function createSource(config: Config, logger: Logger, metrics: Metrics): Promise<EndpointSource> {
@@ -42,7 +50,7 @@ async function createSource(config: Config, logger: Logger, metrics: Metrics): P
   });
 }
 
-export async function startApp(config: Config, logger: Logger, options: { metrics?: Metrics } = {}): Promise<RunningApp> {
+export async function startApp(config: Config, logger: Logger, options: StartAppOptions = {}): Promise<RunningApp> {
   const metrics = options.metrics ?? new Metrics();
   const source = await createSource(config, logger, metrics);
   const store = new EndpointStore([source.name], config.quarantine);
@@ -86,7 +94,10 @@ export async function startApp(config: Config, logger: Logger, options: { metric
         maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
       }),
   });
-  const ops = await startOpsServer(config.listen.http, { registry: metrics.registry, isReady: () => health.isServing(), view: () => store.view() });
+  const ops =
+    options.opsServer === false
+      ? { port: 0, close: () => Promise.resolve() }
+      : await startOpsServer(config.listen.http, { registry: metrics.registry, isReady: () => health.isServing(), view: () => store.view() });
   // The source starts last: the servers answer NOT_SERVING until its first complete view arrives.
   try {
     await source.start(store);
@@ -103,6 +114,7 @@ export async function startApp(config: Config, logger: Logger, options: { metric
     httpPort: ops.port,
     store,
     metrics,
+    health,
     stop: () =>
       (stopping ??= (async () => {
         draining = true;
@@ -115,6 +127,7 @@ export async function startApp(config: Config, logger: Logger, options: { metric
         await source.stop();
         await ops.close();
         store.stop();
+        if (options.metrics === undefined) metrics.eventLoopDelay?.stop();
       })()),
   };
 }

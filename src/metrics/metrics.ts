@@ -5,6 +5,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { ENDPOINT_STATES } from '../endpoints/model.js';
 import type { EndpointView } from '../endpoints/model.js';
+import { EventLoopDelayMetric } from './event-loop-delay.js';
 
 export type AttemptOutcome = 'success' | 'failure';
 
@@ -36,6 +37,8 @@ export class Metrics {
     name: 'llm_extproc_endpoints',
     help: 'Endpoints in the cache, by pool and state.',
     labelNames: ['pool', 'state'] as const,
+    // Cluster mode: every worker holds the same cache; the primary reports one copy, not the sum.
+    aggregator: 'max',
     registers: [this.registry],
   });
 
@@ -77,6 +80,7 @@ export class Metrics {
     name: 'llm_extproc_endpoint_cache_age_seconds',
     help: 'Seconds since the endpoint source last confirmed its view (list, watch event or file load).',
     labelNames: ['source'] as const,
+    aggregator: 'max',
     registers: [this.registry],
     collect: () => this.collectCacheAge(),
   });
@@ -86,8 +90,14 @@ export class Metrics {
   private readonly seriesByEndpoint = new Map<string, Map<string, Record<string, string>>>();
   private readonly messageChildren = new Map<string, { observe(value: number): void }>();
 
+  /** Present with process metrics: a native sampler that a test creating many Metrics can do without. */
+  readonly eventLoopDelay: EventLoopDelayMetric | undefined;
+
   constructor(options: { processMetrics?: boolean } = {}) {
-    if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry, prefix: 'llm_extproc_' });
+    const processMetrics = options.processMetrics ?? true;
+    // Includes llm_extproc_nodejs_gc_duration_seconds (GC pauses by kind) and process RSS/CPU.
+    if (processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'llm_extproc_' });
+    this.eventLoopDelay = processMetrics ? new EventLoopDelayMetric(this.registry, 'llm_extproc_event_loop_delay_seconds') : undefined;
   }
 
   requestFinished(model: string, result: string): void {
