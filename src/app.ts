@@ -79,7 +79,10 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
       };
     },
   };
-  const routing = new StoreRouting(store, new LoadTracker(), { fallbacks: config.routing.fallbacks });
+  const routing = new StoreRouting(store, new LoadTracker(), {
+    fallbacks: config.routing.fallbacks,
+    ...(config.routing.pool === undefined ? {} : { pool: config.routing.pool }),
+  });
   const requestLogger = logger.child({ component: 'extproc' });
   const grpc = await startGrpcServer({
     address: config.listen.grpc,
@@ -92,6 +95,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
         logger: requestLogger,
         maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
         maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
+        destinationFormat: config.routing.destinationFormat,
       }),
   });
   const ops =

@@ -28,6 +28,7 @@ export interface KubernetesPoolConfig {
   models: string[];
 }
 
+/** Validated by buildConfig (src/config/schema.ts): pool names unique, selectors non-empty, ports 1–65535. */
 export interface KubernetesSourceConfig {
   /** Explicit kubeconfig file; otherwise in-cluster config, otherwise the default loading rules. */
   kubeconfigPath?: string;
@@ -373,12 +374,14 @@ export class KubernetesSource implements EndpointSource {
   private synced = false;
   private stopped = false;
 
-  /** Throws on an invalid config or an unloadable kubeconfig; never on an unreachable API server. */
+  /**
+   * `config` comes from buildConfig, which validated it against the config schema (src/config/schema.ts).
+   * Throws on an unloadable kubeconfig; never on an unreachable API server.
+   */
   constructor(
     private readonly config: KubernetesSourceConfig,
     options: KubernetesSourceOptions,
   ) {
-    validateConfig(config);
     this.kubeConfig = loadKubeConfig(config.kubeconfigPath);
     this.core = this.kubeConfig.makeApiClient(CoreV1Api);
     this.custom = this.kubeConfig.makeApiClient(CustomObjectsApi);
@@ -585,29 +588,6 @@ function parseCustomList(list: unknown): ListResult {
   const items = field(list, 'items');
   const rv = field(field(list, 'metadata'), 'resourceVersion');
   return { items: Array.isArray(items) ? (items as unknown[]) : [], resourceVersion: typeof rv === 'string' ? rv : '' };
-}
-
-function validateConfig(config: KubernetesSourceConfig): void {
-  const names = new Set<string>();
-  for (const p of config.pools) {
-    if (p.name === '') throw new Error('kubernetes pool without a name');
-    if (names.has(p.name)) throw new Error(`kubernetes pool ${p.name} is defined twice`);
-    names.add(p.name);
-    if (p.namespace === '') throw new Error(`kubernetes pool ${p.name} has no namespace`);
-    if (Object.keys(p.selector).length === 0) {
-      throw new Error(`kubernetes pool ${p.name} has an empty selector (it would select every pod in ${p.namespace})`);
-    }
-    if (!Number.isInteger(p.targetPort) || p.targetPort < 1 || p.targetPort > 65535) {
-      throw new Error(`kubernetes pool ${p.name} has an invalid targetPort ${p.targetPort}`);
-    }
-  }
-  if (config.inferencePools?.enabled && config.inferencePools.namespaces.length === 0) {
-    throw new Error('kubernetes.inferencePools is enabled but lists no namespaces');
-  }
-  const b = config.backoff;
-  if (b !== undefined && !(b.initialMs > 0 && b.maxMs >= b.initialMs)) {
-    throw new Error('kubernetes.backoff needs 0 < initialMs <= maxMs');
-  }
 }
 
 function loadKubeConfig(path: string | undefined): KubeConfig {

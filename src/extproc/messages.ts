@@ -1,5 +1,5 @@
 // Plain TypeScript shapes of the ext_proc messages we exchange with Envoy, exactly as
-// @grpc/proto-loader decodes and encodes them with the options in `wire-options.ts`
+// @grpc/proto-loader decodes and encodes them with the options in `wire.ts`
 // (snake_case field names, enums as strings, bytes as Buffer, oneofs named by a `*` property).
 // The processor sees only these values; the gRPC edge is the only place that touches grpc-js.
 
@@ -52,14 +52,14 @@ export interface ProtoStruct {
   fields?: Record<string, ProtoValue>;
 }
 
-/** Filter settings Envoy announces in the first ProcessingRequest of a stream. */
+/** Announced in the first message of a stream: the body modes the filter is configured with. */
 export interface ProtocolConfiguration {
   request_body_mode?: BodySendMode;
   response_body_mode?: BodySendMode;
   send_body_without_waiting_for_header_response?: boolean;
 }
 
-/** config.core.v3.Metadata (typed_filter_metadata, google.protobuf.Any values, is not decoded by the fast path). */
+/** config.core.v3.Metadata: namespaces the filter forwards (`metadata_options.forwarding_namespaces`). */
 export interface Metadata {
   filter_metadata?: Record<string, ProtoStruct>;
 }
@@ -76,7 +76,6 @@ export interface ProcessingRequest {
   attributes?: Record<string, ProtoStruct>;
   observability_mode?: boolean;
   metadata_context?: Metadata;
-  /** Only in the first message of a stream. */
   protocol_config?: ProtocolConfiguration;
 }
 
@@ -90,11 +89,13 @@ export interface HeaderMutation {
   remove_headers?: string[];
 }
 
-/** Body chunk for FULL_DUPLEX_STREAMED (and GRPC) body modes. */
+/** A body chunk sent back in FULL_DUPLEX_STREAMED mode (≤ 64 KiB each). */
 export interface StreamedBodyResponse {
   body?: Buffer;
   end_of_stream?: boolean;
+  /** GRPC body mode only. */
   end_of_stream_without_message?: boolean;
+  /** GRPC body mode only. */
   grpc_message_compressed?: boolean;
 }
 

@@ -35,6 +35,8 @@ export interface GatewayOptions {
   readonly backendAddresses?: readonly string[];
   readonly backends?: BackendsCluster;
   readonly envoy?: Partial<Omit<GatewayConfigOptions, 'extProc' | 'backends'>>;
+  /** Edits the rendered Envoy config before Envoy starts (e.g. another gateway's ext_proc modes). */
+  readonly transformEnvoyConfig?: (config: Record<string, unknown>) => Record<string, unknown>;
   /** Wait for the endpoint cache to sync before returning (default true). */
   readonly waitForSync?: boolean;
 }
@@ -88,7 +90,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       extProc: app.grpcAddress,
       backends: options.backends ?? { kind: 'static', addresses },
     });
-    envoy = await startEnvoy({ configYaml: toYaml(envoyConfig), name: 'gateway', logLevel: (process.env.ENVOY_TEST_LOG_LEVEL ?? 'warning') as 'warning' });
+    const finalConfig = options.transformEnvoyConfig === undefined ? envoyConfig : options.transformEnvoyConfig(envoyConfig);
+    envoy = await startEnvoy({ configYaml: toYaml(finalConfig), name: 'gateway', logLevel: (process.env.ENVOY_TEST_LOG_LEVEL ?? 'warning') as 'warning' });
     if (options.waitForSync ?? true) await waitUntil(() => (app.store.isSynced() ? true : undefined), { description: 'endpoint cache sync' });
   } catch (err) {
     await envoy?.stop();
