@@ -2,9 +2,10 @@
 // run several servers in one process). Metric names follow Prometheus conventions: a
 // `llm_extproc_` prefix, base units (seconds, bytes), `_total` for counters.
 
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { ENDPOINT_STATES } from '../endpoints/model.js';
 import type { EndpointView } from '../endpoints/model.js';
+import { CountingHistogram } from './counting-histogram.js';
 import { EventLoopDelayMetric } from './event-loop-delay.js';
 
 export type AttemptOutcome = 'success' | 'failure';
@@ -48,13 +49,15 @@ export class Metrics {
     registers: [this.registry],
   });
 
-  private readonly messageSeconds = new Histogram({
-    name: 'llm_extproc_message_processing_seconds',
-    help: 'Time spent handling one ext_proc message (our added latency per message), by message type.',
-    labelNames: ['message'] as const,
-    buckets: [0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05],
-    registers: [this.registry],
-  });
+  private readonly messageSeconds = new CountingHistogram(
+    {
+      name: 'llm_extproc_message_processing_seconds',
+      help: 'Time spent handling one ext_proc message (our added latency per message), by message type.',
+      buckets: [0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05],
+      registers: [this.registry],
+    },
+    'message',
+  );
 
   private readonly outsidePick = new Counter({
     name: 'llm_extproc_served_outside_pick_total',
@@ -124,10 +127,10 @@ export class Metrics {
   }
 
   messageHandled(message: string, seconds: number): void {
-    // Hot path (every ext_proc message): resolve the labelled child once per message type.
+    // Hot path (every ext_proc message): resolve the series once per message type.
     let child = this.messageChildren.get(message);
     if (child === undefined) {
-      child = this.messageSeconds.labels({ message });
+      child = this.messageSeconds.child(message);
       this.messageChildren.set(message, child);
     }
     child.observe(seconds);
