@@ -24,7 +24,15 @@ export interface RunningApp {
   readonly httpPort: number;
   readonly store: EndpointStore;
   readonly metrics: Metrics;
+  /** Serving = synced and not draining (what gRPC health and /readyz report). */
+  readonly health: HealthSource;
   stop(): Promise<void>;
+}
+
+export interface StartAppOptions {
+  metrics?: Metrics;
+  /** false: no ops HTTP server (a cluster worker; the primary serves /metrics and /readyz). Default true. */
+  opsServer?: boolean;
 }
 
 async function createSource(config: Config, logger: Logger, metrics: Metrics): Promise<EndpointSource> {
@@ -46,7 +54,7 @@ async function createSource(config: Config, logger: Logger, metrics: Metrics): P
   });
 }
 
-export async function startApp(config: Config, logger: Logger, options: { metrics?: Metrics } = {}): Promise<RunningApp> {
+export async function startApp(config: Config, logger: Logger, options: StartAppOptions = {}): Promise<RunningApp> {
   const metrics = options.metrics ?? new Metrics();
   const source = await createSource(config, logger, metrics);
   const store = new EndpointStore([source.name], config.quarantine);
@@ -116,12 +124,15 @@ export async function startApp(config: Config, logger: Logger, options: { metric
         destinationFormat: config.routing.destinationFormat,
       }),
   });
-  const ops = await startOpsServer(config.listen.http, {
-    registry: metrics.registry,
-    isReady: () => health.isServing(),
-    view: () => store.view(),
-    signals: (address) => board.snapshot(address),
-  });
+  const ops =
+    options.opsServer === false
+      ? { port: 0, close: () => Promise.resolve() }
+      : await startOpsServer(config.listen.http, {
+          registry: metrics.registry,
+          isReady: () => health.isServing(),
+          view: () => store.view(),
+          signals: (address) => board.snapshot(address),
+        });
   // The source starts last: the servers answer NOT_SERVING until its first complete view arrives.
   try {
     await source.start(store);
@@ -141,6 +152,7 @@ export async function startApp(config: Config, logger: Logger, options: { metric
     httpPort: ops.port,
     store,
     metrics,
+    health,
     stop: () =>
       (stopping ??= (async () => {
         draining = true;
@@ -154,6 +166,7 @@ export async function startApp(config: Config, logger: Logger, options: { metric
         await source.stop();
         await ops.close();
         store.stop();
+        if (options.metrics === undefined) metrics.eventLoopDelay?.stop();
       })()),
   };
 }
