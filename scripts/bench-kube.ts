@@ -109,7 +109,8 @@ interface ChildMessage {
 }
 
 class Extproc {
-  private readonly waiters = new Map<string, (m: ChildMessage) => void>();
+  /** Replies of each type arrive in request order; each waiter takes the next one. */
+  private readonly waiters = new Map<string, Array<(m: ChildMessage) => void>>();
   private readonly seen = new Map<string, (at: number) => void>();
 
   constructor(readonly child: ChildProcess) {
@@ -119,15 +120,16 @@ class Extproc {
         this.seen.delete(m.id);
         return;
       }
-      this.waiters.get(m.type)?.(m);
-      this.waiters.delete(m.type);
+      this.waiters.get(m.type)?.shift()?.(m);
     });
   }
 
   next(type: ChildMessage['type'], timeoutMs = 600_000): Promise<ChildMessage> {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`llm-extproc sent no ${type} within ${timeoutMs} ms`)), timeoutMs);
-      this.waiters.set(type, (m) => {
+      const queue = this.waiters.get(type) ?? [];
+      this.waiters.set(type, queue);
+      queue.push((m) => {
         clearTimeout(timer);
         resolve(m);
       });
@@ -208,8 +210,17 @@ async function run(): Promise<Results> {
       const propagation: number[] = [];
       const apiWrite: number[] = [];
       let rssMax = rssAfterSyncMb;
+      let sampling = false;
       const sampler = setInterval(() => {
-        void extproc.memory().then((m) => (rssMax = Math.max(rssMax, m.rss / 2 ** 20)));
+        if (sampling) return;
+        sampling = true;
+        extproc.memory().then(
+          (m) => {
+            rssMax = Math.max(rssMax, m.rss / 2 ** 20);
+            sampling = false;
+          },
+          (err: unknown) => process.stderr.write(`bench:kube: memory sample failed: ${String(err)}\n`),
+        );
       }, 1000);
       const cpuStart = cpuSeconds(pid);
       const wallStart = now();
