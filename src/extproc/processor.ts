@@ -12,7 +12,7 @@ import type { StreamEnd, StreamProcessor } from './processor-contract.js';
 import type { RequestResult } from './request-result.js';
 import type { RoutedRequest, Routing } from './routing.js';
 import { onMessage, onStreamEnd } from './stream-machine.js';
-import type { MachineContext, Step, StreamState } from './stream-machine.js';
+import type { MachineContext, Step, StreamState } from './stream-state.js';
 
 export interface ProcessorMetrics {
   requestStarted(): void;

@@ -4,21 +4,21 @@
 // no clocks, no logging. The processor (processor.ts) feeds messages in, sends the replies and
 // records the outcomes in one place. The routing dependency is the only call out: it picks.
 
-import type { DestinationFormat } from '../config/config.js';
 import type { Endpoint } from '../endpoints/model.js';
 import type { AttemptFailure } from '../endpoints/passive-health.js';
 import type { ErrorKind } from '../errors/catalog.js';
 import { classifyEnvoyReply, isEnvoyLocalReply } from '../errors/envoy-reply.js';
 import { GatewayError } from '../errors/gateway-error.js';
-import { ERROR_CODE_HEADER, renderSseErrorEvent } from '../errors/render.js';
+import { renderSseErrorEvent } from '../errors/render.js';
 import { isJsonContentType, isSseContentType } from '../inspect/content-type.js';
 import { inspectJsonBody } from '../inspect/json-body.js';
 import { SseInspector } from '../inspect/sse-inspector.js';
 import type { BodyVerdict } from '../inspect/verdict.js';
 import { CONTINUE_REQUEST_BODY, CONTINUE_REQUEST_HEADERS, CONTINUE_RESPONSE_BODY, CONTINUE_RESPONSE_HEADERS } from './constant-replies.js';
-import type { HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse, ProtoStruct } from './messages.js';
+import type { HttpBody, ProcessingRequest, ProcessingResponse, ProtoStruct } from './messages.js';
 import { readInferenceRequest } from './openai-request.js';
-import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE, SERVED_ENDPOINT_KEY, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from './protocol-names.js';
+import type { StreamEnd } from './processor-contract.js';
+import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from './protocol-names.js';
 import {
   immediateError,
   immediateJson,
@@ -31,127 +31,14 @@ import {
 } from './replies.js';
 import { localReplyResult, upstreamStatusResult } from './request-result.js';
 import type { RequestResult } from './request-result.js';
-import type { RoutedRequest, Routing } from './routing.js';
-import type { StreamEnd } from './processor-contract.js';
+import { definedFacts, responseFacts } from './response-facts.js';
+import type { ResponseFacts } from './response-facts.js';
+import type { RoutedRequest } from './routing.js';
+import { StepBuilder, exchangeOf, pathOnly, requestOf } from './stream-state.js';
+import type { BodyWatch, Exchange, MachineContext, PendingOutcome, RequestFacts, Served, Step, StreamState } from './stream-state.js';
 import { streamModes } from './stream-modes.js';
 import type { StreamModes } from './stream-modes.js';
-import { attributeNumber, attributeString, headerLookup, headerMutation, metadataNamespaces, metadataValue } from './wire-values.js';
-
-export interface MachineContext {
-  readonly routing: Routing;
-  readonly maxRequestBodyBytes: number;
-  /** Bodies we hold ourselves to validate (JSON answers in full-duplex mode) stop being held past this. */
-  readonly maxInspectedBodyBytes: number;
-  readonly destinationFormat: DestinationFormat;
-}
-
-/** What the request headers told us; fixed for the life of the stream. */
-export interface RequestFacts {
-  readonly modes: StreamModes;
-  readonly method: string;
-  readonly path: string;
-  readonly requestId: string;
-  /** The gateway's subset hint, when it sent one. */
-  readonly subset: ReadonlySet<string> | undefined;
-}
-
-/** A request on its way to (or back from) the model servers. */
-export interface Exchange {
-  readonly request: RequestFacts;
-  /** Absent when Envoy answered before we routed (its own limits, timeouts). */
-  readonly routed: RoutedRequest | undefined;
-  readonly model: string | undefined;
-}
-
-/** A response that came from an upstream (or at least not from Envoy itself). */
-export interface Served {
-  readonly exchange: Exchange;
-  readonly servedBy: Endpoint | undefined;
-  readonly status: number;
-}
-
-/** What to record when a body we pass through ends normally. */
-export interface PendingOutcome {
-  readonly result: RequestResult;
-  readonly failure: AttemptFailure | undefined;
-  /** False for answers we could not judge: neither success nor failure for the replica. */
-  readonly judged: boolean;
-}
-
-export type BodyWatch =
-  /** An SSE stream: reassembled incrementally, judged at its end. */
-  | { readonly kind: 'sse'; readonly inspector: SseInspector }
-  /** A JSON answer Envoy holds whole for us (BUFFERED / BUFFERED_PARTIAL); it arrives in one message. */
-  | { readonly kind: 'envoy-held-json' }
-  /**
-   * A JSON answer already on its way to the client: we keep a copy (up to the inspection limit)
-   * only to judge it at the end. `envoyStreamsRest`: BUFFERED_PARTIAL sent us its first part and
-   * streams the rest without us, so the end never reaches us.
-   */
-  | { readonly kind: 'json-copy'; readonly chunks: Buffer[]; bytes: number; overflow: boolean; readonly envoyStreamsRest: boolean }
-  /** Anything else (compressed, other media types, another filter's answer): watched for its end only. */
-  | { readonly kind: 'opaque' };
-
-export type StreamState =
-  | { readonly kind: 'AwaitingRequestHeaders' }
-  | {
-      readonly kind: 'CollectingRequestBody';
-      readonly request: RequestFacts;
-      readonly chunks: Buffer[];
-      bytes: number;
-      /** False while we hold the header reply (full duplex, early streamed bodies). */
-      readonly headersAnswered: boolean;
-    }
-  | { readonly kind: 'AwaitingResponse'; readonly exchange: Exchange }
-  | {
-      /** A 5xx with no attributes to tell who wrote it: we read its (small) body before deciding. */
-      readonly kind: 'ReadingErrorText';
-      readonly exchange: Exchange;
-      readonly status: number;
-      readonly chunks: Buffer[];
-      bytes: number;
-    }
-  | {
-      /** Full duplex: a JSON answer we hold (headers and body) until it is whole and judged. */
-      readonly kind: 'HoldingJson';
-      readonly served: Served;
-      readonly chunks: Buffer[];
-      bytes: number;
-    }
-  | { readonly kind: 'Streaming'; readonly served: Served; readonly watch: BodyWatch; readonly pending: PendingOutcome | undefined }
-  /** The result is recorded. A body chunk may still pass (after another filter's answer): `request` says how. */
-  | { readonly kind: 'Done'; readonly request?: RequestFacts };
-
-/** One replica's part in the request, known at the moment it is reported. */
-export interface Attempt {
-  readonly endpoint: Endpoint;
-  readonly failure: AttemptFailure | undefined;
-  readonly reason: string;
-}
-
-/** The request's result, reported exactly once per stream. */
-export interface Finished {
-  readonly result: RequestResult;
-  readonly model: string | undefined;
-  readonly status: number | undefined;
-  readonly endpoint: string | undefined;
-  readonly path: string;
-  readonly requestId: string;
-  /** A mid-stream break we could not explain (client gone, or the replica died). */
-  readonly brokenMidStream: boolean;
-}
-
-export type Notice =
-  | { readonly kind: 'routed'; readonly routed: RoutedRequest }
-  | { readonly kind: 'served-outside-pick'; readonly upstream: string; readonly picked: readonly string[]; readonly model: string | undefined; readonly requestId: string };
-
-export interface Step {
-  readonly state: StreamState;
-  readonly replies: ProcessingResponse[];
-  readonly attempts: Attempt[];
-  readonly finished: Finished | undefined;
-  readonly notices: Notice[];
-}
+import { headerLookup, headerMutation, metadataNamespaces, metadataValue } from './wire-values.js';
 
 /** Bytes of an unexplained error body we read to classify it; Envoy's texts are far shorter. */
 const ERROR_TEXT_BYTES = 4096;
@@ -353,44 +240,11 @@ function route(ctx: MachineContext, out: StepBuilder, state: Extract<StreamState
       out.replies(streamedChunks('request', state.chunks, !trailersFollow));
       break;
   }
-  out.become({ kind: 'AwaitingResponse', exchange: { request, routed, model } });
+  const onlyPossible = ctx.destinationFormat === 'single' || routed.endpoints.length === 1 ? routed.endpoints[0] : undefined;
+  out.become({ kind: 'AwaitingResponse', exchange: { request, routed, model, ...(onlyPossible === undefined ? {} : { servedUnlessReported: onlyPossible }) } });
 }
 
 // ── response path ───────────────────────────────────────────────────────────────────────────
-
-/** What the response headers (and Envoy's attributes, when configured) say about the answer. */
-interface ResponseFacts {
-  readonly status: number;
-  readonly contentType: string;
-  readonly compressed: boolean;
-  readonly contentLength: number | undefined;
-  readonly hasContentLength: boolean;
-  readonly ours: boolean;
-  readonly codeDetails: string | undefined;
-  readonly flags: number | undefined;
-  /** The host that answered: Envoy's `upstream.address` attribute, or the gateway's `-served` metadata. */
-  readonly servedAddress: string | undefined;
-  readonly endOfStream: boolean;
-}
-
-function responseFacts(message: ProcessingRequest, headersMessage: HttpHeaders): ResponseFacts {
-  const headers = headerLookup(headersMessage.headers);
-  const encoding = (headers.get('content-encoding') ?? 'identity').trim().toLowerCase();
-  const length = Number(headers.get('content-length') ?? NaN);
-  const attributes = message.attributes;
-  return {
-    status: Number(headers.get(':status') ?? '0'),
-    contentType: headers.get('content-type') ?? '',
-    compressed: encoding !== '' && encoding !== 'identity',
-    contentLength: Number.isFinite(length) ? length : undefined,
-    hasContentLength: headers.has('content-length'),
-    ours: headers.has(ERROR_CODE_HEADER),
-    codeDetails: attributeString(attributes, 'response.code_details'),
-    flags: attributeNumber(attributes, 'response.flags'),
-    servedAddress: nonEmpty(attributeString(attributes, 'upstream.address')) ?? nonEmpty(metadataValue(message.metadata_context?.filter_metadata, DESTINATION_METADATA_NAMESPACE, SERVED_ENDPOINT_KEY)),
-    endOfStream: headersMessage.end_of_stream === true,
-  };
-}
 
 function responseHeaders(ctx: MachineContext, out: StepBuilder, state: StreamState, message: ProcessingRequest): void {
   const exchange = exchangeForResponse(state);
@@ -409,8 +263,9 @@ function responseHeaders(ctx: MachineContext, out: StepBuilder, state: StreamSta
     passHeaders(out, modes.response, facts.endOfStream, undefined, { kind: 'Streaming', served, watch: { kind: 'opaque' }, pending: undefined });
     return;
   }
-  if (facts.codeDetails === undefined && facts.status >= 500 && !isJsonContentType(facts.contentType) && !facts.ours) {
-    // No attributes tell who answered: Envoy's own replies are short plain text; read it first.
+  if (facts.codeDetails === undefined && (facts.status >= 500 || facts.status === 413) && !isJsonContentType(facts.contentType) && !facts.ours) {
+    // No attributes tell who answered: Envoy's own replies (5xx, and 413 when a BUFFERED body
+    // outgrows its buffer) are short plain text; read it first.
     readErrorText(out, exchange, facts);
     return;
   }
@@ -754,14 +609,14 @@ function failureFromEnvoy(out: StepBuilder, exchange: Exchange, kind: ErrorKind,
 
 /**
  * Which of our picks answered. Envoy's `upstream.address` (or the gateway's `-served` metadata)
- * names the host; without either we assume our primary. A host we did not pick means Envoy's
+ * names the host; without either, only a host Envoy had no alternative to counts. A host we did not pick means Envoy's
  * cluster lacked our picks and chose itself: nothing about that attempt may be blamed on (or
  * credited to) the replicas we picked.
  */
 function resolveServedBy(out: StepBuilder, exchange: Exchange, upstreamAddress: string | undefined): Endpoint | undefined {
   const routed = exchange.routed;
   if (routed === undefined) return undefined;
-  if (upstreamAddress === undefined || upstreamAddress === '') return routed.endpoints[0];
+  if (upstreamAddress === undefined || upstreamAddress === '') return exchange.servedUnlessReported;
   const picked = routed.endpoints.find((e) => e.address === upstreamAddress);
   if (picked === undefined) {
     out.notice({ kind: 'served-outside-pick', upstream: upstreamAddress, picked: routed.destinations, model: exchange.model, requestId: exchange.request.requestId });
@@ -784,93 +639,6 @@ function settle(out: StepBuilder, served: Served, failure: AttemptFailure | unde
   out.finish(served.exchange.request, served.exchange, result, served);
 }
 
-// ── small pure helpers ──────────────────────────────────────────────────────────────────────
-
-class StepBuilder {
-  state: StreamState;
-  private readonly out: ProcessingResponse[] = [];
-  private readonly learnt: Attempt[] = [];
-  private readonly told: Notice[] = [];
-  private result: Finished | undefined;
-
-  constructor(state: StreamState) {
-    this.state = state;
-  }
-
-  reply(reply: ProcessingResponse): void {
-    this.out.push(reply);
-  }
-
-  replies(replies: readonly ProcessingResponse[]): void {
-    for (const reply of replies) this.out.push(reply);
-  }
-
-  become(state: StreamState): void {
-    this.state = state;
-  }
-
-  attempt(endpoint: Endpoint, failure: AttemptFailure | undefined, reason: string): void {
-    this.learnt.push({ endpoint, failure, reason });
-  }
-
-  notice(notice: Notice): void {
-    this.told.push(notice);
-  }
-
-  /** The request's result; the state becomes Done unless the caller moves on (pass-through). */
-  finish(request: RequestFacts | undefined, exchange: Exchange | undefined, result: RequestResult, served?: Served, brokenMidStream = false): void {
-    if (this.result !== undefined) return;
-    this.result = {
-      result,
-      model: exchange?.model,
-      status: served?.status === 0 ? undefined : served?.status,
-      endpoint: served?.servedBy?.address,
-      path: pathOnly(request?.path ?? ''),
-      requestId: request?.requestId ?? '',
-      brokenMidStream,
-    };
-    this.state = request === undefined ? { kind: 'Done' } : { kind: 'Done', request };
-  }
-
-  /** Answer the client ourselves before anything went upstream. */
-  reject(request: RequestFacts, err: GatewayError, model?: string): void {
-    this.finish(request, { request, routed: undefined, model }, err.kind);
-    this.reply(immediateError(err, request.requestId));
-  }
-
-  build(): Step {
-    return { state: this.state, replies: this.out, attempts: this.learnt, finished: this.result, notices: this.told };
-  }
-}
-
-function requestOf(state: Exclude<StreamState, { kind: 'Done' }>): RequestFacts | undefined {
-  switch (state.kind) {
-    case 'AwaitingRequestHeaders':
-      return undefined;
-    case 'CollectingRequestBody':
-      return state.request;
-    case 'AwaitingResponse':
-    case 'ReadingErrorText':
-      return state.exchange.request;
-    case 'HoldingJson':
-    case 'Streaming':
-      return state.served.exchange.request;
-  }
-}
-
-function exchangeOf(state: Exclude<StreamState, { kind: 'Done' }>): Exchange | undefined {
-  switch (state.kind) {
-    case 'AwaitingRequestHeaders':
-    case 'CollectingRequestBody':
-      return undefined;
-    case 'AwaitingResponse':
-    case 'ReadingErrorText':
-      return state.exchange;
-    case 'HoldingJson':
-    case 'Streaming':
-      return state.served.exchange;
-  }
-}
 
 function exchangeForResponse(state: StreamState): Exchange {
   switch (state.kind) {
@@ -887,10 +655,6 @@ function exchangeForResponse(state: StreamState): Exchange {
 function modeOf(state: StreamState): StreamModes['response'] {
   const request = state.kind === 'Done' ? state.request : requestOf(state);
   return request?.modes.response ?? 'streamed';
-}
-
-function definedFacts(facts: ResponseFacts): { codeDetails?: string; flags?: number } {
-  return { ...(facts.codeDetails === undefined ? {} : { codeDetails: facts.codeDetails }), ...(facts.flags === undefined ? {} : { flags: facts.flags }) };
 }
 
 function protocolViolation(what: string, state: StreamState): GatewayError {
@@ -917,13 +681,4 @@ function subsetHint(message: ProcessingRequest): ReadonlySet<string> | undefined
 
 function destinationMetadata(value: string): ProtoStruct {
   return metadataNamespaces({ [DESTINATION_METADATA_NAMESPACE]: { [DESTINATION_HEADER]: value } });
-}
-
-function pathOnly(path: string): string {
-  const q = path.indexOf('?');
-  return q === -1 ? path : path.slice(0, q);
-}
-
-function nonEmpty(value: string | undefined): string | undefined {
-  return value === undefined || value === '' ? undefined : value;
 }

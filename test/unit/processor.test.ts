@@ -898,7 +898,7 @@ describe('RequestProcessor: full duplex', () => {
   });
 
   it('JSON is held whole (headers and body), then released unchanged when valid', async () => {
-    const h = harness();
+    const h = harness({ destinationFormat: 'single' });
     const p = h.processor();
     p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
     p.process(requestBody({ model: MODEL }));
@@ -907,7 +907,7 @@ describe('RequestProcessor: full duplex', () => {
     const replies = p.process(responseBody('true}', true));
     assert.deepEqual(replies[0], { response_headers: { response: {} } });
     assert.equal(Buffer.concat(replies.slice(1).map((r) => streamedChunk(r, 'response_body').body)).toString(), '{"ok":true}');
-    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'success' }), 1);
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'success' }), 1, 'with one address handed over, the replica is known');
   });
 
   it('a truncated JSON answer held in full duplex becomes an immediate 502', () => {
@@ -934,16 +934,32 @@ describe('RequestProcessor: full duplex', () => {
     assert.equal(await requests(h.metrics, { result: 'ok' }), 1);
   });
 
-  it('without attributes, Envoy\'s plain-text local reply is read from the body and replaced', async () => {
+  for (const format of ['single', 'list'] as const) {
+    it(`without attributes, Envoy's plain-text local reply is read from the body and replaced (${format})`, async () => {
+      const h = harness({ destinationFormat: format });
+      const p = h.processor();
+      p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+      p.process(requestBody({ model: MODEL }));
+      assert.deepEqual(p.process(responseHeaders(503, { 'content-type': 'text/plain' }, null)), []);
+      const reply = immediate(send(p, responseBody('upstream connect error or disconnect/reset before headers. reset reason: remote connection failure, transport failure reason: delayed connect error: 111', true)));
+      assert.equal(reply.status, 503);
+      assert.equal(errorBody(reply.body).error.code, 'upstream_connect_failed');
+      // single: Envoy could only have tried our one address. list: a fallback may have been the one
+      // that failed, so nobody is blamed on a guess.
+      assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure' }), format === 'single' ? 1 : 0);
+      assert.equal(await attempts(h.metrics, { outcome: 'failure' }), format === 'single' ? 1 : 0);
+    });
+  }
+
+  it('without attributes and with fallbacks, a good answer credits no replica on a guess', async () => {
     const h = harness();
     const p = h.processor();
     p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
-    p.process(requestBody({ model: MODEL }));
-    assert.deepEqual(p.process(responseHeaders(503, { 'content-type': 'text/plain' }, null)), []);
-    const reply = immediate(send(p, responseBody('upstream connect error or disconnect/reset before headers. reset reason: remote connection failure, transport failure reason: delayed connect error: 111', true)));
-    assert.equal(reply.status, 503);
-    assert.equal(errorBody(reply.body).error.code, 'upstream_connect_failed');
-    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure' }), 1, 'our primary is assumed to be the host that failed');
+    p.process(requestBody({ model: MODEL, stream: true }));
+    p.process(responseHeaders(200, SSE, null));
+    p.process(responseBody(CHUNK + DONE, true));
+    assert.equal(await requests(h.metrics, { result: 'ok' }), 1);
+    assert.equal(await attempts(h.metrics, {}), 0);
   });
 
   it('the served endpoint comes from the gateway\'s -served metadata when there are no attributes', async () => {
