@@ -15,7 +15,7 @@ import { fork } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
-import { cpus } from 'node:os';
+import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
@@ -80,6 +80,27 @@ async function pool(count: number, concurrency: number, task: (i: number) => Pro
   );
 }
 
+/**
+ * Retries an API call the server refused for load (429, 5xx including 504 timeouts) or that failed
+ * in transit; on a shared machine an overloaded API server does both. `AlreadyExists` (409) after
+ * a retry means the first attempt went through.
+ */
+async function withRetries(what: string, call: () => Promise<unknown>): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await call();
+      return;
+    } catch (err) {
+      const code = (err as { code?: unknown }).code;
+      if (code === 409 && attempt > 1) return;
+      const retryable = code === 429 || (typeof code === 'number' && code >= 500) || typeof code === 'string';
+      if (!retryable || attempt >= 8) throw err;
+      process.stderr.write(`bench:kube: ${what} failed (${String(code)}); retrying\n`);
+      await new Promise((resolve) => setTimeout(resolve, 500 * attempt));
+    }
+  }
+}
+
 /** The kubelet's status write: a strategic merge patch of phase, conditions, containerStatuses and IPs. */
 async function patchStatus(core: CoreV1Api, name: string, status: PodJson['status']): Promise<void> {
   await core.patchNamespacedPodStatus({ namespace: NAMESPACE, name, body: { status } }, setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch));
@@ -88,14 +109,14 @@ async function patchStatus(core: CoreV1Api, name: string, status: PodJson['statu
 async function createPods(core: CoreV1Api, ready: boolean[]): Promise<void> {
   await pool(PODS, 16, async (i) => {
     const built = (ready[i] ? readyPod : notReadyPod)(podOptions(i));
-    await core.createNamespacedPod({
+    await withRetries(`create ${built.metadata.name}`, () => core.createNamespacedPod({
       namespace: NAMESPACE,
       body: {
         metadata: { name: built.metadata.name, labels: built.metadata.labels },
         spec: { nodeName: NODE_NAME, automountServiceAccountToken: false, containers: built.spec.containers },
       },
-    });
-    await patchStatus(core, built.metadata.name, built.status);
+    }));
+    await withRetries(`status of ${built.metadata.name}`, () => patchStatus(core, built.metadata.name, built.status));
     if ((i + 1) % 1000 === 0) process.stderr.write(`bench:kube: ${i + 1} pods created\n`);
   });
 }
@@ -109,7 +130,8 @@ interface ChildMessage {
 }
 
 class Extproc {
-  private readonly waiters = new Map<string, (m: ChildMessage) => void>();
+  /** Replies of each type arrive in request order; each waiter takes the next one. */
+  private readonly waiters = new Map<string, Array<(m: ChildMessage) => void>>();
   private readonly seen = new Map<string, (at: number) => void>();
 
   constructor(readonly child: ChildProcess) {
@@ -119,15 +141,16 @@ class Extproc {
         this.seen.delete(m.id);
         return;
       }
-      this.waiters.get(m.type)?.(m);
-      this.waiters.delete(m.type);
+      this.waiters.get(m.type)?.shift()?.(m);
     });
   }
 
   next(type: ChildMessage['type'], timeoutMs = 600_000): Promise<ChildMessage> {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`llm-extproc sent no ${type} within ${timeoutMs} ms`)), timeoutMs);
-      this.waiters.set(type, (m) => {
+      const queue = this.waiters.get(type) ?? [];
+      this.waiters.set(type, queue);
+      queue.push((m) => {
         clearTimeout(timer);
         resolve(m);
       });
@@ -156,6 +179,7 @@ interface Results {
   readonly apiWrite: Summary;
   readonly changes: number;
   readonly missed: number;
+  readonly failedWrites: number;
   readonly cpuPercent: number;
   readonly rssAfterSyncMb: number;
   readonly rssMaxMb: number;
@@ -208,13 +232,23 @@ async function run(): Promise<Results> {
       const propagation: number[] = [];
       const apiWrite: number[] = [];
       let rssMax = rssAfterSyncMb;
+      let sampling = false;
       const sampler = setInterval(() => {
-        void extproc.memory().then((m) => (rssMax = Math.max(rssMax, m.rss / 2 ** 20)));
+        if (sampling) return;
+        sampling = true;
+        extproc.memory().then(
+          (m) => {
+            rssMax = Math.max(rssMax, m.rss / 2 ** 20);
+            sampling = false;
+          },
+          (err: unknown) => process.stderr.write(`bench:kube: memory sample failed: ${String(err)}\n`),
+        );
       }, 1000);
       const cpuStart = cpuSeconds(pid);
       const wallStart = now();
       const inFlight: Array<Promise<void>> = [];
       let missed = 0;
+      let failedWrites = 0;
       for (let k = 0; k < total; k++) {
         const due = wallStart + (k * 1000) / RATE;
         const wait = due - now();
@@ -227,7 +261,14 @@ async function run(): Promise<Results> {
         const seen = extproc.expect(`${NAMESPACE}/${name}`, `p${poolOf(i)}`, state);
         const t0 = now();
         inFlight.push((async () => {
-          await patchStatus(core, name, (turnReady ? readyPod : notReadyPod)(podOptions(i)).status);
+          try {
+            await patchStatus(core, name, (turnReady ? readyPod : notReadyPod)(podOptions(i)).status);
+          } catch (err) {
+            // An overloaded API server may refuse a write (429, 504): counted, not measured.
+            failedWrites++;
+            process.stderr.write(`bench:kube: status write failed: ${String((err as { code?: unknown }).code ?? err)}\n`);
+            return;
+          }
           apiWrite.push(now() - t0);
           const timeout = new Promise<number>((resolve) => setTimeout(() => resolve(Number.NaN), 30_000));
           const at = await Promise.race([seen, timeout]);
@@ -247,6 +288,7 @@ async function run(): Promise<Results> {
         apiWrite: summarize(apiWrite),
         changes: total,
         missed,
+        failedWrites,
         cpuPercent,
         rssAfterSyncMb,
         rssMaxMb: Math.max(rssMax, memory.rss / 2 ** 20),
@@ -270,7 +312,8 @@ function report(r: Results): string {
     `| pods / pools | ${PODS} / ${POOLS} (one namespace, label-selected) |`,
     `| creating the pods (create + status patch each, 16 in parallel) | ${r.createSeconds.toFixed(0)} s |`,
     `| time to first sync (spawn → endpoint cache synced) | ${(r.firstSyncMs / 1000).toFixed(2)} s |`,
-    `| status changes | ${r.changes} at ${RATE}/s (${r.missed} not seen within 30 s) |`,
+    `| status changes | ${r.changes} at ${RATE}/s (${r.failedWrites} refused by the API server, ${r.missed} not seen within 30 s) |`,
+    `| machine load average (1 min) at the end | ${loadavg()[0]?.toFixed(1) ?? '?'} |`,
     `| status change → picker can use it, p50 | ${ms(r.propagation.p50)} |`,
     `| status change → picker can use it, p90 | ${ms(r.propagation.p90)} |`,
     `| status change → picker can use it, p99 | ${ms(r.propagation.p99)} |`,
