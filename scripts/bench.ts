@@ -7,6 +7,9 @@
 //   tcp       llm-extproc as its own process, reached over TCP loopback (standalone placement)
 //   uds       llm-extproc as its own process, reached over a Unix domain socket (sidecar placement)
 //   workers   llm-extproc with --workers N (node:cluster), over a Unix domain socket
+//   duplex    as tcp, with the ext_proc filter in FULL_DUPLEX_STREAMED both ways (the InferencePool
+//             gateways' mode: bodies stream through llm-extproc) instead of BUFFERED / STREAMED
+//   tls       as tcp, with TLS between Envoy and llm-extproc (self-signed, not verified)
 // The load generator (this process) drives each Envoy with keep-alive HTTP/1.1 clients; measured
 // phases are interleaved across setups in rounds so drift on a shared machine hits all of them.
 //
@@ -20,7 +23,8 @@
 // (the server entry script to run instead of dist/src/main.js, e.g. another build to compare),
 // --workers N (llm-extproc workers of the `workers` setup, default 2; 1 leaves that setup out),
 // --envoy-concurrency N (Envoy worker threads of every setup, default 2: one per core, as Envoy
-// runs by default; each Envoy worker holds its own connection to llm-extproc).
+// runs by default; each Envoy worker holds its own connection to llm-extproc), --no-modes (leave
+// out the duplex and tls setups).
 
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -31,6 +35,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../src/envoy-config/gateway-config.js';
+import type { GatewayConfigOptions } from '../src/envoy-config/gateway-config.js';
 import { envoyBinaryPath } from '../test/support/envoy-binary.js';
 import { startEnvoy } from '../test/support/envoy-process.js';
 import type { RunningEnvoy } from '../test/support/envoy-process.js';
@@ -74,6 +79,7 @@ const { values: flags } = parseArgs({
     server: { type: 'string' },
     workers: { type: 'string', default: '2' },
     'envoy-concurrency': { type: 'string', default: '2' },
+    'no-modes': { type: 'boolean', default: false },
   },
   allowPositionals: false,
 });
@@ -116,6 +122,7 @@ const opts = {
   server: flags.server,
   workers: positiveInt('workers', flags.workers),
   envoyConcurrency: positiveInt('envoy-concurrency', flags['envoy-concurrency']),
+  modes: !flags['no-modes'],
 };
 if (opts.write && opts.cpuProf) throw new Error('--write and --cpu-prof do not mix: a profiled server is slower than a real one');
 
@@ -169,13 +176,14 @@ function httpGet(url: string): Promise<{ status: number; body: string }> {
 
 type Yaml = Record<string, unknown>;
 
-function gatewayConfig(extProc: string, upstreamAddress: string): Yaml {
+function gatewayConfig(extProc: string, upstreamAddress: string, extra: Partial<GatewayConfigOptions> = {}): Yaml {
   const config = renderGatewayConfig({
     ...DEFAULT_GATEWAY_OPTIONS,
     listener: { address: '127.0.0.1', port: 0 },
     admin: { address: '127.0.0.1', port: 0 },
     extProc,
     backends: { kind: 'static', addresses: [upstreamAddress] },
+    ...extra,
   });
   if (Object.keys(opts.envoyRuntime).length === 0) return config;
   return { ...config, layered_runtime: { layers: [{ name: 'bench', static_layer: opts.envoyRuntime }] } };
@@ -188,9 +196,10 @@ interface Server {
   readonly httpPort: number;
 }
 
-async function startServer(root: string, name: string, grpcAddress: string, endpointsFile: string, profileDir: string | undefined, workers = 1): Promise<Server> {
+async function startServer(root: string, name: string, grpcAddress: string, endpointsFile: string, profileDir: string | undefined, workers = 1, configFile?: string): Promise<Server> {
   const httpPort = await freePort();
   const child = spawnNode(name, opts.server ?? join(root, 'dist', 'src', 'main.js'), {
+    args: configFile === undefined ? [] : ['--config', configFile],
     env: {
       LLM_EXTPROC_ENDPOINTS_FILE: endpointsFile,
       LLM_EXTPROC_GRPC_ADDRESS: grpcAddress,
@@ -377,6 +386,14 @@ async function main(): Promise<void> {
     // --cpu-prof would profile only the primary, which does no ext_proc work: not offered here.
     const workersServer = await startServer(root, 'llm-extproc-workers', `unix://${join(dir, 'grpc-workers.sock')}`, endpointsFile, undefined, opts.workers);
     plans.push({ key: 'workers', config: gatewayConfig(workersServer.grpcAddress, upstreamAddress), server: workersServer });
+  }
+  if (opts.modes) {
+    const duplexServer = await startServer(root, 'llm-extproc-duplex', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir);
+    plans.push({ key: 'duplex', config: gatewayConfig(duplexServer.grpcAddress, upstreamAddress, { bodyModes: 'full-duplex' }), server: duplexServer });
+    const tlsConfig = join(dir, 'tls.yaml');
+    await writeFile(tlsConfig, toYaml({ listen: { tls: { enabled: true } } }));
+    const tlsServer = await startServer(root, 'llm-extproc-tls', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir, 1, tlsConfig);
+    plans.push({ key: 'tls', config: gatewayConfig(tlsServer.grpcAddress, upstreamAddress, { extProcTls: { kind: 'unverified' } }), server: tlsServer });
   }
   const maxSockets = Math.max(...opts.concurrency, ...opts.streamConcurrency);
   const setups: Setup[] = [];

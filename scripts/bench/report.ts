@@ -5,13 +5,15 @@ import { histogramQuantile, summarize } from './stats.js';
 import type { HistogramSnapshot, Summary } from './stats.js';
 import type { ServerPhaseStats } from './server-stats.js';
 
-export type SetupKey = 'baseline' | 'tcp' | 'uds' | 'workers';
+export type SetupKey = 'baseline' | 'tcp' | 'uds' | 'workers' | 'duplex' | 'tls';
 
 export const SETUP_LABELS: Readonly<Record<SetupKey, string>> = {
   baseline: 'baseline (Envoy, no ext_proc)',
   tcp: 'llm-extproc, TCP loopback',
   uds: 'llm-extproc, Unix socket',
   workers: 'llm-extproc workers, Unix socket',
+  duplex: 'llm-extproc, TCP, FULL_DUPLEX_STREAMED',
+  tls: 'llm-extproc, TCP + TLS',
 };
 
 export interface CpuUse {

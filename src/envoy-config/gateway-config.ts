@@ -42,6 +42,11 @@ export interface GatewayConfigOptions {
   readonly extProcHealthCheckIntervalMs?: number;
   /** TLS from Envoy to llm-extproc (a standalone Deployment with `listen.tls`); absent = plaintext h2c. */
   readonly extProcTls?: PickerTls;
+  /**
+   * `ours` (default): request BUFFERED, response STREAMED with mode overrides. `full-duplex`:
+   * FULL_DUPLEX_STREAMED both ways with trailers, as the InferencePool gateways configure it.
+   */
+  readonly bodyModes?: 'ours' | 'full-duplex';
 }
 
 /**
@@ -256,15 +261,29 @@ export function renderGatewayConfig(options: GatewayConfigOptions): Yaml {
       grpc_service: { envoy_grpc: { cluster_name: 'llm_extproc' } },
       failure_mode_allow: false,
       message_timeout: `${options.messageTimeoutMs / 1000}s`,
-      allow_mode_override: true,
-      processing_mode: {
-        request_header_mode: 'SEND',
-        response_header_mode: 'SEND',
-        request_body_mode: 'BUFFERED',
-        response_body_mode: 'STREAMED',
-        request_trailer_mode: 'SKIP',
-        response_trailer_mode: 'SKIP',
-      },
+      ...(options.bodyModes === 'full-duplex'
+        ? {
+            // No message timer and no overrides in this mode; bodies stream through llm-extproc.
+            processing_mode: {
+              request_header_mode: 'SEND',
+              response_header_mode: 'SEND',
+              request_body_mode: 'FULL_DUPLEX_STREAMED',
+              response_body_mode: 'FULL_DUPLEX_STREAMED',
+              request_trailer_mode: 'SEND',
+              response_trailer_mode: 'SEND',
+            },
+          }
+        : {
+            allow_mode_override: true,
+            processing_mode: {
+              request_header_mode: 'SEND',
+              response_header_mode: 'SEND',
+              request_body_mode: 'BUFFERED',
+              response_body_mode: 'STREAMED',
+              request_trailer_mode: 'SKIP',
+              response_trailer_mode: 'SKIP',
+            },
+          }),
       // Lets us tell Envoy's own replies from the model server's, and which host really answered.
       response_attributes: ['response.code_details', 'response.flags', 'upstream.address'],
       metadata_options: { receiving_namespaces: { untyped: [DESTINATION_METADATA_NAMESPACE] } },
