@@ -61,11 +61,11 @@ export class RequestProcessor implements StreamProcessor {
 
   process(request: ProcessingRequest): ProcessingResponse[] {
     if (request.observability_mode === true) return []; // observability mode expects no replies
-    const started = process.hrtime.bigint();
+    const started = performance.now();
     try {
       return this.apply(onMessage(this.context, this.state, request));
     } finally {
-      this.deps.metrics.messageHandled(request.request ?? 'unknown', Number(process.hrtime.bigint() - started) / 1e9);
+      this.deps.metrics.messageHandled(request.request ?? 'unknown', (performance.now() - started) / 1e3);
     }
   }
 

@@ -134,12 +134,17 @@ export interface Step {
   readonly notices: Notice[];
 }
 
+const NONE_LEARNT: Attempt[] = Object.freeze([]) as unknown as Attempt[];
+const NONE_TOLD: Notice[] = Object.freeze([]) as unknown as Notice[];
+
 /** Collects what one transition produces: replies, attempts, the result, notices, the next state. */
 export class StepBuilder {
   state: StreamState;
+  // Most steps (a streamed chunk) learn no attempt and raise no notice: those lists are allocated
+  // only when something is added, so the per-chunk path creates as little garbage as possible.
   private readonly out: ProcessingResponse[] = [];
-  private readonly learnt: Attempt[] = [];
-  private readonly told: Notice[] = [];
+  private learnt: Attempt[] = NONE_LEARNT;
+  private told: Notice[] = NONE_TOLD;
   private result: Finished | undefined;
 
   constructor(state: StreamState) {
@@ -159,10 +164,12 @@ export class StepBuilder {
   }
 
   attempt(endpoint: Endpoint, failure: AttemptFailure | undefined, reason: string): void {
+    if (this.learnt === NONE_LEARNT) this.learnt = [];
     this.learnt.push({ endpoint, failure, reason });
   }
 
   notice(notice: Notice): void {
+    if (this.told === NONE_TOLD) this.told = [];
     this.told.push(notice);
   }
 
