@@ -245,6 +245,21 @@ describe('chart: gateway wiring', () => {
   }
 });
 
+describe('chart: monitoring', () => {
+  it('ships the Grafana dashboard with the sidecar-discovery label, a ServiceMonitor on the metrics port and the alerts', async () => {
+    const objects = await template(['one-namespace.yaml']);
+    const dashboard = only(objects, 'ConfigMap', `${FULLNAME}-dashboard`);
+    assert.equal(dashboard.metadata.labels?.['grafana_dashboard'], '1');
+    assert.deepEqual(JSON.parse(field(dashboard, 'data', 'llm-extproc.json') as string), JSON.parse(readFileSync(join(CHART, 'files', 'grafana-dashboard.json'), 'utf8')));
+    const monitor = only(objects, 'ServiceMonitor');
+    assert.equal(field(monitor, 'spec', 'endpoints', 0, 'port'), 'http-metrics');
+    const scraped = objects.filter((o) => o.kind === 'Service' && Object.entries(field(monitor, 'spec', 'selector', 'matchLabels') as Obj).every(([k, v]) => o.metadata.labels?.[k] === v));
+    assert.deepEqual(scraped.map((o) => o.metadata.name), [FULLNAME], 'one Service scraped, so each pod is scraped once');
+    const groups = field(only(objects, 'PrometheusRule'), 'spec', 'groups', 0, 'rules') as Obj[];
+    assert.ok(groups.length >= 5);
+  });
+});
+
 describe('chart: a config change rolls the pods', () => {
   const checksum = async (extra: readonly string[]): Promise<unknown> =>
     field(only(await template(['one-namespace.yaml'], extra), 'Deployment'), 'spec', 'template', 'metadata', 'annotations', 'checksum/config');
