@@ -71,7 +71,10 @@ export async function startApp(config: Config, logger: Logger, options: { metric
       };
     },
   };
-  const routing = new StoreRouting(store, new LoadTracker(), { fallbacks: config.routing.fallbacks });
+  const routing = new StoreRouting(store, new LoadTracker(), {
+    fallbacks: config.routing.fallbacks,
+    ...(config.routing.pool === undefined ? {} : { pool: config.routing.pool }),
+  });
   const requestLogger = logger.child({ component: 'extproc' });
   const grpc = await startGrpcServer({
     address: config.listen.grpc,
@@ -84,6 +87,7 @@ export async function startApp(config: Config, logger: Logger, options: { metric
         logger: requestLogger,
         maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
         maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
+        destinationFormat: config.routing.destinationFormat,
       }),
   });
   const ops = await startOpsServer(config.listen.http, { registry: metrics.registry, isReady: () => health.isServing(), view: () => store.view() });
