@@ -229,20 +229,42 @@ describe('chart: gateway wiring', () => {
     assert.equal(field(binding, 'subjects', 0, 'name'), 'envoy-llm-gateway');
   });
 
-  for (const values of ['envoy.yaml', 'static-endpoints.yaml']) {
-    it(`plain Envoy (${values}): the rendered Envoy config passes envoy --mode validate and targets our headless Service`, async () => {
-      const objects = await template([values]);
+  const plainEnvoy: ReadonlyArray<{ values: string; extra: readonly string[]; tls: boolean }> = [
+    { values: 'envoy.yaml', extra: [], tls: false },
+    { values: 'envoy.yaml', extra: ['--set', 'tls.enabled=true'], tls: true },
+    { values: 'static-endpoints.yaml', extra: [], tls: false },
+  ];
+  for (const { values, extra, tls } of plainEnvoy) {
+    it(`plain Envoy (${values}${tls ? ', TLS to the picker' : ''}): the rendered Envoy config passes envoy --mode validate and targets our headless Service`, async () => {
+      const objects = await template([values], extra);
       const envoyYaml = field(only(objects, 'ConfigMap', `${FULLNAME}-envoy`), 'data', 'envoy.yaml') as string;
       assert.doesNotMatch(envoyYaml, /[a-z-]+\.placeholder\.invalid|port_value: 6500[1-4]/, 'every placeholder was replaced');
       assert.match(envoyYaml, new RegExp(`address: ${FULLNAME}-headless\\.${NAMESPACE}\\.svc\\.cluster\\.local\\n\\s+port_value: 9002`));
       const { config } = serverConfig(objects);
       assert.match(envoyYaml, new RegExp(`per_connection_buffer_limit_bytes: ${config.routing.maxRequestBodyBytes + 65536}\\n`));
-      const file = join(home, `envoy-${values}`);
+      assert.equal(envoyYaml.includes('envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext'), tls, 'TLS to llm-extproc exactly when the server listens with TLS');
+      assert.equal(config.listen.tls !== undefined, tls);
+      const file = join(home, `envoy-${tls ? 'tls-' : ''}${values}`);
       writeFileSync(file, envoyYaml);
       const res = await run(envoyBinaryPath(), ['--mode', 'validate', '--config-path', file, '--log-level', 'error']);
       assert.equal(res.code, 0, `envoy --mode validate failed:\n${res.stdout}\n${res.stderr}`);
     });
   }
+});
+
+describe('chart: monitoring', () => {
+  it('ships the Grafana dashboard with the sidecar-discovery label, a ServiceMonitor on the metrics port and the alerts', async () => {
+    const objects = await template(['one-namespace.yaml']);
+    const dashboard = only(objects, 'ConfigMap', `${FULLNAME}-dashboard`);
+    assert.equal(dashboard.metadata.labels?.['grafana_dashboard'], '1');
+    assert.deepEqual(JSON.parse(field(dashboard, 'data', 'llm-extproc.json') as string), JSON.parse(readFileSync(join(CHART, 'files', 'grafana-dashboard.json'), 'utf8')));
+    const monitor = only(objects, 'ServiceMonitor');
+    assert.equal(field(monitor, 'spec', 'endpoints', 0, 'port'), 'http-metrics');
+    const scraped = objects.filter((o) => o.kind === 'Service' && Object.entries(field(monitor, 'spec', 'selector', 'matchLabels') as Obj).every(([k, v]) => o.metadata.labels?.[k] === v));
+    assert.deepEqual(scraped.map((o) => o.metadata.name), [FULLNAME], 'one Service scraped, so each pod is scraped once');
+    const groups = field(only(objects, 'PrometheusRule'), 'spec', 'groups', 0, 'rules') as Obj[];
+    assert.ok(groups.length >= 5);
+  });
 });
 
 describe('chart: a config change rolls the pods', () => {
