@@ -4,6 +4,8 @@
 import type { Logger } from 'pino';
 import type { Config } from './config/config.js';
 import type { EndpointSource } from './endpoints/model.js';
+import { BrokenStreamCheck } from './endpoints/broken-stream-check.js';
+import { probeReplica } from './endpoints/replica-probe.js';
 import { StaticFileSource } from './endpoints/static-source.js';
 import { EndpointStore } from './endpoints/store.js';
 import { startGrpcServer } from './extproc/grpc-server.js';
@@ -71,7 +73,14 @@ export async function startApp(config: Config, logger: Logger, options: { metric
       };
     },
   };
-  const routing = new StoreRouting(store, new LoadTracker(), { fallbacks: config.routing.fallbacks });
+  const probeSettings = { path: config.quarantine.checkPath, timeoutMs: config.quarantine.checkTimeoutMs };
+  const brokenStreams = new BrokenStreamCheck(store, (address) => probeReplica(address, probeSettings), {
+    checked: (address, verdict, detail) => {
+      metrics.midStreamBreak(verdict);
+      logger.info({ endpoint: address, verdict, detail }, 'checked a replica after a response stream broke');
+    },
+  });
+  const routing = new StoreRouting(store, new LoadTracker(), { fallbacks: config.routing.fallbacks, brokenStreams });
   const requestLogger = logger.child({ component: 'extproc' });
   const grpc = await startGrpcServer({
     address: config.listen.grpc,

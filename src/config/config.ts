@@ -1,8 +1,9 @@
 // Configuration: one YAML file (optional) plus environment overrides, validated into a frozen
-// object. Pure: callers pass the file text and the environment; `load-config.ts` does the I/O.
+// object. Pure: callers pass the file text and the environment; main.ts reads the file.
 
 import { parse as parseYaml } from 'yaml';
 import type { KubernetesSourceConfig } from '../endpoints/kubernetes-source.js';
+import { errorMessage } from '../util/error-message.js';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 
@@ -36,7 +37,14 @@ export interface Config {
      */
     readonly destinationFormat: DestinationFormat;
   };
-  readonly quarantine: { readonly threshold: number; readonly baseMs: number; readonly maxMs: number };
+  readonly quarantine: {
+    readonly threshold: number;
+    readonly baseMs: number;
+    readonly maxMs: number;
+    /** Checking a replica after a mid-stream break: GET this path (2xx = alive); empty = TCP connect only. */
+    readonly checkPath: string;
+    readonly checkTimeoutMs: number;
+  };
   /** On SIGTERM: keep answering (health NOT_SERVING) this long, so the proxy moves away first. */
   readonly shutdownDrainMs: number;
   /** Then stop taking new streams; open ones get this long before they are released to Envoy. */
@@ -166,7 +174,7 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
     try {
       parsed = parseYaml(fileText);
     } catch (err) {
-      throw new ConfigError(`config file is not valid YAML: ${err instanceof Error ? err.message : String(err)}`);
+      throw new ConfigError(`config file is not valid YAML: ${errorMessage(err)}`);
     }
     if (parsed !== null && parsed !== undefined) {
       if (typeof parsed !== 'object' || Array.isArray(parsed)) throw new ConfigError('config file: expected a mapping at the top level');
@@ -179,7 +187,7 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
   const quarantine = section(raw, 'quarantine');
   rejectUnknownKeys(listen, ['grpc', 'http', 'tls'], 'listen.');
   rejectUnknownKeys(routing, ['fallbacks', 'maxRequestBodyBytes', 'maxInspectedBodyBytes', 'pool', 'destinationFormat'], 'routing.');
-  rejectUnknownKeys(quarantine, ['consecutiveFailures', 'baseSeconds', 'maxSeconds'], 'quarantine.');
+  rejectUnknownKeys(quarantine, ['consecutiveFailures', 'baseSeconds', 'maxSeconds', 'checkPath', 'checkTimeoutSeconds'], 'quarantine.');
   const logLevel = readLogLevel(raw, env);
 
   const endpointsFile = nonEmpty(env.LLM_EXTPROC_ENDPOINTS_FILE);
@@ -211,12 +219,22 @@ export function buildConfig(fileText: string | undefined, env: Readonly<Record<s
       threshold: whole(quarantine, 'consecutiveFailures', 'quarantine.', 3, 1),
       baseMs: num(quarantine, 'baseSeconds', 'quarantine.', 10, 0) * 1000,
       maxMs: num(quarantine, 'maxSeconds', 'quarantine.', 300, 0) * 1000,
+      checkPath: checkPath(quarantine),
+      checkTimeoutMs: num(quarantine, 'checkTimeoutSeconds', 'quarantine.', 0.5, 0.001) * 1000,
     },
     shutdownDrainMs: num(raw, 'shutdownDrainSeconds', '', 5, 0) * 1000,
     shutdownGraceMs: num(raw, 'shutdownGraceSeconds', '', 20, 0) * 1000,
   };
   if (config.quarantine.maxMs < config.quarantine.baseMs) throw new ConfigError('quarantine.maxSeconds: must be ≥ quarantine.baseSeconds');
   return deepFreeze(config);
+}
+
+/** `quarantine.checkPath`: absent or empty = TCP connect only; otherwise an absolute HTTP path. */
+function checkPath(quarantine: Raw): string {
+  const value = quarantine.checkPath;
+  if (value === undefined || value === null || value === '') return '';
+  if (typeof value !== 'string' || !value.startsWith('/')) throw new ConfigError(`quarantine.checkPath: expected a path starting with "/", got ${JSON.stringify(value)}`);
+  return value;
 }
 
 /** `listen.tls`: `enabled` with both files, or with neither (self-signed at start). */

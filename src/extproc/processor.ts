@@ -389,8 +389,10 @@ export class RequestProcessor implements StreamProcessor {
     if (responseStarted && this.servedBy !== undefined) {
       // Envoy gives no end_of_stream when the upstream resets mid-body; the client connection is
       // reset too, and nothing can be appended. A client hanging up looks the same, so this counts
-      // as a failed attempt but does not feed quarantine.
+      // as a failed attempt, and an active check of the replica decides whether to quarantine it.
+      const brokenBy = this.servedBy;
       this.settle('bad_response', 'stream_broken');
+      if (end.kind !== 'error') this.deps.routing.suspectBrokenStream(brokenBy);
       this.deps.logger.warn({ model: this.model, endpoint: this.servedBy.address, end: end.kind, requestId: this.requestId }, 'response stream broke before it completed');
       return;
     }

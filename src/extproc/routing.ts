@@ -38,6 +38,11 @@ export interface Routing {
   release(routed: RoutedRequest): void;
   recordSuccess(endpoint: Endpoint): void;
   recordFailure(endpoint: Endpoint, failure: AttemptFailure): void;
+  /**
+   * The response this endpoint was sending broke half-way (no end of stream). Starts an active
+   * check in the background; the replica is quarantined only if the check fails.
+   */
+  suspectBrokenStream(endpoint: Endpoint): void;
   /** OpenAI `GET /v1/models` answer from the cache; throws `no_ready_replica` before the first sync. */
   modelList(): unknown;
   /** Whether some pool serves this model (bounds metric label values to configured models). */
@@ -50,6 +55,8 @@ export interface RoutingOptions {
   /** Must be at least the Envoy route's retry count (our shipped configs use the same number). */
   readonly fallbacks: number;
   readonly random?: () => number;
+  /** Checks a replica after a mid-stream break; absent = breaks are only counted as failed attempts. */
+  readonly brokenStreams?: { suspect(address: string): Promise<unknown> };
 }
 
 export class StoreRouting implements Routing {
@@ -97,6 +104,10 @@ export class StoreRouting implements Routing {
 
   recordFailure(endpoint: Endpoint, failure: AttemptFailure): void {
     this.store.recordFailure(endpoint.address, failure);
+  }
+
+  suspectBrokenStream(endpoint: Endpoint): void {
+    void this.options.brokenStreams?.suspect(endpoint.address);
   }
 
   servesModel(model: string): boolean {
