@@ -43,6 +43,7 @@ import type { CpuUse, RequestPhase, RunInfo, SetupKey, SetupResults, StreamPhase
 import { histogramDelta, parseHistogram, replaceBetweenMarkers } from './bench/stats.js';
 import type { HistogramSnapshot } from './bench/stats.js';
 import { repoRoot } from './repo-root.js';
+import { errorMessage } from '../src/util/error-message.js';
 
 const MODEL = 'bench-model';
 const MESSAGE_METRIC = 'llm_extproc_message_processing_seconds';
@@ -122,7 +123,7 @@ function runCleanup(): Promise<void> {
       try {
         await step();
       } catch (err) {
-        process.stderr.write(`cleanup step failed: ${err instanceof Error ? err.message : String(err)}\n`);
+        process.stderr.write(`cleanup step failed: ${errorMessage(err)}\n`);
       }
     }
   })();

@@ -1,5 +1,5 @@
 // Plain TypeScript shapes of the ext_proc messages we exchange with Envoy, exactly as
-// @grpc/proto-loader decodes and encodes them with the options in `wire-options.ts`
+// @grpc/proto-loader decodes and encodes them with the options in `wire.ts` (`PROTO_LOADER_OPTIONS`)
 // (snake_case field names, enums as strings, bytes as Buffer, oneofs named by a `*` property).
 // The processor sees only these values; the gRPC edge is the only place that touches grpc-js.
 

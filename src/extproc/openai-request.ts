@@ -2,6 +2,7 @@
 // We never rewrite the body; it reaches the model server byte-identical.
 
 import { GatewayError } from '../errors/gateway-error.js';
+import { errorMessage } from '../util/error-message.js';
 
 export interface InferenceRequest {
   readonly model: string;
@@ -14,7 +15,7 @@ export function readInferenceRequest(body: Buffer): InferenceRequest {
   try {
     parsed = JSON.parse(body.toString('utf8'));
   } catch (err) {
-    throw new GatewayError('invalid_json', `request body is not valid JSON: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    throw new GatewayError('invalid_json', `request body is not valid JSON: ${errorMessage(err)}`, { cause: err });
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     throw new GatewayError('invalid_json', 'request body must be a JSON object');

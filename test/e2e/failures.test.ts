@@ -297,16 +297,25 @@ describe('safe retries and outcome accounting', () => {
 });
 
 describe('faults after the model server started answering (real Envoy)', () => {
-  const servers: Record<'idleSse' | 'idleJson' | 'resetJson' | 'json500', ModelServer | undefined> = { idleSse: undefined, idleJson: undefined, resetJson: undefined, json500: undefined };
+  const behaviors: Record<string, Behavior> = {
+    'idle-sse': { kind: 'hang-after-headers', afterEvents: 2 },
+    'idle-json': { kind: 'hang-after-headers' },
+    'reset-json': { kind: 'reset-mid-stream' },
+    'json-500': { kind: 'json-error', status: 500, code: 'out_of_memory', message: 'CUDA out of memory' },
+  };
+  const servers = new Map<string, ModelServer>();
   let gateway: Gateway;
 
+  function named(id: string): ModelServer {
+    const found = servers.get(id);
+    assert.ok(found, `model server ${id} started`);
+    return found;
+  }
+
   before(async () => {
-    servers.idleSse = await startModelServer({ id: 'idle-sse', models: ['idle-sse'], behavior: { kind: 'hang-after-headers', afterEvents: 2 } });
-    servers.idleJson = await startModelServer({ id: 'idle-json', models: ['idle-json'], behavior: { kind: 'hang-after-headers' } });
-    servers.resetJson = await startModelServer({ id: 'reset-json', models: ['reset-json'], behavior: { kind: 'reset-mid-stream' } });
-    servers.json500 = await startModelServer({ id: 'json-500', models: ['json-500'], behavior: { kind: 'json-error', status: 500, code: 'out_of_memory', message: 'CUDA out of memory' } });
+    for (const [id, behavior] of Object.entries(behaviors)) servers.set(id, await startModelServer({ id, models: [id], behavior }));
     gateway = await startGateway({
-      pools: Object.values(servers).map((s) => ({ name: s!.id, models: [s!.id], endpoints: [{ address: s!.address }] })),
+      pools: [...servers.values()].map((s) => ({ name: s.id, models: [s.id], endpoints: [{ address: s.address }] })),
       // The route timeout stays out of the way: the stream idle timeout is what ends a hung answer.
       envoy: { routeTimeoutSeconds: 60, streamIdleTimeoutSeconds: 1 },
     });
@@ -314,7 +323,7 @@ describe('faults after the model server started answering (real Envoy)', () => {
 
   after(async () => {
     await gateway?.stop();
-    await Promise.all(Object.values(servers).map((s) => s?.close()));
+    await Promise.all([...servers.values()].map((s) => s.close()));
   });
 
   async function attempts(endpoint: ModelServer, reason: string): Promise<number> {
@@ -322,11 +331,11 @@ describe('faults after the model server started answering (real Envoy)', () => {
   }
 
   it('headers, two events, then silence: the stream idle timeout ends it; the client sees a broken stream, counted as stream_broken', async () => {
-    const server = servers.idleSse!;
+    const server = named('idle-sse');
     const response = await gateway.send(chat('idle-sse', { stream: true }));
     assert.equal(response.status, 200);
     assert.notEqual(response.error, undefined, 'the client sees the stream break, not a clean end');
-    const sent = server.requests[0]!.response;
+    const sent = server.requests[0].response;
     assert.ok(sent.body.length > 0);
     assert.deepEqual(response.body, sent.body, 'what was sent arrived unchanged, and nothing else');
     assert.equal(server.requests.length, 1, 'never retried');
@@ -335,31 +344,31 @@ describe('faults after the model server started answering (real Envoy)', () => {
   });
 
   it('a JSON answer that stops half-way: the stream idle timeout becomes a 504 upstream_timeout JSON, without the partial body', async () => {
-    const server = servers.idleJson!;
+    const server = named('idle-json');
     const response = await gateway.send(chat('idle-json'));
     assertCatalogError(response, 'upstream_timeout');
-    assert.ok(server.requests[0]!.response.body.length > 0, 'the model server had sent part of its JSON');
+    assert.ok(server.requests[0].response.body.length > 0, 'the model server had sent part of its JSON');
     assert.doesNotMatch(response.text(), /chatcmpl/, 'no byte of the partial answer reached the client');
     await waitUntil(async () => ((await attempts(server, 'stream_broken')) === 1 ? true : undefined), { description: 'the failed answer counted against the replica' });
     assert.equal(metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { endpoint: server.address, outcome: 'success' }), 0);
   });
 
   it('a reset in the middle of a JSON body becomes a 502 upstream_reset JSON, without the partial body', async () => {
-    const server = servers.resetJson!;
+    const server = named('reset-json');
     const response = await gateway.send(chat('reset-json'));
     assertCatalogError(response, 'upstream_reset');
-    assert.equal(await server.requests[0]!.response.settled, 'reset');
+    assert.equal(await server.requests[0].response.settled, 'reset');
     assert.doesNotMatch(response.text(), /chatcmpl/, 'no byte of the partial answer reached the client');
     await waitUntil(async () => ((await attempts(server, 'stream_broken')) === 1 ? true : undefined), { description: 'the reset counted against the replica' });
   });
 
   it("an upstream 500 with its own JSON error reaches the client byte for byte and counts as the replica's failure", async () => {
-    const server = servers.json500!;
+    const server = named('json-500');
     const response = await gateway.send(chat('json-500'));
     assert.equal(response.status, 500);
     assert.equal(response.error, undefined);
-    assert.equal(await server.requests[0]!.response.settled, 'ended');
-    assert.deepEqual(response.body, server.requests[0]!.response.body, "the model server's own error, unchanged");
+    assert.equal(await server.requests[0].response.settled, 'ended');
+    assert.deepEqual(response.body, server.requests[0].response.body, "the model server's own error, unchanged");
     assert.equal((response.json() as ErrorBody).error.code, 'out_of_memory');
     assert.equal(response.headers['x-llm-extproc-error'], undefined, 'not replaced by one of ours');
     await waitUntil(async () => ((await attempts(server, 'upstream_500')) === 1 ? true : undefined), { description: 'the 500 counted against the replica' });

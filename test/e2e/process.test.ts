@@ -94,7 +94,7 @@ describe('llm-extproc as a process under a real Envoy', () => {
       const response = await streaming;
       assert.equal(response.status, 200);
       assert.equal(response.error, undefined, 'the open stream was not cut off');
-      const sent = server.requests[0]!.response;
+      const sent = server.requests[0].response;
       assert.equal(await sent.settled, 'ended');
       assert.deepEqual(response.body, sent.body, 'the client got every byte the model server sent');
       assert.match(response.text(), /data: \[DONE\]\s*$/);
