@@ -21,8 +21,13 @@ try {
   process.exit(1);
 }
 const last = (name) => {
-  const line = tap.split('\n').filter((l) => l.startsWith(`# ${name} `)).at(-1);
+  const line = tap
+    .split('\n')
+    .filter((l) => l.startsWith(`# ${name} `))
+    .at(-1);
   return line === undefined ? 0 : Number(line.slice(name.length + 3));
 };
 const skipped = last('skipped') + last('todo');
-process.stdout.write(`tests: ${last('pass')} passed, ${last('fail') + last('cancelled')} failed${skipped > 0 ? `, ${skipped} skipped` : ''}\n`);
+process.stdout.write(
+  `tests: ${last('pass')} passed, ${last('fail') + last('cancelled')} failed${skipped > 0 ? `, ${skipped} skipped` : ''}\n`,
+);

@@ -24,13 +24,24 @@ async function breaksWithVerdict(gateway: Gateway, verdict: string): Promise<num
 describe('mid-stream breaks: dead replica or departed client (real Envoy)', () => {
   it('a model server killed mid-stream is quarantined at once and gets no new requests', async (t) => {
     // The victim lives on this process's own loopback address, so its port stays ours while it is down.
-    const victim = await startModelServer({ id: 'victim', host: privateLoopbackHost(), models: ['m'], behavior: { kind: 'hang-after-headers', afterEvents: 2 } });
+    const victim = await startModelServer({
+      id: 'victim',
+      host: privateLoopbackHost(),
+      models: ['m'],
+      behavior: { kind: 'hang-after-headers', afterEvents: 2 },
+    });
     const survivor = await startModelServer({ id: 'survivor', models: ['m'] });
     let gateway: Gateway | undefined;
     try {
       gateway = await startGateway({
         // Only the victim is Ready at first, so the stream surely goes to it.
-        pools: [{ name: 'p', models: ['m'], endpoints: [{ address: victim.address }, { address: survivor.address, state: 'Starting', reason: 'loading' }] }],
+        pools: [
+          {
+            name: 'p',
+            models: ['m'],
+            endpoints: [{ address: victim.address }, { address: survivor.address, state: 'Starting', reason: 'loading' }],
+          },
+        ],
         // A single broken stream must be enough: the streak threshold stays out of reach.
         configYaml: 'quarantine:\n  consecutiveFailures: 1000\n  baseSeconds: 600\n  maxSeconds: 600\n',
       });
@@ -62,7 +73,9 @@ describe('mid-stream breaks: dead replica or departed client (real Envoy)', () =
       // requests go to the survivor only, because the victim stays quarantined for its backoff.
       await victim.resume();
       await gw.writePools([{ name: 'p', models: ['m'], endpoints: [{ address: victim.address }, { address: survivor.address }] }]);
-      await waitUntil(() => (gw.app.store.endpointsAt(survivor.address)[0]?.state === 'Ready' ? true : undefined), { description: 'survivor Ready' });
+      await waitUntil(() => (gw.app.store.endpointsAt(survivor.address)[0]?.state === 'Ready' ? true : undefined), {
+        description: 'survivor Ready',
+      });
       const victimRequests = victim.requests.length;
       for (let i = 0; i < 10; i++) {
         const next = await gw.send(chat(i % 2 === 0));
@@ -90,7 +103,9 @@ describe('mid-stream breaks: dead replica or departed client (real Envoy)', () =
       assert.equal(response.status, 200);
       assert.notEqual(response.error, undefined, 'the client hung up before the end');
       assert.equal(await server.requests[0]?.response.settled, 'client-closed', 'the model server saw the client side go away');
-      await waitUntil(async () => ((await breaksWithVerdict(gw, 'client_left')) === 1 ? true : undefined), { description: 'the break checked and attributed to the client' });
+      await waitUntil(async () => ((await breaksWithVerdict(gw, 'client_left')) === 1 ? true : undefined), {
+        description: 'the break checked and attributed to the client',
+      });
       const metrics = await gw.metricsText();
       assert.equal(metricValue(metrics, 'llm_extproc_midstream_breaks_total', { verdict: 'replica_dead' }), 0);
       assert.equal(metricValue(metrics, 'llm_extproc_endpoint_quarantines_total', { endpoint: server.address }), 0);

@@ -33,7 +33,10 @@ function assertCatalogError(response: ClientResponse, kind: ErrorKind): void {
 }
 
 /** A config file, an endpoints file and a Unix socket path in a fresh directory. */
-async function programFiles(pools: readonly StaticPoolSpec[], graceSeconds: number): Promise<{ dir: string; configPath: string; socket: string }> {
+async function programFiles(
+  pools: readonly StaticPoolSpec[],
+  graceSeconds: number,
+): Promise<{ dir: string; configPath: string; socket: string }> {
   const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-proc-'));
   const endpoints = join(dir, 'endpoints.yaml');
   const socket = join(dir, 'grpc.sock');
@@ -124,7 +127,13 @@ describe('llm-extproc as a process under a real Envoy', () => {
       ready = await startModelServer({ id: 'ready', models: ['m'] });
       notReady = await startModelServer({ id: 'not-ready', models: ['m'] });
       files = await programFiles(
-        [{ name: 'p', models: ['m'], endpoints: [{ address: ready.address }, { address: notReady.address, state: 'NotReady', reason: 'readiness probe failing' }] }],
+        [
+          {
+            name: 'p',
+            models: ['m'],
+            endpoints: [{ address: ready.address }, { address: notReady.address, state: 'NotReady', reason: 'readiness probe failing' }],
+          },
+        ],
         1,
       );
       proc = await startExtprocProcess({ configPath: files.configPath });
@@ -152,7 +161,10 @@ describe('llm-extproc as a process under a real Envoy', () => {
       assert.equal(ready.requests.length, servedBeforeKill, 'fail closed: nothing is routed while llm-extproc is down');
 
       proc = await startExtprocProcess({ configPath: files.configPath });
-      assert.ok(proc.logLines().some((line) => line.msg === 'removing stale unix socket'), 'the killed process left its socket behind');
+      assert.ok(
+        proc.logLines().some((line) => line.msg === 'removing stale unix socket'),
+        'the killed process left its socket behind',
+      );
       // Envoy reconnects on the next request; a few seconds cover its connect backoff.
       const back = await waitUntil(
         async () => {
@@ -173,7 +185,11 @@ describe('llm-extproc as a process under a real Envoy', () => {
   for (const crash of ['exception', 'rejection'] as const) {
     it(`an unhandled ${crash} is logged and ends the process with exit code 1`, async () => {
       const files = await programFiles([{ name: 'p', models: ['m'], endpoints: [{ address: '127.0.0.1:9', state: 'NotReady' }] }], 1);
-      const proc = await startExtprocProcess({ configPath: files.configPath, nodeArgs: ['--import', CRASH_PRELOAD], env: { LLM_EXTPROC_TEST_CRASH: crash } });
+      const proc = await startExtprocProcess({
+        configPath: files.configPath,
+        nodeArgs: ['--import', CRASH_PRELOAD],
+        env: { LLM_EXTPROC_TEST_CRASH: crash },
+      });
       try {
         proc.signal('SIGUSR2');
         assert.deepEqual(await proc.exited, { code: 1, signal: null }, proc.output());

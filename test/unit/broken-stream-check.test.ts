@@ -12,7 +12,9 @@ const POLICY = { threshold: 3, baseMs: 10_000, maxMs: 60_000 };
 
 function storeWith(endpoints: Array<{ address: string; state: 'Ready' | 'NotReady' }>): EndpointStore {
   const store = new EndpointStore(['static'], POLICY);
-  store.replaceAll('static', [{ name: 'p', models: ['m'], endpoints: endpoints.map((e) => ({ id: e.address, address: e.address, state: e.state, reason: '' })) }]);
+  store.replaceAll('static', [
+    { name: 'p', models: ['m'], endpoints: endpoints.map((e) => ({ id: e.address, address: e.address, state: e.state, reason: '' })) },
+  ]);
   store.markSynced('static');
   return store;
 }
@@ -31,7 +33,10 @@ describe('BrokenStreamCheck', () => {
     const h = harness(store, () => Promise.resolve({ alive: false, detail: 'connect failed: ECONNREFUSED' }));
     assert.equal(await h.check.suspect('10.0.0.1:8000'), 'replica_dead');
     assert.equal(store.endpointsAt('10.0.0.1:8000')[0]?.state, 'Quarantined');
-    assert.match(store.endpointsAt('10.0.0.1:8000')[0]?.reason ?? '', /^a response stream broke and the replica then failed its health check; until /);
+    assert.match(
+      store.endpointsAt('10.0.0.1:8000')[0]?.reason ?? '',
+      /^a response stream broke and the replica then failed its health check; until /,
+    );
     assert.equal(h.quarantined.length, 1);
     assert.deepEqual(h.verdicts, [['10.0.0.1:8000', 'replica_dead', 'connect failed: ECONNREFUSED']]);
     store.stop();

@@ -81,6 +81,9 @@ describe('replica check: probe (real sockets)', () => {
   });
 
   it('an address without a port is dead without any I/O', async () => {
-    assert.deepEqual(await probeReplica('10.0.0.1', { path: '', timeoutMs: 10 }), { alive: false, detail: 'not a host:port address: 10.0.0.1' });
+    assert.deepEqual(await probeReplica('10.0.0.1', { path: '', timeoutMs: 10 }), {
+      alive: false,
+      detail: 'not a host:port address: 10.0.0.1',
+    });
   });
 });
