@@ -101,7 +101,7 @@ describe('llm-extproc as a process under a real Envoy', () => {
       assert.equal(await sent.settled, 'ended');
       assert.deepEqual(response.body, sent.body, 'the client got every byte the model server sent');
       assert.match(response.text(), /data: \[DONE\]\s*$/);
-      const exit = await running.exited;
+      const exit = await running.exitWithin(30_000);
       assert.deepEqual(exit, { code: 0, signal: null }, running.output());
       const messages = running.logLines().map((line) => line.msg);
       assert.ok(!messages.some((m) => typeof m === 'string' && /grace period/.test(m)), 'exited before the grace period ran out');
@@ -192,7 +192,7 @@ describe('llm-extproc as a process under a real Envoy', () => {
       });
       try {
         proc.signal('SIGUSR2');
-        assert.deepEqual(await proc.exited, { code: 1, signal: null }, proc.output());
+        assert.deepEqual(await proc.exitWithin(10_000), { code: 1, signal: null }, proc.output());
         const fatal = proc.logLines().find((line) => line.level === 60);
         assert.match(String(fatal?.msg), crash === 'exception' ? /^uncaught exception/ : /^unhandled rejection/);
         assert.match(JSON.stringify(fatal?.err), /injected/);

@@ -28,6 +28,8 @@ export interface ExtprocProcess {
   readonly httpPort: number;
   /** Resolves when the process has exited, however. */
   readonly exited: Promise<ProcessExit>;
+  /** Waits (bounded) for the exit: a process that should exit but keeps running fails the test, not the run. */
+  exitWithin(timeoutMs: number): Promise<ProcessExit>;
   /** Parsed JSON log lines so far. */
   logLines(): readonly LogLine[];
   /** Raw stdout+stderr (for failure messages). */
@@ -88,8 +90,12 @@ export async function startExtprocProcess(options: StartExtprocOptions): Promise
       resolve({ code, signal });
     });
   });
+  let exit: ProcessExit | undefined;
   let hasExited = false;
-  void exited.then(() => (hasExited = true));
+  void exited.then((info) => {
+    exit = info;
+    hasExited = true;
+  });
 
   const waitForLog = (msg: RegExp, timeoutMs = 10_000): Promise<LogLine> =>
     waitUntil(
@@ -114,6 +120,7 @@ export async function startExtprocProcess(options: StartExtprocOptions): Promise
     pid: child.pid,
     httpPort: Number(started.http),
     exited,
+    exitWithin: (timeoutMs) => waitUntil(() => exit, { description: `llm-extproc (pid ${child.pid}) to exit`, timeoutMs }),
     logLines: () => lines,
     output: () => ring.toString(),
     waitForLog,
