@@ -80,7 +80,10 @@ export async function startApp(config: Config, logger: Logger, options: { metric
       logger.info({ endpoint: address, verdict, detail }, 'checked a replica after a response stream broke');
     },
   });
-  const routing = new StoreRouting(store, new LoadTracker(), { fallbacks: config.routing.fallbacks, brokenStreams });
+  const routing = new StoreRouting(store, new LoadTracker(), {
+    fallbacks: config.routing.fallbacks,
+    ...(config.routing.pool === undefined ? {} : { pool: config.routing.pool }),
+  });
   const requestLogger = logger.child({ component: 'extproc' });
   const grpc = await startGrpcServer({
     address: config.listen.grpc,
@@ -93,6 +96,8 @@ export async function startApp(config: Config, logger: Logger, options: { metric
         logger: requestLogger,
         maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
         maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
+        destinationFormat: config.routing.destinationFormat,
+        onMidStreamBreak: (endpoint) => void brokenStreams.suspect(endpoint.address),
       }),
   });
   const ops = await startOpsServer(config.listen.http, { registry: metrics.registry, isReady: () => health.isServing(), view: () => store.view() });

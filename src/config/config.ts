@@ -1,11 +1,18 @@
-// Configuration: one YAML file (optional) plus environment overrides, validated into a frozen
-// object. Pure: callers pass the file text and the environment; main.ts reads the file.
+// Configuration: one YAML file (optional) plus environment overrides, validated against the
+// config-file schema (schema.ts, the one source of truth also used by the Helm chart) and mapped
+// into a frozen object. Pure: callers pass the file text and the environment; main.ts does the I/O.
 
+import { Value } from '@sinclair/typebox/value';
+import type { ValueError } from '@sinclair/typebox/value';
+import { ValueErrorType } from '@sinclair/typebox/errors';
+import type { TSchema } from '@sinclair/typebox';
 import { parse as parseYaml } from 'yaml';
 import type { KubernetesSourceConfig } from '../endpoints/kubernetes-source.js';
 import { errorMessage } from '../util/error-message.js';
+import { configFileSchema, DEFAULTS, LOG_LEVELS } from './schema.js';
+import type { ConfigFile } from './schema.js';
 
-export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+export type LogLevel = (typeof LOG_LEVELS)[number];
 
 export interface Config {
   readonly listen: {
@@ -62,227 +69,291 @@ export class ConfigError extends Error {
   override readonly name = 'ConfigError';
 }
 
-const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
-
 type Raw = Record<string, unknown>;
-
-function section(raw: Raw, key: string): Raw {
-  const value = raw[key];
-  if (value === undefined || value === null) return {};
-  if (typeof value !== 'object' || Array.isArray(value)) throw new ConfigError(`${key}: expected a mapping`);
-  return value as Raw;
-}
-
-function str(raw: Raw, key: string, where: string, fallback?: string): string {
-  const value = raw[key];
-  if (value === undefined || value === null) {
-    if (fallback !== undefined) return fallback;
-    throw new ConfigError(`${where}${key}: required`);
-  }
-  if (typeof value !== 'string' || value === '') throw new ConfigError(`${where}${key}: expected a non-empty string`);
-  return value;
-}
-
-function num(raw: Raw, key: string, where: string, fallback: number, min: number): number {
-  const value = raw[key];
-  if (value === undefined || value === null) return fallback;
-  const n = typeof value === 'string' ? Number(value) : value;
-  if (typeof n !== 'number' || !Number.isFinite(n) || n < min) throw new ConfigError(`${where}${key}: expected a number ≥ ${min}, got ${typeof value === 'number' ? String(value) : JSON.stringify(value)}`);
-  return n;
-}
-
-function whole(raw: Raw, key: string, where: string, fallback: number, min: number): number {
-  const value = num(raw, key, where, fallback, min);
-  if (!Number.isInteger(value)) throw new ConfigError(`${where}${key}: expected a whole number, got ${value}`);
-  return value;
-}
-
-function port(raw: Raw, key: string, where: string): number {
-  const value = num(raw, key, where, 8000, 1);
-  if (!Number.isInteger(value) || value > 65535) throw new ConfigError(`${where}${key}: expected a port number 1–65535, got ${JSON.stringify(raw[key])}`);
-  return value;
-}
-
-function stringList(value: unknown, where: string): string[] {
-  if (!Array.isArray(value) || value.some((v) => typeof v !== 'string' || v === '')) throw new ConfigError(`${where}: expected a list of non-empty strings`);
-  return value as string[];
-}
-
-function kubernetesSection(raw: Raw): KubernetesSourceConfig {
-  const where = 'kubernetes.';
-  rejectUnknownKeys(raw, ['kubeconfigPath', 'pools', 'inferencePools', 'backoff', 'timeouts'], where);
-  const poolsRaw = raw.pools ?? [];
-  if (!Array.isArray(poolsRaw)) throw new ConfigError(`${where}pools: expected a list`);
-  const pools = poolsRaw.map((p: unknown, i) => {
-    if (typeof p !== 'object' || p === null) throw new ConfigError(`${where}pools[${i}]: expected a mapping`);
-    const pool = p as Raw;
-    const at = `${where}pools[${i}].`;
-    rejectUnknownKeys(pool, ['name', 'namespace', 'selector', 'targetPort', 'models'], at);
-    const selector = section(pool, 'selector');
-    if (Object.keys(selector).length === 0) throw new ConfigError(`${at}selector: required (label key: value pairs)`);
-    for (const [k, v] of Object.entries(selector)) if (typeof v !== 'string') throw new ConfigError(`${at}selector.${k}: expected a string`);
-    return {
-      name: str(pool, 'name', at),
-      namespace: str(pool, 'namespace', at),
-      selector: selector as Record<string, string>,
-      targetPort: port(pool, 'targetPort', at),
-      models: stringList(pool.models, `${at}models`),
-    };
-  });
-  const inference = section(raw, 'inferencePools');
-  rejectUnknownKeys(inference, ['enabled', 'namespaces', 'modelsAnnotation'], `${where}inferencePools.`);
-  const config: KubernetesSourceConfig = { pools };
-  if (typeof raw.kubeconfigPath === 'string') config.kubeconfigPath = raw.kubeconfigPath;
-  if (inference.enabled === true) {
-    config.inferencePools = { enabled: true, namespaces: stringList(inference.namespaces ?? [], `${where}inferencePools.namespaces`) };
-    if (typeof inference.modelsAnnotation === 'string') config.inferencePools.modelsAnnotation = inference.modelsAnnotation;
-  }
-  if (pools.length === 0 && config.inferencePools === undefined) throw new ConfigError(`${where}pools: define at least one pool, or enable inferencePools`);
-  if (raw.backoff !== undefined && raw.backoff !== null) {
-    const at = `${where}backoff.`;
-    if (typeof raw.backoff !== 'object' || Array.isArray(raw.backoff)) throw new ConfigError(`${where}backoff: expected a mapping`);
-    const backoff = raw.backoff as Raw;
-    rejectUnknownKeys(backoff, ['initialMs', 'maxMs'], at);
-    if (backoff.initialMs === undefined || backoff.maxMs === undefined) throw new ConfigError(`${where}backoff: needs both initialMs and maxMs`);
-    const initialMs = num(backoff, 'initialMs', at, 0, 1);
-    const maxMs = num(backoff, 'maxMs', at, 0, 1);
-    if (maxMs < initialMs) throw new ConfigError(`${at}maxMs: must be ≥ initialMs (${initialMs})`);
-    config.backoff = { initialMs, maxMs };
-  }
-  if (raw.timeouts !== undefined && raw.timeouts !== null) {
-    const at = `${where}timeouts.`;
-    if (typeof raw.timeouts !== 'object' || Array.isArray(raw.timeouts)) throw new ConfigError(`${where}timeouts: expected a mapping`);
-    const timeouts = raw.timeouts as Raw;
-    rejectUnknownKeys(timeouts, ['listSeconds', 'watchSeconds'], at);
-    config.timeouts = {};
-    // At least one second each: client-node and the API server both take whole seconds.
-    if (timeouts.listSeconds !== undefined) config.timeouts.listSeconds = num(timeouts, 'listSeconds', at, 0, 1);
-    if (timeouts.watchSeconds !== undefined) config.timeouts.watchSeconds = num(timeouts, 'watchSeconds', at, 0, 1);
-  }
-  return config;
-}
+type Env = Readonly<Record<string, string | undefined>>;
 
 /**
  * Builds the configuration. `fileText` is the YAML config file's content (or undefined), `env`
  * the process environment. Environment variables override the file:
  * LLM_EXTPROC_GRPC_ADDRESS, LLM_EXTPROC_HTTP_ADDRESS, LLM_EXTPROC_LOG_LEVEL, LLM_EXTPROC_ENDPOINTS_FILE.
  */
-export function buildConfig(fileText: string | undefined, env: Readonly<Record<string, string | undefined>>): Config {
-  let raw: Raw = {};
-  if (fileText !== undefined) {
-    let parsed: unknown;
-    try {
-      parsed = parseYaml(fileText);
-    } catch (err) {
-      throw new ConfigError(`config file is not valid YAML: ${errorMessage(err)}`);
-    }
-    if (parsed !== null && parsed !== undefined) {
-      if (typeof parsed !== 'object' || Array.isArray(parsed)) throw new ConfigError('config file: expected a mapping at the top level');
-      raw = parsed as Raw;
+export function buildConfig(fileText: string | undefined, env: Env): Config {
+  const raw = parseFile(fileText);
+  // `kubernetes:` with nothing under it still selects the Kubernetes source (and then fails with
+  // a useful message), so remember it before empty values are dropped.
+  const hasKubernetes = 'kubernetes' in raw;
+  const file = withoutNulls(raw) as Raw;
+  applyEnvironment(file, env);
+  if (hasKubernetes && file.kubernetes === undefined) file.kubernetes = {};
+  const valid = validate(file);
+  return deepFreeze(toConfig(valid, nonEmpty(env.LLM_EXTPROC_ENDPOINTS_FILE)));
+}
+
+function parseFile(fileText: string | undefined): Raw {
+  if (fileText === undefined) return {};
+  let parsed: unknown;
+  try {
+    parsed = parseYaml(fileText);
+  } catch (err) {
+    throw new ConfigError(`config file is not valid YAML: ${errorMessage(err)}`);
+  }
+  if (parsed === null || parsed === undefined) return {};
+  if (typeof parsed !== 'object' || Array.isArray(parsed)) throw new ConfigError('config file: expected a mapping at the top level');
+  return parsed as Raw;
+}
+
+/** A key written with no value (`listen:`, `maxSeconds: ~`) means "use the default", as in Helm. */
+function withoutNulls(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withoutNulls);
+  if (typeof value !== 'object' || value === null) return value;
+  const out: Raw = {};
+  for (const [key, inner] of Object.entries(value)) if (inner !== null && inner !== undefined) out[key] = withoutNulls(inner);
+  return out;
+}
+
+/** Environment variables replace file values before validation, so an override also fixes a bad value. */
+function applyEnvironment(file: Raw, env: Env): void {
+  const grpc = nonEmpty(env.LLM_EXTPROC_GRPC_ADDRESS);
+  const http = nonEmpty(env.LLM_EXTPROC_HTTP_ADDRESS);
+  if (grpc !== undefined || http !== undefined) {
+    const listen = isMapping(file.listen) ? file.listen : file.listen === undefined ? {} : undefined;
+    if (listen !== undefined) {
+      if (grpc !== undefined) listen.grpc = grpc;
+      if (http !== undefined) listen.http = http;
+      file.listen = listen;
     }
   }
-  rejectUnknownKeys(raw, TOP_LEVEL_KEYS, '');
-  const listen = section(raw, 'listen');
-  const routing = section(raw, 'routing');
-  const quarantine = section(raw, 'quarantine');
-  rejectUnknownKeys(listen, ['grpc', 'http', 'tls'], 'listen.');
-  rejectUnknownKeys(routing, ['fallbacks', 'maxRequestBodyBytes', 'maxInspectedBodyBytes', 'pool', 'destinationFormat'], 'routing.');
-  rejectUnknownKeys(quarantine, ['consecutiveFailures', 'baseSeconds', 'maxSeconds', 'checkPath', 'checkTimeoutSeconds'], 'quarantine.');
-  const logLevel = readLogLevel(raw, env);
+  const level = nonEmpty(env.LLM_EXTPROC_LOG_LEVEL);
+  if (level !== undefined) {
+    if (!(LOG_LEVELS as readonly string[]).includes(level)) throw new ConfigError(`LLM_EXTPROC_LOG_LEVEL: expected one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(level)}`);
+    file.logLevel = level;
+  }
+}
 
-  const endpointsFile = nonEmpty(env.LLM_EXTPROC_ENDPOINTS_FILE);
+/** Checks the file against the schema, then the rules that span several fields. */
+function validate(file: Raw): ConfigFile {
+  coerceNumericStrings(configFileSchema, file);
+  const messages: string[] = [];
+  const seen = new Set<string>();
+  for (const error of Value.Errors(configFileSchema, file)) {
+    const message = describeSchemaError(error);
+    if (seen.has(message.split(':')[0] ?? message)) continue;
+    seen.add(message.split(':')[0] ?? message);
+    messages.push(message);
+  }
+  if (messages.length > 0) throw new ConfigError(messages.join('; '));
+  const valid = file as ConfigFile;
+  crossFieldChecks(valid);
+  return valid;
+}
+
+/**
+ * Numbers written as strings (`"3"`, e.g. from templated Helm values or environment-derived
+ * files) are accepted where the schema wants a number; nothing else is converted.
+ */
+function coerceNumericStrings(schema: TSchema, value: unknown): unknown {
+  if ((schema.type === 'number' || schema.type === 'integer') && typeof value === 'string' && value.trim() !== '') {
+    const n = Number(value);
+    return Number.isFinite(n) ? n : value;
+  }
+  if (schema.type === 'array' && Array.isArray(value) && isSchema(schema.items)) {
+    for (let i = 0; i < value.length; i++) value[i] = coerceNumericStrings(schema.items, value[i]);
+  } else if (schema.type === 'object' && isMapping(value) && isMapping(schema.properties)) {
+    for (const [key, inner] of Object.entries(schema.properties)) {
+      if (key in value && isSchema(inner)) value[key] = coerceNumericStrings(inner, value[key]);
+    }
+  }
+  return value;
+}
+
+/**
+ * One operator-facing line per schema error, naming the field as written in the file
+ * (`kubernetes.pools[0].targetPort`). The innermost schema on the path that carries an
+ * `errorMessage` supplies the wording (and the reported field); otherwise it is derived from the
+ * failing schema's keywords.
+ */
+export function describeSchemaError(error: ValueError, root: TSchema = configFileSchema): string {
+  const segments = error.path.split('/').slice(1).map(unescapePointer);
+  const chain = schemaChain(root, segments);
+  for (let depth = chain.length - 1; depth >= 0; depth--) {
+    const custom = chain[depth]?.errorMessage;
+    if (typeof custom === 'string') return `${fieldName(segments.slice(0, depth))}: ${custom}`;
+  }
+  const field = fieldName(segments);
+  if (error.type === ValueErrorType.ObjectAdditionalProperties) {
+    const known = isMapping(error.schema.properties) ? Object.keys(error.schema.properties) : [];
+    return `${field}: unknown setting (expected one of ${known.join(', ')})`;
+  }
+  if (error.type === ValueErrorType.ObjectRequiredProperty) return `${field}: required`;
+  return `${field}: ${expectation(error.schema, error.value)}`;
+}
+
+function expectation(schema: TSchema, value: unknown): string {
+  const got = `got ${typeof value === 'number' ? String(value) : JSON.stringify(value)}`;
+  if (Array.isArray(schema.enum)) {
+    const options = schema.enum.map(String);
+    return `expected ${options.length === 2 ? options.join(' or ') : `one of ${options.join(', ')}`}, ${got}`;
+  }
+  switch (schema.type) {
+    case 'object':
+      return 'expected a mapping';
+    case 'array':
+      return 'expected a list';
+    case 'boolean':
+      return `expected true or false, ${got}`;
+    case 'string':
+      return 'expected a non-empty string';
+    case 'number':
+    case 'integer': {
+      const min = typeof schema.minimum === 'number' ? schema.minimum : -Infinity;
+      const max = typeof schema.maximum === 'number' ? schema.maximum : Infinity;
+      if (typeof value !== 'number' || !Number.isFinite(value) || value < min) return `expected a number ≥ ${min}, ${got}`;
+      if (value > max) return `expected a number ≤ ${max}, ${got}`;
+      if (schema.type === 'integer' && !Number.isInteger(value)) return `expected a whole number, ${got}`;
+      return `expected a number, ${got}`;
+    }
+    default:
+      return `invalid value, ${got}`;
+  }
+}
+
+/** The schemas along a JSON-pointer path: the root's, then one per segment (when resolvable). */
+function schemaChain(root: TSchema, segments: readonly string[]): TSchema[] {
+  const chain: TSchema[] = [root];
+  let current: TSchema | undefined = root;
+  for (const segment of segments) {
+    current = current === undefined ? undefined : childSchema(current, segment);
+    if (current === undefined) break;
+    chain.push(current);
+  }
+  return chain;
+}
+
+function childSchema(schema: TSchema, segment: string): TSchema | undefined {
+  if (schema.type === 'array') return isSchema(schema.items) ? schema.items : undefined;
+  if (isMapping(schema.properties) && isSchema(schema.properties[segment])) return schema.properties[segment];
+  if (isMapping(schema.patternProperties)) {
+    const first = Object.values(schema.patternProperties)[0];
+    return isSchema(first) ? first : undefined;
+  }
+  return undefined;
+}
+
+/** `['kubernetes', 'pools', '0', 'name']` → `kubernetes.pools[0].name`; the root is "config file". */
+function fieldName(segments: readonly string[]): string {
+  if (segments.length === 0) return 'config file';
+  return segments.reduce((name, segment, i) => (/^\d+$/.test(segment) ? `${name}[${segment}]` : i === 0 ? segment : `${name}.${segment}`), '');
+}
+
+function unescapePointer(segment: string): string {
+  return segment.replaceAll('~1', '/').replaceAll('~0', '~');
+}
+
+/** Rules that span fields. Each message names the field to change. */
+function crossFieldChecks(file: ConfigFile): void {
+  const tls = file.listen?.tls;
+  if (tls !== undefined) {
+    const hasCert = tls.certFile !== undefined;
+    const hasKey = tls.keyFile !== undefined;
+    if (tls.enabled !== true && (hasCert || hasKey)) throw new ConfigError('listen.tls.enabled: set it to true to use certFile/keyFile');
+    if (hasCert !== hasKey) throw new ConfigError('listen.tls: give both certFile and keyFile, or neither for a self-signed certificate');
+  }
+  const q = file.quarantine;
+  if ((q?.maxSeconds ?? DEFAULTS.maxSeconds) < (q?.baseSeconds ?? DEFAULTS.baseSeconds)) throw new ConfigError('quarantine.maxSeconds: must be ≥ quarantine.baseSeconds');
+  const k8s = file.kubernetes;
+  if (k8s === undefined) return;
+  const pools = k8s.pools ?? [];
+  const names = new Map<string, number>();
+  pools.forEach((pool, i) => {
+    const first = names.get(pool.name);
+    if (first !== undefined) throw new ConfigError(`kubernetes.pools[${i}].name: ${JSON.stringify(pool.name)} is already the name of kubernetes.pools[${first}] (pool names must be unique)`);
+    names.set(pool.name, i);
+  });
+  const inferencePools = k8s.inferencePools?.enabled === true;
+  if (pools.length === 0 && !inferencePools) throw new ConfigError('kubernetes.pools: define at least one pool, or enable inferencePools');
+  if (inferencePools && (k8s.inferencePools?.namespaces ?? []).length === 0) {
+    throw new ConfigError('kubernetes.inferencePools.namespaces: list at least one namespace whose InferencePools to watch');
+  }
+  const backoff = k8s.backoff;
+  if (backoff !== undefined && backoff.maxMs < backoff.initialMs) throw new ConfigError(`kubernetes.backoff.maxMs: must be ≥ initialMs (${backoff.initialMs})`);
+}
+
+/** Maps the validated file onto `Config`: defaults, seconds → milliseconds, the source choice. */
+function toConfig(file: ConfigFile, endpointsFile: string | undefined): Config {
+  const listen = file.listen ?? {};
+  const routing = file.routing ?? {};
+  const quarantine = file.quarantine ?? {};
   let source: Config['source'];
-  if (endpointsFile !== undefined && endpointsFile !== '') source = { kind: 'static', path: endpointsFile };
-  else if (raw.kubernetes !== undefined) source = { kind: 'kubernetes', kubernetes: kubernetesSection(section(raw, 'kubernetes')) };
-  else {
-    const staticSection = section(raw, 'static');
-    rejectUnknownKeys(staticSection, ['path'], 'static.');
-    source = { kind: 'static', path: str(staticSection, 'path', 'static.', 'endpoints.yaml') };
-  }
-
-  const config: Config = {
-    listen: {
-      grpc: nonEmpty(env.LLM_EXTPROC_GRPC_ADDRESS) ?? str(listen, 'grpc', 'listen.', '0.0.0.0:9002'),
-      http: nonEmpty(env.LLM_EXTPROC_HTTP_ADDRESS) ?? str(listen, 'http', 'listen.', '0.0.0.0:9090'),
-      ...tlsSection(section(listen, 'tls')),
-    },
-    logLevel,
+  if (endpointsFile !== undefined) source = { kind: 'static', path: endpointsFile };
+  else if (file.kubernetes !== undefined) source = { kind: 'kubernetes', kubernetes: kubernetesConfig(file.kubernetes) };
+  else source = { kind: 'static', path: file.static?.path ?? DEFAULTS.staticPath };
+  const tls = tlsConfig(listen.tls);
+  return {
+    listen: { grpc: listen.grpc ?? DEFAULTS.grpcAddress, http: listen.http ?? DEFAULTS.httpAddress, ...(tls === undefined ? {} : { tls }) },
+    logLevel: file.logLevel ?? DEFAULTS.logLevel,
     source,
     routing: {
-      fallbacks: whole(routing, 'fallbacks', 'routing.', 2, 0),
-      maxRequestBodyBytes: num(routing, 'maxRequestBodyBytes', 'routing.', 8 * 1024 * 1024, 1),
-      maxInspectedBodyBytes: num(routing, 'maxInspectedBodyBytes', 'routing.', 4 * 1024 * 1024, 0),
-      ...(routing.pool === undefined || routing.pool === null ? {} : { pool: str(routing, 'pool', 'routing.') }),
-      destinationFormat: destinationFormat(routing),
+      fallbacks: routing.fallbacks ?? DEFAULTS.fallbacks,
+      maxRequestBodyBytes: routing.maxRequestBodyBytes ?? DEFAULTS.maxRequestBodyBytes,
+      maxInspectedBodyBytes: routing.maxInspectedBodyBytes ?? DEFAULTS.maxInspectedBodyBytes,
+      ...(routing.pool === undefined ? {} : { pool: routing.pool }),
+      destinationFormat: routing.destinationFormat ?? DEFAULTS.destinationFormat,
     },
     quarantine: {
-      threshold: whole(quarantine, 'consecutiveFailures', 'quarantine.', 3, 1),
-      baseMs: num(quarantine, 'baseSeconds', 'quarantine.', 10, 0) * 1000,
-      maxMs: num(quarantine, 'maxSeconds', 'quarantine.', 300, 0) * 1000,
-      checkPath: checkPath(quarantine),
-      checkTimeoutMs: num(quarantine, 'checkTimeoutSeconds', 'quarantine.', 0.5, 0.001) * 1000,
+      threshold: quarantine.consecutiveFailures ?? DEFAULTS.consecutiveFailures,
+      baseMs: (quarantine.baseSeconds ?? DEFAULTS.baseSeconds) * 1000,
+      maxMs: (quarantine.maxSeconds ?? DEFAULTS.maxSeconds) * 1000,
+      checkPath: quarantine.checkPath ?? DEFAULTS.checkPath,
+      checkTimeoutMs: (quarantine.checkTimeoutSeconds ?? DEFAULTS.checkTimeoutSeconds) * 1000,
     },
-    shutdownDrainMs: num(raw, 'shutdownDrainSeconds', '', 5, 0) * 1000,
-    shutdownGraceMs: num(raw, 'shutdownGraceSeconds', '', 20, 0) * 1000,
+    shutdownDrainMs: (file.shutdownDrainSeconds ?? DEFAULTS.shutdownDrainSeconds) * 1000,
+    shutdownGraceMs: (file.shutdownGraceSeconds ?? DEFAULTS.shutdownGraceSeconds) * 1000,
   };
-  if (config.quarantine.maxMs < config.quarantine.baseMs) throw new ConfigError('quarantine.maxSeconds: must be ≥ quarantine.baseSeconds');
-  return deepFreeze(config);
 }
 
-/** `quarantine.checkPath`: absent or empty = TCP connect only; otherwise an absolute HTTP path. */
-function checkPath(quarantine: Raw): string {
-  const value = quarantine.checkPath;
-  if (value === undefined || value === null || value === '') return '';
-  if (typeof value !== 'string' || !value.startsWith('/')) throw new ConfigError(`quarantine.checkPath: expected a path starting with "/", got ${JSON.stringify(value)}`);
-  return value;
+/** `enabled` with both files, or with neither (self-signed at start); absent or disabled = plaintext. */
+function tlsConfig(tls: NonNullable<ConfigFile['listen']>['tls']): GrpcTlsConfig | undefined {
+  if (tls?.enabled !== true) return undefined;
+  if (tls.certFile !== undefined && tls.keyFile !== undefined) return { mode: 'files', certFile: tls.certFile, keyFile: tls.keyFile };
+  return { mode: 'self-signed' };
 }
 
-/** `listen.tls`: `enabled` with both files, or with neither (self-signed at start). */
-function tlsSection(tls: Raw): { tls?: GrpcTlsConfig } {
-  rejectUnknownKeys(tls, ['enabled', 'certFile', 'keyFile'], 'listen.tls.');
-  if (tls.enabled === undefined || tls.enabled === null || tls.enabled === false) {
-    if (tls.certFile !== undefined || tls.keyFile !== undefined) throw new ConfigError('listen.tls.enabled: set it to true to use certFile/keyFile');
-    return {};
+function kubernetesConfig(k8s: NonNullable<ConfigFile['kubernetes']>): KubernetesSourceConfig {
+  const config: KubernetesSourceConfig = {
+    pools: (k8s.pools ?? []).map((p) => ({
+      name: p.name,
+      namespace: p.namespace,
+      selector: { ...p.selector },
+      targetPort: p.targetPort ?? DEFAULTS.targetPort,
+      models: [...p.models],
+    })),
+  };
+  if (k8s.kubeconfigPath !== undefined) config.kubeconfigPath = k8s.kubeconfigPath;
+  const ip = k8s.inferencePools;
+  if (ip?.enabled === true) {
+    config.inferencePools = { enabled: true, namespaces: [...(ip.namespaces ?? [])] };
+    if (ip.modelsAnnotation !== undefined) config.inferencePools.modelsAnnotation = ip.modelsAnnotation;
   }
-  if (tls.enabled !== true) throw new ConfigError(`listen.tls.enabled: expected true or false, got ${JSON.stringify(tls.enabled)}`);
-  const hasCert = tls.certFile !== undefined && tls.certFile !== null;
-  const hasKey = tls.keyFile !== undefined && tls.keyFile !== null;
-  if (hasCert !== hasKey) throw new ConfigError('listen.tls: give both certFile and keyFile, or neither for a self-signed certificate');
-  if (!hasCert) return { tls: { mode: 'self-signed' } };
-  return { tls: { mode: 'files', certFile: str(tls, 'certFile', 'listen.tls.'), keyFile: str(tls, 'keyFile', 'listen.tls.') } };
-}
-
-function destinationFormat(routing: Raw): DestinationFormat {
-  const value = routing.destinationFormat ?? 'list';
-  if (value !== 'list' && value !== 'single') throw new ConfigError(`routing.destinationFormat: expected list or single, got ${JSON.stringify(value)}`);
-  return value;
-}
-
-const TOP_LEVEL_KEYS = ['listen', 'logLevel', 'static', 'kubernetes', 'routing', 'quarantine', 'shutdownDrainSeconds', 'shutdownGraceSeconds'];
-
-/** A misspelt key would silently fall back to a default: refuse it instead. */
-function rejectUnknownKeys(raw: Raw, known: readonly string[], where: string): void {
-  for (const key of Object.keys(raw)) {
-    if (!known.includes(key)) throw new ConfigError(`${where}${key}: unknown setting (expected one of ${known.join(', ')})`);
+  if (k8s.backoff !== undefined) config.backoff = { initialMs: k8s.backoff.initialMs, maxMs: k8s.backoff.maxMs };
+  if (k8s.timeouts !== undefined) {
+    config.timeouts = {};
+    if (k8s.timeouts.listSeconds !== undefined) config.timeouts.listSeconds = k8s.timeouts.listSeconds;
+    if (k8s.timeouts.watchSeconds !== undefined) config.timeouts.watchSeconds = k8s.timeouts.watchSeconds;
   }
+  return config;
+}
+
+function isMapping(value: unknown): value is Raw {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function isSchema(value: unknown): value is TSchema {
+  return isMapping(value);
 }
 
 /** An empty environment variable means "not set" (Kubernetes renders unset values as ""). */
 function nonEmpty(value: string | undefined): string | undefined {
   return value === undefined || value === '' ? undefined : value;
-}
-
-function readLogLevel(raw: Raw, env: Readonly<Record<string, string | undefined>>): LogLevel {
-  const fromEnv = nonEmpty(env.LLM_EXTPROC_LOG_LEVEL);
-  if (fromEnv !== undefined) {
-    if (!(LOG_LEVELS as readonly string[]).includes(fromEnv)) throw new ConfigError(`LLM_EXTPROC_LOG_LEVEL: expected one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(fromEnv)}`);
-    return fromEnv as LogLevel;
-  }
-  const value = raw.logLevel ?? 'info';
-  if (typeof value !== 'string' || !(LOG_LEVELS as readonly string[]).includes(value)) {
-    throw new ConfigError(`logLevel: expected one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(value)}`);
-  }
-  return value as LogLevel;
 }
 
 function deepFreeze<T>(value: T): T {

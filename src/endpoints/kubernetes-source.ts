@@ -7,6 +7,11 @@
 // collection runs one loop: list (retrying with backoff until the API answers), then watch from
 // the list's resourceVersion (bookmarks keep it fresh); a 410 Gone means relist; a dropped
 // connection or an API error means rewatch from the last resourceVersion after a backoff.
+//
+// Built for pools of thousands of pods: lists are paged (limit/continue), each loop keeps only a
+// small projection of every object (a classified pod, not the whole V1Pod), a watch event touches
+// only its own pod, unchanged pools keep their ObservedPool object (the store reuses its view of
+// them), and a burst of events publishes one view.
 
 import { CoreV1Api, CustomObjectsApi, KubeConfig, Observable, Watch } from '@kubernetes/client-node';
 import type { ConfigurationOptions, ObservableMiddleware, RequestContext, ResponseContext } from '@kubernetes/client-node';
@@ -29,6 +34,7 @@ export interface KubernetesPoolConfig {
   models: string[];
 }
 
+/** Validated by buildConfig (src/config/schema.ts): pool names unique, selectors non-empty, ports 1–65535. */
 export interface KubernetesSourceConfig {
   /** Explicit kubeconfig file; otherwise in-cluster config, otherwise the default loading rules. */
   kubeconfigPath?: string;
@@ -91,18 +97,28 @@ interface WatchedObject {
 
 type PodObject = WatchedObject & PodFacts & { readonly status?: { readonly podIP?: string | null } | null };
 
-interface ListResult {
+interface ListPage {
   readonly items: readonly unknown[];
   readonly resourceVersion: string;
+  /** The continue token of a paged list; empty or absent on the last page. */
+  readonly continueToken?: string | undefined;
 }
 
+/** Objects per list page: bounds the memory a relist of thousands of pods needs at once. */
+export const LIST_PAGE_SIZE = 500;
+
 /** One listable, watchable collection (pods of a pool, InferencePools of a namespace). */
-interface Collection {
+interface Collection<T> {
   readonly resource: string;
   readonly watchPath: string;
   readonly labelSelector: string | undefined;
-  list(signal: AbortSignal, timeoutSeconds: number): Promise<ListResult>;
+  list(signal: AbortSignal, timeoutSeconds: number, continueToken: string | undefined): Promise<ListPage>;
+  /** What the loop keeps of an object (the rest is garbage at once); `undefined` skips it. */
+  project(object: unknown): T | undefined;
 }
+
+/** What changed in a loop's objects: everything (a relist), or one object by name. */
+type LoopChange = { readonly kind: 'reset' } | { readonly kind: 'set' | 'delete'; readonly name: string };
 
 interface WatchFailure {
   readonly kind: 'gone' | 'dropped' | 'error';
@@ -123,11 +139,11 @@ interface LoopDeps {
 }
 
 /**
- * Keeps one collection's objects in sync with the API server, forever, until stopped. Every
- * change calls `onChange`; the owner reads `items()`.
+ * Keeps one collection's objects (as `project` keeps them) in sync with the API server, forever,
+ * until stopped. Every change calls `onChange` saying what changed; the owner reads `get`/`items`.
  */
-class ListWatchLoop {
-  private readonly objects = new Map<string, WatchedObject>();
+class ListWatchLoop<T> {
+  private objects = new Map<string, T>();
   private resourceVersion = '';
   private listedOnce = false;
   private stopped = false;
@@ -139,9 +155,9 @@ class ListWatchLoop {
   private readonly log: Logger;
 
   constructor(
-    private readonly collection: Collection,
+    private readonly collection: Collection<T>,
     private readonly deps: LoopDeps,
-    private readonly onChange: () => void,
+    private readonly onChange: (change: LoopChange) => void,
   ) {
     this.log = deps.logger.child({ resource: collection.resource });
   }
@@ -150,8 +166,16 @@ class ListWatchLoop {
     return this.listedOnce;
   }
 
-  items(): WatchedObject[] {
-    return [...this.objects.values()];
+  items(): IterableIterator<T> {
+    return this.objects.values();
+  }
+
+  entries(): IterableIterator<[string, T]> {
+    return this.objects.entries();
+  }
+
+  get(name: string): T | undefined {
+    return this.objects.get(name);
   }
 
   start(): void {
@@ -202,28 +226,47 @@ class ListWatchLoop {
     }
   }
 
-  /** Lists the collection and replaces the cached objects; false when the API did not answer. */
+  /**
+   * Lists the collection page by page and replaces the cached objects; false when the API did not
+   * answer. The pages of one list are a consistent snapshot (the server's continue token pins its
+   * resourceVersion); an expired token (410) fails the list, and the retry starts over.
+   */
   private async relist(): Promise<boolean> {
     const controller = new AbortController();
     this.cancelCurrent = () => controller.abort();
     // A plain timer rather than AbortSignal.timeout/any: on Node 20 a composed timeout signal can
-    // be garbage-collected before it fires, leaving a hung list hanging forever.
-    const timer = setTimeout(() => controller.abort(new Error(`list timed out after ${this.deps.listSeconds} s`)), this.deps.listSeconds * 1000);
+    // be garbage-collected before it fires, leaving a hung list hanging forever. Re-armed per page.
+    let timer: NodeJS.Timeout | undefined;
+    const arm = (): void => {
+      clearTimeout(timer);
+      timer = setTimeout(() => controller.abort(new Error(`list timed out after ${this.deps.listSeconds} s`)), this.deps.listSeconds * 1000);
+    };
     try {
-      const result = await this.collection.list(controller.signal, Math.max(1, Math.ceil(this.deps.listSeconds)));
-      if (this.stopped) return false;
-      this.objects.clear();
-      for (const item of result.items) {
-        const name = nameOf(item);
-        if (name !== undefined) this.objects.set(name, item as WatchedObject);
-      }
-      this.resourceVersion = result.resourceVersion;
+      const objects = new Map<string, T>();
+      let continueToken: string | undefined;
+      let resourceVersion = '';
+      let pages = 0;
+      do {
+        arm();
+        const page = await this.collection.list(controller.signal, Math.max(1, Math.ceil(this.deps.listSeconds)), continueToken);
+        if (this.stopped) return false;
+        for (const item of page.items) {
+          const name = nameOf(item);
+          const projected = name === undefined ? undefined : this.collection.project(item);
+          if (name !== undefined && projected !== undefined) objects.set(name, projected);
+        }
+        resourceVersion = page.resourceVersion;
+        continueToken = page.continueToken === '' ? undefined : page.continueToken;
+        pages++;
+      } while (continueToken !== undefined);
+      this.objects = objects;
+      this.resourceVersion = resourceVersion;
       const first = !this.listedOnce;
       this.listedOnce = true;
       this.failures = 0;
       this.deps.observer?.listed(this.collection.resource);
-      this.log[first ? 'info' : 'debug']({ count: this.objects.size, resourceVersion: this.resourceVersion }, first ? 'initial list complete' : 'relisted');
-      this.onChange();
+      this.log[first ? 'info' : 'debug']({ count: this.objects.size, pages, resourceVersion: this.resourceVersion }, first ? 'initial list complete' : 'relisted');
+      this.onChange({ kind: 'reset' });
       return true;
     } catch (err: unknown) {
       if (!this.stopped) {
@@ -289,13 +332,18 @@ class ListWatchLoop {
         const name = nameOf(object);
         if (name === undefined) return;
         if (type === 'ADDED' || type === 'MODIFIED') {
-          this.objects.set(name, object as WatchedObject);
+          const projected = this.collection.project(object);
+          if (projected === undefined) {
+            if (!this.objects.delete(name)) return;
+            this.onChange({ kind: 'delete', name });
+            return;
+          }
+          this.objects.set(name, projected);
+          this.onChange({ kind: 'set', name });
         } else if (type === 'DELETED') {
-          this.objects.delete(name);
-        } else {
-          return;
+          if (!this.objects.delete(name)) return;
+          this.onChange({ kind: 'delete', name });
         }
-        this.onChange();
       };
 
       const onDone = (err: unknown): void => {
@@ -352,9 +400,116 @@ class ListWatchLoop {
   }
 }
 
-interface PoolWatch {
-  def: PoolDefinition;
-  readonly loop: ListWatchLoop;
+/** What a pod loop keeps of each pod: its classification and IP, not the whole object. */
+interface PodEntry {
+  readonly id: string;
+  readonly ip: string;
+  readonly state: ObservedEndpoint['state'];
+  readonly reason: string;
+}
+
+function projectPod(object: unknown, namespace: string): PodEntry | undefined {
+  const pod = object as PodObject;
+  const name = pod.metadata?.name;
+  if (name === undefined) return undefined;
+  const { state, reason } = classifyPod(pod);
+  return { id: `${pod.metadata?.namespace ?? namespace}/${name}`, ip: pod.status?.podIP ?? '', state, reason };
+}
+
+/** Plain code-point order: a stable total order, and far cheaper than localeCompare at thousands of pods. */
+function compareNames(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** First index in the sorted `names` whose name is not below `name`. */
+function lowerBound(names: readonly string[], name: string): number {
+  let lo = 0;
+  let hi = names.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if ((names[mid] ?? '') < name) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/**
+ * One pool's pods, kept ready to publish: the endpoint of each pod, the pod names in order, and the
+ * ObservedPool last published. A watch event re-derives only its own pod's endpoint and marks the
+ * pool dirty only when that endpoint really changed (a label or annotation edit does not).
+ */
+class PoolWatch {
+  readonly loop: ListWatchLoop<PodEntry>;
+  private readonly endpoints = new Map<string, ObservedEndpoint>();
+  private names: string[] = [];
+  private published: ObservedPool | undefined;
+
+  constructor(
+    private definition: PoolDefinition,
+    collection: Collection<PodEntry>,
+    deps: LoopDeps,
+    private readonly changed: () => void,
+  ) {
+    this.loop = new ListWatchLoop(collection, deps, (change) => this.apply(change));
+  }
+
+  get def(): PoolDefinition {
+    return this.definition;
+  }
+
+  /** Takes a new definition with the same namespace and selector (models or port may differ). */
+  redefine(next: PoolDefinition): void {
+    const portChanged = next.targetPort !== this.definition.targetPort;
+    const modelsChanged = next.models.join('\u0000') !== this.definition.models.join('\u0000');
+    this.definition = next;
+    if (portChanged) this.apply({ kind: 'reset' });
+    else if (modelsChanged) this.published = undefined;
+  }
+
+  /** The pool as last published, rebuilt only if something changed since. */
+  view(): ObservedPool {
+    this.published ??= {
+      name: this.definition.name,
+      models: this.definition.models,
+      endpoints: this.names.map((n) => this.endpoints.get(n)).filter((e): e is ObservedEndpoint => e !== undefined),
+    };
+    return this.published;
+  }
+
+  private apply(change: LoopChange): void {
+    if (change.kind === 'reset') {
+      this.endpoints.clear();
+      for (const [name, entry] of this.loop.entries()) this.endpoints.set(name, this.toEndpoint(entry));
+      this.names = [...this.endpoints.keys()].sort(compareNames);
+    } else if (change.kind === 'delete') {
+      if (!this.endpoints.delete(change.name)) return;
+      const at = lowerBound(this.names, change.name);
+      if (this.names[at] === change.name) this.names.splice(at, 1);
+    } else {
+      const entry = this.loop.get(change.name);
+      if (entry === undefined) return;
+      const next = this.toEndpoint(entry);
+      const previous = this.endpoints.get(change.name);
+      if (previous !== undefined && sameEndpoint(previous, next)) return;
+      this.endpoints.set(change.name, next);
+      if (previous === undefined) this.names.splice(lowerBound(this.names, change.name), 0, change.name);
+    }
+    this.published = undefined;
+    this.changed();
+  }
+
+  private toEndpoint(entry: PodEntry): ObservedEndpoint {
+    return {
+      id: entry.id,
+      address: entry.ip === '' ? '' : formatAddress(entry.ip, this.definition.targetPort),
+      state: entry.state,
+      reason: entry.reason,
+    };
+  }
+}
+
+function sameEndpoint(a: ObservedEndpoint, b: ObservedEndpoint): boolean {
+  return a.id === b.id && a.address === b.address && a.state === b.state && a.reason === b.reason;
 }
 
 export class KubernetesSource implements EndpointSource {
@@ -365,21 +520,24 @@ export class KubernetesSource implements EndpointSource {
   private readonly deps: LoopDeps;
   private readonly log: Logger;
   private readonly staticPools: PoolWatch[];
-  private readonly inferencePoolLoops = new Map<string, ListWatchLoop>();
+  private readonly inferencePoolLoops = new Map<string, ListWatchLoop<WatchedObject>>();
   private readonly dynamicPools = new Map<string, PoolWatch>();
   private readonly stopping = new Set<Promise<void>>();
   private readonly warned = new Set<string>();
   private readonly modelsAnnotation: string;
   private sink: EndpointSink | undefined;
+  private publishScheduled: NodeJS.Immediate | undefined;
   private synced = false;
   private stopped = false;
 
-  /** Throws on an invalid config or an unloadable kubeconfig; never on an unreachable API server. */
+  /**
+   * `config` comes from buildConfig, which validated it against the config schema (src/config/schema.ts).
+   * Throws on an unloadable kubeconfig; never on an unreachable API server.
+   */
   constructor(
     private readonly config: KubernetesSourceConfig,
     options: KubernetesSourceOptions,
   ) {
-    validateConfig(config);
     this.kubeConfig = loadKubeConfig(config.kubeconfigPath);
     this.core = this.kubeConfig.makeApiClient(CoreV1Api);
     this.custom = this.kubeConfig.makeApiClient(CustomObjectsApi);
@@ -393,10 +551,7 @@ export class KubernetesSource implements EndpointSource {
       watchSeconds: config.timeouts?.watchSeconds ?? DEFAULT_WATCH_SECONDS,
     };
     this.modelsAnnotation = config.inferencePools?.modelsAnnotation ?? DEFAULT_MODELS_ANNOTATION;
-    this.staticPools = config.pools.map((p) => {
-      const def: PoolDefinition = { ...p, selector: { ...p.selector }, models: [...p.models] };
-      return { def, loop: this.podLoop(def) };
-    });
+    this.staticPools = config.pools.map((p) => this.poolWatch({ ...p, selector: { ...p.selector }, models: [...p.models] }));
   }
 
   /** Kicks off every list/watch loop and returns at once; `markSynced` follows the first complete view. */
@@ -412,11 +567,13 @@ export class KubernetesSource implements EndpointSource {
         loop.start();
       }
     }
-    this.publish();
+    this.schedulePublish();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
+    if (this.publishScheduled !== undefined) clearImmediate(this.publishScheduled);
+    this.publishScheduled = undefined;
     const loops = [
       ...this.staticPools.map((p) => p.loop),
       ...this.inferencePoolLoops.values(),
@@ -425,32 +582,40 @@ export class KubernetesSource implements EndpointSource {
     await Promise.all([...loops.map((l) => l.stop()), ...this.stopping]);
   }
 
-  private podLoop(def: PoolDefinition): ListWatchLoop {
-    return new ListWatchLoop(this.podCollection(def), this.deps, () => this.publish());
+  private poolWatch(def: PoolDefinition): PoolWatch {
+    return new PoolWatch(def, this.podCollection(def), this.deps, () => this.schedulePublish());
   }
 
-  private podCollection(def: PoolDefinition): Collection {
+  private podCollection(def: PoolDefinition): Collection<PodEntry> {
     const labelSelector = formatSelector(def.selector);
     return {
       resource: `pods/${def.name}`,
       watchPath: `/api/v1/namespaces/${encodeURIComponent(def.namespace)}/pods`,
       labelSelector,
-      list: async (signal, timeoutSeconds) => {
-        const list = await this.core.listNamespacedPod({ namespace: def.namespace, labelSelector, timeoutSeconds }, withSignal(signal));
-        return { items: list.items, resourceVersion: list.metadata?.resourceVersion ?? '' };
+      list: async (signal, timeoutSeconds, continueToken) => {
+        const list = await this.core.listNamespacedPod(
+          { namespace: def.namespace, labelSelector, timeoutSeconds, limit: LIST_PAGE_SIZE, _continue: continueToken },
+          withSignal(signal),
+        );
+        return { items: list.items, resourceVersion: list.metadata?.resourceVersion ?? '', continueToken: list.metadata?._continue };
       },
+      project: (object) => projectPod(object, def.namespace),
     };
   }
 
-  private inferencePoolCollection(namespace: string): Collection {
+  private inferencePoolCollection(namespace: string): Collection<WatchedObject> {
     return {
       resource: `inferencepools/${namespace}`,
       watchPath: `/apis/${INFERENCE_POOL.group}/${INFERENCE_POOL.version}/namespaces/${encodeURIComponent(namespace)}/${INFERENCE_POOL.plural}`,
       labelSelector: undefined,
-      list: async (signal, timeoutSeconds) => {
-        const list: unknown = await this.custom.listNamespacedCustomObject({ ...INFERENCE_POOL, namespace, timeoutSeconds }, withSignal(signal));
+      list: async (signal, timeoutSeconds, continueToken) => {
+        const list: unknown = await this.custom.listNamespacedCustomObject(
+          { ...INFERENCE_POOL, namespace, timeoutSeconds, limit: LIST_PAGE_SIZE, _continue: continueToken },
+          withSignal(signal),
+        );
         return parseCustomList(list);
       },
+      project: (object) => object as WatchedObject,
     };
   }
 
@@ -486,35 +651,43 @@ export class KubernetesSource implements EndpointSource {
         this.stopLoop(current.loop);
         this.log.info({ pool: name }, next === undefined ? 'InferencePool removed' : 'InferencePool selector changed');
       } else {
-        current.def = next;
+        current.redefine(next);
       }
     }
     for (const [name, def] of desired) {
       if (this.dynamicPools.has(name)) continue;
-      const loop = this.podLoop(def);
-      this.dynamicPools.set(name, { def, loop });
+      const pool = this.poolWatch(def);
+      this.dynamicPools.set(name, pool);
       this.log.info({ pool: name, selector: formatSelector(def.selector), targetPort: def.targetPort }, 'InferencePool added');
-      loop.start();
+      pool.loop.start();
     }
-    this.publish();
+    this.schedulePublish();
   }
 
-  private stopLoop(loop: ListWatchLoop): void {
+  private stopLoop(loop: ListWatchLoop<PodEntry>): void {
     const stopping = loop.stop();
     this.stopping.add(stopping);
     void stopping.finally(() => this.stopping.delete(stopping));
   }
 
+  /**
+   * Publishes once after the current burst of events: a watch chunk often carries many events,
+   * and a relist of thousands of pods must not become thousands of views.
+   */
+  private schedulePublish(): void {
+    if (this.stopped || this.publishScheduled !== undefined) return;
+    this.publishScheduled = setImmediate(() => {
+      this.publishScheduled = undefined;
+      this.publish();
+    });
+  }
+
   /** Sends the complete view to the sink; marks the source synced once every collection has listed. */
   private publish(): void {
     if (this.stopped || this.sink === undefined) return;
-    const dynamic = [...this.dynamicPools.values()].sort((a, b) => a.def.name.localeCompare(b.def.name));
+    const dynamic = [...this.dynamicPools.values()].sort((a, b) => compareNames(a.def.name, b.def.name));
     const all = [...this.staticPools, ...dynamic];
-    const pools: ObservedPool[] = all.map(({ def, loop }) => ({
-      name: def.name,
-      models: def.models,
-      endpoints: loop.items().map((pod) => toEndpoint(pod as PodObject, def)).sort((a, b) => a.id.localeCompare(b.id)),
-    }));
+    const pools: ObservedPool[] = all.map((p) => p.view());
     try {
       this.sink.replaceAll(SOURCE_NAME, pools);
     } catch (err: unknown) {
@@ -534,17 +707,6 @@ export class KubernetesSource implements EndpointSource {
     this.warned.add(key);
     this.log.warn(message);
   }
-}
-
-function toEndpoint(pod: PodObject, def: PoolDefinition): ObservedEndpoint {
-  const { state, reason } = classifyPod(pod);
-  const ip = pod.status?.podIP ?? '';
-  return {
-    id: `${pod.metadata?.namespace ?? def.namespace}/${pod.metadata?.name ?? ''}`,
-    address: ip === '' ? '' : formatAddress(ip, def.targetPort),
-    state,
-    reason,
-  };
 }
 
 function formatAddress(ip: string, port: number): string {
@@ -582,33 +744,16 @@ function parseInferencePool(object: WatchedObject, modelsAnnotation: string): Po
   return { name: id, namespace, selector: matchLabels, targetPort: port, models };
 }
 
-function parseCustomList(list: unknown): ListResult {
+function parseCustomList(list: unknown): ListPage {
   const items = field(list, 'items');
-  const rv = field(field(list, 'metadata'), 'resourceVersion');
-  return { items: Array.isArray(items) ? (items as unknown[]) : [], resourceVersion: typeof rv === 'string' ? rv : '' };
-}
-
-function validateConfig(config: KubernetesSourceConfig): void {
-  const names = new Set<string>();
-  for (const p of config.pools) {
-    if (p.name === '') throw new Error('kubernetes pool without a name');
-    if (names.has(p.name)) throw new Error(`kubernetes pool ${p.name} is defined twice`);
-    names.add(p.name);
-    if (p.namespace === '') throw new Error(`kubernetes pool ${p.name} has no namespace`);
-    if (Object.keys(p.selector).length === 0) {
-      throw new Error(`kubernetes pool ${p.name} has an empty selector (it would select every pod in ${p.namespace})`);
-    }
-    if (!Number.isInteger(p.targetPort) || p.targetPort < 1 || p.targetPort > 65535) {
-      throw new Error(`kubernetes pool ${p.name} has an invalid targetPort ${p.targetPort}`);
-    }
-  }
-  if (config.inferencePools?.enabled && config.inferencePools.namespaces.length === 0) {
-    throw new Error('kubernetes.inferencePools is enabled but lists no namespaces');
-  }
-  const b = config.backoff;
-  if (b !== undefined && !(b.initialMs > 0 && b.maxMs >= b.initialMs)) {
-    throw new Error('kubernetes.backoff needs 0 < initialMs <= maxMs');
-  }
+  const metadata = field(list, 'metadata');
+  const rv = field(metadata, 'resourceVersion');
+  const token = field(metadata, 'continue');
+  return {
+    items: Array.isArray(items) ? (items as unknown[]) : [],
+    resourceVersion: typeof rv === 'string' ? rv : '',
+    continueToken: typeof token === 'string' ? token : undefined,
+  };
 }
 
 function loadKubeConfig(path: string | undefined): KubeConfig {

@@ -49,7 +49,7 @@ export interface PoolView {
   readonly endpoints: readonly Endpoint[];
 }
 
-/** Immutable snapshot of the whole cache, rebuilt on every change; cheap to read on the hot path. */
+/** Immutable snapshot of the whole cache, replaced on every change (unchanged pools keep their PoolView); cheap to read on the hot path. */
 export interface EndpointView {
   readonly pools: ReadonlyMap<string, PoolView>;
   /** model name → pools that serve it, in configuration order. */
@@ -63,9 +63,10 @@ export function isRoutable(endpoint: Pick<Endpoint, 'state' | 'address'>): boole
 }
 
 /**
- * A source feeds the store. It calls `replaceAll` with its complete view whenever it changes
- * (sources are small: a few hundred pods at most, so whole-view replacement is simple and cheap),
- * and `markSynced` once its first complete view is in.
+ * A source feeds the store. It calls `replaceAll` with its complete view whenever it changes, and
+ * `markSynced` once its first complete view is in. Whole-view replacement stays cheap at ten
+ * thousand pods because a source passes the same (immutable) ObservedPool object again for a pool
+ * that did not change, and the store reuses its view of such a pool instead of rebuilding it.
  */
 export interface EndpointSink {
   replaceAll(source: string, pools: readonly ObservedPool[]): void;

@@ -102,6 +102,11 @@ export class PassiveHealth {
     return next;
   }
 
+  /** Addresses with any record (a failure streak or a quarantine). */
+  get size(): number {
+    return this.records.size;
+  }
+
   /** Drop records of addresses no source lists any more, so memory follows the fleet. */
   retainOnly(addresses: ReadonlySet<string>): void {
     for (const address of this.records.keys()) if (!addresses.has(address)) this.records.delete(address);

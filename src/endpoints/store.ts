@@ -38,6 +38,14 @@ export class EndpointStore implements EndpointSink {
   private current: EndpointView = EMPTY_VIEW;
   private releaseTimer: { cancel(): void } | undefined;
   private readonly listeners = new Set<StoreEvents>();
+  /**
+   * Views of pools built while no endpoint was quarantined, by the ObservedPool they came from.
+   * Sources hand back the same ObservedPool object for a pool that did not change, so a change in
+   * one pool of ten thousand pods rebuilds only that pool's view.
+   */
+  private poolViews = new WeakMap<ObservedPool, PoolView>();
+  /** Whether the current view may hold Quarantined endpoints (it was built during a quarantine). */
+  private currentHasQuarantine = false;
 
   /** `sources` names every source that must sync before the store counts as synced. */
   constructor(sources: readonly string[], policy: QuarantinePolicy, private readonly clock: Clock = systemClock) {
@@ -117,19 +125,20 @@ export class EndpointStore implements EndpointSink {
   private rebuild(): void {
     const now = this.clock.now();
     const previous = this.current;
+    const previousHadQuarantine = this.currentHasQuarantine;
+    // While nothing is quarantined every endpoint keeps its observed state, and a cached pool view
+    // (built under the same condition) is still exact.
+    const quarantineActive = this.health.nextRelease(now) !== undefined;
+    if (quarantineActive) this.poolViews = new WeakMap();
     const pools = new Map<string, PoolView>();
     const poolsByModel = new Map<string, PoolView[]>();
-    const addresses = new Set<string>();
     for (const sourcePools of this.observed.values()) {
       for (const observedPool of sourcePools) {
-        const endpoints = observedPool.endpoints.map((observed): Endpoint => {
-          if (observed.address !== '') addresses.add(observed.address);
-          const quarantine = observed.state === 'Ready' ? this.health.status(observed.address, now) : undefined;
-          return quarantine === undefined
-            ? { ...observed, pool: observedPool.name }
-            : { ...observed, pool: observedPool.name, state: 'Quarantined', reason: quarantine.reason };
-        });
-        const pool: PoolView = { name: observedPool.name, models: observedPool.models, endpoints };
+        let pool = quarantineActive ? undefined : this.poolViews.get(observedPool);
+        if (pool === undefined) {
+          pool = this.buildPool(observedPool, quarantineActive ? now : undefined);
+          if (!quarantineActive) this.poolViews.set(observedPool, pool);
+        }
         pools.set(pool.name, pool);
         for (const model of pool.models) {
           const list = poolsByModel.get(model);
@@ -138,11 +147,28 @@ export class EndpointStore implements EndpointSink {
         }
       }
     }
-    this.health.retainOnly(addresses);
+    // Only walk every address when there is health state to prune.
+    if (this.health.size > 0) {
+      const addresses = new Set<string>();
+      for (const pool of pools.values()) for (const e of pool.endpoints) if (e.address !== '') addresses.add(e.address);
+      this.health.retainOnly(addresses);
+    }
     this.current = { pools, poolsByModel, version: previous.version + 1 };
-    this.announceReleases(previous);
+    this.currentHasQuarantine = quarantineActive;
+    if (previousHadQuarantine) this.announceReleases(previous);
     this.scheduleRelease(now);
     for (const listener of this.listeners) listener.viewChanged?.(this.current);
+  }
+
+  /** A pool's view; with `now`, Ready endpoints under quarantine become Quarantined. */
+  private buildPool(observedPool: ObservedPool, now: number | undefined): PoolView {
+    const endpoints = observedPool.endpoints.map((observed): Endpoint => {
+      const quarantine = now !== undefined && observed.state === 'Ready' ? this.health.status(observed.address, now) : undefined;
+      return quarantine === undefined
+        ? { ...observed, pool: observedPool.name }
+        : { ...observed, pool: observedPool.name, state: 'Quarantined', reason: quarantine.reason };
+    });
+    return { name: observedPool.name, models: observedPool.models, endpoints };
   }
 
   private announceReleases(previous: EndpointView): void {

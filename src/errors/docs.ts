@@ -227,6 +227,80 @@ function envoySection(): string[] {
   return lines;
 }
 
+/** What each gateway's ext_proc configuration lets llm-extproc see, and so what it can tell users. */
+const GATEWAY_VISIBILITY: ReadonlyArray<readonly [gateway: string, modes: string, localReplies: string, servedHost: string, jsonAnswers: string]> = [
+  [
+    'llm-extproc\'s own Envoy config (`envoy/*.yaml`)',
+    'request BUFFERED, response STREAMED + mode override',
+    'exact: `response.code_details` and `response.flags`',
+    'exact: `upstream.address`; skipped fallbacks are blamed',
+    'Envoy holds them (BUFFERED_PARTIAL) up to its buffer',
+  ],
+  [
+    'Istio (InferencePool)',
+    'FULL_DUPLEX_STREAMED both ways, trailers SEND',
+    'from Envoy\'s plain-text body (first 4 KiB); unknown texts become `upstream_error`',
+    '`envoy.lb` `x-gateway-destination-endpoint-served` when forwarded, else unknown with fallbacks',
+    'held by llm-extproc up to `routing.maxInspectedBodyBytes`',
+  ],
+  [
+    'Envoy AI Gateway (InferencePool, default)',
+    'FULL_DUPLEX_STREAMED both ways',
+    'from Envoy\'s plain-text body',
+    'our pick (ORIGINAL_DST: exactly one `ip:port`, retries reuse it)',
+    'held by llm-extproc up to `routing.maxInspectedBodyBytes`',
+  ],
+  [
+    'Envoy AI Gateway (`processing-body-mode: buffered`)',
+    'BUFFERED both ways',
+    'from Envoy\'s plain-text body',
+    'our pick (exactly one `ip:port`)',
+    'Envoy holds them whole',
+  ],
+  [
+    'kgateway (InferencePool)',
+    'FULL_DUPLEX_STREAMED both ways, trailers SEND',
+    'from Envoy\'s plain-text body',
+    'our pick (subset LB keyed on exactly one `ip:port`); subset hint honoured',
+    'held by llm-extproc up to `routing.maxInspectedBodyBytes`',
+  ],
+  [
+    'plain Envoy Gateway (EnvoyExtensionPolicy)',
+    'as configured; with our recommended modes, as our own config',
+    'exact when `response.code_details`/`response.flags` are requested, else from the text',
+    'exact with `upstream.address`; else known with one address (the header override), unknown otherwise',
+    'as configured',
+  ],
+];
+
+function gatewaysSection(): string[] {
+  const lines = [
+    '## What each gateway lets llm-extproc know',
+    '',
+    'The gateway that owns the ext_proc filter decides which body modes and attributes llm-extproc',
+    'gets. Every mode gives the same catalog errors; what changes is how precisely a failure is',
+    'attributed. Without response attributes, Envoy\'s own replies (connect failure, no healthy',
+    'upstream, timeout) are recognised from their plain-text body, and the replica that answered is',
+    'the one the gateway reports back. When nobody reports it, it is known only if Envoy had no other',
+    'choice (`routing.destinationFormat: single`, or a single replica picked); otherwise no replica is',
+    'credited or blamed for that request (a guess could credit a primary that refused while a fallback',
+    'answered), except when Envoy\'s text says every retry failed. Answers are',
+    `replaced with an ext_proc immediate response in every mode (details ${code('llm_extproc_<kind>')}).`,
+    '',
+    '| Gateway | Body modes | Envoy\'s local replies | Replica that served | JSON answers validated |',
+    '| --- | --- | --- | --- | --- |',
+  ];
+  for (const row of GATEWAY_VISIBILITY) lines.push(`| ${row.map(cell).join(' | ')} |`);
+  lines.push(
+    '',
+    'Lost without attributes: Envoy flags that have no text of their own (e.g. overflow `UO` is',
+    `reported as ${code('upstream_connect_failed')} text), and per-fallback blame inside one request.`,
+    'Lost in full duplex for JSON answers above `routing.maxInspectedBodyBytes`: they pass through',
+    'as they come and are judged only by their end.',
+  );
+  return lines;
+}
+
 function statesSection(): string[] {
   const lines = [
     '## Endpoint states',
@@ -296,6 +370,8 @@ export function renderErrorDocs(): string {
     ...noReadyReplicaSection(),
     '',
     ...envoySection(),
+    '',
+    ...gatewaysSection(),
     '',
     ...statesSection(),
     '',

@@ -1,5 +1,5 @@
 // Plain TypeScript shapes of the ext_proc messages we exchange with Envoy, exactly as
-// @grpc/proto-loader decodes and encodes them with the options in `wire.ts` (`PROTO_LOADER_OPTIONS`)
+// @grpc/proto-loader decodes and encodes them with the options in `wire.ts`
 // (snake_case field names, enums as strings, bytes as Buffer, oneofs named by a `*` property).
 // The processor sees only these values; the gRPC edge is the only place that touches grpc-js.
 
@@ -46,6 +46,18 @@ export interface ProtoStruct {
   fields?: Record<string, ProtoValue>;
 }
 
+/** Announced in the first message of a stream: the body modes the filter is configured with. */
+export interface ProtocolConfiguration {
+  request_body_mode?: BodySendMode;
+  response_body_mode?: BodySendMode;
+  send_body_without_waiting_for_header_response?: boolean;
+}
+
+/** config.core.v3.Metadata: namespaces the filter forwards (`metadata_options.forwarding_namespaces`). */
+export interface Metadata {
+  filter_metadata?: Record<string, ProtoStruct>;
+}
+
 export interface ProcessingRequest {
   request?: 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers';
   request_headers?: HttpHeaders;
@@ -57,6 +69,8 @@ export interface ProcessingRequest {
   /** Keyed by filter name; Envoy uses `envoy.filters.http.ext_proc`. */
   attributes?: Record<string, ProtoStruct>;
   observability_mode?: boolean;
+  metadata_context?: Metadata;
+  protocol_config?: ProtocolConfiguration;
 }
 
 export interface HeaderValueOption {
@@ -69,10 +83,17 @@ export interface HeaderMutation {
   remove_headers?: string[];
 }
 
+/** A body chunk sent back in FULL_DUPLEX_STREAMED mode (≤ 64 KiB each). */
+export interface StreamedBodyResponse {
+  body?: Buffer;
+  end_of_stream?: boolean;
+}
+
 export interface BodyMutation {
-  mutation?: 'body' | 'clear_body';
+  mutation?: 'body' | 'clear_body' | 'streamed_response';
   body?: Buffer;
   clear_body?: boolean;
+  streamed_response?: StreamedBodyResponse;
 }
 
 export type CommonResponseStatus = 'CONTINUE' | 'CONTINUE_AND_REPLACE';
@@ -103,7 +124,7 @@ export interface ImmediateResponse {
   details?: string;
 }
 
-export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED' | 'BUFFERED_PARTIAL' | 'FULL_DUPLEX_STREAMED';
+export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED' | 'BUFFERED_PARTIAL' | 'FULL_DUPLEX_STREAMED' | 'GRPC';
 export type HeaderSendMode = 'DEFAULT' | 'SEND' | 'SKIP';
 
 export interface ProcessingMode {

@@ -3,6 +3,11 @@
 
 export const DESTINATION_HEADER = 'x-gateway-destination-endpoint';
 export const DESTINATION_METADATA_NAMESPACE = 'envoy.lb';
+/** Where a gateway reports the host that really served the request (Istio: `envoy.lb` metadata). */
+export const SERVED_ENDPOINT_KEY = 'x-gateway-destination-endpoint-served';
+/** The gateway's subset hint: only these endpoints may be picked (endpoint-picker protocol). */
+export const SUBSET_HINT_NAMESPACE = 'envoy.lb.subset_hint';
+export const SUBSET_HINT_KEY = 'x-gateway-destination-endpoint-subset';
 /** Set on every error we render, so operators can grep for our answers and Envoy can tell them apart. */
 export const ERROR_HEADER = 'x-llm-extproc-error';
 

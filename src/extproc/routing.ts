@@ -2,7 +2,7 @@
 // passive-health bookkeeping that follows each request. Glue between the store (state owner),
 // the pure picker and the load tracker.
 
-import type { Endpoint } from '../endpoints/model.js';
+import type { Endpoint, PoolView } from '../endpoints/model.js';
 import type { AttemptFailure } from '../endpoints/passive-health.js';
 import type { EndpointStore } from '../endpoints/store.js';
 import { GatewayError } from '../errors/gateway-error.js';
@@ -38,11 +38,6 @@ export interface Routing {
   release(routed: RoutedRequest): void;
   recordSuccess(endpoint: Endpoint): void;
   recordFailure(endpoint: Endpoint, failure: AttemptFailure): void;
-  /**
-   * The response this endpoint was sending broke half-way (no end of stream). Starts an active
-   * check in the background; the replica is quarantined only if the check fails.
-   */
-  suspectBrokenStream(endpoint: Endpoint): void;
   /** OpenAI `GET /v1/models` answer from the cache; throws `no_ready_replica` before the first sync. */
   modelList(): unknown;
   /** Whether some pool serves this model (bounds metric label values to configured models). */
@@ -54,9 +49,12 @@ const NOT_SYNCED_RETRY_AFTER_SECONDS = 5;
 export interface RoutingOptions {
   /** Must be at least the Envoy route's retry count (our shipped configs use the same number). */
   readonly fallbacks: number;
+  /**
+   * Serve exactly this pool: behind an InferencePool the gateway's cluster holds only its
+   * endpoints. A scoped pool that lists no models serves whatever model a request names.
+   */
+  readonly pool?: string;
   readonly random?: () => number;
-  /** Checks a replica after a mid-stream break; absent = breaks are only counted as failed attempts. */
-  readonly brokenStreams?: { suspect(address: string): Promise<unknown> };
 }
 
 export class StoreRouting implements Routing {
@@ -69,18 +67,59 @@ export class StoreRouting implements Routing {
   route(request: RouteRequest): RoutedRequest {
     const model = request.model;
     this.requireSynced(`model ${model} cannot be routed yet`, { model });
-    const pools = this.store.view().poolsByModel.get(model);
-    if (pools === undefined || pools.length === 0) {
-      throw new GatewayError('model_not_found', `the model ${model} does not exist or is not served here`, { details: { param: 'model', model } });
-    }
-    const endpoints = pickEndpoints(pools, this.load, { fallbacks: this.options.fallbacks, random: this.options.random ?? Math.random });
-    if (endpoints.length === 0) {
-      throw noReadyReplicaError(model, pools.flatMap((pool) => pool.endpoints));
-    }
+    const candidates = restrictToSubset(this.poolsFor(model), request.subset);
+    const endpoints = pickEndpoints(candidates, this.load, { fallbacks: this.options.fallbacks, random: this.options.random ?? Math.random });
+    if (endpoints.length === 0) throw this.nothingEligible(model, candidates, request.subset);
     // Load is charged to the primary: it is where Envoy sends the request unless it cannot connect.
     this.load.acquire(endpoints[0].address);
     const destinations = Array.from({ length: 1 + this.options.fallbacks }, (_, i) => endpoints[i % endpoints.length].address);
     return { model, endpoints, destinations };
+  }
+
+  /** The pools that may serve `model`: those listing it, or the one pool we are scoped to. */
+  private poolsFor(model: string): readonly PoolView[] {
+    const view = this.store.view();
+    const scope = this.options.pool;
+    if (scope === undefined) {
+      const pools = view.poolsByModel.get(model);
+      if (pools === undefined || pools.length === 0) {
+        throw new GatewayError('model_not_found', `the model ${model} does not exist or is not served here`, { details: { param: 'model', model } });
+      }
+      return pools;
+    }
+    const pool = view.pools.get(scope);
+    if (pool === undefined) {
+      throw new GatewayError('no_ready_replica', `model ${model} cannot be routed: the pool ${scope} this gateway serves is not known (yet). Retry in about ${NOT_SYNCED_RETRY_AFTER_SECONDS} s.`, {
+        details: { model, pool: scope },
+        retryAfterSeconds: NOT_SYNCED_RETRY_AFTER_SECONDS,
+      });
+    }
+    if (pool.models.length > 0 && !pool.models.includes(model)) {
+      throw new GatewayError('model_not_found', `the model ${model} is not served by the pool ${scope} behind this gateway`, { details: { param: 'model', model, pool: scope } });
+    }
+    return [pool];
+  }
+
+  private nothingEligible(model: string, candidates: readonly PoolView[], subset: ReadonlySet<string> | undefined): GatewayError {
+    const endpoints = candidates.flatMap((pool) => pool.endpoints);
+    if (subset === undefined) return noReadyReplicaError(model, endpoints);
+    if (subset.size === 0) {
+      return new GatewayError('no_ready_replica', `model ${model} cannot be routed: the gateway's subset hint names no endpoint`, {
+        details: { model, subset_size: 0 },
+        retryAfterSeconds: NOT_SYNCED_RETRY_AFTER_SECONDS,
+      });
+    }
+    if (endpoints.length === 0) {
+      return new GatewayError('no_ready_replica', `model ${model} cannot be routed: none of the ${subset.size} endpoints in the gateway's subset hint serves it`, {
+        details: { model, subset_size: subset.size },
+        retryAfterSeconds: NOT_SYNCED_RETRY_AFTER_SECONDS,
+      });
+    }
+    const err = noReadyReplicaError(model, endpoints);
+    return new GatewayError('no_ready_replica', `${err.message} (only the ${subset.size} endpoints in the gateway's subset hint were eligible)`, {
+      details: { ...err.details, subset_size: subset.size },
+      ...(err.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: err.retryAfterSeconds }),
+    });
   }
 
   release(routed: RoutedRequest): void {
@@ -106,18 +145,24 @@ export class StoreRouting implements Routing {
     this.store.recordFailure(endpoint.address, failure);
   }
 
-  suspectBrokenStream(endpoint: Endpoint): void {
-    void this.options.brokenStreams?.suspect(endpoint.address);
-  }
-
   servesModel(model: string): boolean {
-    return this.store.view().poolsByModel.has(model);
+    const scope = this.options.pool;
+    if (scope === undefined) return this.store.view().poolsByModel.has(model);
+    return this.store.view().pools.get(scope)?.models.includes(model) ?? false;
   }
 
   modelList(): unknown {
     this.requireSynced('the served models cannot be listed yet', {});
     const view = this.store.view();
-    const data = [...view.poolsByModel.keys()].sort().map((id) => ({ id, object: 'model', created: 0, owned_by: 'llm-extproc' }));
+    const scope = this.options.pool;
+    const models = scope === undefined ? [...view.poolsByModel.keys()] : [...(view.pools.get(scope)?.models ?? [])];
+    const data = models.sort().map((id) => ({ id, object: 'model', created: 0, owned_by: 'llm-extproc' }));
     return { object: 'list', data };
   }
+}
+
+/** Only the endpoints the gateway's subset hint names may be picked. */
+function restrictToSubset(pools: readonly PoolView[], subset: ReadonlySet<string> | undefined): readonly PoolView[] {
+  if (subset === undefined) return pools;
+  return pools.map((pool) => ({ ...pool, endpoints: pool.endpoints.filter((endpoint) => subset.has(endpoint.address)) }));
 }

@@ -64,3 +64,15 @@ export function attributeNumber(attributes: Record<string, ProtoStruct> | undefi
   const n = typeof value === 'number' ? value : Number(value);
   return Number.isFinite(n) ? n : undefined;
 }
+
+/**
+ * A string (or a list of strings, joined with commas) under `namespace.key` in forwarded
+ * metadata: how gateways pass the subset hint and the served endpoint to the picker.
+ */
+export function metadataValue(filterMetadata: Record<string, ProtoStruct> | undefined, namespace: string, key: string): string | undefined {
+  const value = filterMetadata?.[namespace]?.fields?.[key];
+  if (value === undefined) return undefined;
+  if (value.stringValue !== undefined) return value.stringValue;
+  if (value.listValue !== undefined) return (value.listValue.values ?? []).flatMap((v) => (v.stringValue === undefined ? [] : [v.stringValue])).join(',');
+  return undefined;
+}

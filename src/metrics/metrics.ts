@@ -4,7 +4,7 @@
 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { ENDPOINT_STATES } from '../endpoints/model.js';
-import type { EndpointView } from '../endpoints/model.js';
+import type { EndpointView, PoolView } from '../endpoints/model.js';
 import type { BreakVerdict } from '../endpoints/replica-probe.js';
 
 export type AttemptOutcome = 'success' | 'failure';
@@ -92,6 +92,12 @@ export class Metrics {
   private readonly lastRefresh = new Map<string, number>();
   /** Label sets used per endpoint address, so they can be removed when the address goes away. */
   private readonly seriesByEndpoint = new Map<string, Map<string, Record<string, string>>>();
+  /**
+   * Per-pool derived data, by PoolView: the store keeps the same PoolView for a pool that did not
+   * change, so with thousands of pods a view change recounts only the pools that changed.
+   */
+  private readonly poolStateCounts = new WeakMap<PoolView, ReadonlyMap<string, number>>();
+  private readonly poolAddresses = new WeakMap<PoolView, ReadonlySet<string>>();
   private readonly messageChildren = new Map<string, { observe(value: number): void }>();
 
   constructor(options: { processMetrics?: boolean } = {}) {
@@ -157,22 +163,37 @@ export class Metrics {
    * and series must not pile up for endpoints that no longer exist.
    */
   endpointView(view: EndpointView): void {
-    const present = new Set<string>();
-    for (const pool of view.pools.values()) for (const endpoint of pool.endpoints) present.add(endpoint.address);
-    for (const [endpoint, series] of this.seriesByEndpoint) {
-      if (present.has(endpoint)) continue;
-      for (const [key, labels] of series) {
-        if (key.startsWith('a')) this.attempts.remove(labels as { pool: string; endpoint: string; outcome: string; reason: string });
-        else this.quarantines.remove(labels as { pool: string; endpoint: string });
+    if (this.seriesByEndpoint.size > 0) {
+      const pools = [...view.pools.values()];
+      for (const [endpoint, series] of this.seriesByEndpoint) {
+        if (pools.some((pool) => this.addressesOf(pool).has(endpoint))) continue;
+        for (const [key, labels] of series) {
+          if (key.startsWith('a')) this.attempts.remove(labels as { pool: string; endpoint: string; outcome: string; reason: string });
+          else this.quarantines.remove(labels as { pool: string; endpoint: string });
+        }
+        this.seriesByEndpoint.delete(endpoint);
       }
-      this.seriesByEndpoint.delete(endpoint);
     }
     this.endpoints.reset();
     for (const pool of view.pools.values()) {
-      const counts = new Map<string, number>(ENDPOINT_STATES.map((s) => [s, 0]));
-      for (const endpoint of pool.endpoints) counts.set(endpoint.state, (counts.get(endpoint.state) ?? 0) + 1);
-      for (const [state, count] of counts) this.endpoints.set({ pool: pool.name, state }, count);
+      for (const [state, count] of this.stateCountsOf(pool)) this.endpoints.set({ pool: pool.name, state }, count);
     }
+  }
+
+  private stateCountsOf(pool: PoolView): ReadonlyMap<string, number> {
+    let counts = this.poolStateCounts.get(pool);
+    if (counts === undefined) {
+      const fresh = new Map<string, number>(ENDPOINT_STATES.map((s) => [s, 0]));
+      for (const endpoint of pool.endpoints) fresh.set(endpoint.state, (fresh.get(endpoint.state) ?? 0) + 1);
+      this.poolStateCounts.set(pool, (counts = fresh));
+    }
+    return counts;
+  }
+
+  private addressesOf(pool: PoolView): ReadonlySet<string> {
+    let addresses = this.poolAddresses.get(pool);
+    if (addresses === undefined) this.poolAddresses.set(pool, (addresses = new Set(pool.endpoints.map((e) => e.address))));
+    return addresses;
   }
 
   private rememberSeries(endpoint: string, key: string, labels: Record<string, string>): void {

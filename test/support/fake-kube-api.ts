@@ -4,6 +4,11 @@
 // resourceVersion; watches that replay history after a given resourceVersion and then stream
 // newline-delimited JSON events; bookmarks on request; 410 Gone once history is compacted; and
 // label selectors applied to watches (an object leaving the selector arrives as DELETED).
+// Lists are paged when the client asks (limit/continue, with expired continue tokens answered
+// 410 like the real server), a watch from a compacted resourceVersion can be refused either way the
+// real server does it (HTTP 200 + an ERROR event, or HTTP 410), and watch events can be framed as
+// the real server's chunked stream may deliver them: one per chunk, split across several chunks
+// (even inside a UTF-8 character), or several merged into one.
 // Test controls let a test break it in the ways a real cluster breaks: dropped watch
 // connections, compaction, an unreachable or failing server, slow responses.
 
@@ -74,7 +79,22 @@ interface OpenWatch {
   readonly bookmarks: boolean;
   readonly res: ServerResponse;
   timer: NodeJS.Timeout | undefined;
+  /** Writes of split events, in order (each piece after a short pause). */
+  chain: Promise<void>;
+  /** Merged framing: event lines waiting to go out together in one write. */
+  merged: Buffer[];
+  mergeScheduled: NodeJS.Immediate | undefined;
 }
+
+/**
+ * How watch events are framed on the wire. `whole`: one event per write (what the fake always did);
+ * `split`: each event in three writes with pauses between (cut at byte offsets, so possibly inside
+ * a multi-byte character); `merged`: the events of one burst in a single write.
+ */
+export type EventFraming = 'whole' | 'split' | 'merged';
+
+/** How a watch from a compacted resourceVersion is refused: an ERROR event on a 200 stream, or HTTP 410. */
+export type WatchGoneMode = 'event' | 'http';
 
 interface Waiter {
   readonly path: string;
@@ -115,6 +135,10 @@ export class FakeKubeApi {
   private latencyMs = 0;
   private readonly pathErrors = new Map<string, number>();
   private unavailable: UnavailableMode | undefined;
+  private framing: EventFraming = 'whole';
+  private watchGoneMode: WatchGoneMode = 'event';
+  private continueFailures = 0;
+  private eventWriteCount = 0;
   private listening = false;
   private portNumber = 0;
   /** Every request served, in order; tests read it to check what the client asked for. */
@@ -301,6 +325,29 @@ export class FakeKubeApi {
     else this.pathErrors.set(path, code);
   }
 
+  /** Frames the events of every watch (open or future) this way; see EventFraming. */
+  setEventFraming(framing: EventFraming): void {
+    this.framing = framing;
+  }
+
+  /** How a watch starting from a compacted resourceVersion is refused; see WatchGoneMode. */
+  setWatchGoneMode(mode: WatchGoneMode): void {
+    this.watchGoneMode = mode;
+  }
+
+  /**
+   * The next `count` list requests that carry a continue token get 410 Expired, as when etcd
+   * compacts past the list's resourceVersion between two pages.
+   */
+  expireNextContinueTokens(count = 1): void {
+    this.continueFailures = count;
+  }
+
+  /** Writes that carried watch-event bytes (a split event counts once per piece). */
+  get eventWrites(): number {
+    return this.eventWriteCount;
+  }
+
   /** Delays every response by `ms` (headers included), like an overloaded API server. */
   setLatency(ms: number): void {
     this.latencyMs = ms;
@@ -459,19 +506,45 @@ export class FakeKubeApi {
       this.sendStatus(res, record, 410, 'Expired', `too old resource version: ${rv} (${this.compactedRv})`);
       return;
     }
-    const items = [...this.store(type.plural).values()]
+    const token = url.searchParams.get('continue') ?? '';
+    const from = token === '' ? undefined : parseContinue(token);
+    if (token !== '') {
+      if (from === undefined) {
+        this.sendStatus(res, record, 400, 'BadRequest', 'continue key is not valid');
+        return;
+      }
+      if (this.continueFailures > 0 || from.rv < this.compactedRv) {
+        this.continueFailures = Math.max(0, this.continueFailures - 1);
+        this.sendStatus(res, record, 410, 'Expired',
+          'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.');
+        return;
+      }
+    }
+    const all = [...this.store(type.plural).values()]
       .filter((o) => inScope(o, namespace, selector))
       .sort((a, b) => keyOf(a).localeCompare(keyOf(b)))
-      .map((o) => {
-        // Built-in lists omit each item's kind/apiVersion; custom resources keep them.
-        if (type.plural !== 'pods') return o;
-        const rest: Partial<KubeObject> = { ...o };
-        delete rest.kind;
-        delete rest.apiVersion;
-        return rest;
-      });
+      .filter((o) => from === undefined || keyOf(o).localeCompare(from.after) > 0);
+    const limit = Number(url.searchParams.get('limit') ?? '0');
+    const page = limit > 0 ? all.slice(0, limit) : all;
+    const listRv = from?.rv ?? this.rv;
+    const last = page.at(-1);
+    // Like the real server, later pages carry the first page's resourceVersion: the client
+    // watches from there, and the history replays whatever changed while it paged.
+    const metadata: Record<string, unknown> = { resourceVersion: String(listRv) };
+    if (limit > 0 && all.length > page.length && last !== undefined) {
+      metadata.continue = Buffer.from(JSON.stringify({ rv: listRv, after: keyOf(last) })).toString('base64url');
+      metadata.remainingItemCount = all.length - page.length;
+    }
+    const items = page.map((o) => {
+      // Built-in lists omit each item's kind/apiVersion; custom resources keep them.
+      if (type.plural !== 'pods') return o;
+      const rest: Partial<KubeObject> = { ...o };
+      delete rest.kind;
+      delete rest.apiVersion;
+      return rest;
+    });
     this.listTotals.set(url.pathname, (this.listTotals.get(url.pathname) ?? 0) + 1);
-    this.sendJson(res, record, 200, { kind: `${type.kind}List`, apiVersion: type.apiVersion, metadata: { resourceVersion: String(this.rv) }, items });
+    this.sendJson(res, record, 200, { kind: `${type.kind}List`, apiVersion: type.apiVersion, metadata, items });
   }
 
   private startWatch(res: ServerResponse, record: RequestRecord, type: ResourceType, url: URL, namespace: string | undefined, selector: Selector): void {
@@ -484,12 +557,21 @@ export class FakeKubeApi {
       bookmarks: url.searchParams.get('allowWatchBookmarks') === 'true',
       res,
       timer: undefined,
+      chain: Promise.resolve(),
+      merged: [],
+      mergeScheduled: undefined,
     };
+    const tooOld = rvParam !== '' && rvParam !== '0' && Number(rvParam) < this.compactedRv;
+    if (tooOld && this.watchGoneMode === 'http') {
+      // The other way the real server refuses: before the stream starts, as a plain HTTP 410.
+      this.sendJson(res, record, 410, goneStatus(Number(rvParam), this.compactedRv));
+      return;
+    }
     record.status = 200;
     res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private' });
     res.flushHeaders();
 
-    if (rvParam !== '' && rvParam !== '0' && Number(rvParam) < this.compactedRv) {
+    if (tooOld) {
       // The real server accepts the watch, then reports expiry as the first and only event.
       this.writeRaw(res, 'ERROR', goneStatus(Number(rvParam), this.compactedRv));
       res.end();
@@ -538,7 +620,38 @@ export class FakeKubeApi {
   }
 
   private writeEvent(w: OpenWatch, type: WatchEventType, object: unknown): void {
-    this.writeRaw(w.res, type, object);
+    const line = Buffer.from(`${JSON.stringify({ type, object })}\n`);
+    if (this.framing === 'whole') {
+      this.writeChunk(w.res, line);
+    } else if (this.framing === 'merged') {
+      w.merged.push(line);
+      w.mergeScheduled ??= setImmediate(() => this.flushMerged(w));
+    } else {
+      // Thirds of the line by bytes: with non-ASCII text a cut can fall inside a character.
+      const cuts = [0, Math.floor(line.length / 3), Math.floor((2 * line.length) / 3), line.length];
+      for (let i = 0; i < 3; i++) {
+        const piece = line.subarray(cuts[i], cuts[i + 1]);
+        w.chain = w.chain.then(async () => {
+          this.writeChunk(w.res, piece);
+          await new Promise((resolve) => setTimeout(resolve, 2));
+        });
+      }
+    }
+  }
+
+  private flushMerged(w: OpenWatch): void {
+    if (w.mergeScheduled !== undefined) clearImmediate(w.mergeScheduled);
+    w.mergeScheduled = undefined;
+    if (w.merged.length === 0) return;
+    const lines = Buffer.concat(w.merged);
+    w.merged = [];
+    this.writeChunk(w.res, lines);
+  }
+
+  private writeChunk(res: ServerResponse, bytes: Buffer): void {
+    if (res.writableEnded || res.destroyed) return;
+    this.eventWriteCount++;
+    res.write(bytes);
   }
 
   private writeRaw(res: ServerResponse, type: WatchEventType, object: unknown): void {
@@ -548,8 +661,15 @@ export class FakeKubeApi {
   private closeWatch(w: OpenWatch, how: 'end' | 'destroy' | 'none'): void {
     if (!this.watches.delete(w)) return;
     clearTimeout(w.timer);
-    if (how === 'end') w.res.end();
-    if (how === 'destroy') w.res.socket?.destroy();
+    if (how === 'end') {
+      // Whatever was sent before the end goes out first, in order.
+      this.flushMerged(w);
+      void w.chain.then(() => w.res.end());
+    }
+    if (how === 'destroy') {
+      if (w.mergeScheduled !== undefined) clearImmediate(w.mergeScheduled);
+      w.res.socket?.destroy();
+    }
   }
 
   private sendJson(res: ServerResponse, record: RequestRecord, status: number, body: unknown): void {
@@ -574,6 +694,15 @@ const STATUS_REASONS: Readonly<Record<number, string>> = {
   500: 'InternalError',
   503: 'ServiceUnavailable',
 };
+
+function parseContinue(token: string): { rv: number; after: string } | undefined {
+  try {
+    const parsed = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as { rv?: unknown; after?: unknown };
+    return typeof parsed.rv === 'number' && typeof parsed.after === 'string' ? { rv: parsed.rv, after: parsed.after } : undefined;
+  } catch {
+    return undefined;
+  }
+}
 
 function goneStatus(requested: number, oldest: number): object {
   return {

@@ -5,6 +5,7 @@ import { mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
+import type { Logger } from 'pino';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { startApp, type RunningApp } from '../../src/app.js';
 import { buildConfig, type Config } from '../../src/config/config.js';
@@ -35,8 +36,12 @@ export interface GatewayOptions {
   readonly backendAddresses?: readonly string[];
   readonly backends?: BackendsCluster;
   readonly envoy?: Partial<Omit<GatewayConfigOptions, 'extProc' | 'backends'>>;
+  /** Edits the rendered Envoy config before Envoy starts (e.g. another gateway's ext_proc modes). */
+  readonly transformEnvoyConfig?: (config: Record<string, unknown>) => Record<string, unknown>;
   /** Wait for the endpoint cache to sync before returning (default true). */
   readonly waitForSync?: boolean;
+  /** Our server's logger (default: pino at LLM_EXTPROC_TEST_LOG_LEVEL, silent), e.g. to assert on log lines. */
+  readonly logger?: Logger;
 }
 
 export interface Gateway {
@@ -73,7 +78,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     ...((parseYaml(options.configYaml ?? '') as Record<string, unknown> | null) ?? {}),
   };
   const config = buildConfig(toYaml(settings), { LLM_EXTPROC_LOG_LEVEL: logLevel });
-  const app = await startApp(config, pino({ level: logLevel }));
+  const app = await startApp(config, options.logger ?? pino({ level: logLevel }));
   let envoy: RunningEnvoy | undefined;
   try {
     const addresses = options.backendAddresses ?? [...new Set(pools.flatMap((p) => p.endpoints.map((e) => e.address)))];
@@ -88,7 +93,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       extProc: app.grpcAddress,
       backends: options.backends ?? { kind: 'static', addresses },
     });
-    envoy = await startEnvoy({ configYaml: toYaml(envoyConfig), name: 'gateway', logLevel: (process.env.ENVOY_TEST_LOG_LEVEL ?? 'warning') as 'warning' });
+    const finalConfig = options.transformEnvoyConfig === undefined ? envoyConfig : options.transformEnvoyConfig(envoyConfig);
+    envoy = await startEnvoy({ configYaml: toYaml(finalConfig), name: 'gateway', logLevel: (process.env.ENVOY_TEST_LOG_LEVEL ?? 'warning') as 'warning' });
     if (options.waitForSync ?? true) await waitUntil(() => (app.store.isSynced() ? true : undefined), { description: 'endpoint cache sync' });
   } catch (err) {
     await envoy?.stop();

@@ -188,8 +188,8 @@ kubernetes:
   });
 
   it('inferencePools alone (no static pools) is enough', () => {
-    const config = buildConfig('kubernetes:\n  inferencePools:\n    enabled: true\n', {});
-    assert.deepEqual(config.source, { kind: 'kubernetes', kubernetes: { pools: [], inferencePools: { enabled: true, namespaces: [] } } });
+    const config = buildConfig('kubernetes:\n  inferencePools:\n    enabled: true\n    namespaces: [models]\n', {});
+    assert.deepEqual(config.source, { kind: 'kubernetes', kubernetes: { pools: [], inferencePools: { enabled: true, namespaces: ['models'] } } });
   });
 
   it('a disabled inferencePools section is dropped', () => {
@@ -245,7 +245,20 @@ describe('buildConfig: validation errors name the field', () => {
       message: 'kubernetes.pools[1].models: expected a list of non-empty strings',
     },
     { name: 'inferencePools namespaces not a list', fileText: 'kubernetes:\n  inferencePools: { enabled: true, namespaces: models }\n', message: 'kubernetes.inferencePools.namespaces: expected a list of non-empty strings' },
-    { name: 'backoff without maxMs', fileText: pool('  backoff: { initialMs: 100 }\n'), message: 'kubernetes.backoff: needs both initialMs and maxMs' },
+    { name: 'backoff without maxMs', fileText: pool('  backoff: { initialMs: 100 }\n'), message: 'kubernetes.backoff.maxMs: required' },
+    {
+      name: 'two pools with one name',
+      fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, models: [m] }\n    - { name: a, namespace: o, selector: { a: b }, models: [m] }\n',
+      message: 'kubernetes.pools[1].name: "a" is already the name of kubernetes.pools[0] (pool names must be unique)',
+    },
+    {
+      name: 'inferencePools enabled without namespaces',
+      fileText: 'kubernetes:\n  inferencePools: { enabled: true }\n',
+      message: 'kubernetes.inferencePools.namespaces: list at least one namespace whose InferencePools to watch',
+    },
+    { name: 'inferencePools.enabled as a string', fileText: 'kubernetes:\n  inferencePools: { enabled: "yes", namespaces: [m] }\n', message: 'kubernetes.inferencePools.enabled: expected true or false, got "yes"' },
+    { name: 'TLS enabled as a word', fileText: 'listen:\n  tls: { enabled: on }\n', message: 'listen.tls.enabled: expected true or false, got "on"' },
+    { name: 'a pool model list holding null', fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, models: [~] }\n', message: 'kubernetes.pools[0].models: expected a list of non-empty strings' },
     { name: 'backoff max below initial', fileText: pool('  backoff: { initialMs: 500, maxMs: 100 }\n'), message: 'kubernetes.backoff.maxMs: must be ≥ initialMs (500)' },
     { name: 'backoff initial zero', fileText: pool('  backoff: { initialMs: 0, maxMs: 100 }\n'), message: 'kubernetes.backoff.initialMs: expected a number ≥ 1, got 0' },
     { name: 'check path not absolute', fileText: 'quarantine:\n  checkPath: health\n', message: 'quarantine.checkPath: expected a path starting with "/", got "health"' },

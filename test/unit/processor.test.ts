@@ -42,20 +42,21 @@ interface Harness {
   processor(): RequestProcessor;
 }
 
-function harness(options: { fleet?: ObservedPool[]; fallbacks?: number; threshold?: number } = {}): Harness {
+function harness(options: { fleet?: ObservedPool[]; fallbacks?: number; threshold?: number; pool?: string; destinationFormat?: 'list' | 'single' } = {}): Harness {
   const store = new EndpointStore(['static'], { threshold: options.threshold ?? 2, baseMs: 10_000, maxMs: 60_000 }, frozenClock);
   store.replaceAll('static', options.fleet ?? FLEET);
   store.markSynced('static');
   const load = new LoadTracker();
   // random() = 0 for every endpoint: equal loads keep configuration order, so primaries are predictable.
-  const routing = new StoreRouting(store, load, { fallbacks: options.fallbacks ?? 2, random: () => 0 });
+  const routing = new StoreRouting(store, load, { fallbacks: options.fallbacks ?? 2, random: () => 0, ...(options.pool === undefined ? {} : { pool: options.pool }) });
   const metrics = new Metrics({ processMetrics: false });
   const logger = pino({ level: 'silent' });
   return {
     store,
     load,
     metrics,
-    processor: () => new RequestProcessor({ routing, metrics, logger, maxRequestBodyBytes: LIMIT, maxInspectedBodyBytes: LIMIT }),
+    processor: () =>
+      new RequestProcessor({ routing, metrics, logger, maxRequestBodyBytes: LIMIT, maxInspectedBodyBytes: LIMIT, destinationFormat: options.destinationFormat ?? 'list' }),
   };
 }
 
@@ -103,6 +104,7 @@ function responseBody(body: string | Buffer, endOfStream: boolean): ProcessingRe
 }
 
 const SSE = { 'content-type': 'text/event-stream' };
+const DUPLEX = { request_body_mode: 'FULL_DUPLEX_STREAMED', response_body_mode: 'FULL_DUPLEX_STREAMED' } as const;
 const JSON_TYPE = { 'content-type': 'application/json' };
 const CHUNK = 'data: {"choices":[{"delta":{"content":"Hel"}}]}\n\n';
 const DONE = 'data: [DONE]\n\n';
@@ -222,14 +224,23 @@ describe('RequestProcessor: request path', () => {
     assert.equal(primary(second), B);
   });
 
-  it('the body may come in several chunks', () => {
+  it('a buffered body without end_of_stream (trailers follow) is whole: routed at the body step', () => {
     const h = harness();
     const p = h.processor();
     send(p, requestHeaders(POST_CHAT));
-    const text = JSON.stringify({ model: MODEL, messages: [] });
-    assert.deepEqual(send(p, requestBody(text.slice(0, 7), false)), { request_body: { response: {} } });
-    const reply = send(p, requestBody(text.slice(7), true));
-    assert.ok(reply.request_body?.response?.header_mutation !== undefined);
+    const reply = send(p, requestBody({ model: MODEL, messages: [] }, false));
+    assert.equal(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+    assert.deepEqual(send(p, { request: 'request_trailers', request_trailers: {} }), { request_trailers: {} });
+  });
+
+  it('BUFFERED_PARTIAL: a first part of a larger body → 413 naming Envoy\'s buffer', () => {
+    const h = harness();
+    const p = h.processor();
+    send(p, { ...requestHeaders(POST_CHAT), protocol_config: { request_body_mode: 'BUFFERED_PARTIAL', response_body_mode: 'STREAMED' } });
+    const text = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'x'.repeat(100) }] });
+    const reply = immediate(send(p, requestBody(text.slice(0, 40), false)));
+    assert.equal(reply.status, 413);
+    assert.match(errorBody(reply.body).error.message, /larger than Envoy's buffer/);
   });
 
   const rejections: ReadonlyArray<{ name: string; body: string | object; status: number; code: string; check?: (e: ErrorBody, headers: Record<string, string>) => void }> = [
@@ -322,8 +333,9 @@ describe('RequestProcessor: request path', () => {
   it('a body that grows past the limit without content-length → 413 at the body step', () => {
     const h = harness();
     const p = h.processor();
-    send(p, requestHeaders(POST_CHAT));
-    assert.deepEqual(send(p, requestBody('x'.repeat(LIMIT), false)), { request_body: { response: {} } });
+    // Full duplex streams the body in chunks; we collect them (no reply) until the limit is passed.
+    assert.deepEqual(p.process({ ...requestHeaders(POST_CHAT), protocol_config: DUPLEX }), []);
+    assert.deepEqual(p.process(requestBody('x'.repeat(LIMIT), false)), []);
     assert.equal(immediate(send(p, requestBody('y', false))).status, 413);
   });
 });
@@ -374,14 +386,15 @@ describe('RequestProcessor: successful responses', () => {
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'success' }), 1);
   });
 
-  it('JSON larger than Envoy buffers (partial chunk first) passes through unverified as a success', async () => {
+  it('JSON that Envoy did not hold (partial chunk first) passes through, and a broken one is never recorded as a success', async () => {
     const h = harness();
     const p = h.processor();
     route(p);
     send(p, responseHeaders(200, JSON_TYPE));
     assert.deepEqual(send(p, responseBody('{"id":"chatcmpl-1","choices":[', false)), { response_body: { response: {} } });
     assert.deepEqual(send(p, responseBody('broken', true)), { response_body: { response: {} } });
-    assert.equal(await requests(h.metrics, { result: 'ok' }), 1);
+    assert.equal(await requests(h.metrics, { result: 'truncated_response' }), 1);
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'truncated_response' }), 1);
   });
 
   it('a response served by a fallback blames the primary (connect failure) and credits the fallback', async () => {
@@ -467,31 +480,25 @@ describe('RequestProcessor: broken responses', () => {
     const p = h.processor();
     route(p);
     send(p, responseHeaders(200, JSON_TYPE));
-    const reply = send(p, responseBody('{"id":"chatcmpl-1","choices":[{"message":{"content":"Hel', true));
-    const response = reply.response_body?.response;
-    const headers = setHeaders(response?.header_mutation);
-    assert.equal(headers[':status'], '502');
-    assert.equal(headers['content-type'], 'application/json');
-    const body = response?.body_mutation?.body;
-    assert.equal(headers['content-length'], String(body?.length));
-    const parsed = errorBody(body);
+    const reply = immediate(send(p, responseBody('{"id":"chatcmpl-1","choices":[{"message":{"content":"Hel', true)));
+    assert.equal(reply.status, 502);
+    assert.equal(reply.headers['content-type'], 'application/json');
+    assert.equal(reply.headers['content-length'], String(reply.body.length));
+    const parsed = errorBody(reply.body);
     assert.equal(parsed.error.code, 'truncated_response');
     assert.match(parsed.error.message, /inside a JSON string/);
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'truncated_response' }), 1);
   });
 
-  it('upstream 502 text/html → CONTINUE_AND_REPLACE with a JSON upstream_error', async () => {
+  it('upstream 502 text/html → an immediate JSON upstream_error in place of the answer', async () => {
     const h = harness();
     const p = h.processor();
     route(p);
-    const reply = send(p, responseHeaders(502, { 'content-type': 'text/html', 'transfer-encoding': 'chunked' }));
-    const response = reply.response_headers?.response;
-    assert.equal(response?.status, 'CONTINUE_AND_REPLACE');
-    const headers = setHeaders(response?.header_mutation);
-    assert.equal(headers[':status'], '502');
-    assert.equal(headers['content-type'], 'application/json');
-    assert.deepEqual(response?.header_mutation?.remove_headers, ['transfer-encoding', 'content-encoding']);
-    const body = errorBody(response?.body_mutation?.body);
+    const reply = immediate(send(p, responseHeaders(502, { 'content-type': 'text/html', 'transfer-encoding': 'chunked' })));
+    assert.equal(reply.status, 502);
+    assert.equal(reply.headers['content-type'], 'application/json');
+    assert.equal(reply.details, 'llm_extproc_upstream_error');
+    const body = errorBody(reply.body);
     assert.equal(body.error.code, 'upstream_error');
     assert.equal(body.error.upstream_status, 502);
     assert.match(body.error.message, /text\/html/);
@@ -502,9 +509,9 @@ describe('RequestProcessor: broken responses', () => {
     const h = harness();
     const p = h.processor();
     route(p);
-    const response = send(p, responseHeaders(404, { 'content-type': 'text/plain' })).response_headers?.response;
-    assert.equal(setHeaders(response?.header_mutation)[':status'], '404');
-    assert.equal(errorBody(response?.body_mutation?.body).error.code, 'upstream_error');
+    const reply = immediate(send(p, responseHeaders(404, { 'content-type': 'text/plain' })));
+    assert.equal(reply.status, 404);
+    assert.equal(errorBody(reply.body).error.code, 'upstream_error');
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure' }), 0);
   });
 
@@ -536,13 +543,10 @@ describe('RequestProcessor: Envoy local replies', () => {
     const h = harness();
     const p = h.processor();
     route(p);
-    const reply = send(p, responseHeaders(503, { 'content-type': 'text/plain' }, ALL_REFUSED));
-    const response = reply.response_headers?.response;
-    assert.equal(response?.status, 'CONTINUE_AND_REPLACE');
-    const headers = setHeaders(response?.header_mutation);
-    assert.equal(headers[':status'], '503');
-    assert.equal(headers['retry-after'], '5');
-    const body = errorBody(response?.body_mutation?.body);
+    const reply = immediate(send(p, responseHeaders(503, { 'content-type': 'text/plain' }, ALL_REFUSED)));
+    assert.equal(reply.status, 503);
+    assert.equal(reply.headers['retry-after'], '5');
+    const body = errorBody(reply.body);
     assert.equal(body.error.code, 'all_replicas_failed');
     assert.equal(body.error.replicas_tried, 3);
     assert.equal(body.error.model, MODEL);
@@ -574,8 +578,7 @@ describe('RequestProcessor: Envoy local replies', () => {
     const h = harness({ fleet: [{ name: 'llama', models: [MODEL], endpoints: [ready(A)] }] });
     const p = h.processor();
     route(p);
-    const response = send(p, responseHeaders(503, {}, { ...ALL_REFUSED, upstream: A })).response_headers?.response;
-    const body = errorBody(response?.body_mutation?.body);
+    const body = errorBody(immediate(send(p, responseHeaders(503, {}, { ...ALL_REFUSED, upstream: A }))).body);
     assert.equal(body.error.code, 'upstream_connect_failed');
     assert.equal(body.error.replicas_tried, 1);
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure' }), 1);
@@ -587,8 +590,8 @@ describe('RequestProcessor: Envoy local replies', () => {
       const h = harness();
       const p = h.processor();
       route(p);
-      const response = send(p, responseHeaders(503, {}, { details: ALL_REFUSED.details, flags: UF, upstream: A })).response_headers?.response;
-      assert.equal(errorBody(response?.body_mutation?.body).error.code, 'upstream_connect_failed');
+      const reply = immediate(send(p, responseHeaders(503, {}, { details: ALL_REFUSED.details, flags: UF, upstream: A })));
+      assert.equal(errorBody(reply.body).error.code, 'upstream_connect_failed');
       assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure' }), 1);
       assert.equal(await attempts(h.metrics, { endpoint: B, outcome: 'failure' }), 0);
       assert.equal(await attempts(h.metrics, { endpoint: C, outcome: 'failure' }), 0);
@@ -602,9 +605,9 @@ describe('RequestProcessor: Envoy local replies', () => {
     const headersReply = send(p, responseHeaders(503, { 'content-type': 'text/plain' }, null));
     assert.deepEqual(headersReply, { response_headers: { response: {} }, mode_override: { response_body_mode: 'BUFFERED' } });
     const text = 'upstream connect error or disconnect/reset before headers. retried and the latest reset reason: remote connection failure, transport failure reason: delayed connect error: 111';
-    const response = send(p, responseBody(text, true)).response_body?.response;
-    assert.equal(setHeaders(response?.header_mutation)[':status'], '503');
-    assert.equal(errorBody(response?.body_mutation?.body).error.code, 'all_replicas_failed');
+    const reply = immediate(send(p, responseBody(text, true)));
+    assert.equal(reply.status, 503);
+    assert.equal(errorBody(reply.body).error.code, 'all_replicas_failed');
     assert.equal(await attempts(h.metrics, { outcome: 'failure', reason: 'all_replicas_failed' }), 3);
   });
 
@@ -612,10 +615,9 @@ describe('RequestProcessor: Envoy local replies', () => {
     const h = harness({ threshold: 1 });
     const p = h.processor();
     route(p);
-    const response = send(p, responseHeaders(504, { 'content-type': 'text/plain' }, { details: 'upstream_per_try_timeout', flags: 0x4, upstream: A })).response_headers?.response;
-    assert.equal(response?.status, 'CONTINUE_AND_REPLACE');
-    assert.equal(setHeaders(response?.header_mutation)[':status'], '504');
-    assert.equal(errorBody(response?.body_mutation?.body).error.code, 'upstream_timeout');
+    const reply = immediate(send(p, responseHeaders(504, { 'content-type': 'text/plain' }, { details: 'upstream_per_try_timeout', flags: 0x4, upstream: A })));
+    assert.equal(reply.status, 504);
+    assert.equal(errorBody(reply.body).error.code, 'upstream_timeout');
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'upstream_timeout' }), 1);
     assert.equal(stateOf(h, A), 'Ready');
   });
@@ -624,9 +626,9 @@ describe('RequestProcessor: Envoy local replies', () => {
     const h = harness({ threshold: 1 });
     const p = h.processor();
     route(p);
-    const response = send(p, responseHeaders(503, {}, { details: 'upstream_reset_before_response_started{connection_termination}', flags: 0x40, upstream: A })).response_headers?.response;
-    assert.equal(setHeaders(response?.header_mutation)[':status'], '502');
-    assert.equal(errorBody(response?.body_mutation?.body).error.code, 'upstream_reset');
+    const reply = immediate(send(p, responseHeaders(503, {}, { details: 'upstream_reset_before_response_started{connection_termination}', flags: 0x40, upstream: A })));
+    assert.equal(reply.status, 502);
+    assert.equal(errorBody(reply.body).error.code, 'upstream_reset');
     assert.equal(stateOf(h, A), 'Quarantined');
   });
 
@@ -759,8 +761,8 @@ describe('RequestProcessor: answers we cannot or need not verify', () => {
     route(p);
     send(p, responseHeaders(200, JSON_TYPE));
     const truncated = '{"data":"' + 'x'.repeat(LIMIT + 10);
-    const reply = send(p, responseBody(truncated, true));
-    assert.equal(setHeaders(reply.response_body?.response?.header_mutation)[':status'], '502');
+    const reply = immediate(send(p, responseBody(truncated, true)));
+    assert.equal(reply.status, 502);
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'truncated_response' }), 1);
   });
 
@@ -817,5 +819,301 @@ describe('RequestProcessor: answers we cannot or need not verify', () => {
     }
     assert.equal(await requests(h.metrics, { model: '(unknown)', result: 'model_not_found' }), 3);
     assert.doesNotMatch(await h.metrics.registry.metrics(), /gpt-1/);
+  });
+});
+
+// ── every body mode ─────────────────────────────────────────────────────────────────────────
+
+function withModes(message: ProcessingRequest, request: string, response: string, early = false): ProcessingRequest {
+  return {
+    ...message,
+    protocol_config: {
+      request_body_mode: request as 'BUFFERED',
+      response_body_mode: response as 'BUFFERED',
+      ...(early ? { send_body_without_waiting_for_header_response: true } : {}),
+    },
+  };
+}
+
+function streamedChunk(reply: ProcessingResponse, direction: 'request_body' | 'response_body'): { body: Buffer; end: boolean } {
+  const streamed = reply[direction]?.response?.body_mutation?.streamed_response;
+  assert.ok(streamed !== undefined, `expected a streamed_response, got ${JSON.stringify(reply)}`);
+  return { body: streamed.body ?? Buffer.alloc(0), end: streamed.end_of_stream === true };
+}
+
+function metadataDestination(reply: ProcessingResponse): string | undefined {
+  return reply.dynamic_metadata?.fields?.['envoy.lb']?.structValue?.fields?.['x-gateway-destination-endpoint']?.stringValue;
+}
+
+describe('RequestProcessor: full duplex', () => {
+  it('holds the header reply until the body ended, then answers headers (routing) and streams the body back', () => {
+    const h = harness();
+    const p = h.processor();
+    assert.deepEqual(p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED')), []);
+    const text = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] });
+    assert.deepEqual(p.process(requestBody(text.slice(0, 10), false)), []);
+    const replies = p.process(requestBody(text.slice(10), true));
+    assert.equal(setHeaders(replies[0].request_headers?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+    assert.equal(metadataDestination(replies[0]), `${A},${B},${C}`);
+    const chunks = replies.slice(1).map((r) => streamedChunk(r, 'request_body'));
+    assert.equal(Buffer.concat(chunks.map((c) => c.body)).toString(), text, 'the body goes back unchanged');
+    assert.deepEqual(chunks.map((c) => c.end), [false, true], 'end_of_stream on the last chunk only');
+  });
+
+  it('splits a body chunk larger than 64 KiB into streamed chunks Envoy accepts', () => {
+    const h = harness({});
+    const p = new RequestProcessor({ routing: new StoreRouting(h.store, h.load, { fallbacks: 0, random: () => 0 }), metrics: h.metrics, logger: pino({ level: 'silent' }), maxRequestBodyBytes: 1 << 20, maxInspectedBodyBytes: LIMIT });
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    const text = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'y'.repeat(150_000) }] });
+    const replies = p.process(requestBody(text, true));
+    const chunks = replies.slice(1).map((r) => streamedChunk(r, 'request_body'));
+    assert.ok(chunks.length >= 3);
+    assert.ok(chunks.every((c) => c.body.length <= 64 * 1024));
+    assert.equal(Buffer.concat(chunks.map((c) => c.body)).toString(), text);
+  });
+
+  it('request trailers end a collected body: headers, body (no end_of_stream), then the trailers reply', () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    assert.deepEqual(p.process(requestBody({ model: MODEL }, false)), []);
+    const replies = p.process({ request: 'request_trailers', request_trailers: {} });
+    assert.ok(replies[0].request_headers !== undefined);
+    assert.equal(streamedChunk(replies[1], 'request_body').end, false);
+    assert.deepEqual(replies.at(-1), { request_trailers: {} });
+  });
+
+  it('SSE passes chunk by chunk as streamed_response; a missing terminator appends the error event to the last chunk', async () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL, stream: true }));
+    assert.deepEqual(send(p, responseHeaders(200, SSE, null)), { response_headers: { response: {} } });
+    assert.deepEqual(streamedChunk(send(p, responseBody(CHUNK, false)), 'response_body'), { body: Buffer.from(CHUNK), end: false });
+    const last = streamedChunk(send(p, responseBody(CHUNK, true)), 'response_body');
+    assert.ok(last.end);
+    assert.ok(last.body.toString().startsWith(CHUNK));
+    assert.match(last.body.toString(), /"code":"stream_incomplete"/);
+    assert.equal(await requests(h.metrics, { result: 'stream_incomplete' }), 1);
+  });
+
+  it('JSON is held whole (headers and body), then released unchanged when valid', async () => {
+    const h = harness({ destinationFormat: 'single' });
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL }));
+    assert.deepEqual(p.process(responseHeaders(200, JSON_TYPE, null)), [], 'the header reply waits for the body');
+    assert.deepEqual(p.process(responseBody('{"ok":', false)), []);
+    const replies = p.process(responseBody('true}', true));
+    assert.deepEqual(replies[0], { response_headers: { response: {} } });
+    assert.equal(Buffer.concat(replies.slice(1).map((r) => streamedChunk(r, 'response_body').body)).toString(), '{"ok":true}');
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'success' }), 1, 'with one address handed over, the replica is known');
+  });
+
+  it('a truncated JSON answer held in full duplex becomes an immediate 502', () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL }));
+    p.process(responseHeaders(200, JSON_TYPE, null));
+    const reply = immediate(send(p, responseBody('{"choices":[{"message":', true)));
+    assert.equal(reply.status, 502);
+    assert.equal(errorBody(reply.body).error.code, 'truncated_response');
+  });
+
+  it('JSON larger than we may hold is released as it comes and counted when it ends', async () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL }));
+    p.process(responseHeaders(200, JSON_TYPE, null));
+    const flushed = p.process(responseBody('{"data":"' + 'x'.repeat(LIMIT), false));
+    assert.deepEqual(flushed[0], { response_headers: { response: {} } });
+    assert.equal(streamedChunk(flushed[1], 'response_body').end, false);
+    assert.equal(streamedChunk(send(p, responseBody('"}', true)), 'response_body').end, true);
+    assert.equal(await requests(h.metrics, { result: 'ok' }), 1);
+  });
+
+  for (const format of ['single', 'list'] as const) {
+    it(`without attributes, Envoy's plain-text local reply is read from the body and replaced (${format})`, async () => {
+      const h = harness({ destinationFormat: format });
+      const p = h.processor();
+      p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+      p.process(requestBody({ model: MODEL }));
+      assert.deepEqual(p.process(responseHeaders(503, { 'content-type': 'text/plain' }, null)), []);
+      const reply = immediate(send(p, responseBody('upstream connect error or disconnect/reset before headers. reset reason: remote connection failure, transport failure reason: delayed connect error: 111', true)));
+      assert.equal(reply.status, 503);
+      assert.equal(errorBody(reply.body).error.code, 'upstream_connect_failed');
+      // single: Envoy could only have tried our one address. list: a fallback may have been the one
+      // that failed, so nobody is blamed on a guess.
+      assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure' }), format === 'single' ? 1 : 0);
+      assert.equal(await attempts(h.metrics, { outcome: 'failure' }), format === 'single' ? 1 : 0);
+    });
+  }
+
+  it('without attributes and with fallbacks, a good answer credits no replica on a guess', async () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL, stream: true }));
+    p.process(responseHeaders(200, SSE, null));
+    p.process(responseBody(CHUNK + DONE, true));
+    assert.equal(await requests(h.metrics, { result: 'ok' }), 1);
+    assert.equal(await attempts(h.metrics, {}), 0);
+  });
+
+  it('the served endpoint comes from the gateway\'s -served metadata when there are no attributes', async () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL, stream: true }));
+    const headers = responseHeaders(200, SSE, null);
+    headers.metadata_context = { filter_metadata: { 'envoy.lb': { fields: { 'x-gateway-destination-endpoint-served': { stringValue: B } } } } };
+    p.process(headers);
+    p.process(responseBody(CHUNK + DONE, true));
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'upstream_connect_failed' }), 1, 'the primary was skipped');
+    assert.equal(await attempts(h.metrics, { endpoint: B, outcome: 'success' }), 1);
+  });
+});
+
+describe('RequestProcessor: response trailers end the body', () => {
+  it('full-duplex JSON ended by trailers is judged, released without end_of_stream, then the trailers are answered', async () => {
+    const h = harness();
+    const p = h.processor();
+    p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
+    p.process(requestBody({ model: MODEL }));
+    p.process(responseHeaders(200, JSON_TYPE, null));
+    p.process(responseBody('{"ok":true}', false));
+    const replies = p.process({ request: 'response_trailers', response_trailers: {} });
+    assert.deepEqual(replies[0], { response_headers: { response: {} } });
+    assert.deepEqual(streamedChunk(replies[1], 'response_body'), { body: Buffer.from('{"ok":true}'), end: false });
+    assert.deepEqual(replies[2], { response_trailers: {} });
+    assert.equal(await requests(h.metrics, { result: 'ok' }), 1);
+  });
+
+  it('an SSE stream ended by trailers without its terminator is recorded as incomplete', async () => {
+    const h = harness();
+    const p = h.processor();
+    route(p);
+    send(p, responseHeaders(200, SSE));
+    send(p, responseBody(CHUNK, false));
+    assert.deepEqual(send(p, { request: 'response_trailers', response_trailers: {} }), { response_trailers: {} });
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'stream_incomplete' }), 1);
+  });
+});
+
+describe('RequestProcessor: other body modes', () => {
+  it('STREAMED request bodies without early sending: the header reply asks Envoy to buffer', () => {
+    const h = harness();
+    const p = h.processor();
+    assert.deepEqual(send(p, withModes(requestHeaders(POST_CHAT), 'STREAMED', 'STREAMED')), { request_headers: { response: {} }, mode_override: { request_body_mode: 'BUFFERED' } });
+    const reply = send(p, requestBody({ model: MODEL }));
+    assert.equal(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+  });
+
+  it('STREAMED with early bodies: headers answered after the body, then one CONTINUE per chunk', () => {
+    const h = harness();
+    const p = h.processor();
+    assert.deepEqual(p.process(withModes(requestHeaders(POST_CHAT), 'STREAMED', 'STREAMED', true)), []);
+    const text = JSON.stringify({ model: MODEL });
+    assert.deepEqual(p.process(requestBody(text.slice(0, 4), false)), []);
+    const replies = p.process(requestBody(text.slice(4), true));
+    assert.equal(replies.length, 3);
+    assert.ok(replies[0].request_headers?.response?.header_mutation !== undefined);
+    assert.deepEqual(replies.slice(1), [{ request_body: { response: {} } }, { request_body: { response: {} } }]);
+  });
+
+  it('BUFFERED responses: JSON validated when Envoy delivers it whole, no mode override', () => {
+    const h = harness();
+    const p = h.processor();
+    send(p, withModes(requestHeaders(POST_CHAT), 'BUFFERED', 'BUFFERED'));
+    send(p, requestBody({ model: MODEL }));
+    assert.deepEqual(send(p, responseHeaders(200, JSON_TYPE, null)), { response_headers: { response: {} } });
+    assert.equal(immediate(send(p, responseBody('{"broken":', true))).status, 502);
+  });
+
+  it('response body mode NONE: the answer cannot be judged and is recorded as unverified', async () => {
+    const h = harness();
+    const p = h.processor();
+    send(p, withModes(requestHeaders(POST_CHAT), 'BUFFERED', 'NONE'));
+    send(p, requestBody({ model: MODEL }));
+    assert.deepEqual(send(p, responseHeaders(200, JSON_TYPE, null)), { response_headers: { response: {} } });
+    assert.equal(await requests(h.metrics, { result: 'unverified' }), 1);
+    assert.equal(await attempts(h.metrics, {}), 0);
+  });
+});
+
+describe('RequestProcessor: destination format, subset hint and pool scope', () => {
+  function subsetMessage(message: ProcessingRequest, subset: ProtoStruct['fields'] extends infer F ? F : never): ProcessingRequest {
+    return { ...message, metadata_context: { filter_metadata: { 'envoy.lb.subset_hint': { fields: subset } } } };
+  }
+
+  it('single: exactly one ip:port in both header and metadata', () => {
+    const h = harness({ destinationFormat: 'single' });
+    const p = h.processor();
+    send(p, requestHeaders(POST_CHAT));
+    const reply = send(p, requestBody({ model: MODEL }));
+    assert.equal(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+    assert.equal(metadataDestination(reply), A);
+  });
+
+  it('a subset hint (comma string) limits the pick to its endpoints', () => {
+    const h = harness();
+    const p = h.processor();
+    send(p, subsetMessage(requestHeaders(POST_CHAT), { 'x-gateway-destination-endpoint-subset': { stringValue: `${C}, ${B}` } }));
+    const reply = send(p, requestBody({ model: MODEL }));
+    assert.equal(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], B);
+    assert.equal(metadataDestination(reply), `${B},${C},${B}`);
+  });
+
+  it('a subset hint as a list value is honoured too', () => {
+    const h = harness();
+    const p = h.processor();
+    send(p, subsetMessage(requestHeaders(POST_CHAT), { 'x-gateway-destination-endpoint-subset': { listValue: { values: [{ stringValue: C }] } } }));
+    const reply = send(p, requestBody({ model: MODEL }));
+    assert.equal(metadataDestination(reply), `${C},${C},${C}`);
+  });
+
+  for (const [name, subset] of [
+    ['an empty subset hint', { stringValue: '' }],
+    ['a hint naming only unready or unknown endpoints', { stringValue: '10.0.1.1:8000,10.9.9.9:1' }],
+  ] as const) {
+    it(`${name} → 503 no_ready_replica JSON`, () => {
+      const h = harness();
+      const p = h.processor();
+      send(p, subsetMessage(requestHeaders(POST_CHAT), { 'x-gateway-destination-endpoint-subset': subset }));
+      const reply = immediate(send(p, requestBody({ model: MODEL })));
+      assert.equal(reply.status, 503);
+      assert.equal(errorBody(reply.body).error.code, 'no_ready_replica');
+      assert.match(errorBody(reply.body).error.message, /subset hint/);
+    });
+  }
+
+  it('pool scope: a model of another pool is not found here; the scoped pool routes', () => {
+    const h = harness({ pool: 'llama' });
+    const other = h.processor();
+    send(other, requestHeaders(POST_CHAT));
+    const reply = immediate(send(other, requestBody({ model: 'phi-3' })));
+    assert.equal(reply.status, 404);
+    assert.match(errorBody(reply.body).error.message, /not served by the pool llama/);
+    const p = h.processor();
+    send(p, requestHeaders(POST_CHAT));
+    assert.equal(setHeaders(send(p, requestBody({ model: MODEL })).request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+  });
+
+  it('pool scope on a pool that lists no models serves any model name (an InferencePool without our annotation)', () => {
+    const h = harness({ pool: 'ns/pool', fleet: [{ name: 'ns/pool', models: [], endpoints: [ready(A)] }] });
+    const p = h.processor();
+    send(p, requestHeaders(POST_CHAT));
+    assert.equal(setHeaders(send(p, requestBody({ model: 'anything' })).request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+  });
+
+  it('pool scope on a pool that does not exist → 503 naming the pool', () => {
+    const h = harness({ pool: 'missing' });
+    const p = h.processor();
+    send(p, requestHeaders(POST_CHAT));
+    const reply = immediate(send(p, requestBody({ model: MODEL })));
+    assert.equal(reply.status, 503);
+    assert.match(errorBody(reply.body).error.message, /pool missing/);
   });
 });

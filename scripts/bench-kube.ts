@@ -1,0 +1,296 @@
+// `npm run bench:kube`: the Kubernetes endpoint cache at scale, against a real kube-apiserver and
+// etcd (scripts/install-kube.mjs builds them once). It creates N pods (default 10,000) over several
+// pools, starts llm-extproc as its own process on them, and then changes pod readiness through the
+// status subresource at a steady rate (default 50 per second), as kubelets would. It measures:
+//   - time to first sync: from spawning llm-extproc to its endpoint cache being synced;
+//   - propagation: from just before a status write is sent to the API server until the first
+//     endpoint view that holds the new state is published in llm-extproc (what the picker reads
+//     on its next request);
+//   - llm-extproc's CPU (from /proc) and RSS while the changes flow.
+//
+// Flags: --pods N (10000), --pools N (4), --rate N changes/s (50), --seconds N (60),
+// --write (replace the results block in docs/benchmarks.md).
+
+import { fork } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import { cpus } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import { PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import type { CoreV1Api } from '@kubernetes/client-node';
+import { stringify as toYaml } from 'yaml';
+import { KubeControlPlane } from '../test/support/kube-control-plane.js';
+import { NODE_NAME } from '../test/support/kube-kubelet.js';
+import { notReadyPod, readyPod } from '../test/support/pod-builders.js';
+import type { PodJson, PodOptions } from '../test/support/pod-builders.js';
+import { cpuSeconds } from './bench/processes.js';
+import { summarize } from './bench/stats.js';
+import type { Summary } from './bench/stats.js';
+import { repoRoot } from './repo-root.js';
+
+const NAMESPACE = 'bench';
+const START_MARKER = '<!-- bench:kube:start -->';
+const END_MARKER = '<!-- bench:kube:end -->';
+
+const { values: flags } = parseArgs({
+  options: {
+    pods: { type: 'string', default: '10000' },
+    pools: { type: 'string', default: '4' },
+    rate: { type: 'string', default: '50' },
+    seconds: { type: 'string', default: '60' },
+    write: { type: 'boolean', default: false },
+  },
+});
+const PODS = Number(flags.pods);
+const POOLS = Number(flags.pools);
+const RATE = Number(flags.rate);
+const SECONDS = Number(flags.seconds);
+
+function now(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+function podName(i: number): string {
+  return `vllm-${String(i).padStart(5, '0')}`;
+}
+
+function poolOf(i: number): number {
+  return i % POOLS;
+}
+
+/** A loopback address per pod (never connected to here; it only has to be a valid pod IP). */
+function podIp(i: number): string {
+  return `127.1.${Math.floor(i / 250)}.${(i % 250) + 1}`;
+}
+
+function podOptions(i: number): PodOptions {
+  return { name: podName(i), namespace: NAMESPACE, labels: { app: 'vllm', pool: `p${poolOf(i)}` }, ip: podIp(i) };
+}
+
+/** Runs `task(i)` for i in [0, count) with at most `concurrency` in flight. */
+async function pool(count: number, concurrency: number, task: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < count) await task(next++);
+    }),
+  );
+}
+
+/** The kubelet's status write: a strategic merge patch of phase, conditions, containerStatuses and IPs. */
+async function patchStatus(core: CoreV1Api, name: string, status: PodJson['status']): Promise<void> {
+  await core.patchNamespacedPodStatus({ namespace: NAMESPACE, name, body: { status } }, setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch));
+}
+
+async function createPods(core: CoreV1Api, ready: boolean[]): Promise<void> {
+  await pool(PODS, 16, async (i) => {
+    const built = (ready[i] ? readyPod : notReadyPod)(podOptions(i));
+    await core.createNamespacedPod({
+      namespace: NAMESPACE,
+      body: {
+        metadata: { name: built.metadata.name, labels: built.metadata.labels },
+        spec: { nodeName: NODE_NAME, automountServiceAccountToken: false, containers: built.spec.containers },
+      },
+    });
+    await patchStatus(core, built.metadata.name, built.status);
+    if ((i + 1) % 1000 === 0) process.stderr.write(`bench:kube: ${i + 1} pods created\n`);
+  });
+}
+
+interface ChildMessage {
+  type: 'started' | 'synced' | 'seen' | 'memory';
+  at?: number;
+  id?: string;
+  rss?: number;
+  heapUsed?: number;
+}
+
+class Extproc {
+  private readonly waiters = new Map<string, (m: ChildMessage) => void>();
+  private readonly seen = new Map<string, (at: number) => void>();
+
+  constructor(readonly child: ChildProcess) {
+    child.on('message', (m: ChildMessage) => {
+      if (m.type === 'seen' && m.id !== undefined) {
+        this.seen.get(m.id)?.(m.at ?? Number.NaN);
+        this.seen.delete(m.id);
+        return;
+      }
+      this.waiters.get(m.type)?.(m);
+      this.waiters.delete(m.type);
+    });
+  }
+
+  next(type: ChildMessage['type'], timeoutMs = 600_000): Promise<ChildMessage> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`llm-extproc sent no ${type} within ${timeoutMs} ms`)), timeoutMs);
+      this.waiters.set(type, (m) => {
+        clearTimeout(timer);
+        resolve(m);
+      });
+    });
+  }
+
+  /** Resolves with the time llm-extproc's view first held `state` for the pod. */
+  expect(id: string, pool: string, state: string): Promise<number> {
+    const seen = new Promise<number>((resolve) => this.seen.set(id, resolve));
+    this.child.send({ type: 'expect', id, pool, state });
+    return seen;
+  }
+
+  async memory(): Promise<{ rss: number; heapUsed: number }> {
+    const reply = this.next('memory', 30_000);
+    this.child.send({ type: 'memory' });
+    const m = await reply;
+    return { rss: m.rss ?? Number.NaN, heapUsed: m.heapUsed ?? Number.NaN };
+  }
+}
+
+interface Results {
+  readonly createSeconds: number;
+  readonly firstSyncMs: number;
+  readonly propagation: Summary;
+  readonly apiWrite: Summary;
+  readonly changes: number;
+  readonly missed: number;
+  readonly cpuPercent: number;
+  readonly rssAfterSyncMb: number;
+  readonly rssMaxMb: number;
+  readonly heapMb: number;
+}
+
+async function run(): Promise<Results> {
+  const plane = await KubeControlPlane.start({ apiserverArgs: ['--max-requests-inflight=1000', '--max-mutating-requests-inflight=500'] });
+  try {
+    await plane.createNamespace(NAMESPACE);
+    const core = plane.core();
+    // Four in five pods start Ready.
+    const ready = Array.from({ length: PODS }, (_, i) => i % 5 !== 0);
+    const createStart = now();
+    await createPods(core, ready);
+    const createSeconds = (now() - createStart) / 1000;
+
+    const kubeconfigPath = await plane.writeKubeconfig('bench-kubeconfig.yaml');
+    const configPath = join(plane.dir, 'llm-extproc.yaml');
+    await writeFile(configPath, toYaml({
+      listen: { grpc: '127.0.0.1:0', http: '127.0.0.1:0' },
+      kubernetes: {
+        kubeconfigPath,
+        pools: Array.from({ length: POOLS }, (_, p) => ({
+          name: `p${p}`,
+          namespace: NAMESPACE,
+          selector: { app: 'vllm', pool: `p${p}` },
+          targetPort: 8000,
+          models: [`model-${p}`],
+        })),
+      },
+    }));
+    const script = join(repoRoot(), 'dist', 'scripts', 'bench-kube', 'extproc-child.js');
+    const spawnedAt = now();
+    const child = fork(script, [configPath], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const extproc = new Extproc(child);
+    try {
+      const synced = await extproc.next('synced');
+      const firstSyncMs = (synced.at ?? Number.NaN) - spawnedAt;
+      const pid = child.pid ?? -1;
+      const rssAfterSyncMb = (await extproc.memory()).rss / 2 ** 20;
+
+      // Steady changes: every pod at most once (a shuffled order), open loop at RATE per second.
+      const order = Array.from({ length: PODS }, (_, i) => i);
+      for (let i = order.length - 1; i > 0; i--) {
+        const j = Math.floor(Math.random() * (i + 1));
+        [order[i], order[j]] = [order[j] ?? 0, order[i] ?? 0];
+      }
+      const total = Math.min(PODS, Math.round(RATE * SECONDS));
+      const propagation: number[] = [];
+      const apiWrite: number[] = [];
+      let rssMax = rssAfterSyncMb;
+      const sampler = setInterval(() => {
+        void extproc.memory().then((m) => (rssMax = Math.max(rssMax, m.rss / 2 ** 20)));
+      }, 1000);
+      const cpuStart = cpuSeconds(pid);
+      const wallStart = now();
+      const inFlight: Array<Promise<void>> = [];
+      let missed = 0;
+      for (let k = 0; k < total; k++) {
+        const due = wallStart + (k * 1000) / RATE;
+        const wait = due - now();
+        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+        const i = order[k] ?? 0;
+        const turnReady = !ready[i];
+        ready[i] = turnReady;
+        const name = podName(i);
+        const state = turnReady ? 'Ready' : 'NotReady';
+        const seen = extproc.expect(`${NAMESPACE}/${name}`, `p${poolOf(i)}`, state);
+        const t0 = now();
+        inFlight.push((async () => {
+          await patchStatus(core, name, (turnReady ? readyPod : notReadyPod)(podOptions(i)).status);
+          apiWrite.push(now() - t0);
+          const timeout = new Promise<number>((resolve) => setTimeout(() => resolve(Number.NaN), 30_000));
+          const at = await Promise.race([seen, timeout]);
+          if (Number.isNaN(at)) missed++;
+          else propagation.push(at - t0);
+        })());
+      }
+      await Promise.all(inFlight);
+      const wallSeconds = (now() - wallStart) / 1000;
+      const cpuPercent = ((cpuSeconds(pid) - cpuStart) / wallSeconds) * 100;
+      clearInterval(sampler);
+      const memory = await extproc.memory();
+      return {
+        createSeconds,
+        firstSyncMs,
+        propagation: summarize(propagation),
+        apiWrite: summarize(apiWrite),
+        changes: total,
+        missed,
+        cpuPercent,
+        rssAfterSyncMb,
+        rssMaxMb: Math.max(rssMax, memory.rss / 2 ** 20),
+        heapMb: memory.heapUsed / 2 ** 20,
+      };
+    } finally {
+      child.kill('SIGTERM');
+    }
+  } finally {
+    await plane.stop();
+  }
+}
+
+function report(r: Results): string {
+  const ms = (v: number): string => `${v.toFixed(1)} ms`;
+  return [
+    `Measured ${new Date().toISOString().slice(0, 10)} on ${cpus().length} vCPUs (${cpus()[0]?.model ?? 'unknown CPU'}), shared with kube-apiserver and etcd; Node ${process.version}.`,
+    '',
+    '| what | value |',
+    '| --- | --- |',
+    `| pods / pools | ${PODS} / ${POOLS} (one namespace, label-selected) |`,
+    `| creating the pods (create + status patch each, 16 in parallel) | ${r.createSeconds.toFixed(0)} s |`,
+    `| time to first sync (spawn → endpoint cache synced) | ${(r.firstSyncMs / 1000).toFixed(2)} s |`,
+    `| status changes | ${r.changes} at ${RATE}/s (${r.missed} not seen within 30 s) |`,
+    `| status change → picker can use it, p50 | ${ms(r.propagation.p50)} |`,
+    `| status change → picker can use it, p90 | ${ms(r.propagation.p90)} |`,
+    `| status change → picker can use it, p99 | ${ms(r.propagation.p99)} |`,
+    `| status change → picker can use it, max | ${ms(r.propagation.max)} |`,
+    `| of which the API write itself (status patch round trip), p50 / p99 | ${ms(r.apiWrite.p50)} / ${ms(r.apiWrite.p99)} |`,
+    `| llm-extproc CPU while changes flow | ${r.cpuPercent.toFixed(1)} % of one core |`,
+    `| llm-extproc RSS after first sync / max while changes flow | ${r.rssAfterSyncMb.toFixed(0)} MB / ${r.rssMaxMb.toFixed(0)} MB |`,
+    `| llm-extproc JS heap used at the end | ${r.heapMb.toFixed(0)} MB |`,
+  ].join('\n');
+}
+
+const results = await run();
+const text = report(results);
+process.stdout.write(`${text}\n`);
+if (flags.write) {
+  const path = join(repoRoot(), 'docs', 'benchmarks.md');
+  const doc = readFileSync(path, 'utf8');
+  const start = doc.indexOf(START_MARKER);
+  const end = doc.indexOf(END_MARKER);
+  if (start < 0 || end < start) throw new Error(`docs/benchmarks.md has no ${START_MARKER} … ${END_MARKER} block`);
+  writeFileSync(path, `${doc.slice(0, start + START_MARKER.length)}\n${text}\n${doc.slice(end)}`);
+  process.stdout.write('wrote docs/benchmarks.md\n');
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/env node
+// Makes sure a Helm v3.22.0 binary is available for the chart tests and prints its path.
+//
+// Order: $HELM_BIN (if set it must be executable; an explicit choice is never silently ignored),
+// then the tools cache `${LLM_EXTPROC_TOOLS_DIR:-$HOME/.cache/llm-extproc}/helm-v3.22.0/helm`,
+// then a fresh build with `go install helm.sh/helm/v3/cmd/helm@v3.22.0` (the Go module proxy is
+// the only source CI may use; about 2 minutes on a 2-core machine). The cache lives outside the
+// clone so every clone and CI run on the machine reuses one build.
+//
+// Plain Node ESM with no dependencies because it runs before the TypeScript build exists.
+// Quiet on success except one stdout line with the binary path; exit code 1 with a message on failure.
+
+import { spawnSync } from 'node:child_process';
+import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+
+const HELM_VERSION = 'v3.22.0';
+const HELM_MODULE = 'helm.sh/helm/v3/cmd/helm';
+// What helm's own Makefile stamps in with -ldflags: without them `helm version` says "v3.22" and
+// the default Kubernetes version (.Capabilities.KubeVersion, lint deprecations) is 1.20. Helm
+// v3.22 is built against client-go v0.37, i.e. Kubernetes 1.37.
+const LDFLAGS = [
+  '-s',
+  '-w',
+  `-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}`,
+  '-X helm.sh/helm/v3/internal/version.gitTreeState=clean',
+  '-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1',
+  '-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37',
+  '-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1',
+  '-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37',
+].join(' ');
+
+class InstallError extends Error {}
+
+function toolsDir() {
+  const fromEnv = process.env.LLM_EXTPROC_TOOLS_DIR;
+  return fromEnv && fromEnv.length > 0 ? fromEnv : join(homedir(), '.cache', 'llm-extproc');
+}
+
+function isExecutable(path) {
+  try {
+    accessSync(path, constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Runs a command to completion, capturing output; never throws (ENOENT shows up in `error`). */
+function run(cmd, args, env = process.env) {
+  return spawnSync(cmd, args, { encoding: 'utf8', env, maxBuffer: 16 * 1024 * 1024 });
+}
+
+function describeFailure(res) {
+  if (res.error) return res.error.message;
+  const out = `${res.stderr ?? ''}${res.stdout ?? ''}`.trim();
+  return `exit ${res.status ?? res.signal}${out ? `:\n${out}` : ''}`;
+}
+
+/** True when the binary runs and reports the wanted version (stamped in by LDFLAGS). */
+function hasWantedVersion(bin) {
+  const res = run(bin, ['version', '--short']);
+  if (res.error || res.status !== 0) return false;
+  return `${res.stdout}`.trim().startsWith(HELM_VERSION);
+}
+
+function build(target) {
+  const goCheck = run('go', ['version']);
+  if (goCheck.error || goCheck.status !== 0) {
+    throw new InstallError(
+      `cannot build helm: \`go version\` failed (${describeFailure(goCheck)}). ` +
+        'Install Go 1.24 or newer, or point HELM_BIN at a helm v3 binary.',
+    );
+  }
+  const dir = join(target, '..');
+  mkdirSync(dir, { recursive: true });
+  // Build into a private directory and rename, so a concurrent or interrupted run never leaves a
+  // half-written binary at the cache path.
+  const staging = mkdtempSync(join(dir, '.build-'));
+  try {
+    const env = { ...process.env, GOBIN: staging, CGO_ENABLED: '0', GOFLAGS: '-buildvcs=false' };
+    const res = run('go', ['install', '-trimpath', `-ldflags=${LDFLAGS}`, `${HELM_MODULE}@${HELM_VERSION}`], env);
+    if (res.error || res.status !== 0) {
+      throw new InstallError(`\`go install ${HELM_MODULE}@${HELM_VERSION}\` failed: ${describeFailure(res)}`);
+    }
+    const built = join(staging, 'helm');
+    if (!existsSync(built)) throw new InstallError(`go install reported success but left no helm in ${staging}`);
+    renameSync(built, target);
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+  }
+}
+
+function main() {
+  const fromEnv = process.env.HELM_BIN;
+  if (fromEnv) {
+    if (!isExecutable(fromEnv)) throw new InstallError(`HELM_BIN=${fromEnv} is not an executable file`);
+    return fromEnv;
+  }
+  const target = join(toolsDir(), `helm-${HELM_VERSION}`, 'helm');
+  if (isExecutable(target) && hasWantedVersion(target)) return target;
+
+  build(target);
+  if (!hasWantedVersion(target)) {
+    const res = run(target, ['version', '--short']);
+    throw new InstallError(`built ${target} but \`helm version\` did not report ${HELM_VERSION}: ${describeFailure(res)}`);
+  }
+  return target;
+}
+
+try {
+  console.log(main());
+} catch (err) {
+  const msg = err instanceof InstallError ? err.message : err instanceof Error ? (err.stack ?? err.message) : String(err);
+  console.error(`install-helm: ${msg}`);
+  process.exitCode = 1;
+}

@@ -1,0 +1,188 @@
+// The schema of llm-extproc's config file: the one source of truth for what the server accepts.
+// It is plain JSON Schema built with TypeBox, so the same object validates the file at start
+// (config.ts), and becomes the `config` part of the Helm chart's values.schema.json
+// (scripts/render-chart-schema.ts; a test checks the chart's copy for drift).
+//
+// Rules the schema cannot express (cross-field checks such as maxSeconds ≥ baseSeconds) live in
+// config.ts next to the mapping onto the `Config` type.
+//
+// `errorMessage` (an annotation ignored by JSON Schema validators) replaces the generated wording
+// for any error at that node or below it; see describeSchemaError in config.ts.
+
+import { Kind, Type, TypeRegistry } from '@sinclair/typebox';
+import type { SchemaOptions, Static, TProperties, TUnsafe } from '@sinclair/typebox';
+
+declare module '@sinclair/typebox' {
+  interface SchemaOptions {
+    /** Operator-facing wording for errors at this node or below (see config.ts). */
+    errorMessage?: string;
+  }
+}
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export const DESTINATION_FORMATS = ['list', 'single'] as const;
+
+/** Defaults, shown in the schema (`default`) and applied by config.ts. */
+export const DEFAULTS = {
+  grpcAddress: '0.0.0.0:9002',
+  httpAddress: '0.0.0.0:9090',
+  logLevel: 'info',
+  staticPath: 'endpoints.yaml',
+  targetPort: 8000,
+  fallbacks: 2,
+  maxRequestBodyBytes: 8 * 1024 * 1024,
+  maxInspectedBodyBytes: 4 * 1024 * 1024,
+  destinationFormat: 'list',
+  consecutiveFailures: 3,
+  baseSeconds: 10,
+  maxSeconds: 300,
+  checkPath: '',
+  checkTimeoutSeconds: 0.5,
+  shutdownDrainSeconds: 5,
+  shutdownGraceSeconds: 20,
+} as const;
+
+// A string restricted to a list, emitted as `{ type: string, enum: [...] }` (clearer in Helm's
+// error messages than TypeBox's anyOf-of-literals). Registered so TypeBox can check it.
+const STRING_ENUM = 'LlmExtprocStringEnum';
+if (!TypeRegistry.Has(STRING_ENUM)) {
+  TypeRegistry.Set<{ enum: readonly string[] }>(STRING_ENUM, (schema, value) => typeof value === 'string' && schema.enum.includes(value));
+}
+function StringEnum<T extends readonly string[]>(values: T, options: SchemaOptions = {}): TUnsafe<T[number]> {
+  return Type.Unsafe<T[number]>({ ...options, [Kind]: STRING_ENUM, type: 'string', enum: [...values] });
+}
+
+const NonEmpty = (options: SchemaOptions = {}) => Type.String({ minLength: 1, ...options });
+const NonEmptyList = (options: SchemaOptions = {}) => Type.Array(NonEmpty(), { errorMessage: 'expected a list of non-empty strings', ...options });
+/** A closed mapping: a misspelt key would silently fall back to a default, so it is refused. */
+const Mapping = <T extends TProperties>(properties: T, options: SchemaOptions = {}) =>
+  Type.Object(properties, { additionalProperties: false, ...options });
+const Seconds = (description: string, defaultValue?: number) => Type.Number({ minimum: 0, description, ...(defaultValue === undefined ? {} : { default: defaultValue }) });
+
+const Pool = Mapping(
+  {
+    name: NonEmpty({ description: 'Pool name used in routing, errors and metrics (unique).' }),
+    namespace: NonEmpty({ description: 'Namespace of the model-server pods.' }),
+    selector: Type.Record(Type.String(), Type.String({ errorMessage: 'expected a string' }), {
+      minProperties: 1,
+      errorMessage: 'required (label key: value pairs)',
+      description: 'Equality label selector (matchLabels); must not be empty.',
+    }),
+    targetPort: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535, default: DEFAULTS.targetPort, description: 'Port of the model server on each pod.' })),
+    models: NonEmptyList({ description: 'Model names this pool serves (the `model` field of OpenAI requests).' }),
+  },
+  { description: 'A pool of model-server pods selected by labels.' },
+);
+
+const Kubernetes = Mapping(
+  {
+    kubeconfigPath: Type.Optional(NonEmpty({ description: 'Explicit kubeconfig; otherwise in-cluster config, otherwise the default loading rules.' })),
+    pools: Type.Optional(Type.Array(Pool, { description: 'Pools defined by label selectors.' })),
+    inferencePools: Type.Optional(
+      Mapping(
+        {
+          enabled: Type.Optional(Type.Boolean({ default: false, description: 'Watch InferencePools (inference.networking.k8s.io/v1).' })),
+          namespaces: Type.Optional(NonEmptyList({ description: 'Namespaces whose InferencePools are watched (at least one when enabled).' })),
+          modelsAnnotation: Type.Optional(NonEmpty({ description: 'Annotation holding comma-separated served model names. Default llm-extproc.io/models.' })),
+        },
+        { description: 'InferencePool support.' },
+      ),
+    ),
+    backoff: Type.Optional(
+      Mapping(
+        {
+          initialMs: Type.Number({ minimum: 1, description: 'First retry delay after a failed list or watch.' }),
+          maxMs: Type.Number({ minimum: 1, description: 'Largest retry delay (≥ initialMs).' }),
+        },
+        { description: 'Retry delays of the list/watch loops.' },
+      ),
+    ),
+    timeouts: Type.Optional(
+      Mapping(
+        {
+          // At least one second each: client-node and the API server both take whole seconds.
+          listSeconds: Type.Optional(Type.Number({ minimum: 1, description: 'List request timeout (default 30).' })),
+          watchSeconds: Type.Optional(Type.Number({ minimum: 1, description: 'Watch duration before the server ends it and we rewatch (default 300).' })),
+        },
+        { description: 'API request timeouts.' },
+      ),
+    ),
+  },
+  { description: 'Kubernetes endpoint source: pools by label selector and/or InferencePools.' },
+);
+
+const Tls = Mapping(
+  {
+    enabled: Type.Optional(Type.Boolean({ default: false, description: 'Serve the gRPC listener over TLS.' })),
+    certFile: Type.Optional(NonEmpty({ description: 'PEM certificate (reloaded when it changes). Omit both files for a self-signed pair.' })),
+    keyFile: Type.Optional(NonEmpty({ description: 'PEM private key (reloaded when it changes).' })),
+  },
+  { description: 'TLS on the gRPC listener; absent = plaintext (sidecar, Unix socket).' },
+);
+
+export const configFileSchema = Mapping(
+  {
+    listen: Type.Optional(
+      Mapping(
+        {
+          grpc: Type.Optional(NonEmpty({ default: DEFAULTS.grpcAddress, description: 'gRPC ext_proc + health: host:port or unix:///path/to.sock.' })),
+          http: Type.Optional(NonEmpty({ default: DEFAULTS.httpAddress, description: 'HTTP /metrics, /healthz, /readyz, /debug/endpoints: host:port.' })),
+          tls: Type.Optional(Tls),
+        },
+        { description: 'Listening addresses.' },
+      ),
+    ),
+    logLevel: Type.Optional(StringEnum(LOG_LEVELS, { default: DEFAULTS.logLevel, description: 'Log level (JSON logs on stdout).' })),
+    static: Type.Optional(
+      Mapping(
+        { path: Type.Optional(NonEmpty({ default: DEFAULTS.staticPath, description: 'Static endpoints file (reloaded when it changes).' })) },
+        { description: 'Static endpoint source, used when there is no kubernetes section.' },
+      ),
+    ),
+    kubernetes: Type.Optional(Kubernetes),
+    routing: Type.Optional(
+      Mapping(
+        {
+          fallbacks: Type.Optional(Type.Integer({ minimum: 0, default: DEFAULTS.fallbacks, description: 'Fallback endpoints handed to Envoy after the primary.' })),
+          maxRequestBodyBytes: Type.Optional(Type.Number({ minimum: 1, default: DEFAULTS.maxRequestBodyBytes, description: 'Largest request body accepted.' })),
+          maxInspectedBodyBytes: Type.Optional(Type.Number({ minimum: 0, default: DEFAULTS.maxInspectedBodyBytes, description: 'Largest response body inspected for errors.' })),
+          pool: Type.Optional(NonEmpty({ description: 'Serve exactly this pool (a pool name, or namespace/name of an InferencePool). Absent = all pools.' })),
+          destinationFormat: Type.Optional(
+            StringEnum(DESTINATION_FORMATS, {
+              default: DEFAULTS.destinationFormat,
+              description: 'list: primary,fallback,… for override_host; single: one ip:port (ORIGINAL_DST, kgateway, Envoy AI Gateway).',
+            }),
+          ),
+        },
+        { description: 'Routing.' },
+      ),
+    ),
+    quarantine: Type.Optional(
+      Mapping(
+        {
+          consecutiveFailures: Type.Optional(Type.Integer({ minimum: 1, default: DEFAULTS.consecutiveFailures, description: 'Failures in a row before an endpoint is quarantined.' })),
+          baseSeconds: Type.Optional(Seconds('First quarantine length (doubles each time).', DEFAULTS.baseSeconds)),
+          maxSeconds: Type.Optional(Seconds('Longest quarantine (≥ baseSeconds).', DEFAULTS.maxSeconds)),
+          checkPath: Type.Optional(
+            Type.String({
+              pattern: '^(/.*)?$',
+              default: DEFAULTS.checkPath,
+              errorMessage: 'expected a path starting with "/" (or empty for a TCP connect)',
+              description: 'After a response stream broke mid-way: GET this path on the replica (2xx = alive, e.g. /health); empty = a TCP connect is the check.',
+            }),
+          ),
+          checkTimeoutSeconds: Type.Optional(
+            Type.Number({ exclusiveMinimum: 0, default: DEFAULTS.checkTimeoutSeconds, description: 'A replica that does not pass that check within this long is dead (quarantined).' }),
+          ),
+        },
+        { description: 'Passive health: endpoints that keep failing are skipped for a while.' },
+      ),
+    ),
+    shutdownDrainSeconds: Type.Optional(Seconds('On SIGTERM: keep answering (health NOT_SERVING) this long, so the proxy moves away first.', DEFAULTS.shutdownDrainSeconds)),
+    shutdownGraceSeconds: Type.Optional(Seconds('Then stop taking new streams; open ones get this long before they are released to Envoy.', DEFAULTS.shutdownGraceSeconds)),
+  },
+  { title: 'llm-extproc configuration file' },
+);
+
+/** The config file as written (after validation), before defaults and unit conversion. */
+export type ConfigFile = Static<typeof configFileSchema>;

@@ -1,0 +1,93 @@
+// Builders for the replies we send Envoy. Pure: values in, ProcessingResponse values out.
+// The constant "continue" replies live in constant-replies.ts (encoded once by wire.ts).
+
+import type { GatewayError } from '../errors/gateway-error.js';
+import { renderError } from '../errors/render.js';
+import type { HeaderMutation, ProcessingResponse, ProtoStruct } from './messages.js';
+import { headerMutation } from './wire-values.js';
+
+/** Envoy's limit for one `streamed_response` chunk in FULL_DUPLEX_STREAMED mode. */
+export const MAX_STREAMED_CHUNK_BYTES = 64 * 1024;
+
+/**
+ * Answer the client ourselves. Envoy honours this at any point before the response headers
+ * reached the client — on the request path and on the response path alike — so it is our one
+ * way to replace an answer, whatever the body mode. `details` becomes Envoy's
+ * `response.code_details`, which our shipped local-reply mappers use to leave our answers alone.
+ */
+export function immediateError(err: GatewayError, requestId: string, statusOverride?: number): ProcessingResponse {
+  const rendered = renderError(err, requestId === '' ? {} : { requestId });
+  return {
+    immediate_response: {
+      status: { code: statusOverride ?? rendered.status },
+      headers: headerMutation(rendered.headers),
+      body: rendered.body,
+      details: `llm_extproc_${err.kind}`,
+    },
+  };
+}
+
+export function immediateJson(body: unknown, details: string): ProcessingResponse {
+  const bytes = Buffer.from(JSON.stringify(body));
+  return {
+    immediate_response: {
+      status: { code: 200 },
+      headers: headerMutation([
+        ['content-type', 'application/json'],
+        ['content-length', String(bytes.length)],
+      ]),
+      body: bytes,
+      details,
+    },
+  };
+}
+
+export function requestHeadersReply(mutation: HeaderMutation | undefined, metadata: ProtoStruct | undefined, askForBufferedBody = false): ProcessingResponse {
+  return {
+    request_headers: { response: mutation === undefined ? {} : { header_mutation: mutation } },
+    ...(metadata === undefined ? {} : { dynamic_metadata: metadata }),
+    ...(askForBufferedBody ? { mode_override: { request_body_mode: 'BUFFERED' } } : {}),
+  };
+}
+
+export function requestBodyReply(mutation: HeaderMutation | undefined, metadata: ProtoStruct | undefined): ProcessingResponse {
+  return {
+    request_body: { response: mutation === undefined ? {} : { header_mutation: mutation } },
+    ...(metadata === undefined ? {} : { dynamic_metadata: metadata }),
+  };
+}
+
+export function responseHeadersReply(mutation?: HeaderMutation, bufferBody?: 'BUFFERED' | 'BUFFERED_PARTIAL'): ProcessingResponse {
+  return {
+    response_headers: { response: mutation === undefined ? {} : { header_mutation: mutation } },
+    ...(bufferBody === undefined ? {} : { mode_override: { response_body_mode: bufferBody } }),
+  };
+}
+
+/** Replace the body chunk in flight (STREAMED and BUFFERED modes). */
+export function replaceBodyChunk(direction: 'request' | 'response', body: Buffer): ProcessingResponse {
+  const reply = { response: { body_mutation: { body } } };
+  return direction === 'request' ? { request_body: reply } : { response_body: reply };
+}
+
+/**
+ * FULL_DUPLEX_STREAMED: the body goes back to Envoy as `streamed_response` chunks of at most
+ * 64 KiB; the last one carries `end_of_stream` when the body ends here (no trailers follow).
+ */
+export function streamedBody(direction: 'request' | 'response', body: Buffer, endOfStream: boolean): ProcessingResponse[] {
+  const replies: ProcessingResponse[] = [];
+  let offset = 0;
+  do {
+    const end = Math.min(body.length, offset + MAX_STREAMED_CHUNK_BYTES);
+    const last = end >= body.length;
+    const reply = { response: { body_mutation: { streamed_response: { body: body.subarray(offset, end), end_of_stream: last && endOfStream } } } };
+    replies.push(direction === 'request' ? { request_body: reply } : { response_body: reply });
+    offset = end;
+  } while (offset < body.length);
+  return replies;
+}
+
+export function streamedChunks(direction: 'request' | 'response', chunks: readonly Buffer[], endOfStream: boolean): ProcessingResponse[] {
+  if (chunks.length === 0) return endOfStream ? streamedBody(direction, Buffer.alloc(0), true) : [];
+  return chunks.flatMap((chunk, i) => streamedBody(direction, chunk, endOfStream && i === chunks.length - 1));
+}

@@ -1,0 +1,316 @@
+// A real Kubernetes control plane for tests: etcd and kube-apiserver (the binaries from
+// scripts/install-kube.mjs) on loopback ports, with what a production API server has and our fake
+// lacks: TLS (a serving certificate generated into a temporary directory and verified by the
+// client), token authentication, RBAC authorization, admission and validation, the watch cache
+// with its bookmarks, pagination and 410s. No controller-manager, scheduler or kubelet: tests play
+// those parts (see kube-kubelet.ts).
+//
+// One instance per test file (before/after): starting takes several seconds on a loaded machine.
+// Processes are tied to the test process (tied-process.ts), so they stop however the test ends.
+
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdirSync } from 'node:fs';
+import { request as httpsRequest } from 'node:https';
+import { request as httpRequest } from 'node:http';
+import { createServer } from 'node:net';
+import type { Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ApiextensionsV1Api, CoreV1Api, KubeConfig, KubernetesObjectApi, PatchStrategy } from '@kubernetes/client-node';
+import type { KubernetesObject } from '@kubernetes/client-node';
+import { parseAllDocuments } from 'yaml';
+import { kubeTools } from './kube-tools.js';
+import type { KubeTools } from './kube-tools.js';
+import { TiedProcess } from './tied-process.js';
+import { waitUntil } from './wait-until.js';
+
+/** Startup on a loaded 2-core machine can take a while; a healthy start is ~5 s. */
+const START_TIMEOUT_MS = 120_000;
+const ADMIN_USER = 'test-admin';
+
+export interface ControlPlaneOptions {
+  /** Extra kube-apiserver flags (e.g. a shorter --min-request-timeout). */
+  readonly apiserverArgs?: readonly string[];
+}
+
+export class KubeControlPlane {
+  private apiserver: TiedProcess | undefined;
+  private stopped = false;
+
+  private constructor(
+    readonly dir: string,
+    private readonly tools: KubeTools,
+    private readonly etcd: TiedProcess,
+    private readonly etcdUrl: string,
+    /** `https://127.0.0.1:<port>` */
+    readonly server: string,
+    readonly adminToken: string,
+    private readonly apiserverArgs: readonly string[],
+    private caPem: string,
+  ) {}
+
+  /** Builds or finds the binaries, starts etcd then kube-apiserver, and waits for /readyz. */
+  static async start(options: ControlPlaneOptions = {}): Promise<KubeControlPlane> {
+    const tools = await kubeTools();
+    const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-kube-'));
+    let etcd: TiedProcess | undefined;
+    let plane: KubeControlPlane | undefined;
+    try {
+      const [clientPort, peerPort, apiPort] = await freePorts(3);
+      const etcdUrl = `http://127.0.0.1:${clientPort}`;
+      const peerUrl = `http://127.0.0.1:${peerPort}`;
+      etcd = new TiedProcess('etcd', tools.etcd, [
+        '--name=test',
+        `--data-dir=${join(dir, 'etcd')}`,
+        `--listen-client-urls=${etcdUrl}`,
+        `--advertise-client-urls=${etcdUrl}`,
+        `--listen-peer-urls=${peerUrl}`,
+        `--initial-advertise-peer-urls=${peerUrl}`,
+        `--initial-cluster=test=${peerUrl}`,
+        // Test data need not survive a power cut; fsync on a busy shared disk costs seconds.
+        '--unsafe-no-fsync',
+        '--log-level=warn',
+      ], { logFile: join(dir, 'etcd.log') });
+      const runningEtcd = etcd;
+      await waitUntil(async () => ((await httpGet(`${etcdUrl}/health`)).includes('"health":"true"') ? true : undefined), {
+        description: `etcd healthy (log: ${join(dir, 'etcd.log')})`,
+        timeoutMs: START_TIMEOUT_MS,
+        intervalMs: 100,
+        signal: exitSignal(runningEtcd),
+      });
+
+      const adminToken = randomBytes(24).toString('hex');
+      await writeFile(join(dir, 'tokens.csv'), `${adminToken},${ADMIN_USER},${ADMIN_USER},"system:masters"\n`, { mode: 0o600 });
+      const keys = generateKeyPairSync('rsa', { modulusLength: 2048 });
+      await writeFile(join(dir, 'sa.key'), keys.privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
+      await writeFile(join(dir, 'sa.pub'), keys.publicKey.export({ type: 'spki', format: 'pem' }));
+      mkdirSync(join(dir, 'certs'));
+      const args = [
+        `--etcd-servers=${etcdUrl}`,
+        '--bind-address=127.0.0.1',
+        '--advertise-address=127.0.0.1',
+        `--secure-port=${apiPort}`,
+        // No --tls-cert-file: the server generates a CA and a serving certificate for 127.0.0.1
+        // here; clients verify against that CA (no insecure-skip-tls-verify anywhere).
+        `--cert-dir=${join(dir, 'certs')}`,
+        `--token-auth-file=${join(dir, 'tokens.csv')}`,
+        '--authorization-mode=RBAC',
+        '--service-account-issuer=https://kubernetes.default.svc.cluster.local',
+        `--service-account-key-file=${join(dir, 'sa.pub')}`,
+        `--service-account-signing-key-file=${join(dir, 'sa.key')}`,
+        '--service-cluster-ip-range=10.96.0.0/16',
+        // Nothing here reconciles the `kubernetes` Service's endpoints to a loopback address.
+        '--endpoint-reconciler-type=none',
+        '--profiling=false',
+        '--v=1',
+        ...(options.apiserverArgs ?? []),
+      ];
+      plane = new KubeControlPlane(dir, tools, runningEtcd, etcdUrl, `https://127.0.0.1:${apiPort}`, adminToken, args, '');
+      await plane.startApiserver();
+      return plane;
+    } catch (err) {
+      if (plane !== undefined) {
+        process.stderr.write(`kube-apiserver did not start; last log lines:\n${await plane.logTail('kube-apiserver')}\n`);
+        await plane.stop();
+      } else {
+        await etcd?.stop();
+      }
+      await rm(dir, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /** The serving certificate's CA bundle (PEM), as a kubeconfig's certificate-authority-data. */
+  get ca(): string {
+    return this.caPem;
+  }
+
+  get apiserverRunning(): boolean {
+    return this.apiserver?.running ?? false;
+  }
+
+  /** Starts kube-apiserver (again) on the same port and etcd, and waits until it is ready. */
+  async startApiserver(): Promise<void> {
+    if (this.apiserverRunning) throw new Error('kube-apiserver is already running');
+    const logFile = join(this.dir, 'kube-apiserver.log');
+    const apiserver = new TiedProcess('kube-apiserver', this.tools.kubeApiserver, this.apiserverArgs, { logFile });
+    this.apiserver = apiserver;
+    const certFile = join(this.dir, 'certs', 'apiserver.crt');
+    // The certificate appears before the server listens; read it once it exists.
+    this.caPem = await waitUntil(async () => {
+      const pem = await readFile(certFile, 'utf8');
+      return pem.includes('END CERTIFICATE') ? pem : undefined;
+    }, { description: `kube-apiserver serving certificate (log: ${logFile})`, timeoutMs: START_TIMEOUT_MS, intervalMs: 100, signal: exitSignal(apiserver) });
+    await waitUntil(async () => ((await this.get('/readyz')).body === 'ok' ? true : undefined), {
+      description: `kube-apiserver /readyz (log: ${logFile})`,
+      timeoutMs: START_TIMEOUT_MS,
+      intervalMs: 200,
+      signal: exitSignal(apiserver),
+    });
+  }
+
+  /** Stops kube-apiserver only; etcd and its data stay. */
+  async stopApiserver(): Promise<void> {
+    await this.apiserver?.stop();
+  }
+
+  /** An admin (system:masters) client configuration, or one authenticating with `token`. */
+  kubeConfig(token: string = this.adminToken): KubeConfig {
+    const kc = new KubeConfig();
+    kc.loadFromString(this.kubeconfigYaml(token));
+    return kc;
+  }
+
+  /** Writes a kubeconfig for `token` into the plane's directory and returns its path. */
+  async writeKubeconfig(fileName: string, token: string = this.adminToken): Promise<string> {
+    const path = join(this.dir, fileName);
+    await writeFile(path, this.kubeconfigYaml(token), { mode: 0o600 });
+    return path;
+  }
+
+  core(): CoreV1Api {
+    return this.kubeConfig().makeApiClient(CoreV1Api);
+  }
+
+  /** A namespace, with the `default` ServiceAccount the controller-manager would create (pods need it). */
+  async createNamespace(name: string): Promise<void> {
+    const core = this.core();
+    await core.createNamespace({ body: { metadata: { name } } });
+    await core.createNamespacedServiceAccount({ namespace: name, body: { metadata: { name: 'default' } } });
+  }
+
+  /** A token for a ServiceAccount through the TokenRequest API, as the kubelet mounts it into a pod. */
+  async serviceAccountToken(namespace: string, name: string): Promise<string> {
+    const response = await this.core().createNamespacedServiceAccountToken({
+      namespace,
+      name,
+      body: { spec: { audiences: [], expirationSeconds: 3600 } },
+    });
+    const token = response.status?.token;
+    if (token === undefined || token === '') throw new Error(`no token issued for ${namespace}/${name}`);
+    return token;
+  }
+
+  /** Server-side applies every document of a YAML manifest stream, as `kubectl apply --server-side` does. */
+  async apply(manifests: string, fieldManager = 'llm-extproc-tests'): Promise<KubernetesObject[]> {
+    const client = KubernetesObjectApi.makeApiClient(this.kubeConfig());
+    const applied: KubernetesObject[] = [];
+    for (const doc of parseAllDocuments(manifests)) {
+      const object = doc.toJS() as KubernetesObject | null;
+      if (object === null || object.kind === undefined) continue;
+      applied.push(await client.patch(object, undefined, undefined, fieldManager, true, PatchStrategy.ServerSideApply));
+    }
+    return applied;
+  }
+
+  /** Installs the InferencePool CRD and waits until the API serves it. */
+  async installInferencePoolCrd(): Promise<void> {
+    await this.apply(await readFile(this.tools.inferencePoolCrd, 'utf8'));
+    const ext = this.kubeConfig().makeApiClient(ApiextensionsV1Api);
+    await waitUntil(async () => {
+      const crd = await ext.readCustomResourceDefinition({ name: 'inferencepools.inference.networking.k8s.io' });
+      return crd.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ? true : undefined;
+    }, { description: 'InferencePool CRD established', timeoutMs: 60_000, intervalMs: 100 });
+    // Established can precede discovery by a moment; the first list must not 404.
+    await waitUntil(async () => ((await this.get('/apis/inference.networking.k8s.io/v1/inferencepools')).status === 200 ? true : undefined), {
+      description: 'InferencePool API served',
+      timeoutMs: 60_000,
+      intervalMs: 100,
+    });
+  }
+
+  /** A GET with the admin token; never throws on HTTP errors. */
+  get(path: string): Promise<{ status: number; body: string }> {
+    return new Promise((resolve, reject) => {
+      const req = httpsRequest(`${this.server}${path}`, { ca: this.caPem, headers: { authorization: `Bearer ${this.adminToken}` } }, (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => (body += chunk));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      req.setTimeout(10_000, () => req.destroy(new Error(`GET ${path} timed out`)));
+      req.on('error', reject);
+      req.end();
+    });
+  }
+
+  /** Last lines of a component's log, for failure messages. */
+  async logTail(component: 'kube-apiserver' | 'etcd', lines = 40): Promise<string> {
+    const text = await readFile(join(this.dir, `${component}.log`), 'utf8').catch(() => '');
+    return text.split('\n').slice(-lines).join('\n');
+  }
+
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    await this.apiserver?.stop();
+    await this.etcd.stop();
+    if (process.env.LLM_EXTPROC_KEEP_KUBE_DIR === undefined) await rm(this.dir, { recursive: true, force: true });
+  }
+
+  /** etcd's client URL (for diagnostics). */
+  get etcdEndpoint(): string {
+    return this.etcdUrl;
+  }
+
+  private kubeconfigYaml(token: string): string {
+    return [
+      'apiVersion: v1',
+      'kind: Config',
+      'clusters:',
+      '  - name: test',
+      '    cluster:',
+      `      server: ${this.server}`,
+      `      certificate-authority-data: ${Buffer.from(this.caPem).toString('base64')}`,
+      'users:',
+      '  - name: test',
+      '    user:',
+      `      token: ${token}`,
+      'contexts:',
+      '  - name: test',
+      '    context: { cluster: test, user: test }',
+      'current-context: test',
+      '',
+    ].join('\n');
+  }
+}
+
+/** Distinct free loopback ports (the kernel picks them; they are released before use). */
+async function freePorts(count: number): Promise<number[]> {
+  const servers = await Promise.all(
+    Array.from({ length: count }, () => new Promise<Server>((resolve, reject) => {
+      const server = createServer();
+      server.once('error', reject);
+      server.listen(0, '127.0.0.1', () => resolve(server));
+    })),
+  );
+  const ports = servers.map((s) => {
+    const address = s.address();
+    if (address === null || typeof address === 'string') throw new Error('unexpected address');
+    return address.port;
+  });
+  await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
+  return ports;
+}
+
+/** An AbortSignal that fires when the process exits, so waits fail fast with a useful message. */
+function exitSignal(process: TiedProcess): AbortSignal {
+  const controller = new AbortController();
+  void process.whenExited().then((code) => controller.abort(new Error(`${process.name} exited with code ${code}`)));
+  return controller.signal;
+}
+
+function httpGet(url: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (body += chunk));
+      res.on('end', () => resolve(body));
+    });
+    req.setTimeout(5_000, () => req.destroy(new Error(`GET ${url} timed out`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
