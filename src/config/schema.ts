@@ -172,7 +172,7 @@ export const configFileSchema = Mapping(
             }),
           ),
           checkTimeoutSeconds: Type.Optional(
-            Type.Number({ exclusiveMinimum: 0, default: DEFAULTS.checkTimeoutSeconds, description: 'A replica that does not pass that check within this long is dead (quarantined).' }),
+            Type.Number({ exclusiveMinimum: 0, default: DEFAULTS.checkTimeoutSeconds, errorMessage: 'expected a number of seconds above 0', description: 'A replica that does not pass that check within this long is dead (quarantined).' }),
           ),
         },
         { description: 'Passive health: endpoints that keep failing are skipped for a while.' },
