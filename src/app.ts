@@ -12,6 +12,7 @@ import { startGrpcServer } from './extproc/grpc-server.js';
 import type { HealthSource } from './extproc/grpc-server.js';
 import { RequestProcessor } from './extproc/processor.js';
 import { StoreRouting } from './extproc/routing.js';
+import { openTlsIdentity } from './extproc/tls-identity.js';
 import { startOpsServer } from './http/ops-server.js';
 import { Metrics } from './metrics/metrics.js';
 import { LoadTracker } from './picker/load-tracker.js';
@@ -85,10 +86,12 @@ export async function startApp(config: Config, logger: Logger, options: { metric
     ...(config.routing.pool === undefined ? {} : { pool: config.routing.pool }),
   });
   const requestLogger = logger.child({ component: 'extproc' });
+  const tls = config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
   const grpc = await startGrpcServer({
     address: config.listen.grpc,
     logger: requestLogger,
     health,
+    ...(tls === undefined ? {} : { tls }),
     processorFactory: () =>
       new RequestProcessor({
         routing,

@@ -41,6 +41,36 @@ export interface GatewayConfigOptions {
    * streams to the others. Leave unset for a sidecar (one replica: nothing to move to).
    */
   readonly extProcHealthCheckIntervalMs?: number;
+  /** TLS from Envoy to llm-extproc (a standalone Deployment with `listen.tls`); absent = plaintext h2c. */
+  readonly extProcTls?: PickerTls;
+}
+
+/**
+ * How Envoy's gRPC client reaches llm-extproc. `unverified` is what Envoy AI Gateway and kgateway
+ * generate (an empty validation context: encrypted, any certificate accepted); `verified` checks
+ * the chain against `caPem` and the certificate's DNS name against `serverName` (also sent as SNI).
+ */
+export type PickerTls =
+  | { readonly kind: 'plaintext' }
+  | { readonly kind: 'unverified' }
+  | { readonly kind: 'verified'; readonly caPem: string; readonly serverName: string };
+
+export function pickerTransportSocket(tls: PickerTls | undefined): Yaml {
+  if (tls === undefined || tls.kind === 'plaintext') return {};
+  const validation: Yaml =
+    tls.kind === 'unverified'
+      ? {}
+      : { trusted_ca: { inline_string: tls.caPem }, match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: tls.serverName } }] };
+  return {
+    transport_socket: {
+      name: 'envoy.transport_sockets.tls',
+      typed_config: {
+        '@type': 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext',
+        ...(tls.kind === 'verified' ? { sni: tls.serverName } : {}),
+        common_tls_context: { validation_context: validation },
+      },
+    },
+  };
 }
 
 export const DEFAULT_GATEWAY_OPTIONS: Omit<GatewayConfigOptions, 'backends' | 'extProc'> = {
@@ -55,9 +85,9 @@ export const DEFAULT_GATEWAY_OPTIONS: Omit<GatewayConfigOptions, 'backends' | 'e
   maxConcurrentRequests: 1024,
 };
 
-type Yaml = Record<string, unknown>;
+export type Yaml = Record<string, unknown>;
 
-function socketAddress(hostPort: string): Yaml {
+export function socketAddress(hostPort: string): Yaml {
   if (hostPort.startsWith('unix://')) return { pipe: { path: hostPort.slice('unix://'.length) } };
   const { host, port } = splitHostPort(hostPort);
   return { socket_address: { address: host, port_value: port } };
@@ -94,14 +124,14 @@ function isLiteralAddress(hostPort: string): boolean {
   return isIP(splitHostPort(hostPort).host) !== 0;
 }
 
-function loadAssignment(name: string, addresses: readonly string[]): Yaml {
+export function loadAssignment(name: string, addresses: readonly string[]): Yaml {
   return {
     cluster_name: name,
     endpoints: [{ lb_endpoints: addresses.map((a) => ({ endpoint: { address: socketAddress(a) } })) }],
   };
 }
 
-const HTTP2_OPTIONS = {
+export const HTTP2_OPTIONS = {
   'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
     '@type': 'type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
     explicit_http_config: { http2_protocol_options: {} },
@@ -311,6 +341,7 @@ export function renderGatewayConfig(options: GatewayConfigOptions): Yaml {
           },
           ...(options.extProcHealthCheckIntervalMs === undefined ? {} : { health_checks: [extProcHealthCheck(options.extProcHealthCheckIntervalMs)] }),
           typed_extension_protocol_options: HTTP2_OPTIONS,
+          ...pickerTransportSocket(options.extProcTls),
           load_assignment: loadAssignment('llm_extproc', [options.extProc]),
         },
         backendsCluster(options),

@@ -122,6 +122,7 @@ export const TEXT_RULES: ReadonlyArray<{ readonly text: string; readonly result:
   { text: 'upstream max stream duration reached', result: 'upstream_timeout' },
   { text: 'stream timeout', result: 'upstream_timeout' },
   { text: 'maintenance mode', result: 'overloaded' },
+  { text: 'Payload Too Large (status 413)', result: 'body_too_large' },
 ];
 
 /** Envoy replaces whitespace with `_` in details; older versions and access logs may not. */
@@ -191,9 +192,12 @@ const RESET_TEXT =
   /^upstream connect error or disconnect\/reset before headers\. (retried and the latest )?reset reason: ([^,]+?)(?:, transport failure reason: (.*))?$/s;
 
 function classifyByText(text: string, status: number): EnvoyReplyClass | undefined {
-  // Envoy's local replies are all 5xx; a 2xx/4xx body with these words is somebody's content.
-  if (status < 500) return undefined;
   const t = text.trim();
+  // Envoy's buffer-limit reply (a BUFFERED body over the gateway's limit), the one 4xx it makes
+  // on its own; behind gateways without attributes (Envoy AI Gateway buffered) only its text tells.
+  if (status === 413 && t === 'Payload Too Large') return { kind: 'body_too_large', detail: "the request body exceeds the gateway's buffer limit" };
+  // Envoy's other local replies are all 5xx; a 2xx/4xx body with these words is somebody's content.
+  if (status < 500) return undefined;
   const reset = RESET_TEXT.exec(t);
   if (reset !== null) {
     const [, retried, reason = '', transport = ''] = reset;

@@ -17,6 +17,7 @@ import type {
 import type { Logger } from 'pino';
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
 import type { ProcessorFactory, StreamEnd, StreamProcessor } from './processor-contract.js';
+import type { TlsIdentity, TlsIdentitySource } from './tls-identity.js';
 import { EXT_PROC_SERVICE_NAME, loadWireDefinitions } from './wire.js';
 import type { HealthCheckRequest, HealthCheckResponse, ServingStatus } from './wire.js';
 import { splitHostPort } from '../util/host-port.js';
@@ -35,6 +36,12 @@ export interface GrpcServerOptions {
   logger: Logger;
   /** Told about every stream that ends in error (processor threw, transport failure). */
   onStreamError?: (err: Error) => void;
+  /**
+   * Serve TLS with this identity (a standalone Deployment that gateways reach over the network);
+   * absent = plaintext h2c (sidecar over loopback or a Unix socket). Replacements apply to new
+   * connections; open connections and their streams carry on with the certificate they began with.
+   */
+  tls?: TlsIdentitySource;
 }
 
 export interface RunningGrpcServer {
@@ -74,8 +81,14 @@ export const GRPC_SERVER_OPTIONS: Readonly<ChannelOptions> = Object.freeze({
   'grpc.max_send_message_length': -1,
 });
 
-/** Health answers cover the server as a whole ("") and the one service it exists for. */
-const HEALTH_SERVICES: ReadonlySet<string> = new Set(['', EXT_PROC_SERVICE_NAME]);
+/**
+ * Health service names. `liveness`: the process answers (SERVING until shutdown starts).
+ * `readiness`, "" and the ext_proc service name: ready to route (synced and not draining). The
+ * inference extension's endpoint-picker protocol asks for `liveness` and `readiness`; Envoy's gRPC
+ * health check and most probes ask for "" or the service name.
+ */
+export const LIVENESS_SERVICE = 'liveness';
+export const READINESS_SERVICES: ReadonlySet<string> = new Set(['', 'readiness', EXT_PROC_SERVICE_NAME]);
 
 export async function startGrpcServer(opts: GrpcServerOptions): Promise<RunningGrpcServer> {
   const logger = opts.logger.child({ component: 'grpc-server' });
@@ -84,6 +97,22 @@ export async function startGrpcServer(opts: GrpcServerOptions): Promise<RunningG
   /** Release functions of the open Process streams. */
   const openStreams = new Set<() => void>();
   const server = new Server({ ...GRPC_SERVER_OPTIONS });
+  // Liveness answers for the process, not the cache: it flips only when shutdown begins.
+  let alive = true;
+  const liveness = new Set<() => void>();
+  const readiness = opts.health;
+  const healthFor = (service: string): HealthSource | undefined => {
+    if (service === LIVENESS_SERVICE) {
+      return {
+        isServing: () => alive,
+        onChange: (listener) => {
+          liveness.add(listener);
+          return () => liveness.delete(listener);
+        },
+      };
+    }
+    return READINESS_SERVICES.has(service) ? readiness : undefined;
+  };
 
   server.addService(definitions.externalProcessor, {
     Process: (call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => {
@@ -92,10 +121,10 @@ export async function startGrpcServer(opts: GrpcServerOptions): Promise<RunningG
   });
   server.addService(definitions.health, {
     Check: (call: ServerUnaryCall<HealthCheckRequest, HealthCheckResponse>, callback: sendUnaryData<HealthCheckResponse>) => {
-      answerHealthCheck(call.request, opts.health, callback);
+      answerHealthCheck(call.request, healthFor, callback);
     },
     Watch: (call: ServerWritableStream<HealthCheckRequest, HealthCheckResponse>) => {
-      watches.add(new HealthWatch(call, opts.health, (watch) => watches.delete(watch)));
+      watches.add(new HealthWatch(call, healthFor(call.request.service ?? ''), (watch) => watches.delete(watch)));
     },
   });
 
@@ -103,16 +132,23 @@ export async function startGrpcServer(opts: GrpcServerOptions): Promise<RunningG
   if (target.kind === 'unix') {
     await removeStaleSocket(target.path, logger);
   }
-  const port = await bind(server, target.kind === 'unix' ? `unix://${target.path}` : opts.address);
+  const credentials = opts.tls === undefined ? ServerCredentials.createInsecure() : new ReloadingServerCredentials(opts.tls);
+  const port = await bind(server, target.kind === 'unix' ? `unix://${target.path}` : opts.address, credentials);
   const address = target.kind === 'unix' ? `unix://${target.path}` : `${target.host}:${port}`;
-  logger.info({ address }, 'gRPC server listening');
+  logger.info({ address, tls: opts.tls !== undefined }, 'gRPC server listening');
 
   let stopping: Promise<void> | undefined;
   return {
     address,
     ...(target.kind === 'tcp' ? { port } : {}),
     shutdown(graceMs: number): Promise<void> {
-      stopping ??= shutdownServer(server, watches, openStreams, graceMs, logger);
+      if (alive) {
+        alive = false;
+        for (const listener of [...liveness]) listener();
+      }
+      stopping ??= shutdownServer(server, watches, openStreams, graceMs, logger).finally(() => {
+        if (credentials instanceof ReloadingServerCredentials) credentials.close();
+      });
       return stopping;
     },
   };
@@ -237,9 +273,10 @@ function servingStatus(health: HealthSource): ServingStatus {
   return health.isServing() ? 'SERVING' : 'NOT_SERVING';
 }
 
-function answerHealthCheck(request: HealthCheckRequest, health: HealthSource, callback: sendUnaryData<HealthCheckResponse>): void {
+function answerHealthCheck(request: HealthCheckRequest, healthFor: (service: string) => HealthSource | undefined, callback: sendUnaryData<HealthCheckResponse>): void {
   const service = request.service ?? '';
-  if (!HEALTH_SERVICES.has(service)) {
+  const health = healthFor(service);
+  if (health === undefined) {
     callback({ code: GrpcStatus.NOT_FOUND, details: `unknown service "${service}"` });
     return;
   }
@@ -254,13 +291,12 @@ class HealthWatch {
 
   constructor(
     private readonly call: ServerWritableStream<HealthCheckRequest, HealthCheckResponse>,
-    private readonly health: HealthSource,
+    private readonly health: HealthSource | undefined,
     private readonly onDone: (watch: HealthWatch) => void,
   ) {
-    const known = HEALTH_SERVICES.has(call.request.service ?? '');
     // Per the health protocol an unknown name is not an error for Watch: the call stays open.
-    this.last = known ? servingStatus(health) : 'SERVICE_UNKNOWN';
-    this.unsubscribe = known ? health.onChange(() => this.update()) : () => {};
+    this.last = health === undefined ? 'SERVICE_UNKNOWN' : servingStatus(health);
+    this.unsubscribe = health === undefined ? () => {} : health.onChange(() => this.update());
     call.write({ status: this.last });
     call.on('cancelled', () => this.stop());
     call.on('error', () => this.stop());
@@ -276,7 +312,7 @@ class HealthWatch {
   }
 
   private update(): void {
-    if (this.done) return;
+    if (this.done || this.health === undefined) return;
     const now = servingStatus(this.health);
     if (now === this.last) return;
     this.last = now;
@@ -289,6 +325,39 @@ class HealthWatch {
     this.unsubscribe();
     this.onDone(this);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS
+
+/**
+ * grpc-js server credentials whose certificate can change while the server runs: grpc-js
+ * subscribes to every ServerCredentials and calls `setSecureContext` on its TLS server when the
+ * options change (the mechanism behind its own certificate-provider credentials). Only new TLS
+ * handshakes see the new pair; established HTTP/2 connections and their streams are untouched.
+ * The identity source hands over only validated pairs, so an update never leaves grpc-js without
+ * credentials (it would then drop every new connection).
+ */
+class ReloadingServerCredentials extends ServerCredentials {
+  private readonly unsubscribe: () => void;
+
+  constructor(private readonly source: TlsIdentitySource) {
+    super({ requestCert: false }, contextOptions(source.current()));
+    this.unsubscribe = source.onChange((identity) => this.updateSecureContextOptions(contextOptions(identity)));
+  }
+
+  close(): void {
+    this.unsubscribe();
+    this.source.close();
+  }
+
+  override _equals(other: ServerCredentials): boolean {
+    return other === this;
+  }
+}
+
+function contextOptions(identity: TlsIdentity): { cert: Buffer; key: Buffer } {
+  return { cert: identity.cert, key: identity.key };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -311,9 +380,9 @@ function parseAddress(address: string): ListenTarget {
   return { kind: 'tcp', host: host.includes(':') ? `[${host}]` : host };
 }
 
-function bind(server: Server, address: string): Promise<number> {
+function bind(server: Server, address: string, credentials: ServerCredentials): Promise<number> {
   return new Promise((resolve, reject) => {
-    server.bindAsync(address, ServerCredentials.createInsecure(), (err, port) => {
+    server.bindAsync(address, credentials, (err, port) => {
       if (err) reject(new Error(`cannot listen on ${address}: ${err.message}`, { cause: err }));
       else resolve(port);
     });

@@ -263,8 +263,9 @@ function responseHeaders(ctx: MachineContext, out: StepBuilder, state: StreamSta
     passHeaders(out, modes.response, facts.endOfStream, undefined, { kind: 'Streaming', served, watch: { kind: 'opaque' }, pending: undefined });
     return;
   }
-  if (facts.codeDetails === undefined && facts.status >= 500 && !isJsonContentType(facts.contentType) && !facts.ours) {
-    // No attributes tell who answered: Envoy's own replies are short plain text; read it first.
+  if (facts.codeDetails === undefined && (facts.status >= 500 || facts.status === 413) && !isJsonContentType(facts.contentType) && !facts.ours) {
+    // No attributes tell who answered: Envoy's own replies (5xx, and 413 when a BUFFERED body
+    // outgrows its buffer) are short plain text; read it first.
     readErrorText(out, exchange, facts);
     return;
   }

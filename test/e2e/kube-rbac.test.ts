@@ -87,7 +87,7 @@ void describe('RBAC from the chart against a real kube-apiserver', () => {
     const mistralPool = { name: 'mistral', namespace: 'team-b', selector: { app: 'mistral' }, targetPort: llamaServer.port, models: ['mistral-7b'] };
 
     // The chart as first installed knows only the llama pool (and InferencePools in models).
-    const firstValues = { serviceAccount: { create: true }, kubernetes: { pools: [llamaPool], inferencePools: { enabled: true, namespaces: ['models'] } } };
+    const firstValues = { serviceAccount: { create: true }, config: { kubernetes: { pools: [llamaPool], inferencePools: { enabled: true, namespaces: ['models'] } } } };
     const applied = await plane.apply(rbacManifests(await renderChart(firstValues)));
     assert.deepEqual(applied.map((o) => `${o.kind}/${o.metadata?.namespace}/${o.metadata?.name}`).sort(), [
       `Role/models/${SERVICE_ACCOUNT}-endpoints`,
@@ -138,7 +138,7 @@ void describe('RBAC from the chart against a real kube-apiserver', () => {
 
     // The chart is upgraded with the second pool: server-side apply adds its Role and RoleBinding.
     // The same process syncs, and both models are served.
-    const secondValues = { ...firstValues, kubernetes: { ...firstValues.kubernetes, pools: [llamaPool, mistralPool] } };
+    const secondValues = { ...firstValues, config: { kubernetes: { ...firstValues.config.kubernetes, pools: [llamaPool, mistralPool] } } };
     const reapplied = await plane.apply(rbacManifests(await renderChart(secondValues)));
     assert.ok(reapplied.some((o) => o.kind === 'RoleBinding' && o.metadata?.namespace === 'team-b'));
     await waitUntil(() => (gateway.app.store.isSynced() ? true : undefined), { description: 'synced after the binding appeared', timeoutMs: TIMEOUT_MS });

@@ -10,7 +10,8 @@ import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { startApp, type RunningApp } from '../../src/app.js';
 import { buildConfig, type Config } from '../../src/config/config.js';
 import type { EndpointState } from '../../src/endpoints/model.js';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig, type BackendsCluster, type GatewayConfigOptions } from '../../src/envoy-config/gateway-config.js';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig, type BackendsCluster, type GatewayConfigOptions, type PickerTls } from '../../src/envoy-config/gateway-config.js';
+import { GATEWAY_PROFILES, type GatewayProfileName } from '../../src/envoy-config/gateway-profiles.js';
 import { startEnvoy, type RunningEnvoy } from './envoy-process.js';
 import { send, type ClientRequest, type ClientResponse } from './http-client.js';
 import { waitUntil } from './wait-until.js';
@@ -40,6 +41,20 @@ export interface GatewayOptions {
   readonly transformEnvoyConfig?: (config: Record<string, unknown>) => Record<string, unknown>;
   /** Wait for the endpoint cache to sync before returning (default true). */
   readonly waitForSync?: boolean;
+  /**
+   * Run Envoy with the configuration this gateway generates (src/envoy-config/gateway-profiles.ts)
+   * instead of ours; llm-extproc gets the profile's `routing.destinationFormat` unless configYaml
+   * sets one. Only `envoy.routeTimeoutSeconds` applies to a profile.
+   */
+  readonly profile?: GatewayProfileName;
+  /**
+   * How Envoy dials llm-extproc (default: plaintext, or `unverified` where the profile's gateway
+   * always uses TLS). Anything but plaintext turns on `listen.tls` (self-signed) unless configYaml
+   * sets `listen.tls`.
+   */
+  readonly pickerTls?: PickerTls;
+  /** Istio profile: the EnvoyFilter-set `:authority` for the picker stream (see ProfileOptions). */
+  readonly istioPickerAuthority?: string;
   /** Our server's logger (default: pino at LLM_EXTPROC_TEST_LOG_LEVEL, silent), e.g. to assert on log lines. */
   readonly logger?: Logger;
 }
@@ -69,20 +84,36 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   const endpointsFile = join(dir, 'endpoints.yaml');
   const pools = options.pools ?? [];
   await writeFile(endpointsFile, poolsYaml(pools));
-  // The test's own settings win over the harness defaults.
+  const profile = options.profile === undefined ? undefined : GATEWAY_PROFILES[options.profile];
+  const pickerTls: PickerTls = options.pickerTls ?? (profile?.picker.tls === 'required' ? { kind: 'unverified' } : { kind: 'plaintext' });
+  // The test's own settings win over the harness defaults (`listen` and `routing` key by key).
+  const own = (parseYaml(options.configYaml ?? '') as Record<string, unknown> | null) ?? {};
+  const section = (key: string): Record<string, unknown> => (own[key] as Record<string, unknown> | undefined) ?? {};
   const settings: Record<string, unknown> = {
-    listen: { grpc: '127.0.0.1:0', http: '127.0.0.1:0' },
     shutdownDrainSeconds: 0,
     shutdownGraceSeconds: 1,
     ...(options.pools === undefined ? {} : { static: { path: endpointsFile } }),
-    ...((parseYaml(options.configYaml ?? '') as Record<string, unknown> | null) ?? {}),
+    ...own,
+    listen: { grpc: '127.0.0.1:0', http: '127.0.0.1:0', ...(pickerTls.kind === 'plaintext' ? {} : { tls: { enabled: true } }), ...section('listen') },
+    ...(profile === undefined && own.routing === undefined ? {} : { routing: { ...(profile === undefined ? {} : { destinationFormat: profile.picker.destinationFormat }), ...section('routing') } }),
   };
   const config = buildConfig(toYaml(settings), { LLM_EXTPROC_LOG_LEVEL: logLevel });
   const app = await startApp(config, options.logger ?? pino({ level: logLevel }));
   let envoy: RunningEnvoy | undefined;
   try {
     const addresses = options.backendAddresses ?? [...new Set(pools.flatMap((p) => p.endpoints.map((e) => e.address)))];
-    const envoyConfig = renderGatewayConfig({
+    const loopback = { address: '127.0.0.1', port: 0 };
+    const envoyConfig = profile !== undefined
+      ? profile.render({
+          listener: loopback,
+          admin: loopback,
+          extProc: app.grpcAddress,
+          pickerTls,
+          backends: addresses,
+          ...(options.envoy?.routeTimeoutSeconds === undefined ? {} : { routeTimeoutSeconds: options.envoy.routeTimeoutSeconds }),
+          ...(options.istioPickerAuthority === undefined ? {} : { istioPickerAuthority: options.istioPickerAuthority }),
+        })
+      : renderGatewayConfig({
       ...DEFAULT_GATEWAY_OPTIONS,
       listener: { address: '127.0.0.1', port: 0 },
       admin: { address: '127.0.0.1', port: 0 },
@@ -91,6 +122,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       maxRetries: config.routing.fallbacks,
       ...options.envoy,
       extProc: app.grpcAddress,
+      ...(pickerTls.kind === 'plaintext' ? {} : { extProcTls: pickerTls }),
       backends: options.backends ?? { kind: 'static', addresses },
     });
     const finalConfig = options.transformEnvoyConfig === undefined ? envoyConfig : options.transformEnvoyConfig(envoyConfig);

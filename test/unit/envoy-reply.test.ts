@@ -172,6 +172,8 @@ const CASES: Case[] = [
   { name: 'text: no healthy upstream', facts: { status: 503, bodyText: 'no healthy upstream' }, kind: 'no_healthy_upstream' },
   { name: 'text: timeout', facts: { status: 504, bodyText: 'upstream request timeout' }, kind: 'upstream_timeout' },
   { name: 'text on a 200 is content', facts: { status: 200, bodyText: 'no healthy upstream' }, kind: undefined },
+  { name: "text: Envoy's buffer-limit 413", facts: { status: 413, bodyText: 'Payload Too Large' }, kind: 'body_too_large' },
+  { name: 'a 413 with other text is the upstream\'s', facts: { status: 413, bodyText: '<html>413 Request Entity Too Large</html>' }, kind: undefined },
   { name: 'unrelated 503 text', facts: { status: 503, bodyText: '<html>Service Unavailable</html>' }, kind: undefined },
 ];
 

@@ -353,6 +353,27 @@ void describe('grpc.health.v1.Health', () => {
     }
   });
 
+  void it('answers "liveness" SERVING while not ready, "readiness" like "", and liveness turns NOT_SERVING at shutdown', async () => {
+    const health = new FlippableHealth();
+    const harness = await startHarness('tcp', { health });
+    try {
+      assert.deepEqual(await check(harness.client, 'liveness'), { status: 'SERVING' });
+      assert.deepEqual(await check(harness.client, 'readiness'), { status: 'NOT_SERVING' });
+      health.set(true);
+      assert.deepEqual(await check(harness.client, 'readiness'), { status: 'SERVING' });
+      const live = watch(harness.client, 'liveness');
+      assert.deepEqual(await live.next(), { status: 'SERVING' });
+      const ready = watch(harness.client, 'readiness');
+      assert.deepEqual(await ready.next(), { status: 'SERVING' });
+      health.set(false);
+      assert.deepEqual(await ready.next(), { status: 'NOT_SERVING' });
+      await harness.server.shutdown(1_000);
+      assert.deepEqual(await live.next(), { status: 'NOT_SERVING' });
+    } finally {
+      await harness.close();
+    }
+  });
+
   void it('Check answers NOT_FOUND for any other service name', async () => {
     const harness = await startHarness('unix');
     try {

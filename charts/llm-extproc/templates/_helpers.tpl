@@ -1,0 +1,164 @@
+{{/*
+Shared names, labels and the rendered config file. Everything here is pure: values in, text out.
+*/}}
+
+{{- define "llm-extproc.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-llm-extproc" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "llm-extproc.selectorLabels" -}}
+app.kubernetes.io/name: llm-extproc
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "llm-extproc.labels" -}}
+{{ include "llm-extproc.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "llm-extproc.serviceAccountName" -}}
+{{- $sa := .Values.serviceAccount | default dict -}}
+{{- if .Values.gateway.envoyGateway.sidecar.enabled -}}
+{{- required "gateway.envoyGateway.sidecar.envoyServiceAccount: the Envoy pods' service account (the sidecar reads the API server with it)" .Values.gateway.envoyGateway.sidecar.envoyServiceAccount -}}
+{{- else -}}
+{{- $sa.name | default ((hasKey $sa "create" | ternary $sa.create true) | ternary (include "llm-extproc.fullname" .) "default") -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "llm-extproc.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* Where the config, the static endpoints file and TLS files are mounted in the container. */}}
+{{- define "llm-extproc.configDir" -}}/etc/llm-extproc{{- end -}}
+{{- define "llm-extproc.socketDir" -}}/var/run/llm-extproc{{- end -}}
+
+{{/* The InferencePools this release creates are watched by the server, in the release namespace. */}}
+{{- define "llm-extproc.inferencePoolsCreated" -}}
+{{- and .Values.gateway.inferencePool.enabled (gt (len .Values.gateway.inferencePool.pools) 0) -}}
+{{- end -}}
+
+{{/*
+llm-extproc's config file: `.Values.config` (validated by values.schema.json, the server's own
+schema) plus what the chart owns: the listen addresses (from `ports`, or the Unix socket of the
+sidecar mode), TLS files from `tls.secretName`, the static endpoints file from `staticEndpoints`,
+and the InferencePools the chart creates.
+*/}}
+{{- define "llm-extproc.configFile" -}}
+{{- $cfg := deepCopy (.Values.config | default dict) -}}
+{{- $listen := dict "http" (printf "0.0.0.0:%v" .Values.ports.http) -}}
+{{- if .Values.gateway.envoyGateway.sidecar.enabled -}}
+{{- $_ := set $listen "grpc" (printf "unix://%s/grpc.sock" (include "llm-extproc.socketDir" .)) -}}
+{{- else -}}
+{{- $_ := set $listen "grpc" (printf "0.0.0.0:%v" .Values.ports.grpc) -}}
+{{- end -}}
+{{- if .Values.tls.enabled -}}
+{{- if .Values.tls.secretName -}}
+{{- $_ := set $listen "tls" (dict "enabled" true "certFile" (printf "%s/tls/tls.crt" (include "llm-extproc.configDir" .)) "keyFile" (printf "%s/tls/tls.key" (include "llm-extproc.configDir" .))) -}}
+{{- else -}}
+{{- $_ := set $listen "tls" (dict "enabled" true) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $cfg "listen" $listen -}}
+{{- if .Values.staticEndpoints -}}
+{{- if hasKey $cfg "kubernetes" -}}
+{{- fail "staticEndpoints and config.kubernetes are both set: the server would ignore the static file; choose one endpoint source" -}}
+{{- end -}}
+{{- $_ := set $cfg "static" (dict "path" (printf "%s/endpoints.yaml" (include "llm-extproc.configDir" .))) -}}
+{{- end -}}
+{{- $noSource := and (not .Values.staticEndpoints) (not (hasKey $cfg "kubernetes")) (not (hasKey $cfg "static")) -}}
+{{- if or $noSource (eq (include "llm-extproc.inferencePoolsCreated" .) "true") -}}
+{{- /* With no source configured, watch the InferencePools of the release namespace. */ -}}
+{{- $k8s := $cfg.kubernetes | default dict -}}
+{{- $ip := $k8s.inferencePools | default dict -}}
+{{- $_ := set $ip "enabled" true -}}
+{{- $_ := set $ip "namespaces" (append ($ip.namespaces | default list) .Release.Namespace | uniq) -}}
+{{- $_ := set $k8s "inferencePools" $ip -}}
+{{- $_ := set $cfg "kubernetes" $k8s -}}
+{{- end -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* Seconds the pod needs to stop cleanly: drain + grace + margin (the kubelet kills it after this). */}}
+{{- define "llm-extproc.terminationGrace" -}}
+{{- if .Values.terminationGracePeriodSeconds -}}
+{{- .Values.terminationGracePeriodSeconds -}}
+{{- else -}}
+{{- $drain := .Values.config.shutdownDrainSeconds | default 5 | float64 -}}
+{{- $grace := .Values.config.shutdownGraceSeconds | default 20 | float64 -}}
+{{- add (ceil (addf $drain $grace)) 10 -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The container spec, shared by the Deployment and the Envoy Gateway sidecar patch. */}}
+{{- define "llm-extproc.container" -}}
+name: llm-extproc
+image: {{ include "llm-extproc.image" . }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+args: ["--config", "{{ include "llm-extproc.configDir" . }}/config.yaml"]
+ports:
+{{- if not .Values.gateway.envoyGateway.sidecar.enabled }}
+  - name: grpc
+    containerPort: {{ .Values.ports.grpc }}
+    protocol: TCP
+{{- end }}
+  - name: http-metrics
+    containerPort: {{ .Values.ports.http }}
+    protocol: TCP
+# /healthz answers while the process runs; /readyz once the endpoint cache has synced and until
+# shutdown starts (the gRPC health service says the same to Envoy).
+livenessProbe:
+  httpGet: { path: /healthz, port: http-metrics }
+  {{- toYaml .Values.probes.liveness | nindent 2 }}
+readinessProbe:
+  httpGet: { path: /readyz, port: http-metrics }
+  {{- toYaml .Values.probes.readiness | nindent 2 }}
+startupProbe:
+  httpGet: { path: /healthz, port: http-metrics }
+  {{- toYaml .Values.probes.startup | nindent 2 }}
+resources:
+  {{- toYaml .Values.resources | nindent 2 }}
+securityContext:
+  {{- toYaml .Values.securityContext | nindent 2 }}
+env:
+  - name: NODE_OPTIONS
+    value: {{ .Values.nodeOptions | quote }}
+{{- with .Values.extraEnv }}
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+volumeMounts:
+  - name: llm-extproc-config
+    mountPath: {{ include "llm-extproc.configDir" . }}
+    readOnly: true
+{{- if and .Values.tls.enabled .Values.tls.secretName }}
+  - name: llm-extproc-tls
+    mountPath: {{ include "llm-extproc.configDir" . }}/tls
+    readOnly: true
+{{- end }}
+{{- if .Values.gateway.envoyGateway.sidecar.enabled }}
+  - name: llm-extproc-socket
+    mountPath: {{ include "llm-extproc.socketDir" . }}
+{{- end }}
+  # Node writes nothing else; a writable /tmp keeps libraries that want one working.
+  - name: tmp
+    mountPath: /tmp
+{{- end -}}
+
+{{- define "llm-extproc.volumes" -}}
+- name: llm-extproc-config
+  configMap:
+    name: {{ include "llm-extproc.fullname" . }}
+{{- if and .Values.tls.enabled .Values.tls.secretName }}
+- name: llm-extproc-tls
+  secret:
+    secretName: {{ .Values.tls.secretName }}
+{{- end }}
+- name: tmp
+  emptyDir: { sizeLimit: 16Mi }
+{{- end -}}

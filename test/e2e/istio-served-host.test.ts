@@ -1,0 +1,156 @@
+// What Istio tells the endpoint picker about the host that really served a request, observed on a
+// real Envoy under the Istio profile: the pool cluster's override_host policy writes the chosen
+// host into the stream's dynamic metadata (`selected_host_key` → `envoy.lb` /
+// `x-gateway-destination-endpoint-served`), and the listener-level ext_proc filter forwards the
+// `envoy.lb` namespace (`metadata_options.forwarding_namespaces`) in every ProcessingRequest's
+// `metadata_context`. A scripted full-duplex processor records exactly what arrives.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { pino } from 'pino';
+import { stringify as toYaml } from 'yaml';
+import { GATEWAY_PROFILES, SERVED_ENDPOINT_KEY } from '../../src/envoy-config/gateway-profiles.js';
+import { startGrpcServer, type RunningGrpcServer } from '../../src/extproc/grpc-server.js';
+import type { ProcessingRequest, ProcessingResponse, ProtoStruct } from '../../src/extproc/messages.js';
+import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE } from '../../src/extproc/protocol-names.js';
+import { metadataNamespaces } from '../../src/extproc/wire-values.js';
+import { startEnvoy, type RunningEnvoy } from '../support/envoy-process.js';
+import { send } from '../support/http-client.js';
+import { startModelServer, type ModelServer } from '../support/model-server.js';
+
+type Kind = NonNullable<ProcessingRequest['request']>;
+
+interface Seen {
+  readonly kind: Kind;
+  /** `metadata_context.filter_metadata['envoy.lb']` as plain strings, when present. */
+  readonly envoyLb: Record<string, string> | undefined;
+}
+
+interface WithMetadata {
+  metadata_context?: { filter_metadata?: Record<string, ProtoStruct> };
+}
+
+function plain(struct: ProtoStruct | undefined): Record<string, string> | undefined {
+  if (struct === undefined) return undefined;
+  return Object.fromEntries(Object.entries(struct.fields ?? {}).map(([k, v]) => [k, v.stringValue ?? JSON.stringify(v)]));
+}
+
+/** The least a FULL_DUPLEX_STREAMED processor must answer: the pick on request headers, bodies streamed back as they came. */
+function scriptedReply(request: ProcessingRequest, pick: string): ProcessingResponse[] {
+  const streamed = (body: Buffer | undefined, end: boolean | undefined): unknown => ({ response: { body_mutation: { streamed_response: { body: body ?? Buffer.alloc(0), end_of_stream: end === true } } } });
+  switch (request.request) {
+    case 'request_headers':
+      return [
+        {
+          request_headers: { response: { header_mutation: { set_headers: [{ header: { key: DESTINATION_HEADER, raw_value: Buffer.from(pick) }, append: { value: false } }] } } },
+          dynamic_metadata: metadataNamespaces({ [DESTINATION_METADATA_NAMESPACE]: { [DESTINATION_HEADER]: pick } }),
+        },
+      ];
+    case 'request_body':
+      return [{ request_body: streamed(request.request_body?.body, request.request_body?.end_of_stream) } as ProcessingResponse];
+    case 'response_headers':
+      return [{ response_headers: {} }];
+    case 'response_body':
+      return [{ response_body: streamed(request.response_body?.body, request.response_body?.end_of_stream) } as ProcessingResponse];
+    case 'request_trailers':
+      return [{ request_trailers: {} }];
+    case 'response_trailers':
+      return [{ response_trailers: {} }];
+    default:
+      return [];
+  }
+}
+
+void describe('Istio: what the picker receives about the served host', () => {
+  let model: ModelServer;
+  let grpc: RunningGrpcServer;
+  let envoy: RunningEnvoy;
+  const streams: Seen[][] = [];
+
+  before(async () => {
+    model = await startModelServer({ id: 'served', models: ['m'] });
+    grpc = await startGrpcServer({
+      address: '127.0.0.1:0',
+      health: { isServing: () => true, onChange: () => () => {} },
+      logger: pino({ level: 'silent' }),
+      processorFactory: () => {
+        const seen: Seen[] = [];
+        streams.push(seen);
+        return {
+          process: (request) => {
+            const metadata = (request as WithMetadata).metadata_context?.filter_metadata;
+            seen.push({ kind: request.request!, envoyLb: plain(metadata?.[DESTINATION_METADATA_NAMESPACE]) });
+            return scriptedReply(request, model.address);
+          },
+          finish: () => {},
+        };
+      },
+    });
+    const config = GATEWAY_PROFILES.istio.render({
+      listener: { address: '127.0.0.1', port: 0 },
+      admin: { address: '127.0.0.1', port: 0 },
+      extProc: grpc.address,
+      pickerTls: { kind: 'plaintext' },
+      backends: [model.address],
+      istioPickerAuthority: 'llm-extproc.llm-extproc.svc:9002',
+    });
+    envoy = await startEnvoy({ configYaml: toYaml(config), name: 'istio-served' });
+  });
+
+  after(async () => {
+    await envoy?.stop();
+    await grpc?.shutdown(0);
+    await model?.close();
+  });
+
+  void it('request messages carry no envoy.lb; response messages carry our pick and the served host', async () => {
+    const response = await send(envoy.listenerPort('llm_gateway'), { path: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: 'hi' }] } });
+    assert.equal(response.status, 200, response.text());
+    assert.equal(model.requests.length, 1);
+    const seen = streams.at(-1)!;
+    const kinds = [...new Set(seen.map((s) => s.kind))];
+    assert.deepEqual(kinds.slice(0, 2), ['request_headers', 'request_body']);
+    assert.ok(kinds.includes('response_headers') && kinds.includes('response_body'));
+    for (const message of seen.filter((s) => s.kind === 'request_headers')) {
+      assert.equal(message.envoyLb, undefined, 'nothing in envoy.lb before the picker answered');
+    }
+    const expected = { [DESTINATION_HEADER]: model.address, [SERVED_ENDPOINT_KEY]: model.address };
+    for (const message of seen.filter((s) => s.kind === 'response_headers' || s.kind === 'response_body' || s.kind === 'response_trailers')) {
+      assert.deepEqual(message.envoyLb, expected, `${message.kind}: envoy.lb forwarded with the pick and the served host`);
+    }
+  });
+});
+
+void describe("Istio's default picker authority", () => {
+  void it('is the cluster name, which Node HTTP/2 refuses: without the EnvoyFilter patch every request fails closed', async () => {
+    const model = await startModelServer({ id: 'unreached', models: ['m'] });
+    const opened: number[] = [];
+    const grpc = await startGrpcServer({
+      address: '127.0.0.1:0',
+      health: { isServing: () => true, onChange: () => () => {} },
+      logger: pino({ level: 'silent' }),
+      processorFactory: () => {
+        opened.push(1);
+        return { process: (request) => scriptedReply(request, model.address), finish: () => {} };
+      },
+    });
+    const config = GATEWAY_PROFILES.istio.render({
+      listener: { address: '127.0.0.1', port: 0 },
+      admin: { address: '127.0.0.1', port: 0 },
+      extProc: grpc.address,
+      pickerTls: { kind: 'plaintext' },
+      backends: [model.address],
+    });
+    const envoy = await startEnvoy({ configYaml: toYaml(config), name: 'istio-authority' });
+    try {
+      const response = await send(envoy.listenerPort('llm_gateway'), { path: '/v1/chat/completions', body: { model: 'm', messages: [] } });
+      assert.equal(response.status, 500, response.text());
+      assert.equal(opened.length, 0, 'no ext_proc stream ever reached llm-extproc');
+      assert.equal(model.requests.length, 0, 'fail closed: nothing routed');
+    } finally {
+      await envoy.stop();
+      await grpc.shutdown(0);
+      await model.close();
+    }
+  });
+});

@@ -1,0 +1,33 @@
+// The checks every error answer must pass, whatever produced it: catalog status, JSON body with
+// the catalog's code and type, our error header, and never Envoy's plain text.
+
+import assert from 'node:assert/strict';
+import { CATALOG, type ErrorKind } from '../../src/errors/catalog.js';
+import type { ClientResponse } from './http-client.js';
+
+export const RAW_ENVOY_TEXT = /upstream connect error|disconnect\/reset before headers|no healthy upstream|upstream request timeout|Payload Too Large/i;
+
+export interface ErrorBody {
+  error: { message: string; type: string; code: string };
+}
+
+/** Asserts `response` is the catalog answer for one of `kinds` and returns its body and kind. */
+export function assertCatalogError(response: ClientResponse, ...kinds: ErrorKind[]): ErrorBody & { kind: ErrorKind } {
+  const text = response.text();
+  assert.doesNotMatch(text, RAW_ENVOY_TEXT, `raw Envoy text reached the client: ${text}`);
+  assert.match(response.headers['content-type'] ?? '', /^application\/json/, `content-type of ${response.status} ${text}`);
+  let body: ErrorBody;
+  try {
+    body = JSON.parse(text) as ErrorBody;
+  } catch {
+    assert.fail(`not JSON (status ${response.status}): ${text}`);
+  }
+  const kind = kinds.find((k) => CATALOG[k].code === body.error?.code);
+  assert.ok(kind !== undefined, `expected one of ${kinds.join(', ')}, got status ${response.status} ${text}`);
+  const entry = CATALOG[kind];
+  assert.equal(response.status, entry.status, `${kind}: status (body ${text})`);
+  assert.equal(body.error.type, entry.type);
+  assert.equal(response.headers['x-llm-extproc-error'], entry.code);
+  assert.ok(body.error.message.length > 10, 'a message that explains');
+  return { ...body, kind };
+}
