@@ -6,17 +6,21 @@
 //   baseline  the rendered config with the ext_proc filter and its cluster deleted, nothing else changed
 //   tcp       llm-extproc as its own process, reached over TCP loopback (standalone placement)
 //   uds       llm-extproc as its own process, reached over a Unix domain socket (sidecar placement)
+//   workers   llm-extproc with --workers N (node:cluster), over a Unix domain socket
 // The load generator (this process) drives each Envoy with keep-alive HTTP/1.1 clients; measured
 // phases are interleaved across setups in rounds so drift on a shared machine hits all of them.
 //
 // Flags: --requests N (non-streaming requests per setup and concurrency, default 5000),
 // --concurrency N[,N...] (besides 1; default 8,16), --streams N (streams per setup and stream
-// concurrency, default 64), --stream-concurrency N (besides 1; default 8), --events N (SSE events
+// concurrency, default 64), --stream-concurrency N (besides 1; default 8,32,64), --events N (SSE events
 // per stream, default 64), --event-delay-ms N (default 2), --warmup N (default 500), --rounds N
 // (default 4), --write (rewrite the results block of docs/benchmarks.md), --cpu-prof (profile both
 // llm-extproc processes, print their hottest functions; results are then not written),
 // --envoy-runtime key=value (repeatable; a static runtime layer for every Envoy), --server PATH
-// (the server entry script to run instead of dist/src/main.js, e.g. another build to compare).
+// (the server entry script to run instead of dist/src/main.js, e.g. another build to compare),
+// --workers N (llm-extproc workers of the `workers` setup, default 2; 1 leaves that setup out),
+// --envoy-concurrency N (Envoy worker threads of every setup, default 2: one per core, as Envoy
+// runs by default; each Envoy worker holds its own connection to llm-extproc).
 
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -34,12 +38,15 @@ import { poolsYaml } from '../test/support/gateway.js';
 import { waitUntil } from '../test/support/wait-until.js';
 import { withoutExtProc } from './bench/baseline-config.js';
 import { isCpuProfile, summarizeProfile } from './bench/cpu-profile.js';
+import { pickBench, writePickReport } from './bench/pick.js';
 import { closedLoop, keepAliveAgent, runRequests, timedRequest, timedStream } from './bench/load.js';
 import type { Target } from './bench/load.js';
-import { cpuSeconds, freePort, spawnNode } from './bench/processes.js';
+import { freePort, spawnNode, treeCpuSeconds, treePeakRssBytes } from './bench/processes.js';
 import type { ManagedChild } from './bench/processes.js';
 import { renderReport, SETUP_LABELS } from './bench/report.js';
 import type { CpuUse, RequestPhase, RunInfo, SetupKey, SetupResults, StreamPhase } from './bench/report.js';
+import { addServerDelta, serverSnapshot } from './bench/server-stats.js';
+import type { ServerSnapshot } from './bench/server-stats.js';
 import { histogramDelta, parseHistogram, replaceBetweenMarkers } from './bench/stats.js';
 import type { HistogramSnapshot } from './bench/stats.js';
 import { repoRoot } from './repo-root.js';
@@ -57,7 +64,7 @@ const { values: flags } = parseArgs({
     requests: { type: 'string', default: '5000' },
     concurrency: { type: 'string', default: '8,16' },
     streams: { type: 'string', default: '64' },
-    'stream-concurrency': { type: 'string', default: '8' },
+    'stream-concurrency': { type: 'string', default: '8,32,64' },
     events: { type: 'string', default: '64' },
     'event-delay-ms': { type: 'string', default: '2' },
     warmup: { type: 'string', default: '500' },
@@ -66,6 +73,8 @@ const { values: flags } = parseArgs({
     'cpu-prof': { type: 'boolean', default: false },
     'envoy-runtime': { type: 'string', multiple: true, default: [] },
     server: { type: 'string' },
+    workers: { type: 'string', default: '2' },
+    'envoy-concurrency': { type: 'string', default: '2' },
   },
   allowPositionals: false,
 });
@@ -106,6 +115,8 @@ const opts = {
   envoyRuntime: runtimeLayer(flags['envoy-runtime']),
   /** Entry script of the server under test (default: this checkout's dist/src/main.js). */
   server: flags.server,
+  workers: positiveInt('workers', flags.workers),
+  envoyConcurrency: positiveInt('envoy-concurrency', flags['envoy-concurrency']),
 };
 if (opts.write && opts.cpuProf) throw new Error('--write and --cpu-prof do not mix: a profiled server is slower than a real one');
 
@@ -178,7 +189,7 @@ interface Server {
   readonly httpPort: number;
 }
 
-async function startServer(root: string, name: string, grpcAddress: string, endpointsFile: string, profileDir: string | undefined): Promise<Server> {
+async function startServer(root: string, name: string, grpcAddress: string, endpointsFile: string, profileDir: string | undefined, workers = 1): Promise<Server> {
   const httpPort = await freePort();
   const child = spawnNode(name, opts.server ?? join(root, 'dist', 'src', 'main.js'), {
     env: {
@@ -186,6 +197,7 @@ async function startServer(root: string, name: string, grpcAddress: string, endp
       LLM_EXTPROC_GRPC_ADDRESS: grpcAddress,
       LLM_EXTPROC_HTTP_ADDRESS: `127.0.0.1:${httpPort}`,
       LLM_EXTPROC_LOG_LEVEL: 'warn',
+      LLM_EXTPROC_WORKERS: String(workers),
     },
     nodeArgs: profileDir === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `${name}.cpuprofile`],
   });
@@ -200,10 +212,18 @@ async function startServer(root: string, name: string, grpcAddress: string, endp
   return { child, grpcAddress, httpPort };
 }
 
-async function scrapeMessages(server: Server): Promise<Map<string, HistogramSnapshot>> {
+async function scrapeMetrics(server: Server): Promise<string> {
   const res = await httpGet(`http://127.0.0.1:${server.httpPort}/metrics`);
   if (res.status !== 200) throw new Error(`${server.child.name} /metrics answered ${res.status}`);
-  return parseHistogram(res.body, MESSAGE_METRIC, 'message');
+  return res.body;
+}
+
+async function scrapeMessages(server: Server): Promise<Map<string, HistogramSnapshot>> {
+  return parseHistogram(await scrapeMetrics(server), MESSAGE_METRIC, 'message');
+}
+
+async function scrapeServer(setup: Setup): Promise<ServerSnapshot | undefined> {
+  return setup.server === undefined ? undefined : serverSnapshot(await scrapeMetrics(setup.server));
 }
 
 interface Setup {
@@ -216,7 +236,8 @@ interface Setup {
 }
 
 function cpuNow(setup: Setup): CpuUse {
-  return { envoySeconds: cpuSeconds(setup.envoy.pid), serverSeconds: setup.server === undefined ? undefined : cpuSeconds(setup.server.child.pid) };
+  // Whole process trees: a cluster primary's workers are its children.
+  return { envoySeconds: treeCpuSeconds(setup.envoy.pid), serverSeconds: setup.server === undefined ? undefined : treeCpuSeconds(setup.server.child.pid) };
 }
 
 function addCpu(total: CpuUse, from: CpuUse, to: CpuUse): CpuUse {
@@ -252,6 +273,8 @@ function runInfo(responseBytes: number): RunInfo {
     events: opts.events,
     eventDelayMs: opts.eventDelayMs,
     rounds: opts.rounds,
+    workers: opts.workers,
+    envoyConcurrency: opts.envoyConcurrency,
   };
 }
 
@@ -276,11 +299,14 @@ const log = (line: string): void => void process.stderr.write(`${line}\n`);
 async function requestPhase(setup: Setup, concurrency: number, count: number): Promise<void> {
   const phase: RequestPhase =
     setup.results.requests.get(concurrency) ??
-    ({ latenciesMs: [], wallMs: 0, errors: 0, firstError: undefined, cpu: emptyCpu(setup) } satisfies RequestPhase);
+    ({ latenciesMs: [], wallMs: 0, errors: 0, firstError: undefined, cpu: emptyCpu(setup), server: undefined } satisfies RequestPhase);
   setup.results.requests.set(concurrency, phase);
+  const before = await scrapeServer(setup);
   const from = cpuNow(setup);
   const run = await runRequests(setup.target, CHAT_BODY, count, concurrency);
   phase.cpu = addCpu(phase.cpu, from, cpuNow(setup));
+  const after = await scrapeServer(setup);
+  if (before !== undefined && after !== undefined) phase.server = addServerDelta(phase.server, before, after);
   phase.latenciesMs.push(...run.latenciesMs);
   phase.wallMs += run.wallMs;
   phase.errors += run.errors;
@@ -290,8 +316,9 @@ async function requestPhase(setup: Setup, concurrency: number, count: number): P
 async function streamPhase(setup: Setup, concurrency: number, count: number): Promise<void> {
   const phase: StreamPhase =
     setup.results.streams.get(concurrency) ??
-    ({ ttfbMs: [], totalMs: [], eventLatencyMs: [], interArrivalMs: [], streams: 0, errors: 0, firstError: undefined, cpu: emptyCpu(setup) } satisfies StreamPhase);
+    ({ ttfbMs: [], totalMs: [], eventLatencyMs: [], interArrivalMs: [], streams: 0, wallMs: 0, errors: 0, firstError: undefined, cpu: emptyCpu(setup), server: undefined } satisfies StreamPhase);
   setup.results.streams.set(concurrency, phase);
+  const before = await scrapeServer(setup);
   const from = cpuNow(setup);
   const run = await closedLoop(count, concurrency, () => timedStream(setup.target, STREAM_BODY), (t) => {
     if (t.events !== opts.events) throw new Error(`${setup.key}: a stream delivered ${t.events} of ${opts.events} events`);
@@ -302,6 +329,9 @@ async function streamPhase(setup: Setup, concurrency: number, count: number): Pr
     phase.streams++;
   });
   phase.cpu = addCpu(phase.cpu, from, cpuNow(setup));
+  phase.wallMs += run.wallMs;
+  const after = await scrapeServer(setup);
+  if (before !== undefined && after !== undefined) phase.server = addServerDelta(phase.server, before, after);
   phase.errors += run.errors;
   phase.firstError ??= run.firstError;
 }
@@ -318,6 +348,10 @@ async function warmUp(setup: Setup): Promise<void> {
 // ── main ─────────────────────────────────────────────────────────────────────────────────────
 
 async function main(): Promise<void> {
+  // Pick time first, while no Envoy or server competes for the CPU (scripts/bench/pick.ts).
+  const pickReport = pickBench(log);
+  process.stdout.write(`${pickReport}\n\n`);
+  if (opts.write) log(`wrote ${writePickReport(pickReport)}`);
   const root = repoRoot();
   const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-bench-'));
   cleanups.push(() => rm(dir, { recursive: true, force: true }));
@@ -332,7 +366,7 @@ async function main(): Promise<void> {
   const endpointsFile = join(dir, 'endpoints.yaml');
   await writeFile(endpointsFile, poolsYaml([{ name: 'bench', models: [MODEL], endpoints: [{ address: upstreamAddress }] }]));
 
-  log('starting llm-extproc (TCP and UDS) and three Envoys…');
+  log(`starting llm-extproc (TCP, UDS${opts.workers > 1 ? `, UDS with ${opts.workers} workers` : ''}) and their Envoys…`);
   const tcpServer = await startServer(root, 'llm-extproc-tcp', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir);
   const udsServer = await startServer(root, 'llm-extproc-uds', `unix://${join(dir, 'grpc.sock')}`, endpointsFile, profileDir);
   const plans: { key: SetupKey; config: Yaml; server: Server | undefined }[] = [
@@ -340,16 +374,21 @@ async function main(): Promise<void> {
     { key: 'tcp', config: gatewayConfig(tcpServer.grpcAddress, upstreamAddress), server: tcpServer },
     { key: 'uds', config: gatewayConfig(udsServer.grpcAddress, upstreamAddress), server: udsServer },
   ];
+  if (opts.workers > 1) {
+    // --cpu-prof would profile only the primary, which does no ext_proc work: not offered here.
+    const workersServer = await startServer(root, 'llm-extproc-workers', `unix://${join(dir, 'grpc-workers.sock')}`, endpointsFile, undefined, opts.workers);
+    plans.push({ key: 'workers', config: gatewayConfig(workersServer.grpcAddress, upstreamAddress), server: workersServer });
+  }
   const maxSockets = Math.max(...opts.concurrency, ...opts.streamConcurrency);
   const setups: Setup[] = [];
   for (const plan of plans) {
-    const envoy = await startEnvoy({ configYaml: toYaml(plan.config), name: `bench-${plan.key}`, logLevel: 'warning' });
+    const envoy = await startEnvoy({ configYaml: toYaml(plan.config), name: `bench-${plan.key}`, logLevel: 'warning', concurrency: opts.envoyConcurrency });
     cleanups.push(() => envoy.stop());
     const agent = keepAliveAgent(maxSockets);
     cleanups.push(() => Promise.resolve(agent.destroy()));
     const target: Target = { port: envoy.listenerPort('llm_gateway'), agent };
     await waitUntil(async () => ((await timedRequest(target, CHAT_BODY)) > 0 ? true : undefined), { description: `${plan.key}: a 200 through Envoy`, timeoutMs: 20_000 });
-    setups.push({ key: plan.key, envoy, target, server: plan.server, results: { key: plan.key, requests: new Map(), streams: new Map(), messages: undefined, sideStreams: undefined }, before: undefined });
+    setups.push({ key: plan.key, envoy, target, server: plan.server, results: { key: plan.key, requests: new Map(), streams: new Map(), messages: undefined, sideStreams: undefined, peakRss: undefined }, before: undefined });
   }
 
   for (const setup of setups) {
@@ -368,6 +407,7 @@ async function main(): Promise<void> {
   }
 
   for (const setup of setups) {
+    setup.results.peakRss = { envoyBytes: treePeakRssBytes(setup.envoy.pid), serverBytes: setup.server === undefined ? undefined : treePeakRssBytes(setup.server.child.pid) };
     if (setup.server === undefined) continue;
     const after = await scrapeMessages(setup.server);
     setup.results.messages = new Map([...after].map(([message, h]) => [message, histogramDelta(h, setup.before?.get(message))]));

@@ -16,6 +16,9 @@ import { openTlsIdentity } from './extproc/tls-identity.js';
 import { startOpsServer } from './http/ops-server.js';
 import { Metrics } from './metrics/metrics.js';
 import { LoadTracker } from './picker/load-tracker.js';
+import { MetricsScraper } from './picker/scraper.js';
+import { metricsFormatFor } from './picker/settings.js';
+import { SignalBoard } from './picker/signals.js';
 
 export interface RunningApp {
   /** Bound gRPC address (`host:port` or `unix:///path`). */
@@ -23,7 +26,15 @@ export interface RunningApp {
   readonly httpPort: number;
   readonly store: EndpointStore;
   readonly metrics: Metrics;
+  /** Serving = synced and not draining (what gRPC health and /readyz report). */
+  readonly health: HealthSource;
   stop(): Promise<void>;
+}
+
+export interface StartAppOptions {
+  metrics?: Metrics;
+  /** false: no ops HTTP server (a cluster worker; the primary serves /metrics and /readyz). Default true. */
+  opsServer?: boolean;
 }
 
 async function createSource(config: Config, logger: Logger, metrics: Metrics): Promise<EndpointSource> {
@@ -45,7 +56,7 @@ async function createSource(config: Config, logger: Logger, metrics: Metrics): P
   });
 }
 
-export async function startApp(config: Config, logger: Logger, options: { metrics?: Metrics } = {}): Promise<RunningApp> {
+export async function startApp(config: Config, logger: Logger, options: StartAppOptions = {}): Promise<RunningApp> {
   const metrics = options.metrics ?? new Metrics();
   const source = await createSource(config, logger, metrics);
   const store = new EndpointStore([source.name], config.quarantine);
@@ -81,9 +92,29 @@ export async function startApp(config: Config, logger: Logger, options: { metric
       logger.info({ endpoint: address, verdict, detail }, 'checked a replica after a response stream broke');
     },
   });
-  const routing = new StoreRouting(store, new LoadTracker(), {
+  // One signal cell per endpoint: our in-flight count (load tracker) and the server's own report
+  // (scraper), read by the picker on every request.
+  const board = new SignalBoard();
+  const routing = new StoreRouting(store, new LoadTracker(board), {
     fallbacks: config.routing.fallbacks,
     ...(config.routing.pool === undefined ? {} : { pool: config.routing.pool }),
+    picker: config.picker,
+  });
+  const scraper = new MetricsScraper(
+    board,
+    () => store.view(),
+    {
+      intervalMs: config.picker.metrics.intervalMs,
+      timeoutMs: config.picker.metrics.timeoutMs,
+      staleAfterMs: config.picker.metrics.staleAfterMs,
+      concurrency: config.picker.metrics.concurrency,
+      path: config.picker.metrics.path,
+      formatFor: (pool) => metricsFormatFor(config.picker, pool),
+    },
+    { scraped: (result, seconds) => metrics.scraped(result, seconds) },
+  );
+  metrics.reportLoadStatesFrom(function* () {
+    for (const cell of board.all()) yield cell.metricsState;
   });
   const requestLogger = logger.child({ component: 'extproc' });
   const tls = config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
@@ -103,7 +134,15 @@ export async function startApp(config: Config, logger: Logger, options: { metric
         onMidStreamBreak: (endpoint) => void brokenStreams.suspect(endpoint.address),
       }),
   });
-  const ops = await startOpsServer(config.listen.http, { registry: metrics.registry, isReady: () => health.isServing(), view: () => store.view() });
+  const ops =
+    options.opsServer === false
+      ? { port: 0, close: () => Promise.resolve() }
+      : await startOpsServer(config.listen.http, {
+          registry: metrics.registry,
+          isReady: () => health.isServing(),
+          view: () => store.view(),
+          signals: (address) => board.snapshot(address),
+        });
   // The source starts last: the servers answer NOT_SERVING until its first complete view arrives.
   try {
     await source.start(store);
@@ -112,6 +151,9 @@ export async function startApp(config: Config, logger: Logger, options: { metric
     await ops.close();
     throw err;
   }
+  // Scrapes the first synced view at once, then every interval; a view change is picked up at the
+  // next cycle, and until then a new endpoint counts as `missing` (never as idle).
+  if (config.picker.metrics.enabled) scraper.start();
   logger.info({ grpc: grpc.address, http: ops.port, source: source.name }, 'llm-extproc started');
 
   let stopping: Promise<void> | undefined;
@@ -120,6 +162,7 @@ export async function startApp(config: Config, logger: Logger, options: { metric
     httpPort: ops.port,
     store,
     metrics,
+    health,
     stop: () =>
       (stopping ??= (async () => {
         draining = true;
@@ -129,9 +172,11 @@ export async function startApp(config: Config, logger: Logger, options: { metric
           await new Promise((resolve) => setTimeout(resolve, config.shutdownDrainMs));
         }
         await grpc.shutdown(config.shutdownGraceMs);
+        await scraper.stop();
         await source.stop();
         await ops.close();
         store.stop();
+        if (options.metrics === undefined) metrics.eventLoopDelay?.stop();
       })()),
   };
 }

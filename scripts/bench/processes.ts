@@ -141,3 +141,45 @@ export function cpuSeconds(pid: number): number {
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond();
 }
+
+/** `pid` and all its descendants (cluster workers are children of the primary). */
+export function processTree(pid: number): number[] {
+  const out = [pid];
+  for (let i = 0; i < out.length; i++) {
+    let children = '';
+    try {
+      children = readFileSync(`/proc/${out[i]}/task/${out[i]}/children`, 'utf8');
+    } catch {
+      continue; // gone, or a kernel without the children file
+    }
+    for (const child of children.trim().split(/\s+/)) if (child !== '') out.push(Number(child));
+  }
+  return out;
+}
+
+/** CPU seconds of `pid` and its live descendants. */
+export function treeCpuSeconds(pid: number): number {
+  let total = 0;
+  for (const p of processTree(pid)) {
+    try {
+      total += cpuSeconds(p);
+    } catch {
+      // exited between listing and reading
+    }
+  }
+  return total;
+}
+
+/** Peak resident set (VmHWM) of `pid` plus its live descendants, in bytes. */
+export function treePeakRssBytes(pid: number): number {
+  let total = 0;
+  for (const p of processTree(pid)) {
+    try {
+      const m = /^VmHWM:\s+(\d+)\s+kB/m.exec(readFileSync(`/proc/${p}/status`, 'utf8'));
+      if (m !== null) total += Number(m[1]) * 1024;
+    } catch {
+      // exited
+    }
+  }
+  return total;
+}

@@ -3,13 +3,15 @@
 
 import { histogramQuantile, summarize } from './stats.js';
 import type { HistogramSnapshot, Summary } from './stats.js';
+import type { ServerPhaseStats } from './server-stats.js';
 
-export type SetupKey = 'baseline' | 'tcp' | 'uds';
+export type SetupKey = 'baseline' | 'tcp' | 'uds' | 'workers';
 
 export const SETUP_LABELS: Readonly<Record<SetupKey, string>> = {
   baseline: 'baseline (Envoy, no ext_proc)',
   tcp: 'llm-extproc, TCP loopback',
   uds: 'llm-extproc, Unix socket',
+  workers: 'llm-extproc workers, Unix socket',
 };
 
 export interface CpuUse {
@@ -25,6 +27,8 @@ export interface RequestPhase {
   errors: number;
   firstError: string | undefined;
   cpu: CpuUse;
+  /** Event-loop delay and GC inside llm-extproc during the phase (absent for the baseline). */
+  server: ServerPhaseStats | undefined;
 }
 
 export interface StreamPhase {
@@ -33,9 +37,11 @@ export interface StreamPhase {
   readonly eventLatencyMs: number[];
   readonly interArrivalMs: number[];
   streams: number;
+  wallMs: number;
   errors: number;
   firstError: string | undefined;
   cpu: CpuUse;
+  server: ServerPhaseStats | undefined;
 }
 
 export interface SetupResults {
@@ -47,6 +53,8 @@ export interface SetupResults {
   messages: Map<string, HistogramSnapshot> | undefined;
   /** Envoy's view of the ext_proc side streams over the whole run (warm-up included). */
   sideStreams: SideStreamStats | undefined;
+  /** Peak resident memory (VmHWM) over the run; llm-extproc's sums its cluster workers. */
+  peakRss: { envoyBytes: number; serverBytes: number | undefined } | undefined;
 }
 
 export interface SideStreamStats {
@@ -72,6 +80,9 @@ export interface RunInfo {
   readonly events: number;
   readonly eventDelayMs: number;
   readonly rounds: number;
+  /** llm-extproc workers in the `workers` setup. */
+  readonly workers: number;
+  readonly envoyConcurrency: number;
 }
 
 const ms = (v: number): string => (Number.isFinite(v) ? v.toFixed(3) : '–');
@@ -94,8 +105,10 @@ export function renderReport(info: RunInfo, results: readonly SetupResults[]): s
   out.push(
     `Run ${info.date}: ${info.cpus} vCPU (${info.cpuModel}), Linux ${info.kernel}, Node ${info.node}, Envoy ${info.envoy}.`,
     `Command: \`${info.command}\`. Measured phases were interleaved over ${info.rounds} rounds (setup order rotated each round) after a warm-up.`,
+    `Every Envoy ran ${info.envoyConcurrency} worker thread(s); "${SETUP_LABELS.workers}" is llm-extproc with --workers ${info.workers}.`,
     '',
   );
+  out.push(renderGoals(results), '');
 
   // ── non-streaming ──
   out.push(`#### Non-streaming chat completion (${info.requestBytes} B request, ${info.responseBytes} B JSON answer)`, '');
@@ -119,12 +132,18 @@ export function renderReport(info: RunInfo, results: readonly SetupResults[]): s
         r.key === 'baseline' || b === undefined ? '' : signedUs((s.mean - b.mean) * 1000),
         cpuPer(phase.cpu.envoySeconds, n),
         cpuPer(phase.cpu.serverSeconds, n),
+        base === undefined || phase.cpu.serverSeconds === undefined || base.cpu.envoySeconds <= 0 ? '–' : ratio(phase.cpu.serverSeconds / n / (base.cpu.envoySeconds / base.latenciesMs.length)),
+        cores(phase.cpu.envoySeconds, phase.wallMs),
+        cores(phase.cpu.serverSeconds, phase.wallMs),
         String(phase.errors),
       ]);
     }
   }
   out.push(
-    table(['setup', 'conc.', 'requests', 'p50 ms', 'p90 ms', 'p99 ms', 'mean ms', 'req/s', 'Δp50 µs', 'Δmean µs', 'Envoy CPU µs/req', 'llm-extproc CPU µs/req', 'errors'], reqRows),
+    table(
+      ['setup', 'conc.', 'requests', 'p50 ms', 'p90 ms', 'p99 ms', 'mean ms', 'req/s', 'Δp50 µs', 'Δmean µs', 'Envoy CPU µs/req', 'llm-extproc CPU µs/req', 'llm-extproc CPU ÷ Envoy-alone CPU', 'Envoy cores busy', 'llm-extproc cores busy', 'errors'],
+      reqRows,
+    ),
     '',
   );
 
@@ -138,7 +157,7 @@ export function renderReport(info: RunInfo, results: readonly SetupResults[]): s
       const total = summarize(phase.totalMs);
       const ev = summarize(phase.eventLatencyMs);
       const gap = summarize(phase.interArrivalMs);
-      streamRows.push([SETUP_LABELS[r.key], String(c), String(phase.streams), ms(ttfb.p50), ms(ttfb.p99), ms(ev.p50), ms(ev.p90), ms(ev.p99), ms(gap.p50), ms(gap.p99), ms(total.p50), String(phase.errors)]);
+      streamRows.push([SETUP_LABELS[r.key], String(c), String(phase.streams), ms(ttfb.p50), ms(ttfb.p99), ms(ev.p50), ms(ev.p90), ms(ev.p99), ms(ev.p999), ms(gap.p50), ms(gap.p99), ms(total.p50), String(phase.errors)]);
       const base = baseline?.streams.get(c);
       if (r.key === 'baseline' || base === undefined) continue;
       const bTtfb = summarize(base.ttfbMs);
@@ -160,7 +179,7 @@ export function renderReport(info: RunInfo, results: readonly SetupResults[]): s
     }
   }
   out.push(
-    table(['setup', 'conc.', 'streams', 'TTFB p50 ms', 'TTFB p99 ms', 'event latency p50 ms', 'p90 ms', 'p99 ms', 'inter-arrival p50 ms', 'p99 ms', 'stream total p50 ms', 'errors'], streamRows),
+    table(['setup', 'conc.', 'streams', 'TTFB p50 ms', 'TTFB p99 ms', 'event latency p50 ms', 'p90 ms', 'p99 ms', 'p99.9 ms', 'inter-arrival p50 ms', 'p99 ms', 'stream total p50 ms', 'errors'], streamRows),
     '',
     'Added by ext_proc (vs the baseline at the same concurrency):',
     '',
@@ -180,6 +199,8 @@ export function renderReport(info: RunInfo, results: readonly SetupResults[]): s
     ),
     '',
   );
+
+  out.push(renderTail(results), '', renderMemory(results), '');
 
   // ── server-side processing ──
   const msgRows: string[][] = [];
@@ -216,4 +237,95 @@ export function renderReport(info: RunInfo, results: readonly SetupResults[]): s
     table(['setup', 'message', 'count', 'mean µs', 'p50 µs', 'p99 µs'], msgRows),
   );
   return out.join('\n');
+}
+
+const ratio = (v: number): string => (Number.isFinite(v) ? `${v.toFixed(2)}×` : '–');
+
+function cores(seconds: number | undefined, wallMs: number): string {
+  return seconds === undefined || wallMs <= 0 ? '–' : ((seconds * 1000) / wallMs).toFixed(2);
+}
+
+/** Event-loop delay quantile in ms from the server's histogram ("<0.5" below the first bucket). */
+function loopQuantile(h: HistogramSnapshot | undefined, q: number): string {
+  if (h === undefined || h.count <= 0) return '–';
+  const { value, aboveTop } = histogramQuantile(h, q);
+  const firstBound = h.buckets[0]?.le ?? 0;
+  if (aboveTop) return `>${ms(value * 1000)}`;
+  return value <= firstBound ? `≤${ms(firstBound * 1000)}` : ms(value * 1000);
+}
+
+/** GC pause time as a share of the phase's wall time. */
+function gcShare(server: ServerPhaseStats | undefined, wallMs: number): string {
+  return server === undefined || wallMs <= 0 ? '–' : `${((server.gcSeconds * 1000 * 100) / wallMs).toFixed(1)} %`;
+}
+
+/** Per-chunk tail against Envoy alone, next to what llm-extproc's event loop and GC did meanwhile. */
+function renderTail(results: readonly SetupResults[]): string {
+  const baseline = results.find((r) => r.key === 'baseline');
+  const rows: string[][] = [];
+  for (const r of results) {
+    if (r.key === 'baseline') continue;
+    for (const [c, phase] of [...r.streams.entries()].sort((a, b) => a[0] - b[0])) {
+      const ev = summarize(phase.eventLatencyMs);
+      const base = baseline?.streams.get(c);
+      const b = base === undefined ? undefined : summarize(base.eventLatencyMs);
+      rows.push([
+        SETUP_LABELS[r.key],
+        `${c} streams`,
+        ms(ev.p99),
+        b === undefined ? '–' : ratio(ev.p99 / b.p99),
+        ms(ev.p999),
+        b === undefined ? '–' : ratio(ev.p999 / b.p999),
+        loopQuantile(phase.server?.loop, 0.99),
+        loopQuantile(phase.server?.loop, 0.999),
+        gcShare(phase.server, phase.wallMs),
+        cores(phase.cpu.serverSeconds, phase.wallMs),
+      ]);
+    }
+    for (const [c, phase] of [...r.requests.entries()].sort((a, b) => a[0] - b[0])) {
+      rows.push([SETUP_LABELS[r.key], `${c} requests`, '', '', '', '', loopQuantile(phase.server?.loop, 0.99), loopQuantile(phase.server?.loop, 0.999), gcShare(phase.server, phase.wallMs), cores(phase.cpu.serverSeconds, phase.wallMs)]);
+    }
+  }
+  return [
+    '#### Per-chunk tail against Envoy alone, and llm-extproc\'s event loop and GC in the same phases',
+    '',
+    table(['setup', 'load', 'chunk p99 ms', '÷ Envoy alone', 'chunk p99.9 ms', '÷ Envoy alone', 'event-loop delay p99 ms', 'p99.9 ms', 'GC pauses (share of wall time)', 'llm-extproc cores busy'], rows),
+  ].join('\n');
+}
+
+function renderMemory(results: readonly SetupResults[]): string {
+  const mb = (bytes: number | undefined): string => (bytes === undefined ? '–' : (bytes / 1024 / 1024).toFixed(0));
+  const rows = results.map((r) => [SETUP_LABELS[r.key], mb(r.peakRss?.envoyBytes), mb(r.peakRss?.serverBytes)]);
+  return ['#### Peak resident memory over the whole run (VmHWM; llm-extproc workers summed with their primary)', '', table(['setup', 'Envoy MB', 'llm-extproc MB'], rows)].join('\n');
+}
+
+/** The issue's targets, as ratios to Envoy alone measured in the same run. */
+function renderGoals(results: readonly SetupResults[]): string {
+  const baseline = results.find((r) => r.key === 'baseline');
+  const rows: string[][] = [];
+  for (const r of results) {
+    if (r.key === 'baseline' || baseline === undefined) continue;
+    const s8 = r.streams.get(8);
+    const b8 = baseline.streams.get(8);
+    const q16 = r.requests.get(16);
+    const b16 = baseline.requests.get(16);
+    const chunkRatio = s8 === undefined || b8 === undefined ? Number.NaN : summarize(s8.eventLatencyMs).p99 / summarize(b8.eventLatencyMs).p99;
+    const cpuRatio =
+      q16 === undefined || b16 === undefined || q16.cpu.serverSeconds === undefined
+        ? Number.NaN
+        : q16.cpu.serverSeconds / q16.latenciesMs.length / (b16.cpu.envoySeconds / b16.latenciesMs.length);
+    const failed = [...r.requests.values(), ...r.streams.values()].reduce((n, p) => n + p.errors, 0);
+    rows.push([
+      SETUP_LABELS[r.key],
+      `${ratio(chunkRatio)} ${chunkRatio <= 1.5 ? '(met)' : '(not met)'}`,
+      `${ratio(cpuRatio)} ${cpuRatio <= 1.5 ? '(met)' : '(not met)'}`,
+      q16 === undefined ? '–' : cores(q16.cpu.serverSeconds, q16.wallMs),
+      String(failed),
+    ]);
+  }
+  return [
+    '#### Targets (ratios to Envoy alone in this run)',
+    '',
+    table(['setup', 'chunk p99 at 8 streams ÷ Envoy alone (target ≤ 1.5×)', 'llm-extproc CPU per request at 16 ÷ Envoy-alone CPU per request (target ≤ 1.5×)', 'llm-extproc cores busy at 16', 'failed requests'], rows),
+  ].join('\n');
 }

@@ -7,6 +7,7 @@ export interface Summary {
   readonly p50: number;
   readonly p90: number;
   readonly p99: number;
+  readonly p999: number;
   readonly max: number;
 }
 
@@ -27,6 +28,7 @@ export function summarize(samples: readonly number[]): Summary {
     p50: percentile(sorted, 50),
     p90: percentile(sorted, 90),
     p99: percentile(sorted, 99),
+    p999: percentile(sorted, 99.9),
     max: sorted.length === 0 ? Number.NaN : sorted[sorted.length - 1],
   };
 }
@@ -118,4 +120,18 @@ export function replaceBetweenMarkers(doc: string, start: string, end: string, c
   const to = doc.indexOf(end, from + start.length);
   if (from < 0 || to < 0) throw new Error(`markers ${start} … ${end} not found`);
   return `${doc.slice(0, from + start.length)}\n${content.trim()}\n${doc.slice(to)}`;
+}
+
+/** Two snapshots of the same histogram added (e.g. one phase's deltas over several rounds). */
+export function histogramSum(a: HistogramSnapshot | undefined, b: HistogramSnapshot): HistogramSnapshot {
+  if (a === undefined) return b;
+  const other = new Map(b.buckets.map((x) => [x.le, x.count]));
+  return { buckets: a.buckets.map((x) => ({ le: x.le, count: x.count + (other.get(x.le) ?? 0) })), sum: a.sum + b.sum, count: a.count + b.count };
+}
+
+/** All series of a histogram family added up (e.g. GC pauses of every kind). */
+export function histogramTotal(byLabel: ReadonlyMap<string, HistogramSnapshot>): HistogramSnapshot | undefined {
+  let total: HistogramSnapshot | undefined;
+  for (const h of byLabel.values()) total = histogramSum(total, h);
+  return total;
 }

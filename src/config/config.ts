@@ -9,6 +9,8 @@ import type { TSchema } from '@sinclair/typebox';
 import { parse as parseYaml } from 'yaml';
 import type { KubernetesSourceConfig } from '../endpoints/kubernetes-source.js';
 import { errorMessage } from '../util/error-message.js';
+import type { PickerSettings } from '../picker/settings.js';
+import { PickerConfigError, pickerSettings } from './picker-config.js';
 import { configFileSchema, DEFAULTS, LOG_LEVELS } from './schema.js';
 import type { ConfigFile } from './schema.js';
 
@@ -56,6 +58,8 @@ export interface Config {
   readonly shutdownDrainMs: number;
   /** Then stop taking new streams; open ones get this long before they are released to Envoy. */
   readonly shutdownGraceMs: number;
+  /** Load-aware, cache-affine picking (picker-config.ts). */
+  readonly picker: PickerSettings;
 }
 
 export type DestinationFormat = 'list' | 'single';
@@ -308,7 +312,17 @@ function toConfig(file: ConfigFile, endpointsFile: string | undefined): Config {
     },
     shutdownDrainMs: (file.shutdownDrainSeconds ?? DEFAULTS.shutdownDrainSeconds) * 1000,
     shutdownGraceMs: (file.shutdownGraceSeconds ?? DEFAULTS.shutdownGraceSeconds) * 1000,
+    picker: pickerOrConfigError(file.picker),
   };
+}
+
+function pickerOrConfigError(section: ConfigFile['picker']): PickerSettings {
+  try {
+    return pickerSettings(section);
+  } catch (err) {
+    if (err instanceof PickerConfigError) throw new ConfigError(err.message);
+    throw err;
+  }
 }
 
 /** `enabled` with both files, or with neither (self-signed at start); absent or disabled = plaintext. */

@@ -120,6 +120,72 @@ const Tls = Mapping(
   { description: 'TLS on the gRPC listener; absent = plaintext (sidecar, Unix socket).' },
 );
 
+export const METRICS_FLAVOURS = ['vllm', 'sglang', 'tgi'] as const;
+const Weight = (description: string) => Type.Optional(Type.Number({ minimum: 0, description }));
+
+/** Load-aware, cache-affine picking (defaults: src/picker/settings.ts, DEFAULT_PICKER_SETTINGS). */
+const Picker = Mapping(
+  {
+    weights: Type.Optional(
+      Mapping(
+        {
+          queue: Weight('Model-server queue depth (num_requests_waiting), shorter first. Default 1.'),
+          kvCache: Weight('KV-cache utilisation, emptier first. Default 1.'),
+          inFlight: Weight('Our own in-flight requests per endpoint, fewer first. Default 1.'),
+          prefix: Weight('Prefix-cache affinity: the rendezvous owner of the prompt prefix. Default 4.'),
+          lora: Weight('LoRA affinity: servers already running the requested adapter. Default 2.'),
+        },
+        { description: 'Scorer weights (0 turns a scorer off).' },
+      ),
+    ),
+    prefix: Type.Optional(
+      Mapping(
+        {
+          keyBlocks: Type.Optional(Type.Integer({ minimum: 1, maximum: 16, description: 'Affinity key = hash of the first keyBlocks × 128 characters of the shared prompt. Default 8.' })),
+          loadFactor: Type.Optional(Type.Number({ minimum: 1, description: 'Bounded load: the owner keeps a prefix while its load ≤ loadFactor × mean + loadSlack. Default 1.1.' })),
+          loadSlack: Type.Optional(Type.Number({ minimum: 0, description: 'See loadFactor. Default 1.' })),
+          maxQueue: Type.Optional(Type.Integer({ minimum: 0, description: 'The owner gives its prefixes up while it reports more waiting requests than this. Default 0.' })),
+        },
+        { description: 'Prefix-cache affinity (rendezvous hashing with bounded load).' },
+      ),
+    ),
+    lora: Type.Optional(
+      Mapping(
+        { maxAdaptersPerServer: Type.Optional(Type.Integer({ minimum: 1, description: 'Adapters a server may hold before LoRA affinity stops adding new ones to it. Default 4.' })) },
+        { description: 'LoRA affinity.' },
+      ),
+    ),
+    metrics: Type.Optional(
+      Mapping(
+        {
+          enabled: Type.Optional(Type.Boolean({ default: true, description: 'Scrape model-server metrics.' })),
+          format: Type.Optional(StringEnum(METRICS_FLAVOURS, { default: 'vllm', description: 'Default metrics flavour of the model servers.' })),
+          path: Type.Optional(Type.String({ pattern: '^/', errorMessage: 'expected a path starting with /', default: '/metrics', description: 'HTTP path of the metrics endpoint.' })),
+          intervalSeconds: Type.Optional(Type.Number({ minimum: 0.05, description: 'Scrape interval. Default 1.' })),
+          timeoutSeconds: Type.Optional(Type.Number({ minimum: 0.01, description: 'Timeout of one scrape. Default 0.5.' })),
+          staleAfterSeconds: Type.Optional(Type.Number({ minimum: 0.01, description: 'A report older than this no longer counts (≥ intervalSeconds). Default max(5, 3 × intervalSeconds).' })),
+          concurrency: Type.Optional(Type.Integer({ minimum: 1, description: 'Scrapes in flight at once. Default 16.' })),
+        },
+        { description: 'Scraping of model-server Prometheus metrics.' },
+      ),
+    ),
+    pools: Type.Optional(
+      Type.Record(
+        Type.String(),
+        Mapping(
+          {
+            metricsFormat: Type.Optional(StringEnum([...METRICS_FLAVOURS, 'none'] as const, { description: 'Metrics flavour of this pool; none = do not scrape it.' })),
+            maxQueueDepth: Type.Optional(Type.Integer({ minimum: 1, description: 'Load shedding: endpoints reporting this many waiting requests take no new ones; all of them = 429 pool_overloaded.' })),
+          },
+          { description: 'Per-pool picker settings.' },
+        ),
+        { description: 'Per-pool settings by pool name.' },
+      ),
+    ),
+  },
+  { description: 'Load-aware, cache-affine endpoint picking.' },
+);
+
 export const configFileSchema = Mapping(
   {
     listen: Type.Optional(
@@ -178,6 +244,7 @@ export const configFileSchema = Mapping(
         { description: 'Passive health: endpoints that keep failing are skipped for a while.' },
       ),
     ),
+    picker: Type.Optional(Picker),
     shutdownDrainSeconds: Type.Optional(Seconds('On SIGTERM: keep answering (health NOT_SERVING) this long, so the proxy moves away first.', DEFAULTS.shutdownDrainSeconds)),
     shutdownGraceSeconds: Type.Optional(Seconds('Then stop taking new streams; open ones get this long before they are released to Envoy.', DEFAULTS.shutdownGraceSeconds)),
   },

@@ -23,6 +23,7 @@ export const ERROR_KINDS = [
   'all_replicas_failed',
   'no_healthy_upstream',
   'overloaded',
+  'pool_overloaded',
   'gateway_misconfigured',
   'gateway_unavailable',
   // The replica took the request but the answer went wrong.
@@ -224,6 +225,19 @@ const SPECS: Record<ErrorKind, EntrySpec> = {
       'Envoy refused the request to protect the model servers: circuit breaker overflow (flag UO), ' +
       'drop_overload, overload manager or maintenance mode.',
     action: 'Retry with backoff after the Retry-After delay, or lower request concurrency.',
+  },
+  pool_overloaded: {
+    status: 429,
+    type: 'service_unavailable_error',
+    title: 'Every replica of the model has a full queue',
+    retryable: true,
+    retryAfterSeconds: 2,
+    delivery: 'response',
+    cause:
+      'Load shedding: every ready replica of the model reports at least its pool\'s `maxQueueDepth` ' +
+      'requests waiting (model-server metrics), so a new request would only wait in a queue. ' +
+      '`error.pools` names the pools and `error.shortest_queue` the shortest queue seen.',
+    action: 'Retry with backoff after the Retry-After delay, or lower request concurrency; the operator may add replicas.',
   },
   gateway_misconfigured: {
     status: 503,

@@ -2,6 +2,7 @@
 // stream and the standard gRPC health service. The Process loop makes no decisions: it feeds
 // each message to the stream's processor, writes what comes back in order, and reports how the
 // stream ended. Everything about *what* to answer lives behind StreamProcessor.
+import cluster from 'node:cluster';
 import { connect } from 'node:net';
 import { lstatSync, unlinkSync } from 'node:fs';
 import { resolve as resolvePath } from 'node:path';
@@ -129,7 +130,9 @@ export async function startGrpcServer(opts: GrpcServerOptions): Promise<RunningG
   });
 
   const target = parseAddress(opts.address);
-  if (target.kind === 'unix') {
+  // Cluster workers share the primary's listening socket (the primary removed a stale file before
+  // forking); a worker probing it would find it live and refuse to start.
+  if (target.kind === 'unix' && !cluster.isWorker) {
     await removeStaleSocket(target.path, logger);
   }
   const credentials = opts.tls === undefined ? ServerCredentials.createInsecure() : new ReloadingServerCredentials(opts.tls);
@@ -363,9 +366,9 @@ function contextOptions(identity: TlsIdentity): { cert: Buffer; key: Buffer } {
 // ---------------------------------------------------------------------------------------------
 // binding and shutdown
 
-type ListenTarget = { kind: 'tcp'; host: string } | { kind: 'unix'; path: string };
+export type ListenTarget = { kind: 'tcp'; host: string } | { kind: 'unix'; path: string };
 
-function parseAddress(address: string): ListenTarget {
+export function parseAddress(address: string): ListenTarget {
   if (address.startsWith('unix:')) {
     // gRPC naming: "unix:///abs/path" (absolute) or "unix:path" (relative to the cwd).
     const rest = address.startsWith('unix://') ? address.slice('unix://'.length) : address.slice('unix:'.length);
@@ -393,7 +396,7 @@ function bind(server: Server, address: string, credentials: ServerCredentials): 
  * A sidecar that crashed leaves its socket file behind in the shared volume, and binding over it
  * fails. Remove it only if nobody answers on it; a live socket means another instance owns it.
  */
-async function removeStaleSocket(path: string, logger: Logger): Promise<void> {
+export async function removeStaleSocket(path: string, logger: Logger): Promise<void> {
   let isSocket: boolean;
   try {
     isSocket = lstatSync(path).isSocket();

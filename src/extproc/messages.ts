@@ -15,12 +15,18 @@ export interface HeaderMap {
 
 export interface HttpHeaders {
   headers?: HeaderMap;
+  /** Deprecated upstream (attributes come in ProcessingRequest.attributes); decoded if sent. */
+  attributes?: Record<string, ProtoStruct>;
   end_of_stream?: boolean;
 }
 
 export interface HttpBody {
   body?: Buffer;
   end_of_stream?: boolean;
+  /** GRPC body mode only. */
+  end_of_stream_without_message?: boolean;
+  /** GRPC body mode only. */
+  grpc_message_compressed?: boolean;
 }
 
 export interface HttpTrailers {
@@ -87,6 +93,10 @@ export interface HeaderMutation {
 export interface StreamedBodyResponse {
   body?: Buffer;
   end_of_stream?: boolean;
+  /** GRPC body mode only. */
+  end_of_stream_without_message?: boolean;
+  /** GRPC body mode only. */
+  grpc_message_compressed?: boolean;
 }
 
 export interface BodyMutation {

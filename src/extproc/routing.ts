@@ -8,7 +8,9 @@ import type { EndpointStore } from '../endpoints/store.js';
 import { GatewayError } from '../errors/gateway-error.js';
 import { noReadyReplicaError } from '../errors/no-ready-replica.js';
 import type { LoadTracker } from '../picker/load-tracker.js';
-import { pickEndpoints } from '../picker/pick.js';
+import { Picker } from '../picker/pipeline.js';
+import { IN_FLIGHT_ONLY, poolSettings } from '../picker/settings.js';
+import type { PickerSettings } from '../picker/settings.js';
 
 export interface RoutedRequest {
   readonly model: string;
@@ -30,10 +32,15 @@ export interface RouteRequest {
    * only these `ip:port` addresses may be picked. Undefined = no restriction.
    */
   readonly subset?: ReadonlySet<string>;
+  /**
+   * Chained hashes of the prompt's leading blocks (InferenceRequest.promptBlocks): the key of
+   * prefix-cache affinity. Absent or empty = no affinity. The prompt itself never gets here.
+   */
+  readonly promptBlocks?: readonly number[];
 }
 
 export interface Routing {
-  /** Throws GatewayError `model_not_found` or `no_ready_replica`. */
+  /** Throws GatewayError `model_not_found`, `no_ready_replica` or `pool_overloaded`. */
   route(request: RouteRequest): RoutedRequest;
   release(routed: RoutedRequest): void;
   recordSuccess(endpoint: Endpoint): void;
@@ -55,21 +62,48 @@ export interface RoutingOptions {
    */
   readonly pool?: string;
   readonly random?: () => number;
+  /** Scorer weights, affinity and shedding; absent = least in-flight only. */
+  readonly picker?: PickerSettings;
 }
 
 export class StoreRouting implements Routing {
+  private readonly picker: Picker;
+  private readonly scoped = new WeakMap<PoolView, readonly PoolView[]>();
+
   constructor(
     private readonly store: EndpointStore,
     private readonly load: LoadTracker,
     private readonly options: RoutingOptions,
-  ) {}
+  ) {
+    const settings = options.picker ?? IN_FLIGHT_ONLY;
+    // The picker reads the same signal cells the load tracker counts in (and the scraper fills).
+    this.picker = new Picker(load.board, {
+      weights: settings.weights,
+      fallbacks: options.fallbacks,
+      boundedLoad: { factor: settings.prefix.loadFactor, slack: settings.prefix.loadSlack, maxQueue: settings.prefix.maxQueue },
+      keyBlocks: settings.prefix.keyBlocks,
+      maxAdaptersPerServer: settings.lora.maxAdaptersPerServer,
+      poolPolicy: (pool) => poolSettings(settings, pool),
+      random: options.random ?? Math.random,
+    });
+  }
 
   route(request: RouteRequest): RoutedRequest {
     const model = request.model;
     this.requireSynced(`model ${model} cannot be routed yet`, { model });
-    const candidates = restrictToSubset(this.poolsFor(model), request.subset);
-    const endpoints = pickEndpoints(candidates, this.load, { fallbacks: this.options.fallbacks, random: this.options.random ?? Math.random });
-    if (endpoints.length === 0) throw this.nothingEligible(model, candidates, request.subset);
+    // The pools as the view holds them (the picker caches its compiled candidates per view); the
+    // subset hint travels in the request and is applied by the picker's filter.
+    const pools = this.poolsFor(model);
+    const outcome = this.picker.pick(pools, request);
+    if (outcome.kind === 'shed') {
+      throw new GatewayError(
+        'pool_overloaded',
+        `every ready replica of the model ${model} has a full queue (at least ${outcome.shortestQueue} requests waiting; pool ${outcome.pools.join(', ')}); retry later`,
+        { details: { model, pools: outcome.pools, shortest_queue: outcome.shortestQueue } },
+      );
+    }
+    if (outcome.kind === 'none') throw this.nothingEligible(model, restrictToSubset(pools, request.subset), request.subset);
+    const endpoints = outcome.endpoints;
     // Load is charged to the primary: it is where Envoy sends the request unless it cannot connect.
     this.load.acquire(endpoints[0].address);
     const destinations = Array.from({ length: 1 + this.options.fallbacks }, (_, i) => endpoints[i % endpoints.length].address);
@@ -97,7 +131,10 @@ export class StoreRouting implements Routing {
     if (pool.models.length > 0 && !pool.models.includes(model)) {
       throw new GatewayError('model_not_found', `the model ${model} is not served by the pool ${scope} behind this gateway`, { details: { param: 'model', model, pool: scope } });
     }
-    return [pool];
+    // The same array for as long as the pool object lives, so the picker's per-view cache hits.
+    let scoped = this.scoped.get(pool);
+    if (scoped === undefined) this.scoped.set(pool, (scoped = [pool]));
+    return scoped;
   }
 
   private nothingEligible(model: string, candidates: readonly PoolView[], subset: ReadonlySet<string> | undefined): GatewayError {

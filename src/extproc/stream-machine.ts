@@ -202,7 +202,7 @@ function route(ctx: MachineContext, out: StepBuilder, state: Extract<StreamState
   try {
     const inference = readInferenceRequest(body);
     model = inference.model;
-    routed = ctx.routing.route({ model, ...(request.subset === undefined ? {} : { subset: request.subset }) });
+    routed = ctx.routing.route({ model, promptBlocks: inference.promptBlocks, ...(request.subset === undefined ? {} : { subset: request.subset }) });
   } catch (thrown) {
     const err = GatewayError.from(thrown);
     if (mayBePartial && err.kind === 'invalid_json') {

@@ -8,6 +8,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadSync } from '@grpc/proto-loader';
 import type { AnyDefinition, MethodDefinition, Options, PackageDefinition, ServiceDefinition } from '@grpc/proto-loader';
+import { fastRequestDeserializer, fastResponseSerializer } from './codec/fast-codec.js';
+import type { CodecCounters } from './codec/fast-codec.js';
 import { CONSTANT_REPLIES } from './constant-replies.js';
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
 
@@ -63,6 +65,8 @@ export type HealthDefinition = {
 export interface WireDefinitions {
   /** Everything proto-loader produced, keyed by fully-qualified name (descriptors, for tests). */
   packageDefinition: PackageDefinition;
+  /** Messages the hot-path codec left to the reflection codec (see codec/fast-codec.ts). */
+  codecCounters: CodecCounters;
   externalProcessor: ExternalProcessorDefinition;
   health: HealthDefinition;
 }
@@ -71,10 +75,12 @@ export function loadWireDefinitions(): WireDefinitions {
   const packageDefinition = loadSync([...PROTO_FILES], { ...PROTO_LOADER_OPTIONS });
   const extProc = serviceDefinition(packageDefinition, EXT_PROC_SERVICE_NAME);
   const health = serviceDefinition(packageDefinition, HEALTH_SERVICE_NAME);
+  const codecCounters: CodecCounters = { fallbackDecodes: 0, fallbackEncodes: 0 };
   return {
     packageDefinition,
+    codecCounters,
     externalProcessor: {
-      Process: withCachedReplies(method<ProcessingRequest, ProcessingResponse>(extProc, EXT_PROC_SERVICE_NAME, 'Process', true, true)),
+      Process: withCachedReplies(withFastCodec(method<ProcessingRequest, ProcessingResponse>(extProc, EXT_PROC_SERVICE_NAME, 'Process', true, true), codecCounters)),
     },
     health: {
       Check: method<HealthCheckRequest, HealthCheckResponse>(health, HEALTH_SERVICE_NAME, 'Check', false, false),
@@ -83,7 +89,20 @@ export function loadWireDefinitions(): WireDefinitions {
   };
 }
 
-/** Serializes the constant "continue" replies once; everything else goes through protobufjs. */
+/**
+ * The server's side of Process (decoding Envoy's requests, encoding our replies) goes through the
+ * hand-written codec, which hands whatever it does not cover to the reflection codec. The other
+ * two directions (used by test clients) stay reflection-only.
+ */
+function withFastCodec(def: MethodDefinition<ProcessingRequest, ProcessingResponse>, counters: CodecCounters): MethodDefinition<ProcessingRequest, ProcessingResponse> {
+  return {
+    ...def,
+    requestDeserialize: fastRequestDeserializer(def.requestDeserialize, counters),
+    responseSerialize: fastResponseSerializer(def.responseSerialize, counters),
+  };
+}
+
+/** Serializes the constant "continue" replies once; everything else is encoded per message. */
 function withCachedReplies(def: MethodDefinition<ProcessingRequest, ProcessingResponse>): MethodDefinition<ProcessingRequest, ProcessingResponse> {
   const serialize = def.responseSerialize;
   const cached = new Map<ProcessingResponse, Buffer>(CONSTANT_REPLIES.map((reply) => [reply, serialize(reply)]));

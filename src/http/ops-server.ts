@@ -3,15 +3,23 @@
 
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Registry } from 'prom-client';
 import type { EndpointView } from '../endpoints/model.js';
 import { errorMessage } from '../util/error-message.js';
 import { splitHostPort } from '../util/host-port.js';
 
+/** What /metrics needs of a registry: one process's Registry, or an aggregate over cluster workers. */
+export interface MetricsSource {
+  readonly contentType: string;
+  metrics(): Promise<string>;
+}
+
 export interface OpsServerDeps {
-  readonly registry: Registry;
+  readonly registry: MetricsSource;
   readonly isReady: () => boolean;
-  readonly view: () => EndpointView;
+  /** The cache as /debug/endpoints shows it: a view, or one already rendered by viewAsJson (cluster primary). */
+  readonly view: () => EndpointView | { readonly rendered: unknown };
+  /** Load signals of one address (in-flight count, model-server report) for /debug/endpoints. */
+  readonly signals?: (address: string) => unknown;
 }
 
 export interface RunningOpsServer {
@@ -23,13 +31,19 @@ function json(status: number, body: unknown): { status: number; type: string; bo
   return { status, type: 'application/json', body: JSON.stringify(body) };
 }
 
-export function viewAsJson(view: EndpointView): unknown {
+export function viewAsJson(view: EndpointView, signals?: (address: string) => unknown): unknown {
   return {
     version: view.version,
     pools: [...view.pools.values()].map((pool) => ({
       name: pool.name,
       models: pool.models,
-      endpoints: pool.endpoints.map((e) => ({ id: e.id, address: e.address, state: e.state, reason: e.reason })),
+      endpoints: pool.endpoints.map((e) => ({
+        id: e.id,
+        address: e.address,
+        state: e.state,
+        reason: e.reason,
+        ...(signals === undefined || e.address === '' ? {} : { load: signals(e.address) }),
+      })),
     })),
   };
 }
@@ -43,7 +57,10 @@ export async function startOpsServer(address: string, deps: OpsServerDeps): Prom
       else if (path === '/metrics') reply = { status: 200, type: deps.registry.contentType, body: await deps.registry.metrics() };
       else if (path === '/healthz') reply = json(200, { status: 'ok' });
       else if (path === '/readyz') reply = deps.isReady() ? json(200, { status: 'ready' }) : json(503, { status: 'not ready', reason: 'endpoint cache has not completed its first sync' });
-      else if (path === '/debug/endpoints') reply = json(200, viewAsJson(deps.view()));
+      else if (path === '/debug/endpoints') {
+        const view = deps.view();
+        reply = json(200, 'rendered' in view ? view.rendered : viewAsJson(view, deps.signals));
+      }
       else reply = json(404, { error: 'not found' });
       res.writeHead(reply.status, { 'content-type': reply.type, 'cache-control': 'no-store' });
       res.end(req.method === 'HEAD' ? undefined : reply.body);

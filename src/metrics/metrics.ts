@@ -6,6 +6,8 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { ENDPOINT_STATES } from '../endpoints/model.js';
 import type { EndpointView, PoolView } from '../endpoints/model.js';
 import type { BreakVerdict } from '../endpoints/replica-probe.js';
+import { CountingHistogram } from './counting-histogram.js';
+import { EventLoopDelayMetric } from './event-loop-delay.js';
 
 export type AttemptOutcome = 'success' | 'failure';
 
@@ -44,6 +46,8 @@ export class Metrics {
     name: 'llm_extproc_endpoints',
     help: 'Endpoints in the cache, by pool and state.',
     labelNames: ['pool', 'state'] as const,
+    // Cluster mode: every worker holds the same cache; the primary reports one copy, not the sum.
+    aggregator: 'max',
     registers: [this.registry],
   });
 
@@ -53,13 +57,15 @@ export class Metrics {
     registers: [this.registry],
   });
 
-  private readonly messageSeconds = new Histogram({
-    name: 'llm_extproc_message_processing_seconds',
-    help: 'Time spent handling one ext_proc message (our added latency per message), by message type.',
-    labelNames: ['message'] as const,
-    buckets: [0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05],
-    registers: [this.registry],
-  });
+  private readonly messageSeconds = new CountingHistogram(
+    {
+      name: 'llm_extproc_message_processing_seconds',
+      help: 'Time spent handling one ext_proc message (our added latency per message), by message type.',
+      buckets: [0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05],
+      registers: [this.registry],
+    },
+    'message',
+  );
 
   private readonly outsidePick = new Counter({
     name: 'llm_extproc_served_outside_pick_total',
@@ -85,9 +91,34 @@ export class Metrics {
     name: 'llm_extproc_endpoint_cache_age_seconds',
     help: 'Seconds since the endpoint source last confirmed its view (list, watch event or file load).',
     labelNames: ['source'] as const,
+    aggregator: 'max',
     registers: [this.registry],
     collect: () => this.collectCacheAge(),
   });
+
+  private readonly scrapes = new Counter({
+    name: 'llm_extproc_model_server_scrapes_total',
+    help: 'Scrapes of model-server metrics endpoints, by result (ok, timeout, http_error, connect_error, parse_error).',
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly scrapeSeconds = new Histogram({
+    name: 'llm_extproc_model_server_scrape_seconds',
+    help: 'Time one model-server metrics scrape took, failed ones included.',
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+    registers: [this.registry],
+  });
+
+  private readonly endpointMetricsStates = new Gauge({
+    name: 'llm_extproc_endpoint_load_reports',
+    help: 'Endpoints by the state of their model-server load report (fresh, missing, failing, stale). Only fresh reports count for picking.',
+    labelNames: ['state'] as const,
+    registers: [this.registry],
+    collect: () => this.collectLoadReports(),
+  });
+
+  private loadReportStates: () => Iterable<string> = () => [];
 
   private readonly lastRefresh = new Map<string, number>();
   /** Label sets used per endpoint address, so they can be removed when the address goes away. */
@@ -100,8 +131,14 @@ export class Metrics {
   private readonly poolAddresses = new WeakMap<PoolView, ReadonlySet<string>>();
   private readonly messageChildren = new Map<string, { observe(value: number): void }>();
 
+  /** Present with process metrics: a native sampler that a test creating many Metrics can do without. */
+  readonly eventLoopDelay: EventLoopDelayMetric | undefined;
+
   constructor(options: { processMetrics?: boolean } = {}) {
-    if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry, prefix: 'llm_extproc_' });
+    const processMetrics = options.processMetrics ?? true;
+    // Includes llm_extproc_nodejs_gc_duration_seconds (GC pauses by kind) and process RSS/CPU.
+    if (processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'llm_extproc_' });
+    this.eventLoopDelay = processMetrics ? new EventLoopDelayMetric(this.registry, 'llm_extproc_event_loop_delay_seconds') : undefined;
   }
 
   requestFinished(model: string, result: string): void {
@@ -132,10 +169,10 @@ export class Metrics {
   }
 
   messageHandled(message: string, seconds: number): void {
-    // Hot path (every ext_proc message): resolve the labelled child once per message type.
+    // Hot path (every ext_proc message): resolve the series once per message type.
     let child = this.messageChildren.get(message);
     if (child === undefined) {
-      child = this.messageSeconds.labels({ message });
+      child = this.messageSeconds.child(message);
       this.messageChildren.set(message, child);
     }
     child.observe(seconds);
@@ -151,6 +188,22 @@ export class Metrics {
 
   sourceError(source: string): void {
     this.sourceErrors.inc({ source });
+  }
+
+  scraped(result: string, seconds: number): void {
+    this.scrapes.inc({ result });
+    this.scrapeSeconds.observe(seconds);
+  }
+
+  /** Where the per-endpoint report states come from (the picker's signal board, via app.ts). */
+  reportLoadStatesFrom(states: () => Iterable<string>): void {
+    this.loadReportStates = states;
+  }
+
+  private collectLoadReports(): void {
+    const counts = new Map<string, number>([['fresh', 0], ['missing', 0], ['failing', 0], ['stale', 0]]);
+    for (const state of this.loadReportStates()) counts.set(state, (counts.get(state) ?? 0) + 1);
+    for (const [state, count] of counts) this.endpointMetricsStates.set({ state }, count);
   }
 
   sourceRefreshed(source: string, at: number = Date.now()): void {

@@ -1,22 +1,23 @@
-// In-flight request counts per endpoint address: the load signal the picker reads. Owned by the
-// data path; a request holds its slot from routing until its ext_proc stream ends, whatever the outcome.
+// In-flight request counts per endpoint address: the load signal we know without asking anyone.
+// Owned by the data path; a request holds its slot from routing until its ext_proc stream ends,
+// whatever the outcome. The counts live in the shared signal cells the picker reads.
 
-import type { PickSignals } from './pick.js';
+import { SignalBoard } from './signals.js';
 
-export class LoadTracker implements PickSignals {
-  private readonly counts = new Map<string, number>();
+export class LoadTracker {
+  constructor(readonly board: SignalBoard = new SignalBoard()) {}
 
   inFlight(address: string): number {
-    return this.counts.get(address) ?? 0;
+    return this.board.peek(address)?.inFlight ?? 0;
   }
 
   acquire(address: string): void {
-    this.counts.set(address, this.inFlight(address) + 1);
+    this.board.cell(address).inFlight++;
   }
 
+  /** Never below zero: an extra release must not swallow a later acquire. */
   release(address: string): void {
-    const next = this.inFlight(address) - 1;
-    if (next > 0) this.counts.set(address, next);
-    else this.counts.delete(address);
+    const cell = this.board.peek(address);
+    if (cell !== undefined && cell.inFlight > 0) cell.inFlight--;
   }
 }

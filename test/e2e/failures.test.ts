@@ -206,6 +206,33 @@ describe('failures that need a gateway of their own', () => {
     }
   });
 
+  it(covers('pool_overloaded', 'pool_overloaded: every replica reports a queue at the pool limit (load shedding)'), async () => {
+    const a = await startModelServer({ id: 'full-a', models: ['m'], metrics: { waiting: 12, running: 8 } });
+    const b = await startModelServer({ id: 'full-b', models: ['m'], metrics: { waiting: 10, running: 8 } });
+    const gateway = await startGateway({
+      pools: [{ name: 'p', models: ['m'], endpoints: [{ address: a.address }, { address: b.address }] }],
+      configYaml: 'picker:\n  metrics:\n    intervalSeconds: 0.05\n  pools:\n    p:\n      maxQueueDepth: 10\n',
+    });
+    const fresh = async (): Promise<true | undefined> => (metricValue(await gateway.metricsText(), 'llm_extproc_endpoint_load_reports', { state: 'fresh' }) === 2 ? true : undefined);
+    try {
+      await waitUntil(fresh, { description: 'both load reports scraped' });
+      const body = assertCatalogError(await gateway.send(chat('m')), 'pool_overloaded') as ErrorBody & { error: { pools: string[]; shortest_queue: number } };
+      assert.deepEqual(body.error.pools, ['p']);
+      assert.equal(body.error.shortest_queue, 10);
+      assert.equal(a.requests.length + b.requests.length, 0, 'shed before reaching any model server');
+      // One replica drains its queue: requests flow again, to it.
+      b.setMetrics({ waiting: 2, running: 8 });
+      const scrapes = b.metricsScrapes;
+      await waitUntil(() => (b.metricsScrapes > scrapes + 1 ? true : undefined), { description: 'a new scrape of b' });
+      const response = await gateway.send(chat('m'));
+      assert.equal(response.status, 200, response.text());
+      assert.equal(response.headers['x-model-server-id'], 'full-b');
+    } finally {
+      await gateway.stop();
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+
   it(covers('gateway_unavailable', 'gateway_unavailable: llm-extproc itself is down, and Envoy still answers in JSON'), async () => {
     const s = await startModelServer({ id: 'orphan', models: ['m'] });
     const gateway = await startGateway({ pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }] });
@@ -226,7 +253,9 @@ describe('safe retries and outcome accounting', () => {
     const refusing = await startModelServer({ id: 'refusing', host: privateLoopbackHost(), models: ['m'] });
     const gateway = await startGateway({
       pools: [{ name: 'p', models: ['m'], endpoints: [{ address: healthy.address }, { address: refusing.address }] }],
-      configYaml: 'quarantine:\n  consecutiveFailures: 2\n  baseSeconds: 600\n  maxSeconds: 600\n',
+      // Passive health is under test: no metrics scraping (a refused scrape would already keep the
+      // refusing replica from being primary) and no prefix affinity (every request has one prompt).
+      configYaml: 'quarantine:\n  consecutiveFailures: 2\n  baseSeconds: 600\n  maxSeconds: 600\npicker:\n  metrics:\n    enabled: false\n  weights:\n    prefix: 0\n',
     }).catch(async (err: unknown) => {
       await Promise.all([healthy.close(), refusing.close()]);
       throw err;

@@ -28,6 +28,8 @@ export interface StartEnvoyOptions {
   readonly name?: string;
   /** Deadline for the admin endpoint to report ready. */
   readonly startTimeoutMs?: number;
+  /** Envoy worker threads (`--concurrency`); default 1. */
+  readonly concurrency?: number;
   /** Grace period between SIGTERM and SIGKILL in `stop()`. */
   readonly stopTimeoutMs?: number;
   /** Extra command-line flags, e.g. `['--component-log-level', 'ext_proc:trace']`. */
@@ -175,7 +177,7 @@ export async function startEnvoy(opts: StartEnvoyOptions): Promise<RunningEnvoy>
     // test files running in parallel processes never trip over each other.
     '--use-dynamic-base-id',
     '--disable-hot-restart',
-    '--concurrency', '1',
+    '--concurrency', String(opts.concurrency ?? 1),
     '--log-level', opts.logLevel ?? 'info',
     ...(opts.extraArgs ?? []),
   ];

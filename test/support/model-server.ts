@@ -9,6 +9,10 @@
 // Faults apply to the inference endpoints only (POST /v1/chat/completions, /v1/completions,
 // /v1/embeddings, /v1/responses); GET /health and GET /v1/models always answer normally, so a
 // health check or model listing never consumes a one-shot fault.
+//
+// GET /metrics answers like vLLM's Prometheus endpoint with load values the test sets
+// (setMetrics), or fails on command. Scrapes are counted in `metricsScrapes`, not recorded in
+// `requests`, so a picker scraping in the background never disturbs a test's request log.
 
 import { buffer } from 'node:stream/consumers';
 import { createServer } from 'node:http';
@@ -125,6 +129,46 @@ export interface StartModelServerOptions {
   /** Listed by GET /v1/models; the first is used when a request has no `model`. Default ['test-model']. */
   readonly models?: readonly string[];
   readonly behavior?: Behavior;
+  /** What GET /metrics reports (default: idle). */
+  readonly metrics?: MetricsBehavior;
+}
+
+/** The load a fake vLLM server reports on GET /metrics. */
+export interface VllmMetrics {
+  readonly waiting?: number;
+  readonly running?: number;
+  /** 0..1 */
+  readonly kvCacheUsage?: number;
+  readonly runningAdapters?: readonly string[];
+  readonly waitingAdapters?: readonly string[];
+  readonly maxAdapters?: number;
+}
+
+/** How GET /metrics answers: vLLM text with these values, or a failure. */
+export type MetricsBehavior = VllmMetrics | { readonly fail: 'status-500' | 'garbage' | 'hang' };
+
+/** vLLM's exposition of the values (same names, labels and types as vLLM 0.10). */
+export function vllmMetricsText(model: string, m: VllmMetrics): string {
+  const label = `model_name="${model}",engine="0"`;
+  const lines = [
+    '# HELP vllm:num_requests_running Number of requests in model execution batches.',
+    '# TYPE vllm:num_requests_running gauge',
+    `vllm:num_requests_running{${label}} ${(m.running ?? 0).toFixed(1)}`,
+    '# HELP vllm:num_requests_waiting Number of requests waiting to be processed.',
+    '# TYPE vllm:num_requests_waiting gauge',
+    `vllm:num_requests_waiting{${label}} ${(m.waiting ?? 0).toFixed(1)}`,
+    '# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.',
+    '# TYPE vllm:kv_cache_usage_perc gauge',
+    `vllm:kv_cache_usage_perc{${label}} ${m.kvCacheUsage ?? 0}`,
+  ];
+  if (m.runningAdapters !== undefined || m.waitingAdapters !== undefined) {
+    lines.push(
+      '# HELP vllm:lora_requests_info Running stats on lora requests.',
+      '# TYPE vllm:lora_requests_info gauge',
+      `vllm:lora_requests_info{max_lora="${m.maxAdapters ?? 4}",running_lora_adapters="${(m.runningAdapters ?? []).join(',')}",waiting_lora_adapters="${(m.waitingAdapters ?? []).join(',')}"} 1.7e+09`,
+    );
+  }
+  return `${lines.join('\n')}\n`;
 }
 
 export interface ModelServer {
@@ -139,6 +183,10 @@ export interface ModelServer {
   setBehavior(b: Behavior): void;
   /** One-shot behaviours, queued: each inference request takes the next one before falling back to setBehavior's. */
   nextBehavior(b: Behavior): void;
+  /** What GET /metrics answers from now on. */
+  setMetrics(m: MetricsBehavior): void;
+  /** GET /metrics requests answered (or failed) so far. */
+  readonly metricsScrapes: number;
   /** Resolves with the next request to arrive (after its body is read). */
   onRequest(): Promise<RecordedRequest>;
   /** Exact body bytes written for the most recent request (empty if none). */
@@ -241,6 +289,8 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
   const host = opts.host ?? '127.0.0.1';
   const models = opts.models ?? ['test-model'];
   let behavior: Behavior = opts.behavior ?? { kind: 'ok' };
+  let metrics: MetricsBehavior = opts.metrics ?? {};
+  let metricsScrapes = 0;
   const oneShots: Behavior[] = [];
   const requests: RecordedRequest[] = [];
   const waiters: ((r: RecordedRequest) => void)[] = [];
@@ -366,6 +416,18 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
     const path = req.url ?? '/';
     const method = req.method ?? 'GET';
     const kind = method === 'POST' ? apiKindOf(path) : undefined;
+    if (method === 'GET' && path.split('?')[0] === '/metrics') {
+      metricsScrapes++;
+      const now = metrics;
+      if ('fail' in now) {
+        if (now.fail === 'hang') return;
+        if (now.fail === 'garbage') res.writeHead(200, { 'content-type': 'text/html' }).end('<html>\n<body>maintenance</body>\n</html>\n');
+        else res.writeHead(500, { 'content-type': 'text/plain' }).end('metrics unavailable');
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(vllmMetricsText(models[0] ?? 'test-model', now));
+      return;
+    }
     // Decided at arrival, so one-shot faults go to requests in arrival order.
     const chosen: Behavior = kind === undefined ? { kind: 'ok' } : (oneShots.shift() ?? behavior);
 
@@ -444,6 +506,12 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
     port,
     address: `${host}:${port}`,
     requests,
+    get metricsScrapes() {
+      return metricsScrapes;
+    },
+    setMetrics: (m) => {
+      metrics = m;
+    },
     setBehavior: (b) => {
       behavior = b;
     },

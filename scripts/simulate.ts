@@ -1,0 +1,56 @@
+// `npm run simulate`: replays one synthetic multi-tenant workload (scripts/simulate/sim.ts)
+// against simulated model servers under three picking policies (round-robin, least in-flight, and
+// our pipeline) and prints a comparison table. --write also puts the table in docs/benchmarks.md
+// (between the simulate markers) and draws it as docs/picker-simulation.svg.
+// Flags: --seed N, --servers N, --requests N, --write.
+
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { replaceBetweenMarkers } from './bench/stats.js';
+import { renderSimulationSvg } from './simulate/chart.js';
+import { DEFAULT_SIM, POLICIES, simulate, workload } from './simulate/sim.js';
+import type { SimConfig, SimResult } from './simulate/sim.js';
+import { repoRoot } from './repo-root.js';
+
+const { values: flags } = parseArgs({
+  options: {
+    seed: { type: 'string', default: String(DEFAULT_SIM.seed) },
+    servers: { type: 'string', default: String(DEFAULT_SIM.servers) },
+    requests: { type: 'string', default: String(DEFAULT_SIM.requests) },
+    write: { type: 'boolean', default: false },
+  },
+});
+
+function whole(name: string, text: string): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name}: expected a whole number ≥ 1, got ${JSON.stringify(text)}`);
+  return n;
+}
+
+const config: SimConfig = { ...DEFAULT_SIM, seed: whole('seed', flags.seed), servers: whole('servers', flags.servers), requests: whole('requests', flags.requests) };
+const requests = workload(config);
+const results: SimResult[] = POLICIES.map((policy) => simulate(config, policy, requests));
+
+const ms = (v: number): string => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
+const args = process.argv.slice(2).filter((a) => a !== '--write');
+const table = [
+  `Command: \`npm run simulate -- --write${args.length > 0 ? ` ${args.join(' ')}` : ''}\` · ${config.requests.toLocaleString('en-US')} requests, ${config.servers} servers × ${config.slots} slots, ` +
+    `${config.tenants} tenants (Zipf), prefix cache ${config.cacheBlocks} blocks of 16 tokens per server, Poisson arrivals ${config.calmRate}/s calm and ${config.burstRate}/s in bursts (mean period ${config.periodSeconds} s), ` +
+    `prefill ${config.prefillMsPerToken} ms/token, decode ${config.decodeMsPerToken} ms/token, metrics scraped every ${config.scrapeMs} ms, seed ${config.seed}.`,
+  '',
+  '| policy | mean queue wait ms | p99 queue wait ms | mean TTFT ms | p99 TTFT ms | prefix-cache hit ratio | max/min load |',
+  '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+  ...results.map((r) => `| ${r.policy} | ${ms(r.meanWaitMs)} | ${ms(r.p99WaitMs)} | ${ms(r.meanTtftMs)} | ${ms(r.p99TtftMs)} | ${(r.cacheHitRatio * 100).toFixed(1)} % | ${r.maxMinLoad.toFixed(2)} |`),
+  '',
+  '![Simulation: queue wait, time to first token and prefix-cache hits per policy](picker-simulation.svg)',
+].join('\n');
+process.stdout.write(`${table}\n`);
+
+if (flags.write) {
+  const root = repoRoot();
+  const doc = join(root, 'docs', 'benchmarks.md');
+  writeFileSync(doc, replaceBetweenMarkers(readFileSync(doc, 'utf8'), '<!-- simulate:start -->', '<!-- simulate:end -->', table));
+  writeFileSync(join(root, 'docs', 'picker-simulation.svg'), renderSimulationSvg(results));
+  process.stderr.write(`wrote ${doc} and docs/picker-simulation.svg\n`);
+}

@@ -1,0 +1,57 @@
+// The `picker:` section of the config file (validated by schema.ts) mapped onto PickerSettings,
+// with defaults and the one rule the schema cannot express.
+
+import { DEFAULT_PICKER_SETTINGS } from '../picker/settings.js';
+import type { PickerSettings, PoolPickerSettings } from '../picker/settings.js';
+import type { ConfigFile } from './schema.js';
+
+export class PickerConfigError extends Error {
+  override readonly name = 'PickerConfigError';
+}
+
+type PickerSection = NonNullable<ConfigFile['picker']>;
+
+export function pickerSettings(section: PickerSection | undefined): PickerSettings {
+  const d = DEFAULT_PICKER_SETTINGS;
+  const w = section?.weights ?? {};
+  const prefix = section?.prefix ?? {};
+  const m = section?.metrics ?? {};
+  const intervalMs = (m.intervalSeconds ?? d.metrics.intervalMs / 1000) * 1000;
+  const staleAfterMs = m.staleAfterSeconds === undefined ? Math.max(d.metrics.staleAfterMs, 3 * intervalMs) : m.staleAfterSeconds * 1000;
+  if (staleAfterMs < intervalMs) {
+    throw new PickerConfigError(`picker.metrics.staleAfterSeconds: must be ≥ intervalSeconds (${intervalMs / 1000}), or every report would go stale before the next scrape`);
+  }
+  const pools: Record<string, PoolPickerSettings> = {};
+  for (const [name, pool] of Object.entries(section?.pools ?? {})) {
+    pools[name] = {
+      ...(pool.metricsFormat === undefined ? {} : { metricsFormat: pool.metricsFormat }),
+      ...(pool.maxQueueDepth === undefined ? {} : { maxQueueDepth: pool.maxQueueDepth }),
+    };
+  }
+  return {
+    weights: {
+      queue: w.queue ?? d.weights.queue,
+      kvCache: w.kvCache ?? d.weights.kvCache,
+      inFlight: w.inFlight ?? d.weights.inFlight,
+      prefix: w.prefix ?? d.weights.prefix,
+      lora: w.lora ?? d.weights.lora,
+    },
+    prefix: {
+      keyBlocks: prefix.keyBlocks ?? d.prefix.keyBlocks,
+      loadFactor: prefix.loadFactor ?? d.prefix.loadFactor,
+      loadSlack: prefix.loadSlack ?? d.prefix.loadSlack,
+      maxQueue: prefix.maxQueue ?? d.prefix.maxQueue,
+    },
+    lora: { maxAdaptersPerServer: section?.lora?.maxAdaptersPerServer ?? d.lora.maxAdaptersPerServer },
+    metrics: {
+      enabled: m.enabled ?? d.metrics.enabled,
+      format: (m.format) ?? d.metrics.format,
+      path: m.path ?? d.metrics.path,
+      intervalMs,
+      timeoutMs: (m.timeoutSeconds ?? d.metrics.timeoutMs / 1000) * 1000,
+      staleAfterMs,
+      concurrency: m.concurrency ?? d.metrics.concurrency,
+    },
+    pools,
+  };
+}

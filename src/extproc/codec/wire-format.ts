@@ -1,0 +1,239 @@
+// Protobuf wire-format primitives for the hand-written hot-path codec (decode-request.ts,
+// encode-response.ts). Both codecs throw `Unsupported` for anything they do not handle exactly as
+// the reflection codec (protobufjs through @grpc/proto-loader) would; the caller then hands the
+// message to the reflection codec, so behaviour never depends on which path ran.
+
+/** Thrown by the fast codecs for input they leave to the reflection codec. */
+export class Unsupported extends Error {
+  constructor(reason: string) {
+    super(reason);
+    this.name = 'Unsupported';
+  }
+}
+
+export const WIRE_VARINT = 0;
+export const WIRE_FIXED64 = 1;
+export const WIRE_LEN = 2;
+export const WIRE_FIXED32 = 5;
+
+/**
+ * Reads one message's bytes. Every read is bounds-checked against the end of the enclosing
+ * message; a truncated or malformed buffer throws Unsupported, and the reflection codec then
+ * reports it exactly as before.
+ */
+export class Reader {
+  pos: number;
+
+  constructor(
+    readonly buf: Buffer,
+    pos = 0,
+  ) {
+    this.pos = pos;
+  }
+
+  /** A varint of at most 5 bytes that fits 32 bits unsigned (tags, lengths, enums, bools). */
+  uint32(end: number): number {
+    const buf = this.buf;
+    let pos = this.pos;
+    if (pos >= end) throw new Unsupported('truncated varint');
+    let byte = buf[pos++];
+    let value = byte & 0x7f;
+    if (byte >= 0x80) {
+      let shift = 7;
+      for (;;) {
+        if (pos >= end) throw new Unsupported('truncated varint');
+        byte = buf[pos++];
+        if (shift === 28) {
+          // 5th byte: only 4 more bits fit in 32; longer varints (negative int32) go to reflection.
+          if (byte > 0x0f) throw new Unsupported('varint beyond 32 bits');
+          value += byte * 0x10000000;
+          break;
+        }
+        value |= (byte & 0x7f) << shift;
+        if (byte < 0x80) break;
+        shift += 7;
+      }
+      value >>>= 0;
+    }
+    this.pos = pos;
+    return value;
+  }
+
+  /** The end offset of a length-delimited field whose length prefix starts at pos. */
+  lengthEnd(end: number): number {
+    const len = this.uint32(end);
+    const stop = this.pos + len;
+    if (stop > end) throw new Unsupported('length beyond the enclosing message');
+    return stop;
+  }
+
+  bytes(end: number): Buffer {
+    const stop = this.lengthEnd(end);
+    // A view, not a copy, like protobufjs's BufferReader (Buffer.prototype.slice).
+    const out = this.buf.subarray(this.pos, stop);
+    this.pos = stop;
+    return out;
+  }
+
+  string(end: number): string {
+    const stop = this.lengthEnd(end);
+    const out = stop - this.pos <= SHORT_STRING ? (shortAscii(this.buf, this.pos, stop) ?? this.buf.toString('utf8', this.pos, stop)) : this.buf.toString('utf8', this.pos, stop);
+    this.pos = stop;
+    return out;
+  }
+
+  bool(end: number): boolean {
+    return this.uint32(end) !== 0;
+  }
+
+  double(end: number): number {
+    if (this.pos + 8 > end) throw new Unsupported('truncated double');
+    const value = this.buf.readDoubleLE(this.pos);
+    this.pos += 8;
+    return value;
+  }
+
+  /** Skips a field we do not read (protobufjs drops unknown fields too); groups go to reflection. */
+  skip(wireType: number, end: number): void {
+    switch (wireType) {
+      case WIRE_VARINT:
+        for (;;) {
+          if (this.pos >= end) throw new Unsupported('truncated varint');
+          if (this.buf[this.pos++] < 0x80) return;
+        }
+      case WIRE_FIXED64:
+        this.pos += 8;
+        break;
+      case WIRE_LEN:
+        this.pos = this.lengthEnd(end);
+        return;
+      case WIRE_FIXED32:
+        this.pos += 4;
+        break;
+      default:
+        throw new Unsupported(`wire type ${wireType}`);
+    }
+    if (this.pos > end) throw new Unsupported('truncated fixed-size field');
+  }
+}
+
+/** Header names and short values: building the string by hand beats a native call below this length. */
+const SHORT_STRING = 24;
+
+function shortAscii(buf: Buffer, start: number, stop: number): string | undefined {
+  let out = '';
+  for (let i = start; i < stop; i++) {
+    const c = buf[i];
+    if (c >= 0x80) return undefined;
+    out += String.fromCharCode(c);
+  }
+  return out;
+}
+
+const INITIAL_CAPACITY = 64 * 1024;
+
+/**
+ * Builds one message into a scratch buffer reused across messages (the result is copied out).
+ * Nested messages and strings get a one-byte length placeholder that is widened after the fact
+ * when the content turns out to be 128 bytes or longer, so nothing is measured twice.
+ */
+export class Writer {
+  private buf: Buffer = Buffer.allocUnsafe(INITIAL_CAPACITY);
+  private pos = 0;
+
+  reset(): void {
+    this.pos = 0;
+  }
+
+  /** A copy of what was written: the scratch buffer is reused by the next message. */
+  finish(): Buffer {
+    const out = Buffer.allocUnsafe(this.pos);
+    this.buf.copy(out, 0, 0, this.pos);
+    if (this.buf.length > 4 * INITIAL_CAPACITY) this.buf = Buffer.allocUnsafe(INITIAL_CAPACITY); // let a huge body's buffer go
+    return out;
+  }
+
+  private ensure(extra: number): void {
+    const need = this.pos + extra;
+    if (need <= this.buf.length) return;
+    let size = this.buf.length * 2;
+    while (size < need) size *= 2;
+    const grown = Buffer.allocUnsafe(size);
+    this.buf.copy(grown, 0, 0, this.pos);
+    this.buf = grown;
+  }
+
+  uint32(value: number): void {
+    this.ensure(5);
+    const buf = this.buf;
+    let v = value >>> 0;
+    while (v >= 0x80) {
+      buf[this.pos++] = (v & 0x7f) | 0x80;
+      v >>>= 7;
+    }
+    buf[this.pos++] = v;
+  }
+
+  tag(field: number, wireType: number): void {
+    this.uint32((field << 3) | wireType);
+  }
+
+  bool(field: number, value: boolean): void {
+    this.tag(field, WIRE_VARINT);
+    this.uint32(value ? 1 : 0);
+  }
+
+  double(field: number, value: number): void {
+    this.tag(field, WIRE_FIXED64);
+    this.ensure(8);
+    this.buf.writeDoubleLE(value, this.pos);
+    this.pos += 8;
+  }
+
+  bytes(field: number, value: Uint8Array): void {
+    this.tag(field, WIRE_LEN);
+    this.uint32(value.length);
+    this.ensure(value.length);
+    this.buf.set(value, this.pos);
+    this.pos += value.length;
+  }
+
+  string(field: number, value: string): void {
+    this.tag(field, WIRE_LEN);
+    const start = this.begin();
+    this.ensure(value.length * 3);
+    this.pos += this.buf.write(value, this.pos, 'utf8');
+    this.end(start);
+  }
+
+  /** Opens a length-delimited field (tag already written); returns the content start for end(). */
+  begin(): number {
+    this.ensure(1);
+    this.pos++;
+    return this.pos;
+  }
+
+  /** Writes the length of the content since begin(), widening its varint if needed. */
+  end(start: number): void {
+    const len = this.pos - start;
+    if (len < 0x80) {
+      this.buf[start - 1] = len;
+      return;
+    }
+    const width = varintSize(len);
+    this.ensure(width - 1);
+    this.buf.copy(this.buf, start + width - 1, start, this.pos);
+    this.pos += width - 1;
+    let at = start - 1;
+    let v = len;
+    while (v >= 0x80) {
+      this.buf[at++] = (v & 0x7f) | 0x80;
+      v >>>= 7;
+    }
+    this.buf[at] = v;
+  }
+}
+
+function varintSize(value: number): number {
+  return value < 0x80 ? 1 : value < 0x4000 ? 2 : value < 0x200000 ? 3 : value < 0x10000000 ? 4 : 5;
+}

@@ -1,0 +1,93 @@
+// A prom-client Histogram with one label whose observe() is a few array writes. prom-client's own
+// observe() converts, validates and hashes the label set on every call, even through a bound
+// child; for a histogram observed on every ext_proc message that was ~5 % of the server's CPU.
+// Series live in typed arrays here and are rendered in prom-client's own format on scrape
+// (text exposition and the JSON the cluster aggregator sums), so nothing downstream changes.
+
+import { Histogram } from 'prom-client';
+import type { MetricType, Registry } from 'prom-client';
+
+interface Series {
+  readonly labelValue: string;
+  /** Non-cumulative count per bucket; the last slot is +Inf. */
+  readonly counts: Float64Array;
+  sum: number;
+  count: number;
+}
+
+export interface CountingChild {
+  observe(value: number): void;
+}
+
+type Exported = Awaited<ReturnType<Histogram['get']>>;
+
+export class CountingHistogram extends Histogram {
+  private readonly series = new Map<string, Series>();
+  private readonly bounds: Float64Array;
+
+  constructor(
+    config: { name: string; help: string; buckets: readonly number[]; registers: Registry[] },
+    private readonly labelName: string,
+  ) {
+    super({ name: config.name, help: config.help, labelNames: [labelName], buckets: [...config.buckets], registers: config.registers, aggregator: 'sum' });
+    this.bounds = Float64Array.from([...config.buckets].sort((a, b) => a - b));
+  }
+
+  /** The series for one label value; keep it and call observe() on it per event. */
+  child(labelValue: string): CountingChild {
+    let series = this.series.get(labelValue);
+    if (series === undefined) {
+      series = { labelValue, counts: new Float64Array(this.bounds.length + 1), sum: 0, count: 0 };
+      this.series.set(labelValue, series);
+    }
+    const s = series;
+    const bounds = this.bounds;
+    return {
+      observe(value: number): void {
+        let i = 0;
+        while (i < bounds.length && value > bounds[i]) i++;
+        s.counts[i]++;
+        s.sum += value;
+        s.count++;
+      },
+    };
+  }
+
+  override get(): Promise<Exported> {
+    return Promise.resolve(this.export());
+  }
+
+  /** prom-client's Registry prefers this method when rendering text. */
+  getForPromString(): Promise<Exported> {
+    return Promise.resolve(this.export());
+  }
+
+  override reset(): void {
+    // prom-client's constructor calls reset() before this class's fields exist.
+    const series = this.series as Map<string, Series> | undefined;
+    if (series === undefined) return;
+    for (const s of series.values()) {
+      s.counts.fill(0);
+      s.sum = 0;
+      s.count = 0;
+    }
+  }
+
+  private export(): Exported {
+    const name = (this as unknown as { name: string }).name;
+    const values: Exported['values'] = [];
+    for (const s of this.series.values()) {
+      let cumulative = 0;
+      for (let i = 0; i <= this.bounds.length; i++) {
+        cumulative += s.counts[i];
+        const le = i < this.bounds.length ? this.bounds[i] : '+Inf';
+        values.push({ labels: { le, [this.labelName]: s.labelValue }, value: cumulative, metricName: `${name}_bucket` });
+      }
+      values.push({ labels: { [this.labelName]: s.labelValue }, value: s.sum, metricName: `${name}_sum` });
+      values.push({ labels: { [this.labelName]: s.labelValue }, value: s.count, metricName: `${name}_count` });
+    }
+    return { name, help: (this as unknown as { help: string }).help, // prom-client's typings declare MetricType as a numeric enum it does not export; at run time the
+    // type is this string, as in its own Histogram.
+    type: 'histogram' as unknown as MetricType, values, aggregator: 'sum' } as Exported;
+  }
+}

@@ -1,0 +1,305 @@
+// The picking pipeline: filters, then weighted scorers, then the best 1 + fallbacks distinct
+// endpoints in order. Pure apart from the signal cells it reads and the one random draw per pick
+// that breaks ties; no I/O, no clocks.
+//
+// Cost: what depends only on the endpoint view (the candidates of a model, de-duplicated, with
+// their signal cells, address hashes and queue limits) is compiled once per view and cached. A
+// pick is then two linear passes over typed arrays and cells with no sort and no allocation that
+// grows with the pool: the top few are kept by insertion into a fixed-size list.
+//
+//   filters  routable (Ready with an address) · the gateway's subset hint · the pool's queue limit
+//   scorers  queue depth · KV-cache use · our in-flight count · prefix affinity · LoRA affinity
+//   ties     visiting order from a random start, so equal endpoints share traffic evenly
+
+import { isRoutable } from '../endpoints/model.js';
+import type { Endpoint, PoolView } from '../endpoints/model.js';
+import { hashAddress, rendezvousWeight } from './rendezvous.js';
+import { inFlightScore, isOverloaded, kvCacheScore, loraAffinityScore, outstandingLoad, prefixAffinityScore, queueDepthScore } from './scorers.js';
+import type { SignalBoard, SignalCell } from './signals.js';
+
+export interface ScorerWeights {
+  readonly queue: number;
+  readonly kvCache: number;
+  readonly inFlight: number;
+  readonly prefix: number;
+  readonly lora: number;
+}
+
+/** Prefix affinity dominates while the owner is within bounds; load decides the rest. */
+export const DEFAULT_WEIGHTS: ScorerWeights = { queue: 1, kvCache: 1, inFlight: 1, prefix: 4, lora: 2 };
+
+export interface PoolPolicy {
+  /** Endpoints reporting at least this many waiting requests take no new ones; all of them = shed. */
+  readonly maxQueueDepth?: number;
+}
+
+export interface PipelineOptions {
+  readonly weights: ScorerWeights;
+  /** Fallbacks after the primary. */
+  readonly fallbacks: number;
+  /** Bounded load for prefix affinity: the owner keeps a prefix while load ≤ factor × mean + slack. */
+  readonly boundedLoad: {
+    readonly factor: number;
+    readonly slack: number;
+    /**
+     * An owner reporting more waiting requests than this is overloaded whatever the mean: its batch
+     * is full, and a request sent there waits however warm its cache. Undefined = no such limit.
+     */
+    readonly maxQueue?: number;
+  };
+  /** The affinity key is the hash of the prompt's first `keyBlocks` blocks (or of all, if fewer). */
+  readonly keyBlocks: number;
+  /** Adapters a server may hold before LoRA affinity stops sending it new ones. */
+  readonly maxAdaptersPerServer: number;
+  readonly poolPolicy: (pool: string) => PoolPolicy;
+  /** Uniform in [0, 1); Math.random in production. */
+  readonly random: () => number;
+}
+
+/**
+ * Tight bounds: an LLM server with a full batch makes every new request wait, so a prefix owner
+ * gives way as soon as it reports a queue or runs 10 % (+1) above the mean (see docs/benchmarks.md,
+ * simulation).
+ */
+export const DEFAULT_BOUNDED_LOAD = { factor: 1.1, slack: 1, maxQueue: 0 } as const;
+
+export interface PickRequest {
+  readonly model: string;
+  /** Chained prompt block hashes (prompt-hash.ts); the one at `keyBlocks` is the affinity key. */
+  readonly promptBlocks?: readonly number[];
+  /** Only these `ip:port` may be picked (the gateway's subset hint). */
+  readonly subset?: ReadonlySet<string>;
+}
+
+export type PickOutcome =
+  | { readonly kind: 'picked'; readonly endpoints: readonly Endpoint[] }
+  /** No routable endpoint (or none inside the subset). */
+  | { readonly kind: 'none' }
+  /** Every candidate reports a queue at or above its pool's limit. */
+  | { readonly kind: 'shed'; readonly pools: readonly string[]; readonly shortestQueue: number };
+
+/** A model's candidates, compiled once per endpoint view. */
+export class CandidateSet {
+  readonly endpoints: Endpoint[] = [];
+  readonly cells: SignalCell[] = [];
+  readonly hashes: Uint32Array;
+  readonly queueLimits: Float64Array;
+  readonly indexOf = new Map<string, number>();
+  /** Scratch space for one pick (picks never overlap: one event loop). */
+  readonly order: Int32Array;
+  readonly excluded: Uint8Array;
+
+  constructor(pools: readonly PoolView[], board: SignalBoard, policy: (pool: string) => PoolPolicy) {
+    for (const pool of pools) {
+      for (const endpoint of pool.endpoints) {
+        // First pool in configuration order wins an address listed twice; a Ready copy in a later
+        // pool is still found when an earlier copy is not routable.
+        if (!isRoutable(endpoint) || this.indexOf.has(endpoint.address)) continue;
+        this.indexOf.set(endpoint.address, this.endpoints.length);
+        this.endpoints.push(endpoint);
+        this.cells.push(board.cell(endpoint.address));
+      }
+    }
+    const n = this.endpoints.length;
+    this.hashes = new Uint32Array(n);
+    this.queueLimits = new Float64Array(n);
+    const limits = new Map(pools.map((p) => [p.name, policy(p.name).maxQueueDepth ?? Number.POSITIVE_INFINITY]));
+    for (let i = 0; i < n; i++) {
+      this.hashes[i] = hashAddress(this.endpoints[i].address);
+      this.queueLimits[i] = limits.get(this.endpoints[i].pool) ?? Number.POSITIVE_INFINITY;
+    }
+    this.order = new Int32Array(n);
+    this.excluded = new Uint8Array(n);
+  }
+
+  get size(): number {
+    return this.endpoints.length;
+  }
+}
+
+export class Picker {
+  private readonly compiled = new WeakMap<readonly PoolView[], CandidateSet>();
+  private readonly k: number;
+  private readonly topIndex: Int32Array;
+  private readonly topScore: Float64Array;
+  private readonly topPosition: Int32Array;
+
+  constructor(
+    private readonly board: SignalBoard,
+    private readonly options: PipelineOptions,
+  ) {
+    this.k = 1 + Math.max(0, options.fallbacks);
+    this.topIndex = new Int32Array(this.k + 2);
+    this.topScore = new Float64Array(this.k + 2);
+    this.topPosition = new Int32Array(this.k + 2);
+  }
+
+  /** The compiled candidates of one model's pools (the same array object for as long as the view lives). */
+  candidates(pools: readonly PoolView[]): CandidateSet {
+    let set = this.compiled.get(pools);
+    if (set === undefined) this.compiled.set(pools, (set = new CandidateSet(pools, this.board, this.options.poolPolicy)));
+    return set;
+  }
+
+  pick(pools: readonly PoolView[], request: PickRequest): PickOutcome {
+    const set = this.candidates(pools);
+    const count = this.filterSubset(set, request.subset);
+    if (count === 0) return { kind: 'none' };
+    const { weights, boundedLoad } = this.options;
+    const { order, excluded, cells, queueLimits, hashes } = set;
+
+    // Pass 1: ranges for normalisation, the queue-limit filter, mean load, LoRA relevance.
+    let minFlight = Infinity;
+    let maxFlight = -Infinity;
+    let minWaiting = Infinity;
+    let maxWaiting = -Infinity;
+    let reporting = 0;
+    let eligible = 0;
+    let loadSum = 0;
+    for (let j = 0; j < count; j++) {
+      const i = order[j];
+      const cell = cells[i];
+      const flight = cell.inFlight;
+      if (flight < minFlight) minFlight = flight;
+      if (flight > maxFlight) maxFlight = flight;
+      if (cell.reporting) {
+        const waiting = cell.waiting;
+        reporting++;
+        if (waiting < minWaiting) minWaiting = waiting;
+        if (waiting > maxWaiting) maxWaiting = waiting;
+        if (waiting >= queueLimits[i]) {
+          excluded[i] = 1;
+          continue;
+        }
+        loadSum += outstandingLoad(flight, waiting, cell.running);
+      } else loadSum += flight;
+      excluded[i] = 0;
+      eligible++;
+    }
+    const shortestQueue = minWaiting;
+    if (eligible === 0) return { kind: 'shed', pools: this.poolsOf(set, count), shortestQueue };
+
+    const flightRange = { min: minFlight, max: maxFlight };
+    const waitingRange = { min: minWaiting, max: maxWaiting };
+    const meanLoad = loadSum / eligible;
+    const ownerMaxQueue = boundedLoad.maxQueue ?? Infinity;
+    const blocks = request.promptBlocks;
+    const useAffinity = weights.prefix > 0 && blocks !== undefined && blocks.length > 0 && this.options.keyBlocks > 0;
+    const key = useAffinity ? blocks[Math.min(blocks.length, this.options.keyBlocks) - 1] : 0;
+    // The LoRA scorer only speaks for a model that some endpoint reports as an adapter.
+    const useLora = weights.lora > 0 && this.board.adapters.has(request.model);
+
+    // Pass 2: scores, from a random start so that ties go to a random endpoint.
+    const start = Math.floor(this.options.random() * count) % count;
+    let kept = 0;
+    let owner = -1;
+    let ownerWeight = -1;
+    let ownerBase = 0;
+    let ownerPosition = 0;
+    for (let step = 0; step < count; step++) {
+      const j = start + step < count ? start + step : start + step - count;
+      const i = order[j];
+      if (excluded[i] === 1) continue;
+      const cell = cells[i];
+      const reports = cell.reporting;
+      let score = weights.inFlight * inFlightScore(cell.inFlight, flightRange);
+      if (reports) {
+        if (weights.queue > 0) score += weights.queue * queueDepthScore(cell.waiting, waitingRange);
+        if (weights.kvCache > 0) score += weights.kvCache * kvCacheScore(cell.kvCacheUsage);
+      }
+      if (useLora) {
+        const maxAdapters = Math.min(this.options.maxAdaptersPerServer, cell.load?.maxAdapters ?? Infinity);
+        score += weights.lora * loraAffinityScore(request.model, reports ? cell.adapters : undefined, maxAdapters);
+      }
+      if (useAffinity) {
+        // Owners must be known to be within bounds: when any candidate reports metrics, one
+        // that does not is never trusted with a prefix.
+        const queued = reports && cell.waiting > ownerMaxQueue;
+        if ((reports || reporting === 0) && !queued && !isOverloaded(reports ? outstandingLoad(cell.inFlight, cell.waiting, cell.running) : cell.inFlight, meanLoad, boundedLoad.factor, boundedLoad.slack)) {
+          const w = rendezvousWeight(key, hashes[i]);
+          if (w > ownerWeight) {
+            ownerWeight = w;
+            owner = i;
+            ownerBase = score;
+            ownerPosition = step;
+          }
+        }
+      }
+      kept = this.keep(kept, i, score, step);
+    }
+    if (owner >= 0) kept = this.boost(kept, owner, ownerBase + weights.prefix * prefixAffinityScore(true), ownerPosition);
+
+    const picked: Endpoint[] = [];
+    for (let r = 0; r < kept && r < this.k; r++) picked.push(set.endpoints[this.topIndex[r]]);
+    return { kind: 'picked', endpoints: picked };
+  }
+
+  /** Fills `set.order` with the candidates allowed by the subset hint; returns how many. */
+  private filterSubset(set: CandidateSet, subset: ReadonlySet<string> | undefined): number {
+    const order = set.order;
+    if (subset === undefined) {
+      for (let i = 0; i < set.size; i++) order[i] = i;
+      return set.size;
+    }
+    let count = 0;
+    if (subset.size < set.size) {
+      // Walk the (small) hint, in candidate order so the result does not depend on hint order.
+      for (const address of subset) {
+        const i = set.indexOf.get(address);
+        if (i !== undefined) order[count++] = i;
+      }
+      order.subarray(0, count).sort();
+    } else {
+      for (let i = 0; i < set.size; i++) if (subset.has(set.endpoints[i].address)) order[count++] = i;
+    }
+    return count;
+  }
+
+  /** Inserts into the fixed top list (k + 1 long: one spare for the owner's boost). Ties keep the earlier visit. */
+  private keep(kept: number, index: number, score: number, position: number): number {
+    const limit = this.k + 1;
+    const top = this.topScore;
+    if (kept === limit && score <= top[limit - 1]) return kept;
+    let at = kept < limit ? kept : limit - 1;
+    while (at > 0 && top[at - 1] < score) {
+      top[at] = top[at - 1];
+      this.topIndex[at] = this.topIndex[at - 1];
+      this.topPosition[at] = this.topPosition[at - 1];
+      at--;
+    }
+    top[at] = score;
+    this.topIndex[at] = index;
+    this.topPosition[at] = position;
+    return kept < limit ? kept + 1 : kept;
+  }
+
+  /** Gives the prefix owner its bonus and moves it up to its place. */
+  private boost(kept: number, owner: number, score: number, position: number): number {
+    let at = -1;
+    for (let r = 0; r < kept; r++) if (this.topIndex[r] === owner) at = r;
+    if (at < 0) {
+      // Not among the best by load alone: it takes the spare slot at the end.
+      at = kept;
+      kept++;
+    }
+    this.topScore[at] = score;
+    this.topIndex[at] = owner;
+    this.topPosition[at] = position;
+    while (at > 0 && (this.topScore[at - 1] < score || (this.topScore[at - 1] === score && this.topPosition[at - 1] > position))) {
+      this.topScore[at] = this.topScore[at - 1];
+      this.topIndex[at] = this.topIndex[at - 1];
+      this.topPosition[at] = this.topPosition[at - 1];
+      this.topScore[at - 1] = score;
+      this.topIndex[at - 1] = owner;
+      this.topPosition[at - 1] = position;
+      at--;
+    }
+    return kept;
+  }
+
+  private poolsOf(set: CandidateSet, count: number): string[] {
+    const pools = new Set<string>();
+    for (let j = 0; j < count; j++) pools.add(set.endpoints[set.order[j]].pool);
+    return [...pools];
+  }
+}

@@ -1,0 +1,71 @@
+// The scorers: pure functions from one candidate's signals (and a few facts about all candidates)
+// to a score in [0, 1], higher = better place for the request. The pipeline multiplies each by its
+// configured weight and adds them up. Unknown model-server metrics always score 0: a stale, failing
+// or missing scrape must never make an endpoint look idle.
+
+/** Smallest and largest value among the candidates that report it. */
+export interface Range {
+  readonly min: number;
+  readonly max: number;
+}
+
+/** Lower is better, scaled to the candidates' range: the least loaded gets 1, the most loaded 0. */
+export function lowerIsBetter(value: number | undefined, range: Range): number {
+  if (value === undefined || !Number.isFinite(value)) return 0;
+  const span = range.max - range.min;
+  if (span <= 0) return 1;
+  return Math.min(1, Math.max(0, (range.max - value) / span));
+}
+
+/** Model-server queue (`num_requests_waiting`): shorter queues first. */
+export function queueDepthScore(waiting: number | undefined, range: Range): number {
+  return lowerIsBetter(waiting, range);
+}
+
+/** KV-cache utilisation 0..1 (absolute, not relative: 30 % used is as good alone as among others). */
+export function kvCacheScore(usage: number | undefined): number {
+  if (usage === undefined || !Number.isFinite(usage)) return 0;
+  return 1 - Math.min(1, Math.max(0, usage));
+}
+
+/** Our own in-flight count: always known, so it keeps working when scraping is off or failing. */
+export function inFlightScore(inFlight: number, range: Range): number {
+  return lowerIsBetter(inFlight, range);
+}
+
+/** Prefix-cache affinity: 1 for the endpoint that owns the prompt's prefix (rendezvous winner among the not overloaded), else 0. */
+export function prefixAffinityScore(isOwner: boolean): number {
+  return isOwner ? 1 : 0;
+}
+
+/**
+ * LoRA affinity for a request naming `adapter`: a server that already has it (running or loading)
+ * scores 1, one with a free adapter slot 0.5 (it can load it without evicting), a full one or one
+ * we know nothing about (`adapters` undefined: metrics unusable) 0. `maxAdapters` is the configured
+ * limit, or the server's own max_lora when smaller.
+ */
+export function loraAffinityScore(adapter: string, adapters: ReadonlySet<string> | undefined, maxAdapters: number): number {
+  if (adapters === undefined) return 0;
+  const size = adapters.size;
+  // Most servers hold no adapter: skip the hash look-up for them.
+  if (size > 0 && adapters.has(adapter)) return 1;
+  return size < maxAdapters ? 0.5 : 0;
+}
+
+/**
+ * Bounded load (consistent hashing with bounded loads): an endpoint may keep the prefixes it owns
+ * while its load stays within `factor` × the candidates' mean load + `slack`; above that, its
+ * prefixes go to the next owner in rendezvous order.
+ */
+export function isOverloaded(load: number, meanLoad: number, factor: number, slack: number): boolean {
+  return load > factor * meanLoad + slack;
+}
+
+/**
+ * Requests outstanding at an endpoint: what the server reports (running + waiting, across every
+ * gateway replica) or, when more, what we sent it ourselves (fresher than the last scrape).
+ */
+export function outstandingLoad(inFlight: number, waiting: number | undefined, running: number | undefined): number {
+  if (waiting === undefined) return inFlight;
+  return Math.max(inFlight, waiting + (running ?? 0));
+}

@@ -1,0 +1,165 @@
+// Multi-core mode as a user runs it: `llm-extproc --workers 2` (the real entry point, as its own
+// process) behind a real Envoy with two worker threads, so Envoy holds two connections and the
+// cluster primary hands one to each worker. Requests are routed, /metrics adds the workers up,
+// a crashed worker is replaced, and SIGTERM drains every worker and exits cleanly.
+
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { request } from 'node:http';
+import { createServer } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { stringify as toYaml } from 'yaml';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../src/envoy-config/gateway-config.js';
+import { startEnvoy } from '../support/envoy-process.js';
+import type { RunningEnvoy } from '../support/envoy-process.js';
+import { metricValue, poolsYaml } from '../support/gateway.js';
+import { send } from '../support/http-client.js';
+import { startModelServer } from '../support/model-server.js';
+import type { ModelServer } from '../support/model-server.js';
+import { repoRoot } from '../../scripts/repo-root.js';
+import { waitUntil } from '../support/wait-until.js';
+
+const MODEL = 'cluster-model';
+const CHAT = '/v1/chat/completions';
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function httpGet(port: number, path: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** Live child pids of `pid` (the cluster workers of a primary). */
+function childPids(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+function exitOf(child: ChildProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve({ code: child.exitCode, signal: child.signalCode });
+    else child.once('exit', (code, signal) => resolve({ code, signal }));
+  });
+}
+
+describe('--workers 2 behind Envoy', () => {
+  let dir: string;
+  let model: ModelServer;
+  let server: ChildProcess;
+  let exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  let envoy: RunningEnvoy;
+  let httpPort: number;
+  let output = '';
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'llm-extproc-cluster-'));
+    model = await startModelServer({ id: 'm1', models: [MODEL] });
+    const endpointsFile = join(dir, 'endpoints.yaml');
+    await writeFile(endpointsFile, poolsYaml([{ name: 'pool', models: [MODEL], endpoints: [{ address: model.address }] }]));
+    httpPort = await freePort();
+    const socket = join(dir, 'grpc.sock');
+    const configFile = join(dir, 'config.yaml');
+    await writeFile(
+      configFile,
+      toYaml({ listen: { grpc: `unix://${socket}`, http: `127.0.0.1:${httpPort}` }, static: { path: endpointsFile }, logLevel: 'info', shutdownDrainSeconds: 0, shutdownGraceSeconds: 2 }),
+    );
+    server = spawn(process.execPath, [join(repoRoot(), 'dist', 'src', 'main.js'), '--config', configFile, '--workers', '2'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    server.stdout?.on('data', (b: Buffer) => (output += b.toString()));
+    server.stderr?.on('data', (b: Buffer) => (output += b.toString()));
+    exited = exitOf(server);
+    const gone = new AbortController();
+    void exited.then(() => gone.abort(new Error(`llm-extproc exited during start:\n${output}`)));
+    await waitUntil(async () => ((await httpGet(httpPort, '/readyz').catch(() => ({ status: 0 }))).status === 200 ? true : undefined), {
+      description: 'llm-extproc primary /readyz',
+      timeoutMs: 30_000,
+      signal: gone.signal,
+    });
+    const config = renderGatewayConfig({
+      ...DEFAULT_GATEWAY_OPTIONS,
+      listener: { address: '127.0.0.1', port: 0 },
+      admin: { address: '127.0.0.1', port: 0 },
+      extProc: `unix://${socket}`,
+      backends: { kind: 'static', addresses: [model.address] },
+    });
+    envoy = await startEnvoy({ configYaml: toYaml(config), name: 'cluster', logLevel: 'warning', concurrency: 2 });
+  });
+
+  after(async () => {
+    await envoy?.stop();
+    if (server !== undefined && server.exitCode === null && server.signalCode === null) {
+      server.kill('SIGKILL');
+      for (const pid of childPids(server.pid ?? 0)) process.kill(pid, 'SIGKILL');
+    }
+    await model?.close();
+    if (dir !== undefined) await rm(dir, { recursive: true, force: true });
+  });
+
+  void it('runs two workers; requests through Envoy are routed and counted once in the primary\'s /metrics', async () => {
+    assert.equal(childPids(server.pid ?? 0).length, 2, 'two cluster workers');
+    const port = envoy.listenerPort('llm_gateway');
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => send(port, { path: CHAT, body: { model: MODEL, messages: [{ role: 'user', content: `hi ${i}` }] } })));
+    for (const res of results) assert.equal(res.status, 200, res.text());
+    const metrics = (await httpGet(httpPort, '/metrics')).body;
+    assert.equal(metricValue(metrics, 'llm_extproc_requests_total', { model: MODEL, result: 'ok' }), 20);
+    // The cache is the same in every worker: reported once, not summed.
+    assert.equal(metricValue(metrics, 'llm_extproc_endpoints', { pool: 'pool', state: 'Ready' }), 1);
+    assert.match(metrics, /^llm_extproc_event_loop_delay_seconds_count \d+/m);
+    const view = JSON.parse((await httpGet(httpPort, '/debug/endpoints')).body) as { pools: { name: string; endpoints: { address: string }[] }[] };
+    assert.deepEqual(view.pools.map((p) => [p.name, p.endpoints.map((e) => e.address)]), [['pool', [model.address]]]);
+  });
+
+  void it('replaces a worker that dies, and serves requests again', async () => {
+    const [victim, survivor] = childPids(server.pid ?? 0);
+    process.kill(victim, 'SIGKILL');
+    await waitUntil(() => {
+      const now = childPids(server.pid ?? 0);
+      return now.length === 2 && !now.includes(victim) && now.includes(survivor) ? true : undefined;
+    }, { description: 'a replacement worker', timeoutMs: 30_000 });
+    await waitUntil(async () => ((await httpGet(httpPort, '/readyz')).status === 200 ? true : undefined), { description: 'ready with both workers', timeoutMs: 30_000 });
+    const port = envoy.listenerPort('llm_gateway');
+    // Envoy notices the closed connection and dials again; the next requests succeed.
+    await waitUntil(async () => ((await send(port, { path: CHAT, body: { model: MODEL, messages: [{ role: 'user', content: 'again' }] } })).status === 200 ? true : undefined), {
+      description: 'a routed request after the replacement',
+      timeoutMs: 30_000,
+    });
+  });
+
+  void it('SIGTERM drains every worker and the primary exits 0', async () => {
+    const workers = childPids(server.pid ?? 0);
+    assert.equal(workers.length, 2);
+    server.kill('SIGTERM');
+    const { code, signal } = await exited;
+    assert.deepEqual({ code, signal }, { code: 0, signal: null }, output.split('\n').slice(-20).join('\n'));
+    for (const pid of workers) assert.throws(() => process.kill(pid, 0), /ESRCH/, `worker ${pid} is gone`);
+    const stopped = output.split('\n').filter((line) => line.includes('"gRPC server stopped"')).length;
+    assert.ok(stopped >= 2, `each worker stopped its gRPC server (${stopped} seen)`);
+  });
+});

@@ -1,0 +1,31 @@
+// The per-message histogram must expose exactly what prom-client's own Histogram exposes for the
+// same observations (scrape text and the JSON the cluster aggregator sums), and aggregate across
+// workers like it.
+
+import assert from 'node:assert/strict';
+import { it } from 'node:test';
+import fc from 'fast-check';
+import { AggregatorRegistry, Histogram, Registry } from 'prom-client';
+import { CountingHistogram } from '../../src/metrics/counting-histogram.js';
+
+const BUCKETS = [0.00001, 0.000025, 0.00005, 0.0001, 0.001, 0.05];
+
+it('property: same text and JSON as prom-client\'s Histogram for any observations, bucket bounds included', async () => {
+  const observation = fc.tuple(fc.constantFrom('request_headers', 'response_body', 'x'), fc.oneof(fc.constantFrom(...BUCKETS, 0), fc.double({ min: 0, max: 1, noNaN: true })));
+  await fc.assert(
+    fc.asyncProperty(fc.array(observation, { maxLength: 40 }), async (observations) => {
+      const ours = new Registry();
+      const theirs = new Registry();
+      const counting = new CountingHistogram({ name: 'h_seconds', help: 'help', buckets: BUCKETS, registers: [ours] }, 'message');
+      const reference = new Histogram({ name: 'h_seconds', help: 'help', labelNames: ['message'], buckets: BUCKETS, registers: [theirs] });
+      for (const [message, value] of observations) {
+        counting.child(message).observe(value);
+        reference.labels({ message }).observe(value);
+      }
+      assert.equal(await ours.metrics(), await theirs.metrics());
+      const sumOfTwo = async (registry: Registry) => (await AggregatorRegistry.aggregate([await registry.getMetricsAsJSON(), await registry.getMetricsAsJSON()]).metrics());
+      assert.equal(await sumOfTwo(ours), await sumOfTwo(theirs));
+    }),
+    { numRuns: 150 },
+  );
+});

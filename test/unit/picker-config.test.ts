@@ -1,0 +1,77 @@
+// The `picker:` configuration section: defaults, every setting, and errors that name the field.
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildConfig, ConfigError } from '../../src/config/config.js';
+import { METRICS_FLAVOURS } from '../../src/config/schema.js';
+import { METRICS_FORMATS } from '../../src/picker/server-metrics.js';
+import { DEFAULT_PICKER_SETTINGS, metricsFormatFor, poolSettings } from '../../src/picker/settings.js';
+
+describe('picker config', () => {
+  it('defaults when absent', () => {
+    assert.deepEqual(buildConfig(undefined, {}).picker, DEFAULT_PICKER_SETTINGS);
+    assert.deepEqual(buildConfig('picker: {}\n', {}).picker, DEFAULT_PICKER_SETTINGS);
+  });
+
+  it('reads every setting', () => {
+    const config = buildConfig(
+      [
+        'picker:',
+        '  weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0 }',
+        '  prefix: { keyBlocks: 4, loadFactor: 1.5, loadSlack: 3, maxQueue: 4 }',
+        '  lora: { maxAdaptersPerServer: 8 }',
+        '  metrics: { enabled: true, format: sglang, path: /stats, intervalSeconds: 2, timeoutSeconds: 0.25, staleAfterSeconds: 10, concurrency: 4 }',
+        '  pools:',
+        '    llama: { metricsFormat: vllm, maxQueueDepth: 64 }',
+        '    legacy: { metricsFormat: none }',
+        '',
+      ].join('\n'),
+      {},
+    );
+    assert.deepEqual(config.picker, {
+      weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0 },
+      prefix: { keyBlocks: 4, loadFactor: 1.5, loadSlack: 3, maxQueue: 4 },
+      lora: { maxAdaptersPerServer: 8 },
+      metrics: { enabled: true, format: 'sglang', path: '/stats', intervalMs: 2000, timeoutMs: 250, staleAfterMs: 10_000, concurrency: 4 },
+      pools: { llama: { metricsFormat: 'vllm', maxQueueDepth: 64 }, legacy: { metricsFormat: 'none' } },
+    });
+    assert.equal(metricsFormatFor(config.picker, 'llama'), 'vllm');
+    assert.equal(metricsFormatFor(config.picker, 'legacy'), undefined);
+    assert.equal(metricsFormatFor(config.picker, 'other'), 'sglang');
+    assert.deepEqual(poolSettings(config.picker, 'toString'), {});
+  });
+
+  it('the schema accepts exactly the flavours the parser knows', () => {
+    assert.deepEqual([...METRICS_FLAVOURS], [...METRICS_FORMATS]);
+  });
+
+  it('scraping off: no pool is scraped', () => {
+    const config = buildConfig('picker:\n  metrics:\n    enabled: false\n  pools:\n    p: { metricsFormat: tgi }\n', {});
+    assert.equal(metricsFormatFor(config.picker, 'p'), undefined);
+  });
+
+  it('staleness defaults to three intervals when that is longer than 5 s', () => {
+    assert.equal(buildConfig('picker:\n  metrics:\n    intervalSeconds: 4\n', {}).picker.metrics.staleAfterMs, 12_000);
+  });
+
+  const errors: ReadonlyArray<{ yaml: string; message: RegExp }> = [
+    { yaml: 'picker: 3', message: /^picker: expected a mapping/ },
+    { yaml: 'picker:\n  weight: {}', message: /^picker\.weight: unknown setting/ },
+    { yaml: 'picker:\n  weights: { queue: -1 }', message: /^picker\.weights\.queue: expected a number ≥ 0/ },
+    { yaml: 'picker:\n  weights: { prefx: 1 }', message: /^picker\.weights\.prefx: unknown setting/ },
+    { yaml: 'picker:\n  prefix: { keyBlocks: 17 }', message: /^picker\.prefix\.keyBlocks: expected a number ≤ 16, got 17/ },
+    { yaml: 'picker:\n  prefix: { loadFactor: 0.5 }', message: /^picker\.prefix\.loadFactor: expected a number ≥ 1/ },
+    { yaml: 'picker:\n  metrics: { format: ollama }', message: /^picker\.metrics\.format: expected one of vllm, sglang, tgi/ },
+    { yaml: 'picker:\n  metrics: { enabled: yes-please }', message: /^picker\.metrics\.enabled: expected true or false/ },
+    { yaml: 'picker:\n  metrics: { path: metrics }', message: /^picker\.metrics\.path: expected a path starting with \// },
+    { yaml: 'picker:\n  metrics: { intervalSeconds: 10, staleAfterSeconds: 5 }', message: /^picker\.metrics\.staleAfterSeconds: must be ≥ intervalSeconds/ },
+    { yaml: 'picker:\n  metrics: { concurrency: 0 }', message: /^picker\.metrics\.concurrency: expected a number ≥ 1, got 0/ },
+    { yaml: 'picker:\n  pools:\n    p: { maxQueueDepth: 2.5 }', message: /^picker\.pools\.p\.maxQueueDepth: expected a whole number, got 2.5/ },
+    { yaml: 'picker:\n  pools:\n    p: { metricsFormat: x }', message: /^picker\.pools\.p\.metricsFormat: expected one of vllm, sglang, tgi, none/ },
+    { yaml: 'picker:\n  pools:\n    p: { queueLimit: 3 }', message: /^picker\.pools\.p\.queueLimit: unknown setting/ },
+  ];
+  for (const e of errors) {
+    it(`refuses ${JSON.stringify(e.yaml)}`, () => {
+      assert.throws(() => buildConfig(e.yaml, {}), (err: unknown) => err instanceof ConfigError && e.message.test(err.message));
+    });
+  }
+});
