@@ -55,6 +55,7 @@ import type { ServerSnapshot } from './bench/server-stats.js';
 import { histogramDelta, parseHistogram, replaceBetweenMarkers } from './bench/stats.js';
 import type { HistogramSnapshot } from './bench/stats.js';
 import { repoRoot } from './repo-root.js';
+import { errorMessage } from '../src/util/error-message.js';
 
 const MODEL = 'bench-model';
 const MESSAGE_METRIC = 'llm_extproc_message_processing_seconds';
@@ -140,7 +141,7 @@ function runCleanup(): Promise<void> {
       try {
         await step();
       } catch (err) {
-        process.stderr.write(`cleanup step failed: ${err instanceof Error ? err.message : String(err)}\n`);
+        process.stderr.write(`cleanup step failed: ${errorMessage(err)}\n`);
       }
     }
   })();

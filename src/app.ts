@@ -4,6 +4,8 @@
 import type { Logger } from 'pino';
 import type { Config } from './config/config.js';
 import type { EndpointSource } from './endpoints/model.js';
+import { BrokenStreamCheck } from './endpoints/broken-stream-check.js';
+import { probeReplica } from './endpoints/replica-probe.js';
 import { StaticFileSource } from './endpoints/static-source.js';
 import { EndpointStore } from './endpoints/store.js';
 import { startGrpcServer } from './extproc/grpc-server.js';
@@ -83,6 +85,13 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
       };
     },
   };
+  const probeSettings = { path: config.quarantine.checkPath, timeoutMs: config.quarantine.checkTimeoutMs };
+  const brokenStreams = new BrokenStreamCheck(store, (address) => probeReplica(address, probeSettings), {
+    checked: (address, verdict, detail) => {
+      metrics.midStreamBreak(verdict);
+      logger.info({ endpoint: address, verdict, detail }, 'checked a replica after a response stream broke');
+    },
+  });
   // One signal cell per endpoint: our in-flight count (load tracker) and the server's own report
   // (scraper), read by the picker on every request.
   const board = new SignalBoard();
@@ -122,6 +131,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
         maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
         maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
         destinationFormat: config.routing.destinationFormat,
+        onMidStreamBreak: (endpoint) => void brokenStreams.suspect(endpoint.address),
       }),
   });
   const ops =

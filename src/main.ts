@@ -1,6 +1,9 @@
 #!/usr/bin/env node
 // Process entry: read the config file (--config PATH or LLM_EXTPROC_CONFIG), start the app,
 // shut down gracefully on SIGTERM/SIGINT (in-flight streams get the configured grace period).
+// An error nothing caught ends the process (exit 1) after it is logged: the program's state is
+// unknown from then on, and a proxy in an unknown state is worse than a restart. (A throwing
+// stream processor is not such an error: the gRPC edge catches it and fails only that stream.)
 // --workers N|auto (or LLM_EXTPROC_WORKERS) runs N node:cluster workers sharing the gRPC
 // listener (see cluster.ts); the default, 1, is a single process.
 
@@ -12,7 +15,8 @@ import { pino } from 'pino';
 import type { Logger } from 'pino';
 import { startApp } from './app.js';
 import { attachWorker, parseWorkers, runPrimary } from './cluster.js';
-import { buildConfig, ConfigError } from './config/config.js';
+import { buildConfig } from './config/config.js';
+import { errorMessage } from './util/error-message.js';
 
 function readConfigText(path: string | undefined): string | undefined {
   if (path === undefined || path === '') return undefined;
@@ -32,18 +36,23 @@ async function main(): Promise<void> {
   try {
     config = buildConfig(readConfigText(configPath), process.env);
   } catch (err) {
-    const message = err instanceof ConfigError ? err.message : err instanceof Error ? err.message : String(err);
+    const message = errorMessage(err);
     fail(`invalid configuration${configPath === undefined ? '' : ` (${configPath})`}: ${message}`);
   }
   try {
     workers = parseWorkers(values.workers ?? process.env.LLM_EXTPROC_WORKERS, availableParallelism());
   } catch (err) {
-    fail(err instanceof Error ? err.message : String(err));
+    fail(errorMessage(err));
   }
   const workerIndex = cluster.isWorker ? process.env.LLM_EXTPROC_WORKER_INDEX : undefined;
   const logger = pino({ level: config.logLevel, base: { service: 'llm-extproc', ...(workerIndex === undefined ? {} : { worker: Number(workerIndex) }) } });
-  process.on('uncaughtException', (err) => logger.error({ err }, 'uncaught exception (kept running)'));
-  process.on('unhandledRejection', (err) => logger.error({ err }, 'unhandled rejection (kept running)'));
+  const exitOn = (what: string) => (err: unknown) => {
+    // pino writes to stdout synchronously by default, so the line is out before we exit.
+    logger.fatal({ err }, `${what}; exiting so that a clean process replaces this one`);
+    process.exit(1);
+  };
+  process.on('uncaughtException', exitOn('uncaught exception'));
+  process.on('unhandledRejection', exitOn('unhandled rejection'));
 
   let running: { stop(): Promise<void> };
   try {

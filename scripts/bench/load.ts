@@ -5,6 +5,7 @@
 import { Agent, request } from 'node:http';
 import type { IncomingMessage } from 'node:http';
 import { SENT_FIELD } from './upstream.js';
+import { errorMessage } from '../../src/util/error-message.js';
 
 export interface Target {
   readonly port: number;
@@ -96,7 +97,7 @@ export async function closedLoop<T>(total: number, concurrency: number, one: () 
         keep(await one());
       } catch (err) {
         errors++;
-        firstError ??= err instanceof Error ? err.message : String(err);
+        firstError ??= errorMessage(err);
       }
     }
   };

@@ -25,12 +25,6 @@ export const ENVOY_PLACEHOLDERS = {
   adminPort: 65004,
 } as const;
 
-/** Body limits as rendered with the defaults; the chart swaps in config.routing's values. */
-export const ENVOY_BODY_LIMITS = {
-  listenerBufferBytes: DEFAULT_GATEWAY_OPTIONS.maxRequestBodyBytes + 64 * 1024,
-  backendsBufferBytes: DEFAULT_GATEWAY_OPTIONS.maxInspectedBodyBytes,
-} as const;
-
 const ENVOY_VARIANTS: ReadonlyArray<{ file: string; backends: BackendsCluster; maxRetries?: number; title: string }> = [
   {
     file: 'strict-dns.yaml',

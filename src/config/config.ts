@@ -8,6 +8,7 @@ import { ValueErrorType } from '@sinclair/typebox/errors';
 import type { TSchema } from '@sinclair/typebox';
 import { parse as parseYaml } from 'yaml';
 import type { KubernetesSourceConfig } from '../endpoints/kubernetes-source.js';
+import { errorMessage } from '../util/error-message.js';
 import type { PickerSettings } from '../picker/settings.js';
 import { PickerConfigError, pickerSettings } from './picker-config.js';
 import { configFileSchema, DEFAULTS, LOG_LEVELS } from './schema.js';
@@ -45,7 +46,14 @@ export interface Config {
      */
     readonly destinationFormat: DestinationFormat;
   };
-  readonly quarantine: { readonly threshold: number; readonly baseMs: number; readonly maxMs: number };
+  readonly quarantine: {
+    readonly threshold: number;
+    readonly baseMs: number;
+    readonly maxMs: number;
+    /** Checking a replica after a mid-stream break: GET this path (2xx = alive); empty = TCP connect only. */
+    readonly checkPath: string;
+    readonly checkTimeoutMs: number;
+  };
   /** On SIGTERM: keep answering (health NOT_SERVING) this long, so the proxy moves away first. */
   readonly shutdownDrainMs: number;
   /** Then stop taking new streams; open ones get this long before they are released to Envoy. */
@@ -91,7 +99,7 @@ function parseFile(fileText: string | undefined): Raw {
   try {
     parsed = parseYaml(fileText);
   } catch (err) {
-    throw new ConfigError(`config file is not valid YAML: ${err instanceof Error ? err.message : String(err)}`);
+    throw new ConfigError(`config file is not valid YAML: ${errorMessage(err)}`);
   }
   if (parsed === null || parsed === undefined) return {};
   if (typeof parsed !== 'object' || Array.isArray(parsed)) throw new ConfigError('config file: expected a mapping at the top level');
@@ -299,6 +307,8 @@ function toConfig(file: ConfigFile, endpointsFile: string | undefined): Config {
       threshold: quarantine.consecutiveFailures ?? DEFAULTS.consecutiveFailures,
       baseMs: (quarantine.baseSeconds ?? DEFAULTS.baseSeconds) * 1000,
       maxMs: (quarantine.maxSeconds ?? DEFAULTS.maxSeconds) * 1000,
+      checkPath: quarantine.checkPath ?? DEFAULTS.checkPath,
+      checkTimeoutMs: (quarantine.checkTimeoutSeconds ?? DEFAULTS.checkTimeoutSeconds) * 1000,
     },
     shutdownDrainMs: (file.shutdownDrainSeconds ?? DEFAULTS.shutdownDrainSeconds) * 1000,
     shutdownGraceMs: (file.shutdownGraceSeconds ?? DEFAULTS.shutdownGraceSeconds) * 1000,

@@ -36,6 +36,8 @@ export const DEFAULTS = {
   consecutiveFailures: 3,
   baseSeconds: 10,
   maxSeconds: 300,
+  checkPath: '',
+  checkTimeoutSeconds: 0.5,
   shutdownDrainSeconds: 5,
   shutdownGraceSeconds: 20,
 } as const;
@@ -227,6 +229,17 @@ export const configFileSchema = Mapping(
           consecutiveFailures: Type.Optional(Type.Integer({ minimum: 1, default: DEFAULTS.consecutiveFailures, description: 'Failures in a row before an endpoint is quarantined.' })),
           baseSeconds: Type.Optional(Seconds('First quarantine length (doubles each time).', DEFAULTS.baseSeconds)),
           maxSeconds: Type.Optional(Seconds('Longest quarantine (≥ baseSeconds).', DEFAULTS.maxSeconds)),
+          checkPath: Type.Optional(
+            Type.String({
+              pattern: '^(/.*)?$',
+              default: DEFAULTS.checkPath,
+              errorMessage: 'expected a path starting with "/" (or empty for a TCP connect)',
+              description: 'After a response stream broke mid-way: GET this path on the replica (2xx = alive, e.g. /health); empty = a TCP connect is the check.',
+            }),
+          ),
+          checkTimeoutSeconds: Type.Optional(
+            Type.Number({ exclusiveMinimum: 0, default: DEFAULTS.checkTimeoutSeconds, errorMessage: 'expected a number of seconds above 0', description: 'A replica that does not pass that check within this long is dead (quarantined).' }),
+          ),
         },
         { description: 'Passive health: endpoints that keep failing are skipped for a while.' },
       ),

@@ -20,6 +20,7 @@ import type { Logger } from 'pino';
 import type { EndpointSink, EndpointSource, ObservedEndpoint, ObservedPool } from './model.js';
 import { classifyPod } from './pod-state.js';
 import type { PodFacts } from './pod-state.js';
+import { errorMessage } from '../util/error-message.js';
 
 export interface KubernetesPoolConfig {
   /** Pool name used in routing, errors and metrics. */
@@ -834,7 +835,7 @@ function describeError(err: unknown): string {
   }
   const code = field(err, 'code');
   if (typeof code === 'string') return code;
-  return err instanceof Error ? err.message : String(err);
+  return errorMessage(err);
 }
 
 function safeJson(text: string): unknown {

@@ -16,7 +16,7 @@ interface HealthRecord {
   /** How many times this endpoint has been quarantined in a row (drives the backoff). */
   strikes: number;
   quarantinedUntil: number;
-  lastFailure: AttemptFailure | undefined;
+  lastFailure: AttemptFailure | 'failed_check' | undefined;
 }
 
 export interface QuarantineStatus {
@@ -52,6 +52,24 @@ export class PassiveHealth {
     return true;
   }
 
+  /**
+   * An active check found the endpoint dead (a stream broke and the replica then failed its check):
+   * quarantine it now, with the same backoff a streak of connect failures earns. Returns true on a
+   * state change (false when it is already quarantined or passive health is off).
+   */
+  quarantineNow(address: string, now: number): boolean {
+    const record = this.records.get(address) ?? { consecutiveFailures: 0, strikes: 0, quarantinedUntil: 0, lastFailure: undefined };
+    if (record.quarantinedUntil > now) return false;
+    const backoff = Math.min(this.policy.maxMs, this.policy.baseMs * 2 ** record.strikes);
+    if (backoff <= 0) return false;
+    this.records.set(address, record);
+    record.lastFailure = 'failed_check';
+    record.strikes += 1;
+    record.quarantinedUntil = now + backoff;
+    record.consecutiveFailures = 0;
+    return true;
+  }
+
   /** Returns true when the endpoint left quarantine because of this success. */
   recordSuccess(address: string): boolean {
     const record = this.records.get(address);
@@ -64,7 +82,12 @@ export class PassiveHealth {
     const record = this.records.get(address);
     if (record === undefined || record.quarantinedUntil <= now) return undefined;
     const what = record.lastFailure === 'reset' ? 'connection resets' : 'connect failures';
-    const count = record.strikes > 1 ? 'another failure after a previous quarantine' : `${this.policy.threshold} consecutive ${what}`;
+    const count =
+      record.strikes > 1
+        ? 'another failure after a previous quarantine'
+        : record.lastFailure === 'failed_check'
+          ? 'a response stream broke and the replica then failed its health check'
+          : `${this.policy.threshold} consecutive ${what}`;
     // An absolute time stays true however long the view is cached; a countdown would not.
     const until = new Date(record.quarantinedUntil).toISOString().replace(/\.\d+Z$/, 'Z');
     return { until: record.quarantinedUntil, reason: `${count}; until ${until}` };

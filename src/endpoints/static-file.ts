@@ -4,6 +4,7 @@
 import { parse as parseYaml } from 'yaml';
 import { ENDPOINT_STATES } from './model.js';
 import type { ObservedEndpoint, ObservedPool } from './model.js';
+import { errorMessage } from '../util/error-message.js';
 
 export class StaticFileError extends Error {
   override readonly name = 'StaticFileError';
@@ -43,7 +44,7 @@ export function parseStaticEndpoints(text: string): ObservedPool[] {
   try {
     doc = parseYaml(text);
   } catch (err) {
-    throw new StaticFileError(`not valid YAML: ${err instanceof Error ? err.message : String(err)}`);
+    throw new StaticFileError(`not valid YAML: ${errorMessage(err)}`);
   }
   if (typeof doc !== 'object' || doc === null || !Array.isArray((doc as Record<string, unknown>).pools)) fail('pools', 'expected a list of pools at the top level');
   const pools = (doc as { pools: unknown[] }).pools;

@@ -8,6 +8,7 @@ import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
 import type { EndpointSink, EndpointSource } from './model.js';
 import { parseStaticEndpoints, StaticFileError } from './static-file.js';
+import { errorMessage } from '../util/error-message.js';
 
 export interface StaticSourceObserver {
   loaded(): void;
@@ -36,7 +37,7 @@ export class StaticFileSource implements EndpointSource {
       text = await readFile(this.path, 'utf8');
       pools = parseStaticEndpoints(text);
     } catch (err) {
-      throw new StaticFileError(`endpoints file ${this.path}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+      throw new StaticFileError(`endpoints file ${this.path}: ${errorMessage(err)}`, { cause: err });
     }
     sink.replaceAll(this.name, pools);
     this.lastText = text;

@@ -87,11 +87,27 @@ export class EndpointStore implements EndpointSink {
     if (!this.health.recordFailure(address, failure, now)) return;
     this.rebuild();
     const reason = this.health.status(address, now)?.reason ?? failure;
-    // Only Ready endpoints can be quarantined; a failure on a NotReady one changes nothing visible.
+    this.announceQuarantine(address, reason);
+  }
+
+  /** Only Ready endpoints can be quarantined; a failure on a NotReady one changes nothing visible. */
+  private announceQuarantine(address: string, reason: string): void {
     for (const endpoint of this.endpointsAt(address)) {
       if (endpoint.state !== 'Quarantined') continue;
       for (const listener of this.listeners) listener.quarantined?.(endpoint, reason);
     }
+  }
+
+  /**
+   * An active check found the replica at `address` dead: quarantine it at once (see
+   * broken-stream-check.ts). Only a Ready endpoint shows the change.
+   */
+  quarantineNow(address: string, cause: 'failed_check'): void {
+    const now = this.clock.now();
+    if (!this.health.quarantineNow(address, now)) return;
+    this.rebuild();
+    const reason = this.health.status(address, now)?.reason ?? cause;
+    this.announceQuarantine(address, reason);
   }
 
   /** Finds the endpoints (usually one) behind an address in the current view. */

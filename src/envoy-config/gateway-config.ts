@@ -3,6 +3,7 @@
 // Pure: options in, a plain object (serialised to YAML by the caller) out.
 
 import { isIP } from 'node:net';
+import { splitHostPort } from '../util/host-port.js';
 import { CATALOG } from '../errors/catalog.js';
 import type { ErrorKind } from '../errors/catalog.js';
 import { DESTINATION_HEADER, EXT_PROC_SERVICE_NAME, DESTINATION_METADATA_NAMESPACE, ERROR_HEADER } from '../extproc/protocol-names.js';
@@ -21,7 +22,7 @@ export interface GatewayConfigOptions {
   /** Where llm-extproc listens: `host:port` or `unix:///path.sock`. */
   readonly extProc: string;
   readonly backends: BackendsCluster;
-  /** Retries on connect failure / refused stream / reset before request; our header lowers it per request. */
+  /** Retries on connect failure / refused stream / reset before request; must not exceed llm-extproc's `routing.fallbacks`. */
   readonly maxRetries: number;
   /** Whole-request limit; long enough for long generations. 0 disables it. */
   readonly routeTimeoutSeconds: number;
@@ -93,9 +94,8 @@ export type Yaml = Record<string, unknown>;
 
 export function socketAddress(hostPort: string): Yaml {
   if (hostPort.startsWith('unix://')) return { pipe: { path: hostPort.slice('unix://'.length) } };
-  const colon = hostPort.lastIndexOf(':');
-  const host = hostPort.slice(0, colon).replace(/^\[|\]$/g, '');
-  return { socket_address: { address: host, port_value: Number(hostPort.slice(colon + 1)) } };
+  const { host, port } = splitHostPort(hostPort);
+  return { socket_address: { address: host, port_value: port } };
 }
 
 function extProcHealthCheck(intervalMs: number): Yaml {
@@ -126,8 +126,7 @@ function dnsClusterType(): Yaml {
 
 function isLiteralAddress(hostPort: string): boolean {
   if (hostPort.startsWith('unix://')) return true;
-  const host = hostPort.slice(0, hostPort.lastIndexOf(':')).replace(/^\[|\]$/g, '');
-  return isIP(host) !== 0;
+  return isIP(splitHostPort(hostPort).host) !== 0;
 }
 
 export function loadAssignment(name: string, addresses: readonly string[]): Yaml {

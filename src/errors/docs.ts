@@ -21,6 +21,7 @@ import { RESPONSE_FLAGS } from './envoy-response-flags.js';
 import { GatewayError } from './gateway-error.js';
 import { noReadyReplicaError, REPLICA_STATE_KEYS, REPORTED_STATES, RETRY_AFTER_BY_STATE, RETRY_AFTER_NO_REPLICAS } from './no-ready-replica.js';
 import { ERROR_CODE_HEADER, renderError, renderSseErrorEvent } from './render.js';
+import { BREAK_VERDICTS, type BreakVerdict } from '../endpoints/replica-probe.js';
 
 /** What each endpoint state means; the compiler insists on one line per state. */
 const STATE_MEANINGS: Readonly<Record<EndpointState, string>> = {
@@ -29,7 +30,7 @@ const STATE_MEANINGS: Readonly<Record<EndpointState, string>> = {
   NotReady: 'Running, but the readiness probe fails (or readiness gates are not passed).',
   CrashLoop: 'A container keeps crashing and Kubernetes backs off restarting it (CrashLoopBackOff).',
   Ready: 'Pod has an IP, condition Ready=True and no deletion timestamp.',
-  Quarantined: 'Ready in Kubernetes, but our passive health saw consecutive connect failures/resets; held out until a backoff passes.',
+  Quarantined: 'Ready in Kubernetes, but our passive health saw consecutive connect failures/resets, or a stream broke and the replica then failed its check; held out until a backoff passes.',
   Terminating: 'Deletion requested (deletionTimestamp set); draining.',
   Gone: 'Deleted; removed from the cache.',
 };
@@ -43,6 +44,7 @@ const TRANSITIONS: ReadonlyArray<readonly [from: EndpointState | '[*]', to: Endp
   ['NotReady', 'Ready', 'readiness passes'],
   ['Ready', 'NotReady', 'readiness fails'],
   ['Ready', 'Quarantined', 'consecutive connect failures / resets'],
+  ['Ready', 'Quarantined', 'stream broke, replica failed its check'],
   ['Quarantined', 'Ready', 'backoff elapsed'],
   ['Starting', 'CrashLoop', 'container keeps crashing'],
   ['NotReady', 'CrashLoop', 'container keeps crashing'],
@@ -318,6 +320,41 @@ function statesSection(): string[] {
   return lines;
 }
 
+/** What each verdict of the check after a mid-stream break means; one line per verdict. */
+const BREAK_VERDICT_MEANINGS: Readonly<Record<BreakVerdict, readonly [check: string, effect: string]>> = {
+  replica_dead: ['failed: connection refused or timed out, or the health path did not answer 2xx', 'quarantined at once (no streak needed), with the usual backoff'],
+  client_left: ['passed: the replica accepts connections (and answers its health path)', 'stays Ready: the client (or Envoy on its behalf, e.g. a stream idle timeout) ended the stream'],
+  not_checked: ['not run: the replica was no longer Ready (already quarantined, not ready, gone)', 'nothing changes'],
+};
+
+function midStreamSection(): string[] {
+  const lines = [
+    '## Streams that break mid-way',
+    '',
+    'When a response stream ends without its end (no `end_of_stream` from Envoy), the client gets a',
+    'broken connection (`stream_broken` above) and the attempt counts as a failure of the replica that',
+    'served it. Envoy reports a replica that died and a client that hung up the same way, so llm-extproc',
+    'then checks the replica once: a TCP connect to it, or `GET quarantine.checkPath` when that is set',
+    '(2xx = alive), within `quarantine.checkTimeoutSeconds`. Breaks of the same replica during a check',
+    'share it. `llm_extproc_midstream_breaks_total{verdict}` counts every break by its verdict:',
+    '',
+    '```mermaid',
+    'stateDiagram-v2',
+    '    Ready --> Checking: response stream broke',
+    '    Checking --> Quarantined: replica_dead',
+    '    Checking --> Ready: client_left',
+    '```',
+    '',
+    '| Verdict | Check | Effect |',
+    '| --- | --- | --- |',
+  ];
+  for (const verdict of BREAK_VERDICTS) {
+    const [check, effect] = BREAK_VERDICT_MEANINGS[verdict];
+    lines.push(`| ${code(verdict)} | ${cell(check)} | ${cell(effect)} |`);
+  }
+  return lines;
+}
+
 export function renderErrorDocs(): string {
   const lines = [
     '# Errors',
@@ -337,6 +374,8 @@ export function renderErrorDocs(): string {
     ...gatewaysSection(),
     '',
     ...statesSection(),
+    '',
+    ...midStreamSection(),
   ];
   return `${lines.join('\n')}\n`;
 }

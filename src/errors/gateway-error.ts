@@ -42,7 +42,3 @@ export class GatewayError extends Error {
     return new GatewayError('internal_error', INTERNAL_ERROR_MESSAGE, { cause: err });
   }
 }
-
-export function isGatewayError(value: unknown): value is GatewayError {
-  return value instanceof GatewayError;
-}

@@ -21,6 +21,7 @@ import type { ProcessorFactory, StreamEnd, StreamProcessor } from './processor-c
 import type { TlsIdentity, TlsIdentitySource } from './tls-identity.js';
 import { EXT_PROC_SERVICE_NAME, loadWireDefinitions } from './wire.js';
 import type { HealthCheckRequest, HealthCheckResponse, ServingStatus } from './wire.js';
+import { splitHostPort } from '../util/host-port.js';
 
 export interface HealthSource {
   isServing(): boolean;
@@ -374,13 +375,12 @@ export function parseAddress(address: string): ListenTarget {
     if (rest === '') throw new Error(`gRPC listen address "${address}" has no socket path`);
     return { kind: 'unix', path: resolvePath(rest) };
   }
-  const colon = address.lastIndexOf(':');
-  const host = address.slice(0, colon);
-  const port = address.slice(colon + 1);
-  if (colon <= 0 || !/^\d+$/.test(port) || Number(port) > 65535) {
+  const { host, port } = splitHostPort(address);
+  if (host === '' || !Number.isInteger(port) || port > 65535) {
     throw new Error(`gRPC listen address "${address}" is neither host:port nor unix:///path`);
   }
-  return { kind: 'tcp', host };
+  // Kept in URI form (IPv6 in brackets): it becomes the bound address we report.
+  return { kind: 'tcp', host: host.includes(':') ? `[${host}]` : host };
 }
 
 function bind(server: Server, address: string, credentials: ServerCredentials): Promise<number> {

@@ -3,6 +3,7 @@
 // We never rewrite the body; it reaches the model server byte-identical.
 
 import { GatewayError } from '../errors/gateway-error.js';
+import { errorMessage } from '../util/error-message.js';
 import { promptBlockHashes } from '../picker/prompt-hash.js';
 import type { PromptHashOptions } from '../picker/prompt-hash.js';
 
@@ -25,7 +26,7 @@ export function readInferenceRequest(body: Buffer): InferenceRequest {
   try {
     parsed = JSON.parse(body.toString('utf8'));
   } catch (err) {
-    throw new GatewayError('invalid_json', `request body is not valid JSON: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    throw new GatewayError('invalid_json', `request body is not valid JSON: ${errorMessage(err)}`, { cause: err });
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     throw new GatewayError('invalid_json', 'request body must be a JSON object');

@@ -4,6 +4,8 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { EndpointView } from '../endpoints/model.js';
+import { errorMessage } from '../util/error-message.js';
+import { splitHostPort } from '../util/host-port.js';
 
 /** What /metrics needs of a registry: one process's Registry, or an aggregate over cluster workers. */
 export interface MetricsSource {
@@ -64,13 +66,13 @@ export async function startOpsServer(address: string, deps: OpsServerDeps): Prom
       res.end(req.method === 'HEAD' ? undefined : reply.body);
     })().catch((err: unknown) => {
       res.writeHead(500, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ error: err instanceof Error ? err.message : String(err) }));
+      res.end(JSON.stringify({ error: errorMessage(err) }));
     });
   });
-  const colon = address.lastIndexOf(':');
+  const { host, port } = splitHostPort(address);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(Number(address.slice(colon + 1)), address.slice(0, colon).replace(/^\[|\]$/g, ''), () => resolve());
+    server.listen(port, host, () => resolve());
   });
   return {
     port: (server.address() as AddressInfo).port,

@@ -1,5 +1,6 @@
 // Media-type checks on `content-type` header values: parameters (`; charset=utf-8`) and case
-// do not matter. Never parse a body as JSON without checking this first (see DESIGN.md §5).
+// do not matter. Never parse a body as JSON without checking this first: routers that JSON-parsed Envoy's
+// plain-text local replies answered clients with `invalid character 'u' looking for beginning of value`.
 
 /** `Text/Event-Stream; charset=UTF-8` → `text/event-stream`; undefined/empty → ''. */
 export function mediaType(contentType: string | undefined): string {

@@ -5,6 +5,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { ENDPOINT_STATES } from '../endpoints/model.js';
 import type { EndpointView, PoolView } from '../endpoints/model.js';
+import type { BreakVerdict } from '../endpoints/replica-probe.js';
 import { CountingHistogram } from './counting-histogram.js';
 import { EventLoopDelayMetric } from './event-loop-delay.js';
 
@@ -34,6 +35,13 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  private readonly midStreamBreaks = new Counter({
+    name: 'llm_extproc_midstream_breaks_total',
+    help: 'Response streams that broke half-way, by the verdict of the replica check that followed (replica_dead = quarantined, client_left = replica answered, not_checked = replica was no longer Ready).',
+    labelNames: ['verdict'] as const,
+    registers: [this.registry],
+  });
+
   private readonly endpoints = new Gauge({
     name: 'llm_extproc_endpoints',
     help: 'Endpoints in the cache, by pool and state.',
@@ -45,7 +53,7 @@ export class Metrics {
 
   private readonly inFlight = new Gauge({
     name: 'llm_extproc_in_flight_requests',
-    help: 'Requests routed and not yet finished.',
+    help: 'ext_proc streams (requests) open now, counted from the stream start, before routing, until the stream ends.',
     registers: [this.registry],
   });
 
@@ -146,6 +154,10 @@ export class Metrics {
   quarantined(pool: string, endpoint: string): void {
     this.quarantines.inc({ pool, endpoint });
     this.rememberSeries(endpoint, `q\u0000${pool}`, { pool, endpoint });
+  }
+
+  midStreamBreak(verdict: BreakVerdict): void {
+    this.midStreamBreaks.inc({ verdict });
   }
 
   requestStarted(): void {

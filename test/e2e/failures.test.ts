@@ -6,6 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import { CATALOG, ERROR_KINDS, type ErrorKind } from '../../src/errors/catalog.js';
 import { metricValue, startGateway, type Gateway } from '../support/gateway.js';
 import type { ClientRequest, ClientResponse } from '../support/http-client.js';
+import { privateLoopbackHost } from '../support/loopback.js';
 import { startModelServer, type Behavior, type ModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';
 
@@ -43,24 +44,32 @@ const NOT_REACHABLE: Partial<Record<ErrorKind, string>> = {
   internal_error: 'a bug in our processor; Envoy then answers 500, which our mapper renders as gateway_unavailable',
 };
 
-/** Kinds produced so far in this file; the last test checks nothing reachable was left out. */
-const reached = new Set<ErrorKind>();
+/**
+ * Kinds some test in this file produces and asserts, declared when the test is defined (not when
+ * it runs), so the coverage check does not depend on which tests ran before it.
+ */
+const covered = new Set<ErrorKind>();
+function covers(kind: ErrorKind, title: string): string {
+  covered.add(kind);
+  return title;
+}
 
 describe('every failure is explained (real Envoy, misbehaving model servers)', () => {
   const servers = new Map<string, ModelServer>();
   let gateway: Gateway;
 
-  async function server(id: string, behavior: Behavior): Promise<ModelServer> {
-    const s = await startModelServer({ id, models: [id], behavior });
+  /** `refuses`: it will stop listening while listed; it lives on our own loopback address (loopback.ts). */
+  async function server(id: string, behavior: Behavior, refuses = false): Promise<ModelServer> {
+    const s = await startModelServer({ id, models: [id], behavior, ...(refuses ? { host: privateLoopbackHost() } : {}) });
     servers.set(id, s);
     return s;
   }
 
   before(async () => {
     const good = await server('good', { kind: 'ok' });
-    const refuseOne = await server('refuse-one', { kind: 'ok' });
-    const refuseA = await server('refuse-a', { kind: 'ok' });
-    const refuseB = await server('refuse-b', { kind: 'ok' });
+    const refuseOne = await server('refuse-one', { kind: 'ok' }, true);
+    const refuseA = await server('refuse-a', { kind: 'ok' }, true);
+    const refuseB = await server('refuse-b', { kind: 'ok' }, true);
     const hang = await server('hang', { kind: 'hang' });
     const close = await server('close', { kind: 'close-before-headers' });
     const html = await server('html', { kind: 'html-502' });
@@ -91,7 +100,7 @@ describe('every failure is explained (real Envoy, misbehaving model servers)', (
       configYaml: 'routing:\n  maxRequestBodyBytes: 65536\nquarantine:\n  consecutiveFailures: 1000\n',
       envoy: { routeTimeoutSeconds: 2 },
     });
-    // Refuse only now: a port freed earlier could be taken by Envoy's own ephemeral listeners.
+    // Their ports stay free of other listeners: nobody else binds our private loopback address.
     await Promise.all([refuseOne.refuse(), refuseA.refuse(), refuseB.refuse()]);
   });
 
@@ -127,11 +136,10 @@ describe('every failure is explained (real Envoy, misbehaving model servers)', (
   ];
 
   for (const c of cases) {
-    it(`${c.kind}: ${CATALOG[c.kind].status} ${CATALOG[c.kind].code}`, async () => {
+    it(covers(c.kind, `${c.kind}: ${CATALOG[c.kind].status} ${CATALOG[c.kind].code}`), async () => {
       const response = await gateway.send(c.request());
       const body = assertCatalogError(response, c.kind);
       c.check?.(body);
-      reached.add(c.kind);
     });
   }
 
@@ -141,7 +149,7 @@ describe('every failure is explained (real Envoy, misbehaving model servers)', (
     assertCatalogError(response, 'body_too_large');
   });
 
-  it('stream_incomplete: an SSE stream that ends without [DONE] gets an appended error event', async () => {
+  it(covers('stream_incomplete', 'stream_incomplete: an SSE stream that ends without [DONE] gets an appended error event'), async () => {
     const response = await gateway.send(chat('no-terminator', { stream: true }));
     assert.equal(response.status, 200);
     const served = servers.get('no-terminator')!.requests.at(-1)!;
@@ -153,10 +161,9 @@ describe('every failure is explained (real Envoy, misbehaving model servers)', (
     const event = JSON.parse(appended.trim().replace(/^data: /, '')) as ErrorBody;
     assert.equal(event.error.code, CATALOG.stream_incomplete.code);
     assert.equal(event.error.type, CATALOG.stream_incomplete.type);
-    reached.add('stream_incomplete');
   });
 
-  it('upstream_error_event: an error event inside the stream passes through untouched and counts as a failure', async () => {
+  it(covers('upstream_error_event', 'upstream_error_event: an error event inside the stream passes through untouched and counts as a failure'), async () => {
     const response = await gateway.send(chat('error-event', { stream: true }));
     assert.equal(response.status, 200);
     const served = servers.get('error-event')!.requests.at(-1)!;
@@ -167,25 +174,23 @@ describe('every failure is explained (real Envoy, misbehaving model servers)', (
       async () => (metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { endpoint: servers.get('error-event')!.address, outcome: 'failure', reason: 'upstream_error_event' }) === 1 ? true : undefined),
       { description: 'the error event counted as a failed attempt' },
     );
-    reached.add('upstream_error_event');
   });
 });
 
 describe('failures that need a gateway of their own', () => {
-  it('no_healthy_upstream: Envoy has no host for the backends cluster', async () => {
+  it(covers('no_healthy_upstream', 'no_healthy_upstream: Envoy has no host for the backends cluster'), async () => {
     const s = await startModelServer({ id: 'lonely', models: ['m'] });
     const gateway = await startGateway({ pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }], backendAddresses: [] });
     try {
       assertCatalogError(await gateway.send(chat('m')), 'no_healthy_upstream');
       assert.equal(s.requests.length, 0);
-      reached.add('no_healthy_upstream');
     } finally {
       await gateway.stop();
       await s.close();
     }
   });
 
-  it('overloaded: the circuit breaker is full', async () => {
+  it(covers('overloaded', 'overloaded: the circuit breaker is full'), async () => {
     const s = await startModelServer({ id: 'busy', models: ['m'], behavior: { kind: 'hang' } });
     const gateway = await startGateway({ pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }], envoy: { maxConcurrentRequests: 1 } });
     try {
@@ -193,7 +198,6 @@ describe('failures that need a gateway of their own', () => {
       const inFlight = [gateway.send({ ...chat('m'), timeoutMs: 60_000 })];
       await s.onRequest();
       assertCatalogError(await gateway.send(chat('m')), 'overloaded');
-      reached.add('overloaded');
       await s.close();
       await Promise.allSettled(inFlight);
     } finally {
@@ -202,7 +206,7 @@ describe('failures that need a gateway of their own', () => {
     }
   });
 
-  it('pool_overloaded: every replica reports a queue at the pool limit (load shedding)', async () => {
+  it(covers('pool_overloaded', 'pool_overloaded: every replica reports a queue at the pool limit (load shedding)'), async () => {
     const a = await startModelServer({ id: 'full-a', models: ['m'], metrics: { waiting: 12, running: 8 } });
     const b = await startModelServer({ id: 'full-b', models: ['m'], metrics: { waiting: 10, running: 8 } });
     const gateway = await startGateway({
@@ -216,7 +220,6 @@ describe('failures that need a gateway of their own', () => {
       assert.deepEqual(body.error.pools, ['p']);
       assert.equal(body.error.shortest_queue, 10);
       assert.equal(a.requests.length + b.requests.length, 0, 'shed before reaching any model server');
-      reached.add('pool_overloaded');
       // One replica drains its queue: requests flow again, to it.
       b.setMetrics({ waiting: 2, running: 8 });
       const scrapes = b.metricsScrapes;
@@ -230,14 +233,13 @@ describe('failures that need a gateway of their own', () => {
     }
   });
 
-  it('gateway_unavailable: llm-extproc itself is down, and Envoy still answers in JSON', async () => {
+  it(covers('gateway_unavailable', 'gateway_unavailable: llm-extproc itself is down, and Envoy still answers in JSON'), async () => {
     const s = await startModelServer({ id: 'orphan', models: ['m'] });
     const gateway = await startGateway({ pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }] });
     try {
       await gateway.app.stop();
       assertCatalogError(await gateway.send(chat('m')), 'gateway_unavailable');
       assert.equal(s.requests.length, 0, 'fail closed: nothing is routed without us');
-      reached.add('gateway_unavailable');
     } finally {
       await gateway.stop();
       await s.close();
@@ -248,7 +250,7 @@ describe('failures that need a gateway of their own', () => {
 describe('safe retries and outcome accounting', () => {
   it('a refusing primary falls back to a healthy replica, is counted as failed, then quarantined', async () => {
     const healthy = await startModelServer({ id: 'healthy', models: ['m'] });
-    const refusing = await startModelServer({ id: 'refusing', models: ['m'] });
+    const refusing = await startModelServer({ id: 'refusing', host: privateLoopbackHost(), models: ['m'] });
     const gateway = await startGateway({
       pools: [{ name: 'p', models: ['m'], endpoints: [{ address: healthy.address }, { address: refusing.address }] }],
       // Passive health is under test: no metrics scraping (a refused scrape would already keep the
@@ -286,7 +288,7 @@ describe('safe retries and outcome accounting', () => {
     }
   });
 
-  it('a stream reset half-way is a failure of the endpoint that served it, and is never retried elsewhere', async () => {
+  it(covers('stream_broken', 'a stream reset half-way is a failure of the endpoint that served it, and is never retried elsewhere'), async () => {
     const a = await startModelServer({ id: 'a', models: ['m'], behavior: { kind: 'hang-after-headers', afterEvents: 2 } });
     const b = await startModelServer({ id: 'b', models: ['m'], behavior: { kind: 'hang-after-headers', afterEvents: 2 } });
     const gateway = await startGateway({ pools: [{ name: 'p', models: ['m'], endpoints: [{ address: a.address }, { address: b.address }] }] });
@@ -305,7 +307,7 @@ describe('safe retries and outcome accounting', () => {
       const other = served === a ? b : a;
       assert.equal(response.status, 200);
       assert.ok(response.body.length > 0, 'the client had received part of the stream');
-      assert.ok(response.error !== undefined || !response.text().includes('[DONE]'), 'the client sees a broken stream, not a complete one');
+      assert.notEqual(response.error, undefined, 'the client sees a broken stream, not a complete one');
       assert.equal(other.requests.length, 0, 'never retried onto another replica after bytes reached the client');
       assert.equal(served.requests.length, 1, 'not retried on the same replica either');
       await waitUntil(
@@ -316,7 +318,6 @@ describe('safe retries and outcome accounting', () => {
       const metrics = await gateway.metricsText();
       assert.equal(metricValue(metrics, 'llm_extproc_upstream_attempts_total', { outcome: 'success' }), 0, 'never recorded as a success');
       assert.equal(metricValue(metrics, 'llm_extproc_requests_total', { model: 'm', result: 'stream_broken' }), 1);
-      reached.add('stream_broken');
     } finally {
       await gateway.stop();
       await Promise.all([a.close(), b.close()]);
@@ -324,9 +325,90 @@ describe('safe retries and outcome accounting', () => {
   });
 });
 
+describe('faults after the model server started answering (real Envoy)', () => {
+  const behaviors: Record<string, Behavior> = {
+    'idle-sse': { kind: 'hang-after-headers', afterEvents: 2 },
+    'idle-json': { kind: 'hang-after-headers' },
+    'reset-json': { kind: 'reset-mid-stream' },
+    'json-500': { kind: 'json-error', status: 500, code: 'out_of_memory', message: 'CUDA out of memory' },
+  };
+  const servers = new Map<string, ModelServer>();
+  let gateway: Gateway;
+
+  function named(id: string): ModelServer {
+    const found = servers.get(id);
+    assert.ok(found, `model server ${id} started`);
+    return found;
+  }
+
+  before(async () => {
+    for (const [id, behavior] of Object.entries(behaviors)) servers.set(id, await startModelServer({ id, models: [id], behavior }));
+    gateway = await startGateway({
+      pools: [...servers.values()].map((s) => ({ name: s.id, models: [s.id], endpoints: [{ address: s.address }] })),
+      // The route timeout stays out of the way: the stream idle timeout is what ends a hung answer.
+      envoy: { routeTimeoutSeconds: 60, streamIdleTimeoutSeconds: 1 },
+    });
+  });
+
+  after(async () => {
+    await gateway?.stop();
+    await Promise.all([...servers.values()].map((s) => s.close()));
+  });
+
+  async function attempts(endpoint: ModelServer, reason: string): Promise<number> {
+    return metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { endpoint: endpoint.address, outcome: 'failure', reason });
+  }
+
+  it('headers, two events, then silence: the stream idle timeout ends it; the client sees a broken stream, counted as stream_broken', async () => {
+    const server = named('idle-sse');
+    const response = await gateway.send(chat('idle-sse', { stream: true }));
+    assert.equal(response.status, 200);
+    assert.notEqual(response.error, undefined, 'the client sees the stream break, not a clean end');
+    const sent = server.requests[0].response;
+    assert.ok(sent.body.length > 0);
+    assert.deepEqual(response.body, sent.body, 'what was sent arrived unchanged, and nothing else');
+    assert.equal(server.requests.length, 1, 'never retried');
+    await waitUntil(async () => ((await attempts(server, 'stream_broken')) === 1 ? true : undefined), { description: 'the broken stream counted against the replica' });
+    assert.equal(metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { model: 'idle-sse', result: 'stream_broken' }), 1);
+  });
+
+  it('a JSON answer that stops half-way: the stream idle timeout becomes a 504 upstream_timeout JSON, without the partial body', async () => {
+    const server = named('idle-json');
+    const response = await gateway.send(chat('idle-json'));
+    assertCatalogError(response, 'upstream_timeout');
+    assert.ok(server.requests[0].response.body.length > 0, 'the model server had sent part of its JSON');
+    assert.doesNotMatch(response.text(), /chatcmpl/, 'no byte of the partial answer reached the client');
+    await waitUntil(async () => ((await attempts(server, 'stream_broken')) === 1 ? true : undefined), { description: 'the failed answer counted against the replica' });
+    assert.equal(metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { endpoint: server.address, outcome: 'success' }), 0);
+  });
+
+  it('a reset in the middle of a JSON body becomes a 502 upstream_reset JSON, without the partial body', async () => {
+    const server = named('reset-json');
+    const response = await gateway.send(chat('reset-json'));
+    assertCatalogError(response, 'upstream_reset');
+    assert.equal(await server.requests[0].response.settled, 'reset');
+    assert.doesNotMatch(response.text(), /chatcmpl/, 'no byte of the partial answer reached the client');
+    await waitUntil(async () => ((await attempts(server, 'stream_broken')) === 1 ? true : undefined), { description: 'the reset counted against the replica' });
+  });
+
+  it("an upstream 500 with its own JSON error reaches the client byte for byte and counts as the replica's failure", async () => {
+    const server = named('json-500');
+    const response = await gateway.send(chat('json-500'));
+    assert.equal(response.status, 500);
+    assert.equal(response.error, undefined);
+    assert.equal(await server.requests[0].response.settled, 'ended');
+    assert.deepEqual(response.body, server.requests[0].response.body, "the model server's own error, unchanged");
+    assert.equal((response.json() as ErrorBody).error.code, 'out_of_memory');
+    assert.equal(response.headers['x-llm-extproc-error'], undefined, 'not replaced by one of ours');
+    await waitUntil(async () => ((await attempts(server, 'upstream_500')) === 1 ? true : undefined), { description: 'the 500 counted against the replica' });
+    assert.equal(metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { model: 'json-500', result: 'upstream_500' }), 1);
+  });
+});
+
 describe('catalog coverage', () => {
   it('every catalog kind reachable through the data path was produced above', () => {
     const expected = ERROR_KINDS.filter((k) => NOT_REACHABLE[k] === undefined);
-    assert.deepEqual([...reached].sort(), [...expected].sort());
+    assert.deepEqual([...covered].sort(), [...expected].sort());
   });
 });
+

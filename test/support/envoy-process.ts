@@ -13,6 +13,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { envoyBinaryPath } from './envoy-binary.js';
 import { LogRing } from './log-ring.js';
 import { waitUntil } from './wait-until.js';
+import { errorMessage } from '../../src/util/error-message.js';
 
 export type EnvoyLogLevel = 'trace' | 'debug' | 'info' | 'warning' | 'warn' | 'error' | 'critical' | 'off';
 
@@ -255,7 +256,7 @@ export async function startEnvoy(opts: StartEnvoyOptions): Promise<RunningEnvoy>
     const exitedEarly = earlyExit.signal.aborted;
     await stop();
     if (exitedEarly) throw earlyExit.signal.reason as Error;
-    const message = err instanceof Error ? err.message : String(err);
+    const message = errorMessage(err);
     throw new Error(`${message}\n--- envoy logs ---\n${ring.toString()}`, { cause: err });
   }
 

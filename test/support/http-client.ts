@@ -21,6 +21,8 @@ export interface ClientRequest {
   readonly timeoutMs?: number;
   /** Called with each body chunk as it arrives (to act while a stream is still open). */
   readonly onData?: (chunk: Buffer) => void;
+  /** Hangs up (destroys the connection) when aborted; the response then has `error` set. */
+  readonly signal?: AbortSignal;
 }
 
 // No connection reuse: each request's failure must not bleed into the next.
@@ -52,10 +54,14 @@ export function send(port: number, req: ClientRequest): Promise<ClientResponse> 
         chunks.push(chunk);
         req.onData?.(chunk);
       });
-      res.on('end', () => finish(undefined));
+      // Only a response whose body arrived completely is fine: a connection that ended early
+      // (reset, or a close before the last chunk / the declared length) is an error.
+      res.on('end', () => finish(res.complete ? undefined : new Error('response body incomplete')));
       res.on('error', (err) => finish(err));
       res.on('aborted', () => finish(new Error('response aborted')));
+      res.on('close', () => finish(new Error('connection closed before the response body ended')));
     });
+    req.signal?.addEventListener('abort', () => clientRequest.destroy(new Error('client hung up')), { once: true });
     clientRequest.setTimeout(req.timeoutMs ?? 30_000, () => clientRequest.destroy(new Error(`client timeout after ${req.timeoutMs ?? 30_000} ms`)));
     clientRequest.on('error', (err) => {
       if (status !== 0) finish(err);

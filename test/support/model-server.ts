@@ -42,6 +42,11 @@ export type Behavior =
   | { readonly kind: 'reset-mid-stream'; readonly afterEvents?: number }
   /** Never answer; the connection stays open until close()/refuse() or the client gives up. */
   | { readonly kind: 'hang' }
+  /**
+   * Always SSE: 200 headers and `afterEvents` (default 1) events, then waits for `release` before
+   * the rest and the terminator: the test decides when the stream finishes, no timing involved.
+   */
+  | { readonly kind: 'paused-stream'; readonly release: Promise<void>; readonly afterEvents?: number }
   /** 200 headers and `afterEvents` (default 1) events, then silence. Non-stream: half the JSON. */
   | { readonly kind: 'hang-after-headers'; readonly afterEvents?: number }
   /**
@@ -330,6 +335,16 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
           await sendEvents(slices(body, 4), gap);
           await w.end();
         }
+        return undefined;
+      }
+      case 'paused-stream': {
+        const plan = stream();
+        const first = b.afterEvents ?? 1;
+        w.head(200, SSE_HEADERS);
+        await sendEvents(plan.events.slice(0, first), 0);
+        await Promise.race([b.release, new Promise((resolve) => w.signal.addEventListener('abort', resolve, { once: true }))]);
+        await sendEvents([...plan.events.slice(first), plan.terminator], 0);
+        await w.end();
         return undefined;
       }
       case 'close-before-headers':

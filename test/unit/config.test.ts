@@ -48,7 +48,7 @@ describe('buildConfig: defaults', () => {
       assert.equal(config.logLevel, 'info');
       assert.deepEqual(config.source, { kind: 'static', path: 'endpoints.yaml' });
       assert.deepEqual(config.routing, { fallbacks: 2, maxRequestBodyBytes: 8 * MiB, maxInspectedBodyBytes: 4 * MiB, destinationFormat: 'list' });
-      assert.deepEqual(config.quarantine, { threshold: 3, baseMs: 10_000, maxMs: 300_000 });
+      assert.deepEqual(config.quarantine, { threshold: 3, baseMs: 10_000, maxMs: 300_000, checkPath: '', checkTimeoutMs: 500 });
       assert.equal(config.shutdownGraceMs, 20_000);
     });
   }
@@ -72,6 +72,8 @@ quarantine:
   consecutiveFailures: 5
   baseSeconds: 1.5
   maxSeconds: 60
+  checkPath: /health
+  checkTimeoutSeconds: 0.25
 shutdownGraceSeconds: 0
 `,
       {},
@@ -80,7 +82,7 @@ shutdownGraceSeconds: 0
     assert.equal(config.logLevel, 'debug');
     assert.deepEqual(config.source, { kind: 'static', path: '/etc/llm-extproc/endpoints.yaml' });
     assert.deepEqual(config.routing, { fallbacks: 0, maxRequestBodyBytes: MiB, maxInspectedBodyBytes: 0, destinationFormat: 'list' });
-    assert.deepEqual(config.quarantine, { threshold: 5, baseMs: 1_500, maxMs: 60_000 });
+    assert.deepEqual(config.quarantine, { threshold: 5, baseMs: 1_500, maxMs: 60_000, checkPath: '/health', checkTimeoutMs: 250 });
     assert.equal(config.shutdownGraceMs, 0);
   });
 
@@ -259,6 +261,8 @@ describe('buildConfig: validation errors name the field', () => {
     { name: 'a pool model list holding null', fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, models: [~] }\n', message: 'kubernetes.pools[0].models: expected a list of non-empty strings' },
     { name: 'backoff max below initial', fileText: pool('  backoff: { initialMs: 500, maxMs: 100 }\n'), message: 'kubernetes.backoff.maxMs: must be ≥ initialMs (500)' },
     { name: 'backoff initial zero', fileText: pool('  backoff: { initialMs: 0, maxMs: 100 }\n'), message: 'kubernetes.backoff.initialMs: expected a number ≥ 1, got 0' },
+    { name: 'check path not absolute', fileText: 'quarantine:\n  checkPath: health\n', message: 'quarantine.checkPath: expected a path starting with "/" (or empty for a TCP connect)' },
+    { name: 'check timeout zero', fileText: 'quarantine:\n  checkTimeoutSeconds: 0\n', message: 'quarantine.checkTimeoutSeconds: expected a number of seconds above 0' },
     { name: 'watch timeout zero', fileText: pool('  timeouts: { watchSeconds: 0 }\n'), message: 'kubernetes.timeouts.watchSeconds: expected a number ≥ 1, got 0' },
   ];
   for (const c of cases) {

@@ -59,13 +59,19 @@ describe('renderGatewayConfig', () => {
     const mappers = at(hcm(render()), 'local_reply_config', 'mappers') as Node[];
     assert.match(String(at(mappers[0], 'filter', 'extension_filter', 'typed_config', 'expression')), /llm_extproc/);
     assert.equal(mappers[0].body_format_override, undefined, 'the first mapper matches our answers and changes nothing');
+    const named = mappers.slice(1, -1);
+    assert.ok(named.length > 0, 'mappers for named Envoy replies');
     for (const mapper of mappers.slice(1)) {
       const error = at(mapper, 'body_format_override', 'json_format', 'error') as { code: string; type: string };
       const entry = Object.values(CATALOG).find((e) => e.code === error.code);
       assert.ok(entry, `mapper code ${error.code} is in the catalog`);
       assert.equal(error.type, entry.type);
       assert.equal(at(mapper, 'body_format_override', 'content_type'), 'application/json');
-      if (mapper.status_code !== undefined) assert.equal(mapper.status_code, entry.status);
+    }
+    // Each named reply gets its catalog status; only the catch-all keeps Envoy's.
+    for (const mapper of named) {
+      const code = (at(mapper, 'body_format_override', 'json_format', 'error') as { code: string }).code;
+      assert.equal(mapper.status_code, Object.values(CATALOG).find((e) => e.code === code)?.status, `status of the ${code} mapper`);
     }
     // The last mapper catches any flagged Envoy reply we did not name, keeping its status.
     assert.deepEqual(at(mappers.at(-1), 'filter'), { response_flag_filter: {} });

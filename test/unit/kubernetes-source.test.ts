@@ -112,6 +112,7 @@ interface Harness {
   sink: RecordingSink;
   observer: RecordingObserver;
   logs: LogEntry[];
+  kubeconfigPath: string;
   start(): void;
 }
 
@@ -132,7 +133,7 @@ async function setup(t: TestContext, config: Partial<KubernetesSourceConfig> = {
     await api.stop();
     rmSync(dir, { recursive: true, force: true });
   });
-  return { api, source, sink, observer, logs: entries, start: () => source.start(sink) };
+  return { api, source, sink, observer, logs: entries, kubeconfigPath, start: () => source.start(sink) };
 }
 
 function pod(builder: typeof readyPod, name: string, extra: { ip?: string; labels?: Record<string, string>; namespace?: string } = {}): KubeObject {
@@ -403,12 +404,27 @@ void describe('KubernetesSource: watch faults', () => {
     h.start();
     await eventually('synced', () => h.sink.synced);
     await h.api.waitForWatch(podsPath(NS));
+    // A twin source on another namespace stays running: it shows how soon a live source
+    // reconnects, so "the stopped one did not" is checked after reconnects had every chance.
+    const twinSink = new RecordingSink();
+    const twin = new KubernetesSource(
+      { kubeconfigPath: h.kubeconfigPath, pools: [{ ...POOL, namespace: 'twin' }], backoff: { initialMs: 10, maxMs: 10 } },
+      { logger: recordingLogger().logger, observer: new RecordingObserver() },
+    );
+    t.after(() => twin.stop());
+    void twin.start(twinSink);
+    await eventually('twin synced', () => twinSink.synced);
+    await h.api.waitForWatch(podsPath('twin'));
     await h.source.stop();
-    await eventually('server saw the watch close', () => h.api.openWatchCount() === 0);
-    const requests = h.api.requests.length;
+    await eventually('server saw the watch close', () => h.api.openWatchCount(podsPath(NS)) === 0);
+    const requests = h.api.requests.filter((r) => r.path === podsPath(NS)).length;
     h.api.upsertPod(pod(readyPod, 'vllm-late', { ip: '10.1.0.9' }));
-    await h.api.stop();
-    assert.equal(h.api.requests.length, requests, 'nothing reconnects after stop');
+    for (let i = 0; i < 3; i++) {
+      const reconnected = h.api.nextWatch(podsPath('twin'));
+      h.api.dropWatches();
+      await reconnected;
+    }
+    assert.equal(h.api.requests.filter((r) => r.path === podsPath(NS)).length, requests, 'nothing reconnects after stop');
     assert.ok(!h.sink.ids('llama').includes('models/vllm-late'));
   });
 });

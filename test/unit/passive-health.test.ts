@@ -230,3 +230,23 @@ describe('PassiveHealth: status, nextRelease, retainOnly', () => {
     assert.deepEqual(fail(health, A, ['connect_failure'], 0), [false]);
   });
 });
+
+describe('PassiveHealth: quarantine after a failed check', () => {
+  it('quarantines at once with the base backoff, then doubles on the next one', () => {
+    const health = new PassiveHealth(POLICY);
+    assert.equal(health.quarantineNow(A, 0), true);
+    assert.equal(health.status(A, 0)?.until, 10_000);
+    assert.match(health.status(A, 0)?.reason ?? '', /^a response stream broke and the replica then failed its health check; until /);
+    assert.equal(health.quarantineNow(A, 5_000), false, 'already quarantined: no change');
+    assert.equal(health.status(A, 5_000)?.until, 10_000, 'and the end does not move');
+    assert.equal(health.quarantineNow(A, 10_000), true);
+    assert.equal(health.status(A, 10_000)?.until, 30_000, 'second strike: twice the base');
+    assert.equal(health.status(B, 0), undefined, 'other endpoints untouched');
+  });
+
+  it('does nothing when passive health is off (baseSeconds 0)', () => {
+    const health = new PassiveHealth({ threshold: 3, baseMs: 0, maxMs: 0 });
+    assert.equal(health.quarantineNow(A, 0), false);
+    assert.equal(health.status(A, 0), undefined);
+  });
+});

@@ -217,10 +217,22 @@ describe('StaticFileSource', () => {
     assert.deepEqual(stoppedRecorder.kinds(), ['replaceAll', 'loaded', 'markSynced'], 'only the calls made at start');
   });
 
-  it('stop() is safe to call twice and before start', TIMEOUT, () => {
-    const source = new StaticFileSource(path, silent, new Recorder());
-    source.stop();
-    source.stop();
-    assert.equal(source.name, 'static');
+  it('stop() is safe to call twice and before start', TIMEOUT, async () => {
+    await writeFile(path, fileWith(['llama']));
+    const neverStarted = new StaticFileSource(path, silent, new Recorder());
+    assert.doesNotThrow(() => neverStarted.stop(), 'stop before start has no watcher to close');
+    const recorder = new Recorder();
+    const source = await started(recorder);
+    const control = new Recorder();
+    await started(control);
+    assert.doesNotThrow(() => {
+      source.stop();
+      source.stop();
+    });
+    const seenByControl = control.next('replaceAll');
+    await replaceAtomically(fileWith(['phi']));
+    assert.deepEqual(modelsOf((await seenByControl).pools), ['phi']);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(recorder.kinds(), ['replaceAll', 'loaded', 'markSynced'], 'stopped twice, it stays stopped');
   });
 });

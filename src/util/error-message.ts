@@ -1,0 +1,6 @@
+// The one way to turn a caught value (`unknown` under useUnknownInCatchVariables) into text for a
+// log line or an error message: an Error's message, anything else stringified.
+
+export function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
