@@ -6,7 +6,8 @@ import { isIP } from 'node:net';
 import { splitHostPort } from '../util/host-port.js';
 import { CATALOG } from '../errors/catalog.js';
 import type { ErrorKind } from '../errors/catalog.js';
-import { DESTINATION_HEADER, EXT_PROC_SERVICE_NAME, DESTINATION_METADATA_NAMESPACE, ERROR_HEADER } from '../extproc/protocol-names.js';
+import { ERROR_CODE_HEADER } from '../errors/render.js';
+import { DESTINATION_HEADER, EXT_PROC_SERVICE_NAME, DESTINATION_METADATA_NAMESPACE } from '../extproc/protocol-names.js';
 
 export type BackendsCluster =
   /** Fixed addresses (demo, tests, bare metal). Every address the picker may return must be listed. */
@@ -208,7 +209,7 @@ function backendsCluster(options: GatewayConfigOptions): Yaml {
 function localReplyMappers(): Yaml[] {
   const mapper = (kind: ErrorKind, filter: Yaml, message: string, keepStatus = false): Yaml => {
     const entry = CATALOG[kind];
-    const headers: Yaml[] = [{ header: { key: ERROR_HEADER, value: entry.code }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' }];
+    const headers: Yaml[] = [{ header: { key: ERROR_CODE_HEADER, value: entry.code }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' }];
     if (entry.retryAfterSeconds !== undefined) headers.push({ header: { key: 'retry-after', value: String(entry.retryAfterSeconds) }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' });
     return {
       filter,

@@ -8,8 +8,6 @@ export const SERVED_ENDPOINT_KEY = 'x-gateway-destination-endpoint-served';
 /** The gateway's subset hint: only these endpoints may be picked (endpoint-picker protocol). */
 export const SUBSET_HINT_NAMESPACE = 'envoy.lb.subset_hint';
 export const SUBSET_HINT_KEY = 'x-gateway-destination-endpoint-subset';
-/** Set on every error we render, so operators can grep for our answers and Envoy can tell them apart. */
-export const ERROR_HEADER = 'x-llm-extproc-error';
 
 /** The gRPC service Envoy calls; also the name our health service answers for. */
 export const EXT_PROC_SERVICE_NAME = 'envoy.service.ext_proc.v3.ExternalProcessor';
