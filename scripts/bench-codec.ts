@@ -44,24 +44,51 @@ const requests: Record<string, Buffer> = {
         ],
       },
     },
-    attributes: { 'envoy.filters.http.ext_proc': { fields: { 'request.id': { stringValue: '3f1c2b9e' }, 'xds.route_name': { stringValue: 'llm' } } } },
+    attributes: {
+      'envoy.filters.http.ext_proc': { fields: { 'request.id': { stringValue: '3f1c2b9e' }, 'xds.route_name': { stringValue: 'llm' } } },
+    },
     protocol_config: { request_body_mode: 'BUFFERED', response_body_mode: 'STREAMED' },
   }),
-  'request_body (113 B JSON, end)': requestType.serialize({ request_body: { body: Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Say hello in one short sentence.' }], max_tokens: 32 })), end_of_stream: true } }),
-  'response_body (one SSE chunk)': requestType.serialize({ response_body: { body: Buffer.from('data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hello"}}]}\n\n'), end_of_stream: false } }),
+  'request_body (113 B JSON, end)': requestType.serialize({
+    request_body: {
+      body: Buffer.from(
+        JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Say hello in one short sentence.' }], max_tokens: 32 }),
+      ),
+      end_of_stream: true,
+    },
+  }),
+  'response_body (one SSE chunk)': requestType.serialize({
+    response_body: {
+      body: Buffer.from('data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hello"}}]}\n\n'),
+      end_of_stream: false,
+    },
+  }),
 };
 const replies: Record<string, ProcessingResponse> = {
   'request_body reply (routing headers + metadata)': {
     request_body: {
       response: {
-        header_mutation: { set_headers: [{ header: { key: 'x-gateway-destination-endpoint', raw_value: Buffer.from('10.0.0.5:8000,10.0.0.6:8000') }, append: { value: false } }] },
+        header_mutation: {
+          set_headers: [
+            {
+              header: { key: 'x-gateway-destination-endpoint', raw_value: Buffer.from('10.0.0.5:8000,10.0.0.6:8000') },
+              append: { value: false },
+            },
+          ],
+        },
         clear_route_cache: true,
       },
     },
-    dynamic_metadata: { fields: { 'envoy.lb': { structValue: { fields: { 'x-gateway-destination-endpoint': { stringValue: '10.0.0.5:8000,10.0.0.6:8000' } } } } } },
+    dynamic_metadata: {
+      fields: {
+        'envoy.lb': { structValue: { fields: { 'x-gateway-destination-endpoint': { stringValue: '10.0.0.5:8000,10.0.0.6:8000' } } } },
+      },
+    },
   },
   'response_headers reply (mode override)': { response_headers: { response: {} }, mode_override: { response_body_mode: 'STREAMED' } },
-  'response_body reply (streamed_response chunk)': { response_body: { response: { body_mutation: { streamed_response: { body: Buffer.alloc(120, 0x61), end_of_stream: false } } } } },
+  'response_body reply (streamed_response chunk)': {
+    response_body: { response: { body_mutation: { streamed_response: { body: Buffer.alloc(120, 0x61), end_of_stream: false } } } },
+  },
 };
 
 function cpuNsPerOp(fn: () => void): number {
@@ -73,14 +100,24 @@ function cpuNsPerOp(fn: () => void): number {
 }
 
 const rows: string[] = ['| message | reflection ns/op (CPU) | hand-written ns/op (CPU) | ratio |', '| --- | ---: | ---: | ---: |'];
-const row = (name: string, reflection: number, fast: number) => rows.push(`| ${name} | ${reflection.toFixed(0)} | ${fast.toFixed(0)} | ${(reflection / fast).toFixed(1)}× |`);
-for (const [name, bytes] of Object.entries(requests)) row(`decode ${name}`, cpuNsPerOp(() => requestType.deserialize(bytes)), cpuNsPerOp(() => decodeProcessingRequest(bytes)));
+const row = (name: string, reflection: number, fast: number) =>
+  rows.push(`| ${name} | ${reflection.toFixed(0)} | ${fast.toFixed(0)} | ${(reflection / fast).toFixed(1)}× |`);
+for (const [name, bytes] of Object.entries(requests))
+  row(
+    `decode ${name}`,
+    cpuNsPerOp(() => requestType.deserialize(bytes)),
+    cpuNsPerOp(() => decodeProcessingRequest(bytes)),
+  );
 const writer = new Writer();
 for (const [name, reply] of Object.entries(replies)) {
-  row(`encode ${name}`, cpuNsPerOp(() => responseType.serialize(reply)), cpuNsPerOp(() => {
-    writer.reset();
-    encodeProcessingResponse(writer, reply);
-    writer.finish();
-  }));
+  row(
+    `encode ${name}`,
+    cpuNsPerOp(() => responseType.serialize(reply)),
+    cpuNsPerOp(() => {
+      writer.reset();
+      encodeProcessingResponse(writer, reply);
+      writer.finish();
+    }),
+  );
 }
 process.stdout.write(`Node ${process.version}, ${iterations} iterations per cell\n\n${rows.join('\n')}\n`);

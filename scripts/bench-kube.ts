@@ -103,19 +103,24 @@ async function withRetries(what: string, call: () => Promise<unknown>): Promise<
 
 /** The kubelet's status write: a strategic merge patch of phase, conditions, containerStatuses and IPs. */
 async function patchStatus(core: CoreV1Api, name: string, status: PodJson['status']): Promise<void> {
-  await core.patchNamespacedPodStatus({ namespace: NAMESPACE, name, body: { status } }, setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch));
+  await core.patchNamespacedPodStatus(
+    { namespace: NAMESPACE, name, body: { status } },
+    setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
+  );
 }
 
 async function createPods(core: CoreV1Api, ready: boolean[]): Promise<void> {
   await pool(PODS, 16, async (i) => {
     const built = (ready[i] ? readyPod : notReadyPod)(podOptions(i));
-    await withRetries(`create ${built.metadata.name}`, () => core.createNamespacedPod({
-      namespace: NAMESPACE,
-      body: {
-        metadata: { name: built.metadata.name, labels: built.metadata.labels },
-        spec: { nodeName: NODE_NAME, automountServiceAccountToken: false, containers: built.spec.containers },
-      },
-    }));
+    await withRetries(`create ${built.metadata.name}`, () =>
+      core.createNamespacedPod({
+        namespace: NAMESPACE,
+        body: {
+          metadata: { name: built.metadata.name, labels: built.metadata.labels },
+          spec: { nodeName: NODE_NAME, automountServiceAccountToken: false, containers: built.spec.containers },
+        },
+      }),
+    );
     await withRetries(`status of ${built.metadata.name}`, () => patchStatus(core, built.metadata.name, built.status));
     if ((i + 1) % 1000 === 0) process.stderr.write(`bench:kube: ${i + 1} pods created\n`);
   });
@@ -199,19 +204,22 @@ async function run(): Promise<Results> {
 
     const kubeconfigPath = await plane.writeKubeconfig('bench-kubeconfig.yaml');
     const configPath = join(plane.dir, 'llm-extproc.yaml');
-    await writeFile(configPath, toYaml({
-      listen: { grpc: '127.0.0.1:0', http: '127.0.0.1:0' },
-      kubernetes: {
-        kubeconfigPath,
-        pools: Array.from({ length: POOLS }, (_, p) => ({
-          name: `p${p}`,
-          namespace: NAMESPACE,
-          selector: { app: 'vllm', pool: `p${p}` },
-          targetPort: 8000,
-          models: [`model-${p}`],
-        })),
-      },
-    }));
+    await writeFile(
+      configPath,
+      toYaml({
+        listen: { grpc: '127.0.0.1:0', http: '127.0.0.1:0' },
+        kubernetes: {
+          kubeconfigPath,
+          pools: Array.from({ length: POOLS }, (_, p) => ({
+            name: `p${p}`,
+            namespace: NAMESPACE,
+            selector: { app: 'vllm', pool: `p${p}` },
+            targetPort: 8000,
+            models: [`model-${p}`],
+          })),
+        },
+      }),
+    );
     const script = join(repoRoot(), 'dist', 'scripts', 'bench-kube', 'extproc-child.js');
     const spawnedAt = now();
     const child = fork(script, [configPath], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
@@ -260,21 +268,23 @@ async function run(): Promise<Results> {
         const state = turnReady ? 'Ready' : 'NotReady';
         const seen = extproc.expect(`${NAMESPACE}/${name}`, `p${poolOf(i)}`, state);
         const t0 = now();
-        inFlight.push((async () => {
-          try {
-            await patchStatus(core, name, (turnReady ? readyPod : notReadyPod)(podOptions(i)).status);
-          } catch (err) {
-            // An overloaded API server may refuse a write (429, 504): counted, not measured.
-            failedWrites++;
-            process.stderr.write(`bench:kube: status write failed: ${String((err as { code?: unknown }).code ?? err)}\n`);
-            return;
-          }
-          apiWrite.push(now() - t0);
-          const timeout = new Promise<number>((resolve) => setTimeout(() => resolve(Number.NaN), 30_000));
-          const at = await Promise.race([seen, timeout]);
-          if (Number.isNaN(at)) missed++;
-          else propagation.push(at - t0);
-        })());
+        inFlight.push(
+          (async () => {
+            try {
+              await patchStatus(core, name, (turnReady ? readyPod : notReadyPod)(podOptions(i)).status);
+            } catch (err) {
+              // An overloaded API server may refuse a write (429, 504): counted, not measured.
+              failedWrites++;
+              process.stderr.write(`bench:kube: status write failed: ${String((err as { code?: unknown }).code ?? err)}\n`);
+              return;
+            }
+            apiWrite.push(now() - t0);
+            const timeout = new Promise<number>((resolve) => setTimeout(() => resolve(Number.NaN), 30_000));
+            const at = await Promise.race([seen, timeout]);
+            if (Number.isNaN(at)) missed++;
+            else propagation.push(at - t0);
+          })(),
+        );
       }
       await Promise.all(inFlight);
       const wallSeconds = (now() - wallStart) / 1000;

@@ -127,8 +127,12 @@ const opts = {
 };
 if (opts.write && opts.cpuProf) throw new Error('--write and --cpu-prof do not mix: a profiled server is slower than a real one');
 
-const CHAT_BODY = Buffer.from(JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say hello in one short sentence.' }], max_tokens: 32 }));
-const STREAM_BODY = Buffer.from(JSON.stringify({ model: MODEL, stream: true, messages: [{ role: 'user', content: 'Count slowly, please.' }], max_tokens: 128 }));
+const CHAT_BODY = Buffer.from(
+  JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say hello in one short sentence.' }], max_tokens: 32 }),
+);
+const STREAM_BODY = Buffer.from(
+  JSON.stringify({ model: MODEL, stream: true, messages: [{ role: 'user', content: 'Count slowly, please.' }], max_tokens: 128 }),
+);
 
 // ── cleanup: whatever happens, Envoys, servers and the model server go away ─────────────────────
 
@@ -197,7 +201,15 @@ interface Server {
   readonly httpPort: number;
 }
 
-async function startServer(root: string, name: string, grpcAddress: string, endpointsFile: string, profileDir: string | undefined, workers = 1, configFile?: string): Promise<Server> {
+async function startServer(
+  root: string,
+  name: string,
+  grpcAddress: string,
+  endpointsFile: string,
+  profileDir: string | undefined,
+  workers = 1,
+  configFile?: string,
+): Promise<Server> {
   const httpPort = await freePort();
   const child = spawnNode(name, opts.server ?? join(root, 'dist', 'src', 'main.js'), {
     args: configFile === undefined ? [] : ['--config', configFile],
@@ -246,13 +258,19 @@ interface Setup {
 
 function cpuNow(setup: Setup): CpuUse {
   // Whole process trees: a cluster primary's workers are its children.
-  return { envoySeconds: treeCpuSeconds(setup.envoy.pid), serverSeconds: setup.server === undefined ? undefined : treeCpuSeconds(setup.server.child.pid) };
+  return {
+    envoySeconds: treeCpuSeconds(setup.envoy.pid),
+    serverSeconds: setup.server === undefined ? undefined : treeCpuSeconds(setup.server.child.pid),
+  };
 }
 
 function addCpu(total: CpuUse, from: CpuUse, to: CpuUse): CpuUse {
   return {
     envoySeconds: total.envoySeconds + (to.envoySeconds - from.envoySeconds),
-    serverSeconds: to.serverSeconds === undefined || from.serverSeconds === undefined ? undefined : (total.serverSeconds ?? 0) + (to.serverSeconds - from.serverSeconds),
+    serverSeconds:
+      to.serverSeconds === undefined || from.serverSeconds === undefined
+        ? undefined
+        : (total.serverSeconds ?? 0) + (to.serverSeconds - from.serverSeconds),
   };
 }
 
@@ -290,12 +308,22 @@ function runInfo(responseBytes: number): RunInfo {
 /** Body size of one non-streaming answer (for the report header). */
 function answerBytes(port: number): Promise<number> {
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, method: 'POST', path: '/v1/chat/completions', agent: false, headers: { 'content-type': 'application/json', 'content-length': CHAT_BODY.length } }, (res) => {
-      let bytes = 0;
-      res.on('data', (c: Buffer) => (bytes += c.length));
-      res.on('end', () => resolve(bytes));
-      res.on('error', reject);
-    });
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: '/v1/chat/completions',
+        agent: false,
+        headers: { 'content-type': 'application/json', 'content-length': CHAT_BODY.length },
+      },
+      (res) => {
+        let bytes = 0;
+        res.on('data', (c: Buffer) => (bytes += c.length));
+        res.on('end', () => resolve(bytes));
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end(CHAT_BODY);
   });
@@ -325,18 +353,34 @@ async function requestPhase(setup: Setup, concurrency: number, count: number): P
 async function streamPhase(setup: Setup, concurrency: number, count: number): Promise<void> {
   const phase: StreamPhase =
     setup.results.streams.get(concurrency) ??
-    ({ ttfbMs: [], totalMs: [], eventLatencyMs: [], interArrivalMs: [], streams: 0, wallMs: 0, errors: 0, firstError: undefined, cpu: emptyCpu(setup), server: undefined } satisfies StreamPhase);
+    ({
+      ttfbMs: [],
+      totalMs: [],
+      eventLatencyMs: [],
+      interArrivalMs: [],
+      streams: 0,
+      wallMs: 0,
+      errors: 0,
+      firstError: undefined,
+      cpu: emptyCpu(setup),
+      server: undefined,
+    } satisfies StreamPhase);
   setup.results.streams.set(concurrency, phase);
   const before = await scrapeServer(setup);
   const from = cpuNow(setup);
-  const run = await closedLoop(count, concurrency, () => timedStream(setup.target, STREAM_BODY), (t) => {
-    if (t.events !== opts.events) throw new Error(`${setup.key}: a stream delivered ${t.events} of ${opts.events} events`);
-    phase.ttfbMs.push(t.ttfbMs);
-    phase.totalMs.push(t.totalMs);
-    phase.eventLatencyMs.push(...t.eventLatencyMs);
-    phase.interArrivalMs.push(...t.interArrivalMs);
-    phase.streams++;
-  });
+  const run = await closedLoop(
+    count,
+    concurrency,
+    () => timedStream(setup.target, STREAM_BODY),
+    (t) => {
+      if (t.events !== opts.events) throw new Error(`${setup.key}: a stream delivered ${t.events} of ${opts.events} events`);
+      phase.ttfbMs.push(t.ttfbMs);
+      phase.totalMs.push(t.totalMs);
+      phase.eventLatencyMs.push(...t.eventLatencyMs);
+      phase.interArrivalMs.push(...t.interArrivalMs);
+      phase.streams++;
+    },
+  );
   phase.cpu = addCpu(phase.cpu, from, cpuNow(setup));
   phase.wallMs += run.wallMs;
   const after = await scrapeServer(setup);
@@ -349,9 +393,17 @@ async function warmUp(setup: Setup): Promise<void> {
   const maxConcurrency = Math.max(...opts.concurrency, ...opts.streamConcurrency);
   // Opens every connection the measured phases will reuse, and gets V8's JIT past its cold start.
   const requests = await runRequests(setup.target, CHAT_BODY, Math.max(opts.warmup, maxConcurrency), maxConcurrency);
-  const streams = await closedLoop(Math.max(...opts.streamConcurrency) * 2, Math.max(...opts.streamConcurrency), () => timedStream(setup.target, STREAM_BODY), () => undefined);
+  const streams = await closedLoop(
+    Math.max(...opts.streamConcurrency) * 2,
+    Math.max(...opts.streamConcurrency),
+    () => timedStream(setup.target, STREAM_BODY),
+    () => undefined,
+  );
   const errors = requests.errors + streams.errors;
-  if (errors > 0) throw new Error(`${setup.key}: ${errors} errors during warm-up, first: ${requests.firstError ?? streams.firstError ?? '?'}\n--- envoy ---\n${setup.envoy.logs()}\n--- server ---\n${setup.server?.child.logs() ?? ''}`);
+  if (errors > 0)
+    throw new Error(
+      `${setup.key}: ${errors} errors during warm-up, first: ${requests.firstError ?? streams.firstError ?? '?'}\n--- envoy ---\n${setup.envoy.logs()}\n--- server ---\n${setup.server?.child.logs() ?? ''}`,
+    );
 }
 
 // ── main ─────────────────────────────────────────────────────────────────────────────────────
@@ -385,27 +437,57 @@ async function main(): Promise<void> {
   ];
   if (opts.workers > 1) {
     // --cpu-prof would profile only the primary, which does no ext_proc work: not offered here.
-    const workersServer = await startServer(root, 'llm-extproc-workers', `unix://${join(dir, 'grpc-workers.sock')}`, endpointsFile, undefined, opts.workers);
+    const workersServer = await startServer(
+      root,
+      'llm-extproc-workers',
+      `unix://${join(dir, 'grpc-workers.sock')}`,
+      endpointsFile,
+      undefined,
+      opts.workers,
+    );
     plans.push({ key: 'workers', config: gatewayConfig(workersServer.grpcAddress, upstreamAddress), server: workersServer });
   }
   if (opts.modes) {
     const duplexServer = await startServer(root, 'llm-extproc-duplex', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir);
-    plans.push({ key: 'duplex', config: gatewayConfig(duplexServer.grpcAddress, upstreamAddress, { bodyModes: 'full-duplex' }), server: duplexServer });
+    plans.push({
+      key: 'duplex',
+      config: gatewayConfig(duplexServer.grpcAddress, upstreamAddress, { bodyModes: 'full-duplex' }),
+      server: duplexServer,
+    });
     const tlsConfig = join(dir, 'tls.yaml');
     await writeFile(tlsConfig, toYaml({ listen: { tls: { enabled: true } } }));
     const tlsServer = await startServer(root, 'llm-extproc-tls', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir, 1, tlsConfig);
-    plans.push({ key: 'tls', config: gatewayConfig(tlsServer.grpcAddress, upstreamAddress, { extProcTls: { kind: 'unverified' } }), server: tlsServer });
+    plans.push({
+      key: 'tls',
+      config: gatewayConfig(tlsServer.grpcAddress, upstreamAddress, { extProcTls: { kind: 'unverified' } }),
+      server: tlsServer,
+    });
   }
   const maxSockets = Math.max(...opts.concurrency, ...opts.streamConcurrency);
   const setups: Setup[] = [];
   for (const plan of plans) {
-    const envoy = await startEnvoy({ configYaml: toYaml(plan.config), name: `bench-${plan.key}`, logLevel: 'warning', concurrency: opts.envoyConcurrency });
+    const envoy = await startEnvoy({
+      configYaml: toYaml(plan.config),
+      name: `bench-${plan.key}`,
+      logLevel: 'warning',
+      concurrency: opts.envoyConcurrency,
+    });
     cleanups.push(() => envoy.stop());
     const agent = keepAliveAgent(maxSockets);
     cleanups.push(() => Promise.resolve(agent.destroy()));
     const target: Target = { port: envoy.listenerPort('llm_gateway'), agent };
-    await waitUntil(async () => ((await timedRequest(target, CHAT_BODY)) > 0 ? true : undefined), { description: `${plan.key}: a 200 through Envoy`, timeoutMs: 20_000 });
-    setups.push({ key: plan.key, envoy, target, server: plan.server, results: { key: plan.key, requests: new Map(), streams: new Map(), messages: undefined, sideStreams: undefined, peakRss: undefined }, before: undefined });
+    await waitUntil(async () => ((await timedRequest(target, CHAT_BODY)) > 0 ? true : undefined), {
+      description: `${plan.key}: a 200 through Envoy`,
+      timeoutMs: 20_000,
+    });
+    setups.push({
+      key: plan.key,
+      envoy,
+      target,
+      server: plan.server,
+      results: { key: plan.key, requests: new Map(), streams: new Map(), messages: undefined, sideStreams: undefined, peakRss: undefined },
+      before: undefined,
+    });
   }
 
   for (const setup of setups) {
@@ -424,7 +506,10 @@ async function main(): Promise<void> {
   }
 
   for (const setup of setups) {
-    setup.results.peakRss = { envoyBytes: treePeakRssBytes(setup.envoy.pid), serverBytes: setup.server === undefined ? undefined : treePeakRssBytes(setup.server.child.pid) };
+    setup.results.peakRss = {
+      envoyBytes: treePeakRssBytes(setup.envoy.pid),
+      serverBytes: setup.server === undefined ? undefined : treePeakRssBytes(setup.server.child.pid),
+    };
     if (setup.server === undefined) continue;
     const after = await scrapeMessages(setup.server);
     setup.results.messages = new Map([...after].map(([message, h]) => [message, histogramDelta(h, setup.before?.get(message))]));
@@ -438,7 +523,10 @@ async function main(): Promise<void> {
     };
   }
 
-  const report = renderReport(runInfo(await answerBytes(setups[0].target.port)), setups.map((s) => s.results));
+  const report = renderReport(
+    runInfo(await answerBytes(setups[0].target.port)),
+    setups.map((s) => s.results),
+  );
   process.stdout.write(`${report}\n`);
   for (const setup of setups) {
     const failed = [...setup.results.requests, ...setup.results.streams].filter(([, p]) => p.errors > 0);
@@ -448,7 +536,8 @@ async function main(): Promise<void> {
     const stats = await setup.envoy.stats('ext_proc|upstream_rq_5xx|downstream_rq_5xx|llm_extproc\\.(upstream_cx|http2)');
     log(`${setup.key} Envoy stats: ${JSON.stringify(Object.fromEntries(Object.entries(stats).filter(([, v]) => v !== 0)))}`);
     log(`${setup.key} Envoy log tail:\n${setup.envoy.logs().split('\n').slice(-20).join('\n')}`);
-    if (setup.server !== undefined) log(`${setup.key} llm-extproc log tail:\n${setup.server.child.logs().split('\n').slice(-20).join('\n')}`);
+    if (setup.server !== undefined)
+      log(`${setup.key} llm-extproc log tail:\n${setup.server.child.logs().split('\n').slice(-20).join('\n')}`);
   }
 
   if (opts.write) {
@@ -467,9 +556,11 @@ function printProfiles(profileDir: string): void {
     if (!isCpuProfile(parsed)) continue;
     const summary = summarizeProfile(parsed, 20);
     process.stdout.write(`\n### CPU profile ${file} (${summary.busyMs.toFixed(0)} ms busy; ${join(profileDir, file)})\n\nBy area:\n`);
-    for (const row of summary.areas) process.stdout.write(`  ${(row.share * 100).toFixed(1).padStart(5)}%  ${row.selfMs.toFixed(0).padStart(6)} ms  ${row.name}\n`);
+    for (const row of summary.areas)
+      process.stdout.write(`  ${(row.share * 100).toFixed(1).padStart(5)}%  ${row.selfMs.toFixed(0).padStart(6)} ms  ${row.name}\n`);
     process.stdout.write('Top functions (self time):\n');
-    for (const row of summary.functions) process.stdout.write(`  ${(row.share * 100).toFixed(1).padStart(5)}%  ${row.selfMs.toFixed(0).padStart(6)} ms  ${row.name}\n`);
+    for (const row of summary.functions)
+      process.stdout.write(`  ${(row.share * 100).toFixed(1).padStart(5)}%  ${row.selfMs.toFixed(0).padStart(6)} ms  ${row.name}\n`);
   }
 }
 

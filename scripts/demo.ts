@@ -46,14 +46,26 @@ async function main(): Promise<void> {
     endpointsFile,
     poolsYaml([
       { name: 'llama', models: ['llama-3-8b'], endpoints: [{ address: llamaA.address }, { address: llamaB.address }] },
-      { name: 'qwen', models: ['qwen-2.5-7b'], endpoints: [{ address: qwen.address }, { address: '127.0.0.1:1', state: 'Starting', reason: 'ContainerCreating' }] },
+      {
+        name: 'qwen',
+        models: ['qwen-2.5-7b'],
+        endpoints: [{ address: qwen.address }, { address: '127.0.0.1:1', state: 'Starting', reason: 'ContainerCreating' }],
+      },
     ]),
   );
 
   const socket = join(stateDir, 'grpc.sock');
   const configFile = join(stateDir, 'llm-extproc.yaml');
   // A local demo has no load balancer to drain: stop at once on Ctrl-C.
-  writeFileSync(configFile, toYaml({ listen: { grpc: `unix://${socket}`, http: '127.0.0.1:0' }, static: { path: endpointsFile }, shutdownDrainSeconds: 0, shutdownGraceSeconds: 2 }));
+  writeFileSync(
+    configFile,
+    toYaml({
+      listen: { grpc: `unix://${socket}`, http: '127.0.0.1:0' },
+      static: { path: endpointsFile },
+      shutdownDrainSeconds: 0,
+      shutdownGraceSeconds: 2,
+    }),
+  );
   const server = spawn(process.execPath, [join(root, 'dist', 'src', 'main.js'), '--config', configFile], {
     env: { ...process.env, LLM_EXTPROC_LOG_LEVEL: values.smoke ? 'warn' : 'info' },
     stdio: ['ignore', 'inherit', 'inherit'],
@@ -74,13 +86,19 @@ async function main(): Promise<void> {
   envoy = await startEnvoy({ configYaml: toYaml(config), name: 'demo', logLevel: 'warning' });
   const port = envoy.listenerPort('llm_gateway');
   // Ready when Envoy routes through llm-extproc and its endpoint cache has synced (503 before).
-  await waitUntil(async () => ((await send(port, { path: '/v1/models' })).status === 200 ? true : undefined), { description: 'llm-extproc to answer through Envoy', timeoutMs: 20_000 });
+  await waitUntil(async () => ((await send(port, { path: '/v1/models' })).status === 200 ? true : undefined), {
+    description: 'llm-extproc to answer through Envoy',
+    timeoutMs: 20_000,
+  });
 
   const base = `http://127.0.0.1:${port}`;
   if (values.smoke) {
     const samples = [
       { path: '/v1/chat/completions', body: { model: 'llama-3-8b', messages: [{ role: 'user', content: 'Hello!' }] } },
-      { path: '/v1/chat/completions', body: { model: 'qwen-2.5-7b', stream: true, messages: [{ role: 'user', content: 'Stream, please' }] } },
+      {
+        path: '/v1/chat/completions',
+        body: { model: 'qwen-2.5-7b', stream: true, messages: [{ role: 'user', content: 'Stream, please' }] },
+      },
       { path: '/v1/chat/completions', body: { model: 'no-such-model', messages: [] } },
     ];
     const statuses: number[] = [];

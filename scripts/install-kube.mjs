@@ -111,14 +111,11 @@ function installEtcd() {
   if (ready(bin, `etcd Version: ${ETCD_VERSION.slice(1)}`)) return;
   log(`building etcd ${ETCD_VERSION} (about a minute on 2 cores)`);
   const dir = scratchDir(bin, 'etcd');
-  writeFileSync(
-    join(dir, 'go.mod'),
-    `module llm-extproc.local/etcd\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 ${ETCD_VERSION}\n`,
-  );
+  writeFileSync(join(dir, 'go.mod'), `module llm-extproc.local/etcd\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 ${ETCD_VERSION}\n`);
   writeFileSync(
     join(dir, 'main.go'),
     [
-      '// Wrapper so etcd builds from the module proxy: etcd\'s own main module has replace directives.',
+      "// Wrapper so etcd builds from the module proxy: etcd's own main module has replace directives.",
       'package main',
       '',
       'import (',
@@ -221,7 +218,10 @@ function main() {
     process.stdout.write(`${JSON.stringify({ ...paths, present })}\n`);
     return;
   }
-  const missing = !existsSync(paths.inferencePoolCrd) || !ready(paths.etcd, `etcd Version: ${ETCD_VERSION.slice(1)}`) || !ready(paths.kubeApiserver, `Kubernetes ${KUBERNETES_VERSION}`);
+  const missing =
+    !existsSync(paths.inferencePoolCrd) ||
+    !ready(paths.etcd, `etcd Version: ${ETCD_VERSION.slice(1)}`) ||
+    !ready(paths.kubeApiserver, `Kubernetes ${KUBERNETES_VERSION}`);
   if (missing) requireGo();
   installInferencePoolCrd();
   installEtcd();

@@ -28,7 +28,12 @@ function whole(name: string, text: string): number {
   return n;
 }
 
-const config: SimConfig = { ...DEFAULT_SIM, seed: whole('seed', flags.seed), servers: whole('servers', flags.servers), requests: whole('requests', flags.requests) };
+const config: SimConfig = {
+  ...DEFAULT_SIM,
+  seed: whole('seed', flags.seed),
+  servers: whole('servers', flags.servers),
+  requests: whole('requests', flags.requests),
+};
 const requests = workload(config);
 const results: SimResult[] = POLICIES.map((policy) => simulate(config, policy, requests));
 
@@ -41,7 +46,10 @@ const table = [
   '',
   '| policy | mean queue wait ms | p99 queue wait ms | mean TTFT ms | p99 TTFT ms | prefix-cache hit ratio | max/min load |',
   '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
-  ...results.map((r) => `| ${r.policy} | ${ms(r.meanWaitMs)} | ${ms(r.p99WaitMs)} | ${ms(r.meanTtftMs)} | ${ms(r.p99TtftMs)} | ${(r.cacheHitRatio * 100).toFixed(1)} % | ${r.maxMinLoad.toFixed(2)} |`),
+  ...results.map(
+    (r) =>
+      `| ${r.policy} | ${ms(r.meanWaitMs)} | ${ms(r.p99WaitMs)} | ${ms(r.meanTtftMs)} | ${ms(r.p99TtftMs)} | ${(r.cacheHitRatio * 100).toFixed(1)} % | ${r.maxMinLoad.toFixed(2)} |`,
+  ),
   '',
   '![Simulation: queue wait, time to first token and prefix-cache hits per policy](picker-simulation.svg)',
 ].join('\n');

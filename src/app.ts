@@ -117,7 +117,8 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
     for (const cell of board.all()) yield cell.metricsState;
   });
   const requestLogger = logger.child({ component: 'extproc' });
-  const tls = config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
+  const tls =
+    config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
   const grpc = await startGrpcServer({
     address: config.listen.grpc,
     logger: requestLogger,

@@ -57,7 +57,13 @@ export async function runPrimary(config: Config, workers: number, logger: Logger
   if (target.kind === 'unix') await removeStaleSocket(target.path, logger);
 
   const aggregator = new AggregatorRegistry();
-  const slots: Slot[] = Array.from({ length: workers }, (_, index) => ({ index, worker: undefined, started: false, serving: false, view: undefined }));
+  const slots: Slot[] = Array.from({ length: workers }, (_, index) => ({
+    index,
+    worker: undefined,
+    started: false,
+    serving: false,
+    view: undefined,
+  }));
   let stopping = false;
   let failStart: ((err: Error) => void) | undefined;
   let startedCount = 0;
@@ -166,7 +172,8 @@ export function attachWorker(app: RunningApp, onShutdownRequest: () => void): vo
     app.store.subscribe({ viewChanged: (view) => send({ llmExtproc: 'view', rendered: viewAsJson(view) }) });
   }
   process.on('message', (message: unknown) => {
-    if (typeof message === 'object' && message !== null && (message as Partial<PrimaryMessage>).llmExtproc === 'shutdown') onShutdownRequest();
+    if (typeof message === 'object' && message !== null && (message as Partial<PrimaryMessage>).llmExtproc === 'shutdown')
+      onShutdownRequest();
   });
 }
 
@@ -175,6 +182,7 @@ export function parseWorkers(text: string | undefined, availableCpus: number): n
   if (text === undefined || text === '') return 1;
   if (text === 'auto') return Math.max(1, availableCpus);
   const n = Number(text);
-  if (!Number.isInteger(n) || n < 1 || n > 256) throw new Error(`workers: expected a positive integer or "auto", got ${JSON.stringify(text)}`);
+  if (!Number.isInteger(n) || n < 1 || n > 256)
+    throw new Error(`workers: expected a positive integer or "auto", got ${JSON.stringify(text)}`);
   return n;
 }

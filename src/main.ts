@@ -29,7 +29,10 @@ function fail(message: string): never {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { config: { type: 'string', short: 'c' }, workers: { type: 'string' } }, allowPositionals: false });
+  const { values } = parseArgs({
+    options: { config: { type: 'string', short: 'c' }, workers: { type: 'string' } },
+    allowPositionals: false,
+  });
   const configPath = values.config ?? process.env.LLM_EXTPROC_CONFIG;
   let config;
   let workers;
@@ -45,7 +48,10 @@ async function main(): Promise<void> {
     fail(errorMessage(err));
   }
   const workerIndex = cluster.isWorker ? process.env.LLM_EXTPROC_WORKER_INDEX : undefined;
-  const logger = pino({ level: config.logLevel, base: { service: 'llm-extproc', ...(workerIndex === undefined ? {} : { worker: Number(workerIndex) }) } });
+  const logger = pino({
+    level: config.logLevel,
+    base: { service: 'llm-extproc', ...(workerIndex === undefined ? {} : { worker: Number(workerIndex) }) },
+  });
   const exitOn = (what: string) => (err: unknown) => {
     // pino writes to stdout synchronously by default, so the line is out before we exit.
     logger.fatal({ err }, `${what}; exiting so that a clean process replaces this one`);

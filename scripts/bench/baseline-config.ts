@@ -12,7 +12,8 @@ const EXT_PROC_FILTER = 'envoy.filters.http.ext_proc';
 const EXT_PROC_CLUSTER = 'llm_extproc';
 
 function asRecord(value: unknown, what: string): Yaml {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error(`rendered Envoy config: ${what} is not a mapping`);
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new Error(`rendered Envoy config: ${what} is not a mapping`);
   return value as Yaml;
 }
 
@@ -41,7 +42,9 @@ export function withoutExtProc(config: Readonly<Yaml>): Yaml {
   const keptClusters = clusters.filter((c) => asRecord(c, 'cluster').name !== EXT_PROC_CLUSTER);
   resources.clusters = keptClusters;
   if (removedFilters !== 1 || clusters.length - keptClusters.length !== 1) {
-    throw new Error(`baseline: expected one ${EXT_PROC_FILTER} filter and one ${EXT_PROC_CLUSTER} cluster, found ${removedFilters} and ${clusters.length - keptClusters.length}`);
+    throw new Error(
+      `baseline: expected one ${EXT_PROC_FILTER} filter and one ${EXT_PROC_CLUSTER} cluster, found ${removedFilters} and ${clusters.length - keptClusters.length}`,
+    );
   }
   return copy;
 }

@@ -51,7 +51,13 @@ export function codeArea(frame: CallFrame): string {
 }
 
 function frameName(frame: CallFrame): string {
-  const file = frame.url === '' ? '' : ` ${frame.url.replace(/^.*node_modules\//, '').replace(/^file:\/\/.*\/dist\//, '').replace(/^node:/, 'node:')}:${frame.lineNumber + 1}`;
+  const file =
+    frame.url === ''
+      ? ''
+      : ` ${frame.url
+          .replace(/^.*node_modules\//, '')
+          .replace(/^file:\/\/.*\/dist\//, '')
+          .replace(/^node:/, 'node:')}:${frame.lineNumber + 1}`;
   return `${frame.functionName || '(anonymous)'}${file}`;
 }
 

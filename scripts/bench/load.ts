@@ -67,7 +67,8 @@ export function timedRequest(target: Target, body: Buffer): Promise<number> {
         });
         res.on('end', () => {
           const ms = elapsedMs(started);
-          if (failed || bytes === 0) reject(new RequestFailed(`status ${String(res.statusCode)} ${describeFailure(res, Buffer.concat(kept))}`));
+          if (failed || bytes === 0)
+            reject(new RequestFailed(`status ${String(res.statusCode)} ${describeFailure(res, Buffer.concat(kept))}`));
           else resolve(ms);
         });
         res.on('error', reject);
@@ -85,7 +86,12 @@ export interface ClosedLoopResult {
 }
 
 /** `total` calls of `one`, `concurrency` at a time (each worker starts the next as soon as one ends). */
-export async function closedLoop<T>(total: number, concurrency: number, one: () => Promise<T>, keep: (value: T) => void): Promise<{ wallMs: number; errors: number; firstError: string | undefined }> {
+export async function closedLoop<T>(
+  total: number,
+  concurrency: number,
+  one: () => Promise<T>,
+  keep: (value: T) => void,
+): Promise<{ wallMs: number; errors: number; firstError: string | undefined }> {
   let next = 0;
   let errors = 0;
   let firstError: string | undefined;
@@ -107,7 +113,12 @@ export async function closedLoop<T>(total: number, concurrency: number, one: () 
 
 export async function runRequests(target: Target, body: Buffer, total: number, concurrency: number): Promise<ClosedLoopResult> {
   const latenciesMs: number[] = [];
-  const run = await closedLoop(total, concurrency, () => timedRequest(target, body), (ms) => latenciesMs.push(ms));
+  const run = await closedLoop(
+    total,
+    concurrency,
+    () => timedRequest(target, body),
+    (ms) => latenciesMs.push(ms),
+  );
   return { latenciesMs, ...run };
 }
 
@@ -138,7 +149,9 @@ export function timedStream(target: Target, body: Buffer): Promise<StreamTiming>
         if (res.statusCode !== 200) {
           const kept: Buffer[] = [];
           res.on('data', (c: Buffer) => kept.push(c));
-          res.on('end', () => reject(new RequestFailed(`stream status ${String(res.statusCode)} ${describeFailure(res, Buffer.concat(kept))}`)));
+          res.on('end', () =>
+            reject(new RequestFailed(`stream status ${String(res.statusCode)} ${describeFailure(res, Buffer.concat(kept))}`)),
+          );
           return;
         }
         res.setEncoding('utf8');

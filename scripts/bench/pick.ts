@@ -35,9 +35,16 @@ export interface PickTiming {
  * The picker as it was before the pipeline, for comparison on the same machine and fleet: every
  * candidate copied into a map and an array of objects, a random draw each, and a full sort.
  */
-function sortEveryCandidate(pools: readonly PoolView[], inFlight: (address: string) => number, fallbacks: number, random: () => number): Endpoint[] {
+function sortEveryCandidate(
+  pools: readonly PoolView[],
+  inFlight: (address: string) => number,
+  fallbacks: number,
+  random: () => number,
+): Endpoint[] {
   const byAddress = new Map<string, Endpoint>();
-  for (const pool of pools) for (const endpoint of pool.endpoints) if (isRoutable(endpoint) && !byAddress.has(endpoint.address)) byAddress.set(endpoint.address, endpoint);
+  for (const pool of pools)
+    for (const endpoint of pool.endpoints)
+      if (isRoutable(endpoint) && !byAddress.has(endpoint.address)) byAddress.set(endpoint.address, endpoint);
   const ranked = [...byAddress.values()].map((endpoint) => ({ endpoint, load: inFlight(endpoint.address), tieBreak: random() }));
   ranked.sort((a, b) => a.load - b.load || a.tieBreak - b.tieBreak);
   return ranked.slice(0, 1 + fallbacks).map((r) => r.endpoint);
@@ -61,7 +68,18 @@ function setup(n: number): { picker: Picker; board: SignalBoard; pools: PoolView
     endpoints.push({ id: `pod-${i}`, address, state: 'Ready', reason: '', pool: 'bench' });
     const cell = board.cell(address);
     cell.inFlight = Math.floor(rand() * 8);
-    recordScrape(cell, { waiting: Math.floor(rand() * 20), running: Math.floor(rand() * 32), kvCacheUsage: rand(), runningAdapters: rand() < 0.3 ? ['sql-lora'] : [], waitingAdapters: [], maxAdapters: 4 }, 0);
+    recordScrape(
+      cell,
+      {
+        waiting: Math.floor(rand() * 20),
+        running: Math.floor(rand() * 32),
+        kvCacheUsage: rand(),
+        runningAdapters: rand() < 0.3 ? ['sql-lora'] : [],
+        waitingAdapters: [],
+        maxAdapters: 4,
+      },
+      0,
+    );
   }
   const pools: PoolView[] = [{ name: 'bench', models: ['llama', 'sql-lora'], endpoints }];
   const picker = new Picker(board, {
@@ -75,7 +93,15 @@ function setup(n: number): { picker: Picker; board: SignalBoard; pools: PoolView
   });
   const requests: PickRequest[] = Array.from({ length: 256 }, (_, i) => ({
     model: i % 4 === 0 ? 'sql-lora' : 'llama',
-    promptBlocks: promptBlockHashes({ messages: [{ role: 'system', content: `tenant ${i % 32} system prompt `.repeat(40) }, { role: 'user', content: `question ${i}` }] }, { blockChars: 128, maxBlocks: 16 }),
+    promptBlocks: promptBlockHashes(
+      {
+        messages: [
+          { role: 'system', content: `tenant ${i % 32} system prompt `.repeat(40) },
+          { role: 'user', content: `question ${i}` },
+        ],
+      },
+      { blockChars: 128, maxBlocks: 16 },
+    ),
   }));
   return { picker, board, pools, requests };
 }
@@ -117,7 +143,10 @@ export function renderPickReport(rows: readonly PickTiming[]): string {
   return [
     '| ready endpoints | picks timed | mean µs | p50 µs | p99 µs | before: sort every candidate, p50 µs |',
     '| ---: | ---: | ---: | ---: | ---: | ---: |',
-    ...rows.map((r) => `| ${r.endpoints.toLocaleString('en-US')} | ${r.picks.toLocaleString('en-US')} | ${fmt(r.meanMicros)} | ${fmt(r.p50Micros)} | ${fmt(r.p99Micros)} | ${fmt(r.sortedP50Micros)} |`),
+    ...rows.map(
+      (r) =>
+        `| ${r.endpoints.toLocaleString('en-US')} | ${r.picks.toLocaleString('en-US')} | ${fmt(r.meanMicros)} | ${fmt(r.p50Micros)} | ${fmt(r.p99Micros)} | ${fmt(r.sortedP50Micros)} |`,
+    ),
   ].join('\n');
 }
 

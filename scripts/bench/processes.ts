@@ -38,7 +38,11 @@ function installExitHook(): void {
   });
 }
 
-export function spawnNode(name: string, script: string, options: { args?: readonly string[]; env?: NodeJS.ProcessEnv; nodeArgs?: readonly string[] } = {}): ManagedChild {
+export function spawnNode(
+  name: string,
+  script: string,
+  options: { args?: readonly string[]; env?: NodeJS.ProcessEnv; nodeArgs?: readonly string[] } = {},
+): ManagedChild {
   installExitHook();
   const child = spawn(process.execPath, [...(options.nodeArgs ?? []), script, ...(options.args ?? [])], {
     env: { ...process.env, ...options.env },
@@ -78,10 +82,17 @@ export function spawnNode(name: string, script: string, options: { args?: readon
     logs: () => ring.toString(),
     waitForLine: (pattern, timeoutMs = 15_000) =>
       new Promise<string>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`${name}: no line matching ${String(pattern)} within ${timeoutMs} ms\n${ring.toString()}`)), timeoutMs);
+        const timer = setTimeout(
+          () => reject(new Error(`${name}: no line matching ${String(pattern)} within ${timeoutMs} ms\n${ring.toString()}`)),
+          timeoutMs,
+        );
         void exited.then(() => {
           clearTimeout(timer);
-          reject(new Error(`${name} exited (code ${String(child.exitCode)}, signal ${String(child.signalCode)}) before printing ${String(pattern)}\n${ring.toString()}`));
+          reject(
+            new Error(
+              `${name} exited (code ${String(child.exitCode)}, signal ${String(child.signalCode)}) before printing ${String(pattern)}\n${ring.toString()}`,
+            ),
+          );
         });
         lineWaiters.push({
           pattern,

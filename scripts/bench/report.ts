@@ -134,7 +134,9 @@ export function renderReport(info: RunInfo, results: readonly SetupResults[]): s
         r.key === 'baseline' || b === undefined ? '' : signedUs((s.mean - b.mean) * 1000),
         cpuPer(phase.cpu.envoySeconds, n),
         cpuPer(phase.cpu.serverSeconds, n),
-        base === undefined || phase.cpu.serverSeconds === undefined || base.cpu.envoySeconds <= 0 ? '–' : ratio(phase.cpu.serverSeconds / n / (base.cpu.envoySeconds / base.latenciesMs.length)),
+        base === undefined || phase.cpu.serverSeconds === undefined || base.cpu.envoySeconds <= 0
+          ? '–'
+          : ratio(phase.cpu.serverSeconds / n / (base.cpu.envoySeconds / base.latenciesMs.length)),
         cores(phase.cpu.envoySeconds, phase.wallMs),
         cores(phase.cpu.serverSeconds, phase.wallMs),
         String(phase.errors),
@@ -143,14 +145,34 @@ export function renderReport(info: RunInfo, results: readonly SetupResults[]): s
   }
   out.push(
     table(
-      ['setup', 'conc.', 'requests', 'p50 ms', 'p90 ms', 'p99 ms', 'mean ms', 'req/s', 'Δp50 µs', 'Δmean µs', 'Envoy CPU µs/req', 'llm-extproc CPU µs/req', 'llm-extproc CPU ÷ Envoy-alone CPU', 'Envoy cores busy', 'llm-extproc cores busy', 'errors'],
+      [
+        'setup',
+        'conc.',
+        'requests',
+        'p50 ms',
+        'p90 ms',
+        'p99 ms',
+        'mean ms',
+        'req/s',
+        'Δp50 µs',
+        'Δmean µs',
+        'Envoy CPU µs/req',
+        'llm-extproc CPU µs/req',
+        'llm-extproc CPU ÷ Envoy-alone CPU',
+        'Envoy cores busy',
+        'llm-extproc cores busy',
+        'errors',
+      ],
       reqRows,
     ),
     '',
   );
 
   // ── streaming ──
-  out.push(`#### Streaming chat completion (${info.events} SSE events + \`[DONE]\`, ${info.eventDelayMs} ms apart at the model server)`, '');
+  out.push(
+    `#### Streaming chat completion (${info.events} SSE events + \`[DONE]\`, ${info.eventDelayMs} ms apart at the model server)`,
+    '',
+  );
   const streamRows: string[][] = [];
   const overheadRows: string[][] = [];
   for (const r of results) {
@@ -159,7 +181,21 @@ export function renderReport(info: RunInfo, results: readonly SetupResults[]): s
       const total = summarize(phase.totalMs);
       const ev = summarize(phase.eventLatencyMs);
       const gap = summarize(phase.interArrivalMs);
-      streamRows.push([SETUP_LABELS[r.key], String(c), String(phase.streams), ms(ttfb.p50), ms(ttfb.p99), ms(ev.p50), ms(ev.p90), ms(ev.p99), ms(ev.p999), ms(gap.p50), ms(gap.p99), ms(total.p50), String(phase.errors)]);
+      streamRows.push([
+        SETUP_LABELS[r.key],
+        String(c),
+        String(phase.streams),
+        ms(ttfb.p50),
+        ms(ttfb.p99),
+        ms(ev.p50),
+        ms(ev.p90),
+        ms(ev.p99),
+        ms(ev.p999),
+        ms(gap.p50),
+        ms(gap.p99),
+        ms(total.p50),
+        String(phase.errors),
+      ]);
       const base = baseline?.streams.get(c);
       if (r.key === 'baseline' || base === undefined) continue;
       const bTtfb = summarize(base.ttfbMs);
@@ -175,13 +211,32 @@ export function renderReport(info: RunInfo, results: readonly SetupResults[]): s
         signedUs(((total.p50 - bTotal.p50) * 1000) / info.events),
         signedUs(((total.p50 - bTotal.p50 - (ttfb.p50 - bTtfb.p50)) * 1000) / info.events),
         // Envoy's CPU per stream with ext_proc minus without, spread over the stream's chunks.
-        signedUs(((phase.cpu.envoySeconds / Math.max(1, phase.streams) - base.cpu.envoySeconds / Math.max(1, base.streams)) * 1e6) / chunks),
+        signedUs(
+          ((phase.cpu.envoySeconds / Math.max(1, phase.streams) - base.cpu.envoySeconds / Math.max(1, base.streams)) * 1e6) / chunks,
+        ),
         cpuPer(phase.cpu.serverSeconds, phase.streams * chunks),
       ]);
     }
   }
   out.push(
-    table(['setup', 'conc.', 'streams', 'TTFB p50 ms', 'TTFB p99 ms', 'event latency p50 ms', 'p90 ms', 'p99 ms', 'p99.9 ms', 'inter-arrival p50 ms', 'p99 ms', 'stream total p50 ms', 'errors'], streamRows),
+    table(
+      [
+        'setup',
+        'conc.',
+        'streams',
+        'TTFB p50 ms',
+        'TTFB p99 ms',
+        'event latency p50 ms',
+        'p90 ms',
+        'p99 ms',
+        'p99.9 ms',
+        'inter-arrival p50 ms',
+        'p99 ms',
+        'stream total p50 ms',
+        'errors',
+      ],
+      streamRows,
+    ),
     '',
     'Added by ext_proc (vs the baseline at the same concurrency):',
     '',
@@ -223,13 +278,25 @@ export function renderReport(info: RunInfo, results: readonly SetupResults[]): s
   const sideRows = results.flatMap((r) =>
     r.sideStreams === undefined
       ? []
-      : [[SETUP_LABELS[r.key], String(r.sideStreams.started), String(r.sideStreams.failed), String(r.sideStreams.resetsSent), String(r.sideStreams.goawaysReceived), String(r.sideStreams.connections)]],
+      : [
+          [
+            SETUP_LABELS[r.key],
+            String(r.sideStreams.started),
+            String(r.sideStreams.failed),
+            String(r.sideStreams.resetsSent),
+            String(r.sideStreams.goawaysReceived),
+            String(r.sideStreams.connections),
+          ],
+        ],
   );
   if (sideRows.length > 0) {
     out.push(
       '#### ext_proc side streams as Envoy saw them (whole run, warm-up included)',
       '',
-      table(['setup', 'streams started', 'streams failed', 'RST_STREAM sent by Envoy', 'GOAWAY from llm-extproc', 'connections opened'], sideRows),
+      table(
+        ['setup', 'streams started', 'streams failed', 'RST_STREAM sent by Envoy', 'GOAWAY from llm-extproc', 'connections opened'],
+        sideRows,
+      ),
       '',
     );
   }
@@ -285,20 +352,49 @@ function renderTail(results: readonly SetupResults[]): string {
       ]);
     }
     for (const [c, phase] of [...r.requests.entries()].sort((a, b) => a[0] - b[0])) {
-      rows.push([SETUP_LABELS[r.key], `${c} requests`, '', '', '', '', loopQuantile(phase.server?.loop, 0.99), loopQuantile(phase.server?.loop, 0.999), gcShare(phase.server, phase.wallMs), cores(phase.cpu.serverSeconds, phase.wallMs)]);
+      rows.push([
+        SETUP_LABELS[r.key],
+        `${c} requests`,
+        '',
+        '',
+        '',
+        '',
+        loopQuantile(phase.server?.loop, 0.99),
+        loopQuantile(phase.server?.loop, 0.999),
+        gcShare(phase.server, phase.wallMs),
+        cores(phase.cpu.serverSeconds, phase.wallMs),
+      ]);
     }
   }
   return [
-    '#### Per-chunk tail against Envoy alone, and llm-extproc\'s event loop and GC in the same phases',
+    "#### Per-chunk tail against Envoy alone, and llm-extproc's event loop and GC in the same phases",
     '',
-    table(['setup', 'load', 'chunk p99 ms', '÷ Envoy alone', 'chunk p99.9 ms', '÷ Envoy alone', 'event-loop delay p99 ms', 'p99.9 ms', 'GC pauses (share of wall time)', 'llm-extproc cores busy'], rows),
+    table(
+      [
+        'setup',
+        'load',
+        'chunk p99 ms',
+        '÷ Envoy alone',
+        'chunk p99.9 ms',
+        '÷ Envoy alone',
+        'event-loop delay p99 ms',
+        'p99.9 ms',
+        'GC pauses (share of wall time)',
+        'llm-extproc cores busy',
+      ],
+      rows,
+    ),
   ].join('\n');
 }
 
 function renderMemory(results: readonly SetupResults[]): string {
   const mb = (bytes: number | undefined): string => (bytes === undefined ? '–' : (bytes / 1024 / 1024).toFixed(0));
   const rows = results.map((r) => [SETUP_LABELS[r.key], mb(r.peakRss?.envoyBytes), mb(r.peakRss?.serverBytes)]);
-  return ['#### Peak resident memory over the whole run (VmHWM; llm-extproc workers summed with their primary)', '', table(['setup', 'Envoy MB', 'llm-extproc MB'], rows)].join('\n');
+  return [
+    '#### Peak resident memory over the whole run (VmHWM; llm-extproc workers summed with their primary)',
+    '',
+    table(['setup', 'Envoy MB', 'llm-extproc MB'], rows),
+  ].join('\n');
 }
 
 /** The issue's targets, as ratios to Envoy alone measured in the same run. */
@@ -311,7 +407,8 @@ function renderGoals(results: readonly SetupResults[]): string {
     const b8 = baseline.streams.get(8);
     const q16 = r.requests.get(16);
     const b16 = baseline.requests.get(16);
-    const chunkRatio = s8 === undefined || b8 === undefined ? Number.NaN : summarize(s8.eventLatencyMs).p99 / summarize(b8.eventLatencyMs).p99;
+    const chunkRatio =
+      s8 === undefined || b8 === undefined ? Number.NaN : summarize(s8.eventLatencyMs).p99 / summarize(b8.eventLatencyMs).p99;
     const cpuRatio =
       q16 === undefined || b16 === undefined || q16.cpu.serverSeconds === undefined
         ? Number.NaN
@@ -328,6 +425,15 @@ function renderGoals(results: readonly SetupResults[]): string {
   return [
     '#### Targets (ratios to Envoy alone in this run)',
     '',
-    table(['setup', 'chunk p99 at 8 streams ÷ Envoy alone (target ≤ 1.5×)', 'llm-extproc CPU per request at 16 ÷ Envoy-alone CPU per request (target ≤ 1.5×)', 'llm-extproc cores busy at 16', 'failed requests'], rows),
+    table(
+      [
+        'setup',
+        'chunk p99 at 8 streams ÷ Envoy alone (target ≤ 1.5×)',
+        'llm-extproc CPU per request at 16 ÷ Envoy-alone CPU per request (target ≤ 1.5×)',
+        'llm-extproc cores busy at 16',
+        'failed requests',
+      ],
+      rows,
+    ),
   ].join('\n');
 }

@@ -21,7 +21,10 @@ export interface ServerPhaseStats {
 }
 
 export function serverSnapshot(metricsText: string): ServerSnapshot {
-  return { loop: parseHistogram(metricsText, EVENT_LOOP_METRIC, '').get(''), gc: histogramTotal(parseHistogram(metricsText, GC_METRIC, 'kind')) };
+  return {
+    loop: parseHistogram(metricsText, EVENT_LOOP_METRIC, '').get(''),
+    gc: histogramTotal(parseHistogram(metricsText, GC_METRIC, 'kind')),
+  };
 }
 
 /** Adds what happened between `before` and `after` to `into`. */

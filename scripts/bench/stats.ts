@@ -126,7 +126,11 @@ export function replaceBetweenMarkers(doc: string, start: string, end: string, c
 export function histogramSum(a: HistogramSnapshot | undefined, b: HistogramSnapshot): HistogramSnapshot {
   if (a === undefined) return b;
   const other = new Map(b.buckets.map((x) => [x.le, x.count]));
-  return { buckets: a.buckets.map((x) => ({ le: x.le, count: x.count + (other.get(x.le) ?? 0) })), sum: a.sum + b.sum, count: a.count + b.count };
+  return {
+    buckets: a.buckets.map((x) => ({ le: x.le, count: x.count + (other.get(x.le) ?? 0) })),
+    sum: a.sum + b.sum,
+    count: a.count + b.count,
+  };
 }
 
 /** All series of a histogram family added up (e.g. GC pauses of every kind). */

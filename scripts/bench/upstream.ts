@@ -30,7 +30,6 @@ export interface BenchUpstream {
 
 export const SENT_FIELD = 'bench_sent_ns';
 
-
 function streamEvent(id: string, model: string, index: number): string {
   return sseEvent(
     JSON.stringify({

@@ -63,9 +63,11 @@ function envoyTemplate(variant: (typeof ENVOY_VARIANTS)[number], tls: boolean): 
 
 const Port = (description: string) => Type.Integer({ minimum: 1, maximum: 65535, description });
 /** A chart block: misspelt keys are refused; every key is optional (values.yaml holds the defaults, and `null` in user values deletes a key). */
-const Closed = <T extends TProperties>(properties: T, options: SchemaOptions = {}) => Type.Partial(Type.Object(properties, { additionalProperties: false, ...options }));
+const Closed = <T extends TProperties>(properties: T, options: SchemaOptions = {}) =>
+  Type.Partial(Type.Object(properties, { additionalProperties: false, ...options }));
 /** A list entry or variant: its keys are required. */
-const Entry = <T extends TProperties>(properties: T, options: SchemaOptions = {}) => Type.Object(properties, { additionalProperties: false, ...options });
+const Entry = <T extends TProperties>(properties: T, options: SchemaOptions = {}) =>
+  Type.Object(properties, { additionalProperties: false, ...options });
 /** Kubernetes objects the chart passes through untouched (resources, affinity, …). */
 const Passthrough = (description: string) => Type.Object({}, { additionalProperties: true, description });
 const Nullable = (schema: TSchema, description: string) => Type.Union([schema, Type.Null()], { description });
@@ -75,7 +77,11 @@ const Labels = (description: string) => Type.Record(Type.String(), Type.String()
 function chartConfigSchema(): TSchema {
   const properties: Record<string, unknown> = { ...configFileSchema.properties };
   delete properties.listen;
-  const copy: Record<string, unknown> = { ...configFileSchema, properties, description: "llm-extproc's config file (the server's own schema; `listen` is set by the chart)." };
+  const copy: Record<string, unknown> = {
+    ...configFileSchema,
+    properties,
+    description: "llm-extproc's config file (the server's own schema; `listen` is set by the chart).",
+  };
   delete copy.title;
   return copy as TSchema;
 }
@@ -94,12 +100,22 @@ export function valuesSchema(): object {
       replicaCount: Type.Integer({ minimum: 0 }),
       ports: Closed({ grpc: Port('gRPC ext_proc + health port.'), http: Port('/metrics, /healthz, /readyz port.') }),
       config: chartConfigSchema(),
-      staticEndpoints: Nullable(Passthrough('Content of the static endpoints file.'), 'Static endpoints file content (instead of config.kubernetes).'),
-      tls: Closed({ enabled: Type.Boolean(), secretName: Type.String({ description: 'kubernetes.io/tls Secret; empty = self-signed at start.' }) }),
+      staticEndpoints: Nullable(
+        Passthrough('Content of the static endpoints file.'),
+        'Static endpoints file content (instead of config.kubernetes).',
+      ),
+      tls: Closed({
+        enabled: Type.Boolean(),
+        secretName: Type.String({ description: 'kubernetes.io/tls Secret; empty = self-signed at start.' }),
+      }),
       nodeOptions: Type.String(),
       extraEnv: Type.Array(Passthrough('An EnvVar.')),
       resources: Passthrough('Container resources.'),
-      probes: Closed({ liveness: Passthrough('Probe timings.'), readiness: Passthrough('Probe timings.'), startup: Passthrough('Probe timings.') }),
+      probes: Closed({
+        liveness: Passthrough('Probe timings.'),
+        readiness: Passthrough('Probe timings.'),
+        startup: Passthrough('Probe timings.'),
+      }),
       podSecurityContext: Passthrough('Pod securityContext.'),
       securityContext: Passthrough('Container securityContext.'),
       terminationGracePeriodSeconds: Nullable(Type.Integer({ minimum: 1 }), 'Empty = shutdownDrainSeconds + shutdownGraceSeconds + 10.'),
@@ -117,7 +133,10 @@ export function valuesSchema(): object {
         annotations: Labels('Service annotations.'),
       }),
       headlessService: Closed({ enabled: Type.Boolean() }),
-      podDisruptionBudget: Closed({ enabled: Type.Boolean(), maxUnavailable: Type.Union([Type.Integer({ minimum: 0 }), Type.String({ pattern: '^[0-9]+%$' })]) }),
+      podDisruptionBudget: Closed({
+        enabled: Type.Boolean(),
+        maxUnavailable: Type.Union([Type.Integer({ minimum: 0 }), Type.String({ pattern: '^[0-9]+%$' })]),
+      }),
       autoscaling: Closed({
         enabled: Type.Boolean(),
         minReplicas: Type.Integer({ minimum: 1 }),
@@ -125,15 +144,28 @@ export function valuesSchema(): object {
         targetCPUUtilizationPercentage: Type.Integer({ minimum: 1, maximum: 100 }),
       }),
       metrics: Closed({
-        serviceMonitor: Closed({ enabled: Type.Boolean(), interval: Type.String({ pattern: '^[0-9]+(ms|s|m|h)$' }), labels: Labels('Extra labels.') }),
+        serviceMonitor: Closed({
+          enabled: Type.Boolean(),
+          interval: Type.String({ pattern: '^[0-9]+(ms|s|m|h)$' }),
+          labels: Labels('Extra labels.'),
+        }),
         prometheusRule: Closed({
           enabled: Type.Boolean(),
           labels: Labels('Extra labels.'),
-          errorRatio: Type.Number({ exclusiveMinimum: 0, maximum: 1, description: 'Alert when this share of a model’s requests fail with one code.' }),
+          errorRatio: Type.Number({
+            exclusiveMinimum: 0,
+            maximum: 1,
+            description: 'Alert when this share of a model’s requests fail with one code.',
+          }),
           cacheAgeSeconds: Type.Number({ exclusiveMinimum: 0, description: 'Alert when the endpoint cache is older.' }),
           watchRestartsPer10m: Type.Integer({ minimum: 0, description: 'Alert above this many abnormal watch restarts in 10 minutes.' }),
         }),
-        dashboard: Closed({ enabled: Type.Boolean(), namespace: Type.String(), labels: Labels('Sidecar discovery labels.'), annotations: Labels('Annotations (e.g. grafana_folder).') }),
+        dashboard: Closed({
+          enabled: Type.Boolean(),
+          namespace: Type.String(),
+          labels: Labels('Sidecar discovery labels.'),
+          annotations: Labels('Annotations (e.g. grafana_folder).'),
+        }),
       }),
       gateway: Closed({
         inferencePool: Closed({
@@ -141,23 +173,46 @@ export function valuesSchema(): object {
           pools: Type.Array(
             Entry({
               name: Type.String({ minLength: 1, maxLength: 63, pattern: '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$' }),
-              selector: Type.Record(Type.String(), Type.String(), { minProperties: 1, description: 'matchLabels of the model-server pods (release namespace).' }),
+              selector: Type.Record(Type.String(), Type.String(), {
+                minProperties: 1,
+                description: 'matchLabels of the model-server pods (release namespace).',
+              }),
               targetPort: Port('Model server port.'),
-              models: Type.Array(Type.String({ minLength: 1 }), { minItems: 1, description: 'Served model names (the models annotation).' }),
+              models: Type.Array(Type.String({ minLength: 1 }), {
+                minItems: 1,
+                description: 'Served model names (the models annotation).',
+              }),
             }),
           ),
           failureMode: Type.Union([Type.Literal('FailClose'), Type.Literal('FailOpen')]),
-          istio: Closed({ destinationRule: Type.Boolean({ description: 'Istio DestinationRule for TLS to the picker (needs tls.enabled).' }) }),
+          istio: Closed({
+            destinationRule: Type.Boolean({ description: 'Istio DestinationRule for TLS to the picker (needs tls.enabled).' }),
+          }),
           aiGateway: Closed({ processingBodyMode: Type.Union([Type.Literal(''), Type.Literal('buffered')]) }),
         }),
         envoyGateway: Closed({
           enabled: Type.Boolean(),
           targetRefs: Type.Array(
-            Entry({ group: Type.Literal('gateway.networking.k8s.io'), kind: Type.Union([Type.Literal('Gateway'), Type.Literal('HTTPRoute')]), name: Type.String({ minLength: 1 }), sectionName: Type.Optional(Type.String()) }),
+            Entry({
+              group: Type.Literal('gateway.networking.k8s.io'),
+              kind: Type.Union([Type.Literal('Gateway'), Type.Literal('HTTPRoute')]),
+              name: Type.String({ minLength: 1 }),
+              sectionName: Type.Optional(Type.String()),
+            }),
           ),
           messageTimeout: Type.String({ pattern: '^([0-9]{1,5}(h|m|s|ms)){1,4}$' }),
-          requestBodyMode: Type.Union([Type.Literal('Buffered'), Type.Literal('Streamed'), Type.Literal('BufferedPartial'), Type.Literal('FullDuplexStreamed')]),
-          responseBodyMode: Type.Union([Type.Literal('Buffered'), Type.Literal('Streamed'), Type.Literal('BufferedPartial'), Type.Literal('FullDuplexStreamed')]),
+          requestBodyMode: Type.Union([
+            Type.Literal('Buffered'),
+            Type.Literal('Streamed'),
+            Type.Literal('BufferedPartial'),
+            Type.Literal('FullDuplexStreamed'),
+          ]),
+          responseBodyMode: Type.Union([
+            Type.Literal('Buffered'),
+            Type.Literal('Streamed'),
+            Type.Literal('BufferedPartial'),
+            Type.Literal('FullDuplexStreamed'),
+          ]),
           endpointOverride: Type.Boolean(),
           sidecar: Closed({ enabled: Type.Boolean(), envoyProxyName: Type.String({ minLength: 1 }), envoyServiceAccount: Type.String() }),
         }),
@@ -167,7 +222,9 @@ export function valuesSchema(): object {
           adminPort: Port('Envoy admin port (127.0.0.1).'),
           // One block (not a union): Helm merges the defaults' host/port into a user's original_dst block.
           backends: Closed({
-            kind: Type.Union([Type.Literal('strict_dns'), Type.Literal('original_dst')], { description: 'strict_dns: a headless Service (host, port); original_dst: the address in the pick header.' }),
+            kind: Type.Union([Type.Literal('strict_dns'), Type.Literal('original_dst')], {
+              description: 'strict_dns: a headless Service (host, port); original_dst: the address in the pick header.',
+            }),
             host: Type.String({ minLength: 1, description: 'strict_dns: DNS name of the model servers’ headless Service.' }),
             port: Port('strict_dns: model server port.'),
           }),

@@ -38,7 +38,9 @@ export function renderSimulationSvg(results: readonly SimResult[]): string {
     const x0 = 10 + p * panelWidth;
     const max = Math.max(...results.map(panel.value), 1e-9);
     parts.push(`<text x="${x0 + panelWidth / 2}" y="22" text-anchor="middle" font-weight="bold">${escape(panel.title)}</text>`);
-    parts.push(`<text x="${x0 + panelWidth / 2}" y="38" text-anchor="middle" fill="#666">${panel.higherIsBetter ? 'higher is better' : 'lower is better'}</text>`);
+    parts.push(
+      `<text x="${x0 + panelWidth / 2}" y="38" text-anchor="middle" fill="#666">${panel.higherIsBetter ? 'higher is better' : 'lower is better'}</text>`,
+    );
     const barWidth = 50;
     const gap = (panelWidth - 20 - results.length * barWidth) / (results.length + 1);
     const baseY = 50 + barArea;
@@ -47,8 +49,12 @@ export function renderSimulationSvg(results: readonly SimResult[]): string {
       const v = panel.value(r);
       const h = (v / max) * (barArea - 20);
       const x = x0 + 10 + gap + i * (barWidth + gap);
-      parts.push(`<rect x="${x.toFixed(1)}" y="${(baseY - h).toFixed(1)}" width="${barWidth}" height="${h.toFixed(1)}" fill="${COLORS[i % COLORS.length]}"/>`);
-      parts.push(`<text x="${(x + barWidth / 2).toFixed(1)}" y="${(baseY - h - 4).toFixed(1)}" text-anchor="middle">${escape(panel.format(v))}</text>`);
+      parts.push(
+        `<rect x="${x.toFixed(1)}" y="${(baseY - h).toFixed(1)}" width="${barWidth}" height="${h.toFixed(1)}" fill="${COLORS[i % COLORS.length]}"/>`,
+      );
+      parts.push(
+        `<text x="${(x + barWidth / 2).toFixed(1)}" y="${(baseY - h - 4).toFixed(1)}" text-anchor="middle">${escape(panel.format(v))}</text>`,
+      );
     });
   });
   const legendY = panelHeight + 40;

@@ -133,7 +133,15 @@ export function workload(config: SimConfig): SimRequest[] {
     const blocks = [...system];
     let h = system[system.length - 1];
     for (let b = 0; b < Math.ceil(userTokens / BLOCK_TOKENS); b++) blocks.push((h = chain(h, 0x9e3779b9 ^ (id * 131 + b))));
-    requests.push({ id, arrival: now, tenant, blocks, systemBlocks: system.length, promptTokens: systemTokens[tenant] + userTokens, outputTokens });
+    requests.push({
+      id,
+      arrival: now,
+      tenant,
+      blocks,
+      systemBlocks: system.length,
+      promptTokens: systemTokens[tenant] + userTokens,
+      outputTokens,
+    });
   }
   return requests;
 }
@@ -208,7 +216,10 @@ class Events<T extends { time: number }> {
   }
 }
 
-type SimEvent = { time: number; kind: 'arrival'; request: SimRequest } | { time: number; kind: 'finish'; server: Server; request: SimRequest } | { time: number; kind: 'scrape' };
+type SimEvent =
+  | { time: number; kind: 'arrival'; request: SimRequest }
+  | { time: number; kind: 'finish'; server: Server; request: SimRequest }
+  | { time: number; kind: 'scrape' };
 
 const LEAST_IN_FLIGHT: ScorerWeights = { queue: 0, kvCache: 0, inFlight: 1, prefix: 0, lora: 0 };
 
@@ -217,7 +228,13 @@ function percentile(sorted: readonly number[], q: number): number {
 }
 
 export function simulate(config: SimConfig, policy: PolicyName, requests: readonly SimRequest[] = workload(config)): SimResult {
-  const servers: Server[] = Array.from({ length: config.servers }, (_, i) => ({ address: `10.1.0.${i + 1}:8000`, cache: new PrefixCache(config.cacheBlocks), queue: [], running: 0, served: 0 }));
+  const servers: Server[] = Array.from({ length: config.servers }, (_, i) => ({
+    address: `10.1.0.${i + 1}:8000`,
+    cache: new PrefixCache(config.cacheBlocks),
+    queue: [],
+    running: 0,
+    served: 0,
+  }));
   const byAddress = new Map(servers.map((s) => [s.address, s]));
   const endpoints: Endpoint[] = servers.map((s) => ({ id: s.address, address: s.address, state: 'Ready', reason: '', pool: 'sim' }));
   const pools: PoolView[] = [{ name: 'sim', models: ['m'], endpoints }];
@@ -259,7 +276,18 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
     const now = event.time;
     if (event.kind === 'scrape') {
       for (const s of servers) {
-        recordScrape(board.cell(s.address), { waiting: s.queue.length, running: s.running, kvCacheUsage: s.running / config.slots, runningAdapters: [], waitingAdapters: [], maxAdapters: undefined }, now);
+        recordScrape(
+          board.cell(s.address),
+          {
+            waiting: s.queue.length,
+            running: s.running,
+            kvCacheUsage: s.running / config.slots,
+            runningAdapters: [],
+            waitingAdapters: [],
+            maxAdapters: undefined,
+          },
+          now,
+        );
       }
       if (pending > 0) events.push({ time: now + config.scrapeMs, kind: 'scrape' });
     } else if (event.kind === 'arrival') {

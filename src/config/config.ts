@@ -27,8 +27,7 @@ export interface Config {
   };
   readonly logLevel: LogLevel;
   readonly source:
-    | { readonly kind: 'static'; readonly path: string }
-    | { readonly kind: 'kubernetes'; readonly kubernetes: KubernetesSourceConfig };
+    { readonly kind: 'static'; readonly path: string } | { readonly kind: 'kubernetes'; readonly kubernetes: KubernetesSourceConfig };
   readonly routing: {
     /** Fallback endpoints handed to Envoy after the primary (Envoy retries on them on connect failure). */
     readonly fallbacks: number;
@@ -66,8 +65,7 @@ export type DestinationFormat = 'list' | 'single';
 
 /** Certificate and key files (PEM, reloaded when they change), or a self-signed pair made at start. */
 export type GrpcTlsConfig =
-  | { readonly mode: 'files'; readonly certFile: string; readonly keyFile: string }
-  | { readonly mode: 'self-signed' };
+  { readonly mode: 'files'; readonly certFile: string; readonly keyFile: string } | { readonly mode: 'self-signed' };
 
 export class ConfigError extends Error {
   override readonly name = 'ConfigError';
@@ -129,7 +127,8 @@ function applyEnvironment(file: Raw, env: Env): void {
   }
   const level = nonEmpty(env.LLM_EXTPROC_LOG_LEVEL);
   if (level !== undefined) {
-    if (!(LOG_LEVELS as readonly string[]).includes(level)) throw new ConfigError(`LLM_EXTPROC_LOG_LEVEL: expected one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(level)}`);
+    if (!(LOG_LEVELS as readonly string[]).includes(level))
+      throw new ConfigError(`LLM_EXTPROC_LOG_LEVEL: expected one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(level)}`);
     file.logLevel = level;
   }
 }
@@ -246,7 +245,10 @@ function childSchema(schema: TSchema, segment: string): TSchema | undefined {
 /** `['kubernetes', 'pools', '0', 'name']` → `kubernetes.pools[0].name`; the root is "config file". */
 function fieldName(segments: readonly string[]): string {
   if (segments.length === 0) return 'config file';
-  return segments.reduce((name, segment, i) => (/^\d+$/.test(segment) ? `${name}[${segment}]` : i === 0 ? segment : `${name}.${segment}`), '');
+  return segments.reduce(
+    (name, segment, i) => (/^\d+$/.test(segment) ? `${name}[${segment}]` : i === 0 ? segment : `${name}.${segment}`),
+    '',
+  );
 }
 
 function unescapePointer(segment: string): string {
@@ -263,14 +265,18 @@ function crossFieldChecks(file: ConfigFile): void {
     if (hasCert !== hasKey) throw new ConfigError('listen.tls: give both certFile and keyFile, or neither for a self-signed certificate');
   }
   const q = file.quarantine;
-  if ((q?.maxSeconds ?? DEFAULTS.maxSeconds) < (q?.baseSeconds ?? DEFAULTS.baseSeconds)) throw new ConfigError('quarantine.maxSeconds: must be ≥ quarantine.baseSeconds');
+  if ((q?.maxSeconds ?? DEFAULTS.maxSeconds) < (q?.baseSeconds ?? DEFAULTS.baseSeconds))
+    throw new ConfigError('quarantine.maxSeconds: must be ≥ quarantine.baseSeconds');
   const k8s = file.kubernetes;
   if (k8s === undefined) return;
   const pools = k8s.pools ?? [];
   const names = new Map<string, number>();
   pools.forEach((pool, i) => {
     const first = names.get(pool.name);
-    if (first !== undefined) throw new ConfigError(`kubernetes.pools[${i}].name: ${JSON.stringify(pool.name)} is already the name of kubernetes.pools[${first}] (pool names must be unique)`);
+    if (first !== undefined)
+      throw new ConfigError(
+        `kubernetes.pools[${i}].name: ${JSON.stringify(pool.name)} is already the name of kubernetes.pools[${first}] (pool names must be unique)`,
+      );
     names.set(pool.name, i);
   });
   const inferencePools = k8s.inferencePools?.enabled === true;
@@ -279,7 +285,8 @@ function crossFieldChecks(file: ConfigFile): void {
     throw new ConfigError('kubernetes.inferencePools.namespaces: list at least one namespace whose InferencePools to watch');
   }
   const backoff = k8s.backoff;
-  if (backoff !== undefined && backoff.maxMs < backoff.initialMs) throw new ConfigError(`kubernetes.backoff.maxMs: must be ≥ initialMs (${backoff.initialMs})`);
+  if (backoff !== undefined && backoff.maxMs < backoff.initialMs)
+    throw new ConfigError(`kubernetes.backoff.maxMs: must be ≥ initialMs (${backoff.initialMs})`);
 }
 
 /** Maps the validated file onto `Config`: defaults, seconds → milliseconds, the source choice. */

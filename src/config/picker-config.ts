@@ -19,7 +19,9 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
   const intervalMs = (m.intervalSeconds ?? d.metrics.intervalMs / 1000) * 1000;
   const staleAfterMs = m.staleAfterSeconds === undefined ? Math.max(d.metrics.staleAfterMs, 3 * intervalMs) : m.staleAfterSeconds * 1000;
   if (staleAfterMs < intervalMs) {
-    throw new PickerConfigError(`picker.metrics.staleAfterSeconds: must be ≥ intervalSeconds (${intervalMs / 1000}), or every report would go stale before the next scrape`);
+    throw new PickerConfigError(
+      `picker.metrics.staleAfterSeconds: must be ≥ intervalSeconds (${intervalMs / 1000}), or every report would go stale before the next scrape`,
+    );
   }
   const pools: Record<string, PoolPickerSettings> = {};
   for (const [name, pool] of Object.entries(section?.pools ?? {})) {
@@ -45,7 +47,7 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
     lora: { maxAdaptersPerServer: section?.lora?.maxAdaptersPerServer ?? d.lora.maxAdaptersPerServer },
     metrics: {
       enabled: m.enabled ?? d.metrics.enabled,
-      format: (m.format) ?? d.metrics.format,
+      format: m.format ?? d.metrics.format,
       path: m.path ?? d.metrics.path,
       intervalMs,
       timeoutMs: (m.timeoutSeconds ?? d.metrics.timeoutMs / 1000) * 1000,

@@ -53,11 +53,13 @@ function StringEnum<T extends readonly string[]>(values: T, options: SchemaOptio
 }
 
 const NonEmpty = (options: SchemaOptions = {}) => Type.String({ minLength: 1, ...options });
-const NonEmptyList = (options: SchemaOptions = {}) => Type.Array(NonEmpty(), { errorMessage: 'expected a list of non-empty strings', ...options });
+const NonEmptyList = (options: SchemaOptions = {}) =>
+  Type.Array(NonEmpty(), { errorMessage: 'expected a list of non-empty strings', ...options });
 /** A closed mapping: a misspelt key would silently fall back to a default, so it is refused. */
 const Mapping = <T extends TProperties>(properties: T, options: SchemaOptions = {}) =>
   Type.Object(properties, { additionalProperties: false, ...options });
-const Seconds = (description: string, defaultValue?: number) => Type.Number({ minimum: 0, description, ...(defaultValue === undefined ? {} : { default: defaultValue }) });
+const Seconds = (description: string, defaultValue?: number) =>
+  Type.Number({ minimum: 0, description, ...(defaultValue === undefined ? {} : { default: defaultValue }) });
 
 const Pool = Mapping(
   {
@@ -68,7 +70,9 @@ const Pool = Mapping(
       errorMessage: 'required (label key: value pairs)',
       description: 'Equality label selector (matchLabels); must not be empty.',
     }),
-    targetPort: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535, default: DEFAULTS.targetPort, description: 'Port of the model server on each pod.' })),
+    targetPort: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 65535, default: DEFAULTS.targetPort, description: 'Port of the model server on each pod.' }),
+    ),
     models: NonEmptyList({ description: 'Model names this pool serves (the `model` field of OpenAI requests).' }),
   },
   { description: 'A pool of model-server pods selected by labels.' },
@@ -76,14 +80,20 @@ const Pool = Mapping(
 
 const Kubernetes = Mapping(
   {
-    kubeconfigPath: Type.Optional(NonEmpty({ description: 'Explicit kubeconfig; otherwise in-cluster config, otherwise the default loading rules.' })),
+    kubeconfigPath: Type.Optional(
+      NonEmpty({ description: 'Explicit kubeconfig; otherwise in-cluster config, otherwise the default loading rules.' }),
+    ),
     pools: Type.Optional(Type.Array(Pool, { description: 'Pools defined by label selectors.' })),
     inferencePools: Type.Optional(
       Mapping(
         {
           enabled: Type.Optional(Type.Boolean({ default: false, description: 'Watch InferencePools (inference.networking.k8s.io/v1).' })),
-          namespaces: Type.Optional(NonEmptyList({ description: 'Namespaces whose InferencePools are watched (at least one when enabled).' })),
-          modelsAnnotation: Type.Optional(NonEmpty({ description: 'Annotation holding comma-separated served model names. Default llm-extproc.io/models.' })),
+          namespaces: Type.Optional(
+            NonEmptyList({ description: 'Namespaces whose InferencePools are watched (at least one when enabled).' }),
+          ),
+          modelsAnnotation: Type.Optional(
+            NonEmpty({ description: 'Annotation holding comma-separated served model names. Default llm-extproc.io/models.' }),
+          ),
         },
         { description: 'InferencePool support.' },
       ),
@@ -102,7 +112,9 @@ const Kubernetes = Mapping(
         {
           // At least one second each: client-node and the API server both take whole seconds.
           listSeconds: Type.Optional(Type.Number({ minimum: 1, description: 'List request timeout (default 30).' })),
-          watchSeconds: Type.Optional(Type.Number({ minimum: 1, description: 'Watch duration before the server ends it and we rewatch (default 300).' })),
+          watchSeconds: Type.Optional(
+            Type.Number({ minimum: 1, description: 'Watch duration before the server ends it and we rewatch (default 300).' }),
+          ),
         },
         { description: 'API request timeouts.' },
       ),
@@ -114,7 +126,9 @@ const Kubernetes = Mapping(
 const Tls = Mapping(
   {
     enabled: Type.Optional(Type.Boolean({ default: false, description: 'Serve the gRPC listener over TLS.' })),
-    certFile: Type.Optional(NonEmpty({ description: 'PEM certificate (reloaded when it changes). Omit both files for a self-signed pair.' })),
+    certFile: Type.Optional(
+      NonEmpty({ description: 'PEM certificate (reloaded when it changes). Omit both files for a self-signed pair.' }),
+    ),
     keyFile: Type.Optional(NonEmpty({ description: 'PEM private key (reloaded when it changes).' })),
   },
   { description: 'TLS on the gRPC listener; absent = plaintext (sidecar, Unix socket).' },
@@ -141,17 +155,40 @@ const Picker = Mapping(
     prefix: Type.Optional(
       Mapping(
         {
-          keyBlocks: Type.Optional(Type.Integer({ minimum: 1, maximum: 16, description: 'Affinity key = hash of the first keyBlocks × 128 characters of the shared prompt. Default 8.' })),
-          loadFactor: Type.Optional(Type.Number({ minimum: 1, description: 'Bounded load: the owner keeps a prefix while its load ≤ loadFactor × mean + loadSlack. Default 1.1.' })),
+          keyBlocks: Type.Optional(
+            Type.Integer({
+              minimum: 1,
+              maximum: 16,
+              description: 'Affinity key = hash of the first keyBlocks × 128 characters of the shared prompt. Default 8.',
+            }),
+          ),
+          loadFactor: Type.Optional(
+            Type.Number({
+              minimum: 1,
+              description: 'Bounded load: the owner keeps a prefix while its load ≤ loadFactor × mean + loadSlack. Default 1.1.',
+            }),
+          ),
           loadSlack: Type.Optional(Type.Number({ minimum: 0, description: 'See loadFactor. Default 1.' })),
-          maxQueue: Type.Optional(Type.Integer({ minimum: 0, description: 'The owner gives its prefixes up while it reports more waiting requests than this. Default 0.' })),
+          maxQueue: Type.Optional(
+            Type.Integer({
+              minimum: 0,
+              description: 'The owner gives its prefixes up while it reports more waiting requests than this. Default 0.',
+            }),
+          ),
         },
         { description: 'Prefix-cache affinity (rendezvous hashing with bounded load).' },
       ),
     ),
     lora: Type.Optional(
       Mapping(
-        { maxAdaptersPerServer: Type.Optional(Type.Integer({ minimum: 1, description: 'Adapters a server may hold before LoRA affinity stops adding new ones to it. Default 4.' })) },
+        {
+          maxAdaptersPerServer: Type.Optional(
+            Type.Integer({
+              minimum: 1,
+              description: 'Adapters a server may hold before LoRA affinity stops adding new ones to it. Default 4.',
+            }),
+          ),
+        },
         { description: 'LoRA affinity.' },
       ),
     ),
@@ -159,11 +196,25 @@ const Picker = Mapping(
       Mapping(
         {
           enabled: Type.Optional(Type.Boolean({ default: true, description: 'Scrape model-server metrics.' })),
-          format: Type.Optional(StringEnum(METRICS_FLAVOURS, { default: 'vllm', description: 'Default metrics flavour of the model servers.' })),
-          path: Type.Optional(Type.String({ pattern: '^/', errorMessage: 'expected a path starting with /', default: '/metrics', description: 'HTTP path of the metrics endpoint.' })),
+          format: Type.Optional(
+            StringEnum(METRICS_FLAVOURS, { default: 'vllm', description: 'Default metrics flavour of the model servers.' }),
+          ),
+          path: Type.Optional(
+            Type.String({
+              pattern: '^/',
+              errorMessage: 'expected a path starting with /',
+              default: '/metrics',
+              description: 'HTTP path of the metrics endpoint.',
+            }),
+          ),
           intervalSeconds: Type.Optional(Type.Number({ minimum: 0.05, description: 'Scrape interval. Default 1.' })),
           timeoutSeconds: Type.Optional(Type.Number({ minimum: 0.01, description: 'Timeout of one scrape. Default 0.5.' })),
-          staleAfterSeconds: Type.Optional(Type.Number({ minimum: 0.01, description: 'A report older than this no longer counts (≥ intervalSeconds). Default max(5, 3 × intervalSeconds).' })),
+          staleAfterSeconds: Type.Optional(
+            Type.Number({
+              minimum: 0.01,
+              description: 'A report older than this no longer counts (≥ intervalSeconds). Default max(5, 3 × intervalSeconds).',
+            }),
+          ),
           concurrency: Type.Optional(Type.Integer({ minimum: 1, description: 'Scrapes in flight at once. Default 16.' })),
         },
         { description: 'Scraping of model-server Prometheus metrics.' },
@@ -174,8 +225,16 @@ const Picker = Mapping(
         Type.String(),
         Mapping(
           {
-            metricsFormat: Type.Optional(StringEnum([...METRICS_FLAVOURS, 'none'] as const, { description: 'Metrics flavour of this pool; none = do not scrape it.' })),
-            maxQueueDepth: Type.Optional(Type.Integer({ minimum: 1, description: 'Load shedding: endpoints reporting this many waiting requests take no new ones; all of them = 429 pool_overloaded.' })),
+            metricsFormat: Type.Optional(
+              StringEnum([...METRICS_FLAVOURS, 'none'] as const, { description: 'Metrics flavour of this pool; none = do not scrape it.' }),
+            ),
+            maxQueueDepth: Type.Optional(
+              Type.Integer({
+                minimum: 1,
+                description:
+                  'Load shedding: endpoints reporting this many waiting requests take no new ones; all of them = 429 pool_overloaded.',
+              }),
+            ),
           },
           { description: 'Per-pool picker settings.' },
         ),
@@ -191,8 +250,12 @@ export const configFileSchema = Mapping(
     listen: Type.Optional(
       Mapping(
         {
-          grpc: Type.Optional(NonEmpty({ default: DEFAULTS.grpcAddress, description: 'gRPC ext_proc + health: host:port or unix:///path/to.sock.' })),
-          http: Type.Optional(NonEmpty({ default: DEFAULTS.httpAddress, description: 'HTTP /metrics, /healthz, /readyz, /debug/endpoints: host:port.' })),
+          grpc: Type.Optional(
+            NonEmpty({ default: DEFAULTS.grpcAddress, description: 'gRPC ext_proc + health: host:port or unix:///path/to.sock.' }),
+          ),
+          http: Type.Optional(
+            NonEmpty({ default: DEFAULTS.httpAddress, description: 'HTTP /metrics, /healthz, /readyz, /debug/endpoints: host:port.' }),
+          ),
           tls: Type.Optional(Tls),
         },
         { description: 'Listening addresses.' },
@@ -201,7 +264,9 @@ export const configFileSchema = Mapping(
     logLevel: Type.Optional(StringEnum(LOG_LEVELS, { default: DEFAULTS.logLevel, description: 'Log level (JSON logs on stdout).' })),
     static: Type.Optional(
       Mapping(
-        { path: Type.Optional(NonEmpty({ default: DEFAULTS.staticPath, description: 'Static endpoints file (reloaded when it changes).' })) },
+        {
+          path: Type.Optional(NonEmpty({ default: DEFAULTS.staticPath, description: 'Static endpoints file (reloaded when it changes).' })),
+        },
         { description: 'Static endpoint source, used when there is no kubernetes section.' },
       ),
     ),
@@ -209,10 +274,22 @@ export const configFileSchema = Mapping(
     routing: Type.Optional(
       Mapping(
         {
-          fallbacks: Type.Optional(Type.Integer({ minimum: 0, default: DEFAULTS.fallbacks, description: 'Fallback endpoints handed to Envoy after the primary.' })),
-          maxRequestBodyBytes: Type.Optional(Type.Number({ minimum: 1, default: DEFAULTS.maxRequestBodyBytes, description: 'Largest request body accepted.' })),
-          maxInspectedBodyBytes: Type.Optional(Type.Number({ minimum: 0, default: DEFAULTS.maxInspectedBodyBytes, description: 'Largest response body inspected for errors.' })),
-          pool: Type.Optional(NonEmpty({ description: 'Serve exactly this pool (a pool name, or namespace/name of an InferencePool). Absent = all pools.' })),
+          fallbacks: Type.Optional(
+            Type.Integer({ minimum: 0, default: DEFAULTS.fallbacks, description: 'Fallback endpoints handed to Envoy after the primary.' }),
+          ),
+          maxRequestBodyBytes: Type.Optional(
+            Type.Number({ minimum: 1, default: DEFAULTS.maxRequestBodyBytes, description: 'Largest request body accepted.' }),
+          ),
+          maxInspectedBodyBytes: Type.Optional(
+            Type.Number({
+              minimum: 0,
+              default: DEFAULTS.maxInspectedBodyBytes,
+              description: 'Largest response body inspected for errors.',
+            }),
+          ),
+          pool: Type.Optional(
+            NonEmpty({ description: 'Serve exactly this pool (a pool name, or namespace/name of an InferencePool). Absent = all pools.' }),
+          ),
           destinationFormat: Type.Optional(
             StringEnum(DESTINATION_FORMATS, {
               default: DEFAULTS.destinationFormat,
@@ -226,7 +303,13 @@ export const configFileSchema = Mapping(
     quarantine: Type.Optional(
       Mapping(
         {
-          consecutiveFailures: Type.Optional(Type.Integer({ minimum: 1, default: DEFAULTS.consecutiveFailures, description: 'Failures in a row before an endpoint is quarantined.' })),
+          consecutiveFailures: Type.Optional(
+            Type.Integer({
+              minimum: 1,
+              default: DEFAULTS.consecutiveFailures,
+              description: 'Failures in a row before an endpoint is quarantined.',
+            }),
+          ),
           baseSeconds: Type.Optional(Seconds('First quarantine length (doubles each time).', DEFAULTS.baseSeconds)),
           maxSeconds: Type.Optional(Seconds('Longest quarantine (≥ baseSeconds).', DEFAULTS.maxSeconds)),
           checkPath: Type.Optional(
@@ -234,19 +317,29 @@ export const configFileSchema = Mapping(
               pattern: '^(/.*)?$',
               default: DEFAULTS.checkPath,
               errorMessage: 'expected a path starting with "/" (or empty for a TCP connect)',
-              description: 'After a response stream broke mid-way: GET this path on the replica (2xx = alive, e.g. /health); empty = a TCP connect is the check.',
+              description:
+                'After a response stream broke mid-way: GET this path on the replica (2xx = alive, e.g. /health); empty = a TCP connect is the check.',
             }),
           ),
           checkTimeoutSeconds: Type.Optional(
-            Type.Number({ exclusiveMinimum: 0, default: DEFAULTS.checkTimeoutSeconds, errorMessage: 'expected a number of seconds above 0', description: 'A replica that does not pass that check within this long is dead (quarantined).' }),
+            Type.Number({
+              exclusiveMinimum: 0,
+              default: DEFAULTS.checkTimeoutSeconds,
+              errorMessage: 'expected a number of seconds above 0',
+              description: 'A replica that does not pass that check within this long is dead (quarantined).',
+            }),
           ),
         },
         { description: 'Passive health: endpoints that keep failing are skipped for a while.' },
       ),
     ),
     picker: Type.Optional(Picker),
-    shutdownDrainSeconds: Type.Optional(Seconds('On SIGTERM: keep answering (health NOT_SERVING) this long, so the proxy moves away first.', DEFAULTS.shutdownDrainSeconds)),
-    shutdownGraceSeconds: Type.Optional(Seconds('Then stop taking new streams; open ones get this long before they are released to Envoy.', DEFAULTS.shutdownGraceSeconds)),
+    shutdownDrainSeconds: Type.Optional(
+      Seconds('On SIGTERM: keep answering (health NOT_SERVING) this long, so the proxy moves away first.', DEFAULTS.shutdownDrainSeconds),
+    ),
+    shutdownGraceSeconds: Type.Optional(
+      Seconds('Then stop taking new streams; open ones get this long before they are released to Envoy.', DEFAULTS.shutdownGraceSeconds),
+    ),
   },
   { title: 'llm-extproc configuration file' },
 );

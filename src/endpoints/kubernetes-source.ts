@@ -239,7 +239,10 @@ class ListWatchLoop<T> {
     let timer: NodeJS.Timeout | undefined;
     const arm = (): void => {
       clearTimeout(timer);
-      timer = setTimeout(() => controller.abort(new Error(`list timed out after ${this.deps.listSeconds} s`)), this.deps.listSeconds * 1000);
+      timer = setTimeout(
+        () => controller.abort(new Error(`list timed out after ${this.deps.listSeconds} s`)),
+        this.deps.listSeconds * 1000,
+      );
     };
     try {
       const objects = new Map<string, T>();
@@ -265,7 +268,10 @@ class ListWatchLoop<T> {
       this.listedOnce = true;
       this.failures = 0;
       this.deps.observer?.listed(this.collection.resource);
-      this.log[first ? 'info' : 'debug']({ count: this.objects.size, pages, resourceVersion: this.resourceVersion }, first ? 'initial list complete' : 'relisted');
+      this.log[first ? 'info' : 'debug'](
+        { count: this.objects.size, pages, resourceVersion: this.resourceVersion },
+        first ? 'initial list complete' : 'relisted',
+      );
       this.onChange({ kind: 'reset' });
       return true;
     } catch (err: unknown) {
@@ -558,7 +564,10 @@ export class KubernetesSource implements EndpointSource {
   start(sink: EndpointSink): void {
     if (this.sink !== undefined) throw new Error('KubernetesSource already started');
     this.sink = sink;
-    this.log.info({ server: this.kubeConfig.getCurrentCluster()?.server, pools: this.staticPools.length }, 'starting kubernetes endpoint source');
+    this.log.info(
+      { server: this.kubeConfig.getCurrentCluster()?.server, pools: this.staticPools.length },
+      'starting kubernetes endpoint source',
+    );
     for (const p of this.staticPools) p.loop.start();
     if (this.config.inferencePools?.enabled) {
       for (const namespace of new Set(this.config.inferencePools.namespaces)) {
@@ -637,8 +646,10 @@ export class KubernetesSource implements EndpointSource {
           continue;
         }
         if (parsed.models.length === 0) {
-          this.warnOnce(`models:${parsed.name}`,
-            `InferencePool ${parsed.name} has no ${this.modelsAnnotation} annotation; it serves no model names`);
+          this.warnOnce(
+            `models:${parsed.name}`,
+            `InferencePool ${parsed.name} has no ${this.modelsAnnotation} annotation; it serves no model names`,
+          );
         }
         desired.set(parsed.name, parsed);
       }
@@ -646,7 +657,11 @@ export class KubernetesSource implements EndpointSource {
 
     for (const [name, current] of this.dynamicPools) {
       const next = desired.get(name);
-      if (next === undefined || next.namespace !== current.def.namespace || formatSelector(next.selector) !== formatSelector(current.def.selector)) {
+      if (
+        next === undefined ||
+        next.namespace !== current.def.namespace ||
+        formatSelector(next.selector) !== formatSelector(current.def.selector)
+      ) {
         this.dynamicPools.delete(name);
         this.stopLoop(current.loop);
         this.log.info({ pool: name }, next === undefined ? 'InferencePool removed' : 'InferencePool selector changed');
@@ -697,7 +712,10 @@ export class KubernetesSource implements EndpointSource {
     }
     if (!this.synced && all.every((p) => p.loop.synced) && [...this.inferencePoolLoops.values()].every((l) => l.synced)) {
       this.synced = true;
-      this.log.info({ pools: pools.length, endpoints: pools.reduce((n, p) => n + p.endpoints.length, 0) }, 'kubernetes endpoint cache synced');
+      this.log.info(
+        { pools: pools.length, endpoints: pools.reduce((n, p) => n + p.endpoints.length, 0) },
+        'kubernetes endpoint cache synced',
+      );
       this.sink.markSynced(SOURCE_NAME);
     }
   }

@@ -5,16 +5,7 @@
  * Lifecycle states of one model-server replica. Only `Ready` is routable.
  * `Quarantined` is our own passive-health verdict layered on top of a Ready pod.
  */
-export const ENDPOINT_STATES = [
-  'Pending',
-  'Starting',
-  'NotReady',
-  'CrashLoop',
-  'Ready',
-  'Quarantined',
-  'Terminating',
-  'Gone',
-] as const;
+export const ENDPOINT_STATES = ['Pending', 'Starting', 'NotReady', 'CrashLoop', 'Ready', 'Quarantined', 'Terminating', 'Gone'] as const;
 
 export type EndpointState = (typeof ENDPOINT_STATES)[number];
 

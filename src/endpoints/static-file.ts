@@ -22,7 +22,8 @@ function parseEndpoint(raw: unknown, where: string): ObservedEndpoint {
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail(where, 'expected an address string or a mapping');
   const record = raw as Record<string, unknown>;
   const address = record.address;
-  if (typeof address !== 'string' || !ADDRESS.test(address)) fail(`${where}.address`, `expected "host:port", got ${JSON.stringify(address)}`);
+  if (typeof address !== 'string' || !ADDRESS.test(address))
+    fail(`${where}.address`, `expected "host:port", got ${JSON.stringify(address)}`);
   const port = Number(ADDRESS.exec(address)?.[2]);
   if (port < 1 || port > 65535) fail(`${where}.address`, `port ${port} out of range`);
   let state: ObservedEndpoint['state'] = 'Ready';
@@ -46,7 +47,8 @@ export function parseStaticEndpoints(text: string): ObservedPool[] {
   } catch (err) {
     throw new StaticFileError(`not valid YAML: ${errorMessage(err)}`);
   }
-  if (typeof doc !== 'object' || doc === null || !Array.isArray((doc as Record<string, unknown>).pools)) fail('pools', 'expected a list of pools at the top level');
+  if (typeof doc !== 'object' || doc === null || !Array.isArray((doc as Record<string, unknown>).pools))
+    fail('pools', 'expected a list of pools at the top level');
   const pools = (doc as { pools: unknown[] }).pools;
   const names = new Set<string>();
   return pools.map((raw, i): ObservedPool => {
@@ -57,7 +59,8 @@ export function parseStaticEndpoints(text: string): ObservedPool[] {
     if (names.has(pool.name)) fail(`${where}.name`, `duplicate pool name ${pool.name}`);
     names.add(pool.name);
     const models = pool.models;
-    if (!Array.isArray(models) || models.length === 0 || models.some((m) => typeof m !== 'string' || m === '')) fail(`${where}.models`, 'expected a non-empty list of model names');
+    if (!Array.isArray(models) || models.length === 0 || models.some((m) => typeof m !== 'string' || m === ''))
+      fail(`${where}.models`, 'expected a non-empty list of model names');
     const endpoints = pool.endpoints ?? [];
     if (!Array.isArray(endpoints)) fail(`${where}.endpoints`, 'expected a list');
     const parsed = endpoints.map((e, j) => parseEndpoint(e, `${where}.endpoints[${j}]`));

@@ -48,7 +48,11 @@ export class EndpointStore implements EndpointSink {
   private currentHasQuarantine = false;
 
   /** `sources` names every source that must sync before the store counts as synced. */
-  constructor(sources: readonly string[], policy: QuarantinePolicy, private readonly clock: Clock = systemClock) {
+  constructor(
+    sources: readonly string[],
+    policy: QuarantinePolicy,
+    private readonly clock: Clock = systemClock,
+  ) {
     this.pendingSync = new Set(sources);
     this.health = new PassiveHealth(policy);
   }
@@ -113,7 +117,8 @@ export class EndpointStore implements EndpointSink {
   /** Finds the endpoints (usually one) behind an address in the current view. */
   endpointsAt(address: string): Endpoint[] {
     const found: Endpoint[] = [];
-    for (const pool of this.current.pools.values()) for (const endpoint of pool.endpoints) if (endpoint.address === address) found.push(endpoint);
+    for (const pool of this.current.pools.values())
+      for (const endpoint of pool.endpoints) if (endpoint.address === address) found.push(endpoint);
     return found;
   }
 
@@ -173,7 +178,8 @@ export class EndpointStore implements EndpointSink {
 
   private announceReleases(previous: EndpointView): void {
     const wasQuarantined = new Set<string>();
-    for (const pool of previous.pools.values()) for (const e of pool.endpoints) if (e.state === 'Quarantined') wasQuarantined.add(`${pool.name}\u0000${e.id}`);
+    for (const pool of previous.pools.values())
+      for (const e of pool.endpoints) if (e.state === 'Quarantined') wasQuarantined.add(`${pool.name}\u0000${e.id}`);
     if (wasQuarantined.size === 0) return;
     for (const pool of this.current.pools.values()) {
       for (const endpoint of pool.endpoints) {

@@ -66,7 +66,10 @@ export function pickerTransportSocket(tls: PickerTls | undefined): Yaml {
   const validation: Yaml =
     tls.kind === 'unverified'
       ? {}
-      : { trusted_ca: { inline_string: tls.caPem }, match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: tls.serverName } }] };
+      : {
+          trusted_ca: { inline_string: tls.caPem },
+          match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: tls.serverName } }],
+        };
   return {
     transport_socket: {
       name: 'envoy.transport_sockets.tls',
@@ -151,7 +154,14 @@ function backendsCluster(options: GatewayConfigOptions): Yaml {
     // Upstream-side buffer; the downstream listener's limit also bounds what Envoy holds for us.
     per_connection_buffer_limit_bytes: options.maxInspectedBodyBytes,
     circuit_breakers: {
-      thresholds: [{ priority: 'DEFAULT', max_requests: options.maxConcurrentRequests, max_pending_requests: options.maxConcurrentRequests, max_retries: options.maxConcurrentRequests }],
+      thresholds: [
+        {
+          priority: 'DEFAULT',
+          max_requests: options.maxConcurrentRequests,
+          max_pending_requests: options.maxConcurrentRequests,
+          max_retries: options.maxConcurrentRequests,
+        },
+      ],
     },
   };
   const backends = options.backends;
@@ -191,7 +201,12 @@ function backendsCluster(options: GatewayConfigOptions): Yaml {
     ],
   };
   if (backends.kind === 'static') {
-    return { ...base, type: 'STATIC', load_balancing_policy: overrideHost, load_assignment: loadAssignment('llm_backends', backends.addresses) };
+    return {
+      ...base,
+      type: 'STATIC',
+      load_balancing_policy: overrideHost,
+      load_assignment: loadAssignment('llm_backends', backends.addresses),
+    };
   }
   return {
     ...base,
@@ -210,7 +225,8 @@ function localReplyMappers(): Yaml[] {
   const mapper = (kind: ErrorKind, filter: Yaml, message: string, keepStatus = false): Yaml => {
     const entry = CATALOG[kind];
     const headers: Yaml[] = [{ header: { key: ERROR_CODE_HEADER, value: entry.code }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' }];
-    if (entry.retryAfterSeconds !== undefined) headers.push({ header: { key: 'retry-after', value: String(entry.retryAfterSeconds) }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' });
+    if (entry.retryAfterSeconds !== undefined)
+      headers.push({ header: { key: 'retry-after', value: String(entry.retryAfterSeconds) }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' });
     return {
       filter,
       ...(keepStatus ? {} : { status_code: entry.status }),
@@ -222,7 +238,9 @@ function localReplyMappers(): Yaml[] {
     };
   };
   const flags = (...names: string[]): Yaml => ({ response_flag_filter: { flags: names } });
-  const status = (code: number): Yaml => ({ status_code_filter: { comparison: { op: 'EQ', value: { default_value: code, runtime_key: `llm_extproc.local_reply.${code}` } } } });
+  const status = (code: number): Yaml => ({
+    status_code_filter: { comparison: { op: 'EQ', value: { default_value: code, runtime_key: `llm_extproc.local_reply.${code}` } } },
+  });
   // Our own answers (ext_proc immediate responses, details `llm_extproc_*`) are already in shape:
   // the first mapper matches them and changes nothing, which stops the search.
   const ours: Yaml = {
@@ -238,7 +256,11 @@ function localReplyMappers(): Yaml[] {
   };
   return [
     ours,
-    mapper('all_replicas_failed', { and_filter: { filters: [flags('UF'), flags('URX')] } }, 'every replica tried failed to accept the connection'),
+    mapper(
+      'all_replicas_failed',
+      { and_filter: { filters: [flags('UF'), flags('URX')] } },
+      'every replica tried failed to accept the connection',
+    ),
     mapper('upstream_connect_failed', flags('UF'), 'the model server could not be reached'),
     mapper('no_healthy_upstream', flags('UH'), 'no healthy model server is available'),
     mapper('upstream_timeout', flags('UT', 'SI'), 'the model server did not answer in time'),
@@ -319,7 +341,13 @@ export function renderGatewayConfig(options: GatewayConfigOptions): Yaml {
       ],
     },
     local_reply_config: { mappers: localReplyMappers() },
-    http_filters: [extProcFilter, { name: 'envoy.filters.http.router', typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router' } }],
+    http_filters: [
+      extProcFilter,
+      {
+        name: 'envoy.filters.http.router',
+        typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router' },
+      },
+    ],
   };
   return {
     admin: { address: { socket_address: { address: options.admin.address, port_value: options.admin.port } } },
@@ -357,9 +385,18 @@ export function renderGatewayConfig(options: GatewayConfigOptions): Yaml {
           // turn load above it into gateway_unavailable; keep it above the backends' cap, so that
           // overload shows up as `overloaded` there first.
           circuit_breakers: {
-            thresholds: [{ priority: 'DEFAULT', max_requests: 2 * options.maxConcurrentRequests, max_pending_requests: 2 * options.maxConcurrentRequests, max_connections: 1024 }],
+            thresholds: [
+              {
+                priority: 'DEFAULT',
+                max_requests: 2 * options.maxConcurrentRequests,
+                max_pending_requests: 2 * options.maxConcurrentRequests,
+                max_connections: 1024,
+              },
+            ],
           },
-          ...(options.extProcHealthCheckIntervalMs === undefined ? {} : { health_checks: [extProcHealthCheck(options.extProcHealthCheckIntervalMs)] }),
+          ...(options.extProcHealthCheckIntervalMs === undefined
+            ? {}
+            : { health_checks: [extProcHealthCheck(options.extProcHealthCheckIntervalMs)] }),
           typed_extension_protocol_options: HTTP2_OPTIONS,
           ...pickerTransportSocket(options.extProcTls),
           load_assignment: loadAssignment('llm_extproc', [options.extProc]),

@@ -7,8 +7,21 @@
 // Each profile names the repository, path and release it was read from, so it can be re-checked.
 // Pure: options in, a plain Envoy bootstrap object out.
 
-import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE, SERVED_ENDPOINT_KEY, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from '../extproc/protocol-names.js';
-import { DEFAULT_GATEWAY_OPTIONS, HTTP2_OPTIONS, loadAssignment, pickerTransportSocket, renderGatewayConfig, socketAddress } from './gateway-config.js';
+import {
+  DESTINATION_HEADER,
+  DESTINATION_METADATA_NAMESPACE,
+  SERVED_ENDPOINT_KEY,
+  SUBSET_HINT_KEY,
+  SUBSET_HINT_NAMESPACE,
+} from '../extproc/protocol-names.js';
+import {
+  DEFAULT_GATEWAY_OPTIONS,
+  HTTP2_OPTIONS,
+  loadAssignment,
+  pickerTransportSocket,
+  renderGatewayConfig,
+  socketAddress,
+} from './gateway-config.js';
 import type { PickerTls, Yaml } from './gateway-config.js';
 
 export const GATEWAY_PROFILE_NAMES = ['ours', 'istio', 'aigw', 'aigw-buffered', 'kgateway', 'envoy-gateway'] as const;
@@ -69,7 +82,10 @@ export interface GatewayProfile {
 // ---------------------------------------------------------------------------------------------
 // shared pieces
 
-const ROUTER = { name: 'envoy.filters.http.router', typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router' } };
+const ROUTER = {
+  name: 'envoy.filters.http.router',
+  typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router' },
+};
 const EXT_PROC_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor';
 const EXT_PROC_PER_ROUTE_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute';
 const HEADER_TO_METADATA_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config';
@@ -193,7 +209,8 @@ const ours: GatewayProfile = {
 const istio: GatewayProfile = {
   name: 'istio',
   title: 'Istio gateway with an InferencePool backend',
-  source: 'istio/istio@86c9f01fd735 (1.31.0-rc.0): pilot/pkg/xds/filters/filters.go, pilot/pkg/networking/core/route/route.go, pilot/pkg/networking/core/cluster_builder.go, pilot/pkg/networking/core/route/retry/retry.go',
+  source:
+    'istio/istio@86c9f01fd735 (1.31.0-rc.0): pilot/pkg/xds/filters/filters.go, pilot/pkg/networking/core/route/route.go, pilot/pkg/networking/core/cluster_builder.go, pilot/pkg/networking/core/route/retry/retry.go',
   requestBodyMode: 'FULL_DUPLEX_STREAMED',
   responseBodyMode: 'FULL_DUPLEX_STREAMED',
   responseAttributes: false,
@@ -225,7 +242,10 @@ const istio: GatewayProfile = {
           retry_on: 'connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes',
           num_retries: 2,
           retry_host_predicate: [
-            { name: 'envoy.retry_host_predicates.previous_hosts', typed_config: { '@type': 'type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate' } },
+            {
+              name: 'envoy.retry_host_predicates.previous_hosts',
+              typed_config: { '@type': 'type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate' },
+            },
           ],
           host_selection_retry_max_attempts: 5,
         },
@@ -235,7 +255,10 @@ const istio: GatewayProfile = {
           '@type': EXT_PROC_PER_ROUTE_TYPE,
           overrides: {
             failure_mode_allow: false,
-            grpc_service: envoyGrpc(pickerClusterName, options.istioPickerAuthority === undefined ? {} : { authority: options.istioPickerAuthority }),
+            grpc_service: envoyGrpc(
+              pickerClusterName,
+              options.istioPickerAuthority === undefined ? {} : { authority: options.istioPickerAuthority },
+            ),
             processing_mode: processingMode('FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED', 'SEND'),
           },
         },
@@ -397,7 +420,12 @@ const kgateway: GatewayProfile = {
         request_rules: [
           {
             header: TEST_SUBSET_HINT_HEADER,
-            on_header_present: { metadata_namespace: SUBSET_HINT_NAMESPACE, key: SUBSET_HINT_KEY, type: 'PROTOBUF_VALUE', encode: 'BASE64' },
+            on_header_present: {
+              metadata_namespace: SUBSET_HINT_NAMESPACE,
+              key: SUBSET_HINT_KEY,
+              type: 'PROTOBUF_VALUE',
+              encode: 'BASE64',
+            },
             remove: true,
           },
         ],
@@ -407,7 +435,9 @@ const kgateway: GatewayProfile = {
       name: filterName,
       typed_config: {
         '@type': EXT_PROC_TYPE,
-        grpc_service: envoyGrpc('endpointpicker_placeholder-pool_placeholder-namespace_ext_proc', { authority: 'placeholder-service.placeholder-namespace.svc:9002' }),
+        grpc_service: envoyGrpc('endpointpicker_placeholder-pool_placeholder-namespace_ext_proc', {
+          authority: 'placeholder-service.placeholder-namespace.svc:9002',
+        }),
         processing_mode: processingMode('FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED', 'SEND'),
         message_timeout: '5s',
         failure_mode_allow: false,
@@ -421,7 +451,13 @@ const kgateway: GatewayProfile = {
       name: 'envoy.filters.http.header_to_metadata',
       typed_config: {
         '@type': HEADER_TO_METADATA_TYPE,
-        request_rules: [{ header: DESTINATION_HEADER, on_header_present: { metadata_namespace: DESTINATION_METADATA_NAMESPACE, key: DESTINATION_HEADER, type: 'STRING' }, remove: false }],
+        request_rules: [
+          {
+            header: DESTINATION_HEADER,
+            on_header_present: { metadata_namespace: DESTINATION_METADATA_NAMESPACE, key: DESTINATION_HEADER, type: 'STRING' },
+            remove: false,
+          },
+        ],
       },
     };
     const route: Yaml = {
@@ -522,7 +558,8 @@ function varint(value: number): Buffer {
 const envoyGateway: GatewayProfile = {
   name: 'envoy-gateway',
   title: 'Envoy Gateway with EnvoyExtensionPolicy extProc + BackendTrafficPolicy endpointOverride',
-  source: 'envoyproxy/gateway@v1.9.0: internal/xds/translator/extproc.go, internal/xds/translator/cluster.go, internal/xds/translator/listener.go',
+  source:
+    'envoyproxy/gateway@v1.9.0: internal/xds/translator/extproc.go, internal/xds/translator/cluster.go, internal/xds/translator/listener.go',
   requestBodyMode: 'BUFFERED',
   responseBodyMode: 'STREAMED',
   responseAttributes: true,
@@ -564,7 +601,9 @@ const envoyGateway: GatewayProfile = {
                     {
                       typed_extension_config: {
                         name: 'envoy.load_balancing_policies.least_request',
-                        typed_config: { '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest' },
+                        typed_config: {
+                          '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest',
+                        },
                       },
                     },
                   ],
@@ -576,7 +615,13 @@ const envoyGateway: GatewayProfile = {
       },
       load_assignment: loadAssignment(poolClusterName, options.backends),
     };
-    return bootstrap({ options, httpFilters: [filter], route, clusters: [pickerCluster(pickerClusterName, options), poolCluster], bufferLimitBytes: bufferLimit });
+    return bootstrap({
+      options,
+      httpFilters: [filter],
+      route,
+      clusters: [pickerCluster(pickerClusterName, options), poolCluster],
+      bufferLimitBytes: bufferLimit,
+    });
   },
 };
 

@@ -135,7 +135,7 @@ const SPECS: Record<ErrorKind, EntrySpec> = {
     title: 'Request body too large',
     retryable: false,
     delivery: 'response',
-    cause: 'The request body exceeds the size the gateway reads to find the model (or Envoy\'s buffer limit).',
+    cause: "The request body exceeds the size the gateway reads to find the model (or Envoy's buffer limit).",
     action: 'Shorten the request (prompt, images, tools) or ask the operator to raise the limit.',
   },
   method_not_allowed: {
@@ -211,8 +211,8 @@ const SPECS: Record<ErrorKind, EntrySpec> = {
     retryable: true,
     retryAfterSeconds: 5,
     delivery: 'response',
-    cause: 'Envoy\'s cluster had no healthy host for the request (Envoy `no_healthy_upstream`, flag UH).',
-    action: 'Retry after the Retry-After delay; the operator should check the cluster\'s hosts and health checks.',
+    cause: "Envoy's cluster had no healthy host for the request (Envoy `no_healthy_upstream`, flag UH).",
+    action: "Retry after the Retry-After delay; the operator should check the cluster's hosts and health checks.",
   },
   overloaded: {
     status: 503,
@@ -234,7 +234,7 @@ const SPECS: Record<ErrorKind, EntrySpec> = {
     retryAfterSeconds: 2,
     delivery: 'response',
     cause:
-      'Load shedding: every ready replica of the model reports at least its pool\'s `maxQueueDepth` ' +
+      "Load shedding: every ready replica of the model reports at least its pool's `maxQueueDepth` " +
       'requests waiting (model-server metrics), so a new request would only wait in a queue. ' +
       '`error.pools` names the pools and `error.shortest_queue` the shortest queue seen.',
     action: 'Retry with backoff after the Retry-After delay, or lower request concurrency; the operator may add replicas.',
@@ -323,7 +323,7 @@ const SPECS: Record<ErrorKind, EntrySpec> = {
     delivery: 'connection-reset',
     cause:
       'The model server reset the connection after response headers were sent. Nothing can be appended: ' +
-      'Envoy resets the client\'s stream, and the gateway only records the failure.',
+      "Envoy resets the client's stream, and the gateway only records the failure.",
     action: 'Treat the output received so far as partial and retry the request.',
   },
   upstream_error_event: {

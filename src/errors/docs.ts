@@ -19,7 +19,13 @@ import {
 } from './envoy-reply.js';
 import { RESPONSE_FLAGS } from './envoy-response-flags.js';
 import { GatewayError } from './gateway-error.js';
-import { noReadyReplicaError, REPLICA_STATE_KEYS, REPORTED_STATES, RETRY_AFTER_BY_STATE, RETRY_AFTER_NO_REPLICAS } from './no-ready-replica.js';
+import {
+  noReadyReplicaError,
+  REPLICA_STATE_KEYS,
+  REPORTED_STATES,
+  RETRY_AFTER_BY_STATE,
+  RETRY_AFTER_NO_REPLICAS,
+} from './no-ready-replica.js';
 import { ERROR_CODE_HEADER, renderError, renderSseErrorEvent } from './render.js';
 import { BREAK_VERDICTS, type BreakVerdict } from '../endpoints/replica-probe.js';
 
@@ -30,7 +36,8 @@ const STATE_MEANINGS: Readonly<Record<EndpointState, string>> = {
   NotReady: 'Running, but the readiness probe fails (or readiness gates are not passed).',
   CrashLoop: 'A container keeps crashing and Kubernetes backs off restarting it (CrashLoopBackOff).',
   Ready: 'Pod has an IP, condition Ready=True and no deletion timestamp.',
-  Quarantined: 'Ready in Kubernetes, but our passive health saw consecutive connect failures/resets, or a stream broke and the replica then failed its check; held out until a backoff passes.',
+  Quarantined:
+    'Ready in Kubernetes, but our passive health saw consecutive connect failures/resets, or a stream broke and the replica then failed its check; held out until a backoff passes.',
   Terminating: 'Deletion requested (deletionTimestamp set); draining.',
   Gone: 'Deleted; removed from the cache.',
 };
@@ -144,7 +151,7 @@ function formatSection(): string[] {
     event.toString('utf8').trimEnd(),
     '```',
     '',
-    'A JSON error from the model server itself (for example vLLM\'s 400 for a too-long prompt) is',
+    "A JSON error from the model server itself (for example vLLM's 400 for a too-long prompt) is",
     'passed through untouched: its message is the best explanation there is. Only non-JSON upstream',
     `errors (HTML, plain text) are wrapped, as ${code('upstream_error')}.`,
   ];
@@ -157,7 +164,7 @@ function noReadyReplicaSection(): string[] {
     'A model with no Ready replica always answers with the code `no_ready_replica`: to a client every',
     'reason means the same thing — wait and retry — and a single code keeps client code and alerts',
     'simple. The reasons are still there: the message names them, and `error.replicas` counts the',
-    'model\'s replicas per state (always the same keys, zeros included). What differs per reason is how',
+    "model's replicas per state (always the same keys, zeros included). What differs per reason is how",
     'long to wait, so `Retry-After` is the smallest of the delays of the states present:',
     '',
     '| Replica state | `error.replicas` key | Retry-After |',
@@ -180,7 +187,7 @@ function envoySection(): string[] {
     'gateway asks Envoy for the `response.code_details` and `response.flags` attributes and classifies',
     'by them; the plain-text body is only a fallback when the attributes are missing. A response whose',
     `details are ${code(VIA_UPSTREAM)} came from the model server and is never reclassified; a local reply`,
-    'with details not listed here (another filter\'s 401/403/429…) keeps its own status and body.',
+    "with details not listed here (another filter's 401/403/429…) keeps its own status and body.",
     '',
     '### By `response.code_details`',
     '',
@@ -188,7 +195,9 @@ function envoySection(): string[] {
     '| --- | --- | --- |',
   ];
   for (const [details, c] of Object.entries(CODE_DETAIL_KINDS)) lines.push(`| ${code(details)} | ${code(c.kind)} | ${cell(c.detail)} |`);
-  lines.push(`| ${code(`${EXT_PROC_ERROR_PREFIX}_*`)} (e.g. ${code('ext_proc_error_gRPC_error_14')}) | ${code('gateway_unavailable')} | llm-extproc unreachable, failed or too slow |`);
+  lines.push(
+    `| ${code(`${EXT_PROC_ERROR_PREFIX}_*`)} (e.g. ${code('ext_proc_error_gRPC_error_14')}) | ${code('gateway_unavailable')} | llm-extproc unreachable, failed or too slow |`,
+  );
   lines.push(`| ${code(`${LATE_UPSTREAM_RESET}{…}`)} | ${code('stream_broken')} | reset after headers went out |`);
   lines.push(
     '',
@@ -206,7 +215,7 @@ function envoySection(): string[] {
     '',
     '### By `response.flags` (when code_details is missing or unknown)',
     '',
-    'The attribute is a bitmask: flag number *i* of Envoy\'s `CoreResponseFlag` enum sets bit `1 << i`.',
+    "The attribute is a bitmask: flag number *i* of Envoy's `CoreResponseFlag` enum sets bit `1 << i`.",
     'Rules are tried in order; the first whose flags are all set wins.',
     '',
     '| Flags | Bits | Kind | Detail |',
@@ -220,7 +229,7 @@ function envoySection(): string[] {
   for (const rule of TEXT_RULES) lines.push(`| ${code(rule.text)} | ${rule.result} |`);
   lines.push(
     '',
-    'Some failures never reach llm-extproc: when llm-extproc itself is down, Envoy\'s ext_proc filter',
+    "Some failures never reach llm-extproc: when llm-extproc itself is down, Envoy's ext_proc filter",
     `answers on its own. The Envoy configurations we ship carry a ${code('local_reply_config')} mapper that`,
     `renders those as ${code('gateway_unavailable')} in the same JSON format.`,
   );
@@ -228,9 +237,11 @@ function envoySection(): string[] {
 }
 
 /** What each gateway's ext_proc configuration lets llm-extproc see, and so what it can tell users. */
-const GATEWAY_VISIBILITY: ReadonlyArray<readonly [gateway: string, modes: string, localReplies: string, servedHost: string, jsonAnswers: string]> = [
+const GATEWAY_VISIBILITY: ReadonlyArray<
+  readonly [gateway: string, modes: string, localReplies: string, servedHost: string, jsonAnswers: string]
+> = [
   [
-    'llm-extproc\'s own Envoy config (`envoy/*.yaml`)',
+    "llm-extproc's own Envoy config (`envoy/*.yaml`)",
     'request BUFFERED, response STREAMED + mode override',
     'exact: `response.code_details` and `response.flags`',
     'exact: `upstream.address`; skipped fallbacks are blamed',
@@ -239,28 +250,28 @@ const GATEWAY_VISIBILITY: ReadonlyArray<readonly [gateway: string, modes: string
   [
     'Istio (InferencePool)',
     'FULL_DUPLEX_STREAMED both ways, trailers SEND',
-    'from Envoy\'s plain-text body (first 4 KiB); unknown texts become `upstream_error`',
+    "from Envoy's plain-text body (first 4 KiB); unknown texts become `upstream_error`",
     '`envoy.lb` `x-gateway-destination-endpoint-served` when forwarded, else unknown with fallbacks',
     'held by llm-extproc up to `routing.maxInspectedBodyBytes`',
   ],
   [
     'Envoy AI Gateway (InferencePool, default)',
     'FULL_DUPLEX_STREAMED both ways',
-    'from Envoy\'s plain-text body',
+    "from Envoy's plain-text body",
     'our pick (ORIGINAL_DST: exactly one `ip:port`, retries reuse it)',
     'held by llm-extproc up to `routing.maxInspectedBodyBytes`',
   ],
   [
     'Envoy AI Gateway (`processing-body-mode: buffered`)',
     'BUFFERED both ways',
-    'from Envoy\'s plain-text body',
+    "from Envoy's plain-text body",
     'our pick (exactly one `ip:port`)',
     'Envoy holds them whole',
   ],
   [
     'kgateway (InferencePool)',
     'FULL_DUPLEX_STREAMED both ways, trailers SEND',
-    'from Envoy\'s plain-text body',
+    "from Envoy's plain-text body",
     'our pick (subset LB keyed on exactly one `ip:port`); subset hint honoured',
     'held by llm-extproc up to `routing.maxInspectedBodyBytes`',
   ],
@@ -279,15 +290,15 @@ function gatewaysSection(): string[] {
     '',
     'The gateway that owns the ext_proc filter decides which body modes and attributes llm-extproc',
     'gets. Every mode gives the same catalog errors; what changes is how precisely a failure is',
-    'attributed. Without response attributes, Envoy\'s own replies (connect failure, no healthy',
+    "attributed. Without response attributes, Envoy's own replies (connect failure, no healthy",
     'upstream, timeout) are recognised from their plain-text body, and the replica that answered is',
     'the one the gateway reports back. When nobody reports it, it is known only if Envoy had no other',
     'choice (`routing.destinationFormat: single`, or a single replica picked); otherwise no replica is',
     'credited or blamed for that request (a guess could credit a primary that refused while a fallback',
-    'answered), except when Envoy\'s text says every retry failed. Answers are',
+    "answered), except when Envoy's text says every retry failed. Answers are",
     `replaced with an ext_proc immediate response in every mode (details ${code('llm_extproc_<kind>')}).`,
     '',
-    '| Gateway | Body modes | Envoy\'s local replies | Replica that served | JSON answers validated |',
+    "| Gateway | Body modes | Envoy's local replies | Replica that served | JSON answers validated |",
     '| --- | --- | --- | --- | --- |',
   ];
   for (const row of GATEWAY_VISIBILITY) lines.push(`| ${row.map(cell).join(' | ')} |`);
@@ -322,8 +333,14 @@ function statesSection(): string[] {
 
 /** What each verdict of the check after a mid-stream break means; one line per verdict. */
 const BREAK_VERDICT_MEANINGS: Readonly<Record<BreakVerdict, readonly [check: string, effect: string]>> = {
-  replica_dead: ['failed: connection refused or timed out, or the health path did not answer 2xx', 'quarantined at once (no streak needed), with the usual backoff'],
-  client_left: ['passed: the replica accepts connections (and answers its health path)', 'stays Ready: the client (or Envoy on its behalf, e.g. a stream idle timeout) ended the stream'],
+  replica_dead: [
+    'failed: connection refused or timed out, or the health path did not answer 2xx',
+    'quarantined at once (no streak needed), with the usual backoff',
+  ],
+  client_left: [
+    'passed: the replica accepts connections (and answers its health path)',
+    'stays Ready: the client (or Envoy on its behalf, e.g. a stream idle timeout) ended the stream',
+  ],
   not_checked: ['not run: the replica was no longer Ready (already quarantined, not ready, gone)', 'nothing changes'],
 };
 

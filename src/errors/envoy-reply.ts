@@ -46,10 +46,10 @@ export const CODE_DETAIL_KINDS: Readonly<Record<string, EnvoyReplyClass>> = {
   drop_overload: { kind: 'overloaded', detail: 'Envoy dropped the request (drop_overload)' },
   unconditional_drop_overload: { kind: 'overloaded', detail: 'Envoy drops all traffic (drop_overload at 100%)' },
   overload: { kind: 'overloaded', detail: 'Envoy overload manager rejected the request' },
-  request_payload_too_large: { kind: 'body_too_large', detail: 'request body exceeds Envoy\'s buffer limit' },
+  request_payload_too_large: { kind: 'body_too_large', detail: "request body exceeds Envoy's buffer limit" },
   route_not_found: { kind: 'route_not_found', detail: 'no Envoy route matches the path' },
   route_configuration_not_found: { kind: 'route_not_found', detail: 'Envoy has no route configuration' },
-  cluster_not_found: { kind: 'gateway_misconfigured', detail: 'the route\'s Envoy cluster does not exist' },
+  cluster_not_found: { kind: 'gateway_misconfigured', detail: "the route's Envoy cluster does not exist" },
 };
 
 /** Prefix of `response.code_details` set by the ext_proc filter when llm-extproc fails. */
@@ -110,13 +110,19 @@ export const FLAG_RULES: readonly FlagRule[] = [
   { flags: ['UDO'], kind: 'overloaded', detail: 'Envoy drops all traffic (drop_overload at 100%)' },
   { flags: ['OM'], kind: 'overloaded', detail: 'Envoy overload manager rejected the request' },
   { flags: ['NR'], kind: 'route_not_found', detail: 'no Envoy route matches the path' },
-  { flags: ['NC'], kind: 'gateway_misconfigured', detail: 'the route\'s Envoy cluster does not exist' },
+  { flags: ['NC'], kind: 'gateway_misconfigured', detail: "the route's Envoy cluster does not exist" },
 ];
 
 /** Envoy's local-reply texts, for documentation; matching is in `classifyByText`. */
 export const TEXT_RULES: ReadonlyArray<{ readonly text: string; readonly result: string }> = [
-  { text: 'upstream connect error or disconnect/reset before headers. reset reason: <reason>, transport failure reason: <why>', result: 'by reset reason, as above' },
-  { text: 'upstream connect error or disconnect/reset before headers. retried and the latest reset reason: <connect failure>…', result: 'all_replicas_failed' },
+  {
+    text: 'upstream connect error or disconnect/reset before headers. reset reason: <reason>, transport failure reason: <why>',
+    result: 'by reset reason, as above',
+  },
+  {
+    text: 'upstream connect error or disconnect/reset before headers. retried and the latest reset reason: <connect failure>…',
+    result: 'all_replicas_failed',
+  },
   { text: 'no healthy upstream', result: 'no_healthy_upstream' },
   { text: 'upstream request timeout', result: 'upstream_timeout' },
   { text: 'upstream max stream duration reached', result: 'upstream_timeout' },
@@ -195,7 +201,8 @@ function classifyByText(text: string, status: number): EnvoyReplyClass | undefin
   const t = text.trim();
   // Envoy's buffer-limit reply (a BUFFERED body over the gateway's limit), the one 4xx it makes
   // on its own; behind gateways without attributes (Envoy AI Gateway buffered) only its text tells.
-  if (status === 413 && t === 'Payload Too Large') return { kind: 'body_too_large', detail: "the request body exceeds the gateway's buffer limit" };
+  if (status === 413 && t === 'Payload Too Large')
+    return { kind: 'body_too_large', detail: "the request body exceeds the gateway's buffer limit" };
   // Envoy's other local replies are all 5xx; a 2xx/4xx body with these words is somebody's content.
   if (status < 500) return undefined;
   const reset = RESET_TEXT.exec(t);

@@ -12,7 +12,15 @@ import { GatewayError } from './gateway-error.js';
 export type ReplicaCounts = Partial<Record<EndpointState, number>>;
 
 /** States reported in `error.replicas`. `Gone` replicas have left the cache, so they are not counted. */
-export const REPORTED_STATES = ['Ready', 'Pending', 'Starting', 'NotReady', 'CrashLoop', 'Quarantined', 'Terminating'] as const satisfies readonly EndpointState[];
+export const REPORTED_STATES = [
+  'Ready',
+  'Pending',
+  'Starting',
+  'NotReady',
+  'CrashLoop',
+  'Quarantined',
+  'Terminating',
+] as const satisfies readonly EndpointState[];
 
 type ReportedState = (typeof REPORTED_STATES)[number];
 
@@ -92,7 +100,9 @@ export function replicaBreakdown(counts: ReplicaCounts): Record<string, number> 
  */
 export function noReadyReplicaMessage(model: string, replicas: readonly ReplicaFacts[], retryAfterSeconds: number): string {
   const wait = `Retry in about ${retryAfterSeconds} s.`;
-  const reported = replicas.filter((r): r is ReplicaFacts & { state: ReportedState } => (REPORTED_STATES as readonly string[]).includes(r.state));
+  const reported = replicas.filter((r): r is ReplicaFacts & { state: ReportedState } =>
+    (REPORTED_STATES as readonly string[]).includes(r.state),
+  );
   if (reported.length === 0) return `model ${model} has no ready replica: its pool has no pods. ${wait}`;
   const parts: string[] = [];
   for (const state of REPORTED_STATES) {

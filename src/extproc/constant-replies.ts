@@ -3,9 +3,18 @@
 
 import type { ProcessingResponse } from './messages.js';
 
-export const CONTINUE_REQUEST_HEADERS: ProcessingResponse = Object.freeze({ request_headers: Object.freeze({ response: Object.freeze({}) }) });
+export const CONTINUE_REQUEST_HEADERS: ProcessingResponse = Object.freeze({
+  request_headers: Object.freeze({ response: Object.freeze({}) }),
+});
 export const CONTINUE_REQUEST_BODY: ProcessingResponse = Object.freeze({ request_body: Object.freeze({ response: Object.freeze({}) }) });
-export const CONTINUE_RESPONSE_HEADERS: ProcessingResponse = Object.freeze({ response_headers: Object.freeze({ response: Object.freeze({}) }) });
+export const CONTINUE_RESPONSE_HEADERS: ProcessingResponse = Object.freeze({
+  response_headers: Object.freeze({ response: Object.freeze({}) }),
+});
 export const CONTINUE_RESPONSE_BODY: ProcessingResponse = Object.freeze({ response_body: Object.freeze({ response: Object.freeze({}) }) });
 
-export const CONSTANT_REPLIES: readonly ProcessingResponse[] = [CONTINUE_REQUEST_HEADERS, CONTINUE_REQUEST_BODY, CONTINUE_RESPONSE_HEADERS, CONTINUE_RESPONSE_BODY];
+export const CONSTANT_REPLIES: readonly ProcessingResponse[] = [
+  CONTINUE_REQUEST_HEADERS,
+  CONTINUE_REQUEST_BODY,
+  CONTINUE_RESPONSE_HEADERS,
+  CONTINUE_RESPONSE_BODY,
+];

@@ -276,7 +276,11 @@ function servingStatus(health: HealthSource): ServingStatus {
   return health.isServing() ? 'SERVING' : 'NOT_SERVING';
 }
 
-function answerHealthCheck(request: HealthCheckRequest, healthFor: (service: string) => HealthSource | undefined, callback: sendUnaryData<HealthCheckResponse>): void {
+function answerHealthCheck(
+  request: HealthCheckRequest,
+  healthFor: (service: string) => HealthSource | undefined,
+  callback: sendUnaryData<HealthCheckResponse>,
+): void {
   const service = request.service ?? '';
   const health = healthFor(service);
   if (health === undefined) {
@@ -420,7 +424,13 @@ export async function removeStaleSocket(path: string, logger: Logger): Promise<v
 /** After releasing the last streams, how long the sessions get to flush those final frames. */
 const RELEASE_FLUSH_MS = 500;
 
-async function shutdownServer(server: Server, watches: Set<HealthWatch>, openStreams: Set<() => void>, graceMs: number, logger: Logger): Promise<void> {
+async function shutdownServer(
+  server: Server,
+  watches: Set<HealthWatch>,
+  openStreams: Set<() => void>,
+  graceMs: number,
+  logger: Logger,
+): Promise<void> {
   // Watch calls never end on their own; close them so they do not hold the grace period.
   for (const watch of [...watches]) watch.endForShutdown();
   await new Promise<void>((resolve) => {

@@ -147,7 +147,14 @@ export interface ProcessingMode {
 }
 
 export interface ProcessingResponse {
-  response?: 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers' | 'immediate_response';
+  response?:
+    | 'request_headers'
+    | 'response_headers'
+    | 'request_body'
+    | 'response_body'
+    | 'request_trailers'
+    | 'response_trailers'
+    | 'immediate_response';
   request_headers?: HeadersResponse;
   response_headers?: HeadersResponse;
   request_body?: BodyResponse;

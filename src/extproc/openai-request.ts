@@ -21,7 +21,8 @@ export interface InferenceRequest {
 export const PROMPT_HASHING: PromptHashOptions = { blockChars: 128, maxBlocks: 16 };
 
 export function readInferenceRequest(body: Buffer): InferenceRequest {
-  if (body.length === 0) throw new GatewayError('missing_body', 'request body is empty; send an OpenAI-style JSON object with a "model" field');
+  if (body.length === 0)
+    throw new GatewayError('missing_body', 'request body is empty; send an OpenAI-style JSON object with a "model" field');
   let parsed: unknown;
   try {
     parsed = JSON.parse(body.toString('utf8'));

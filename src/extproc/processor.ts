@@ -99,10 +99,23 @@ export class RequestProcessor implements StreamProcessor {
       // Label only models we serve: a client must not be able to mint metric series at will.
       this.deps.metrics.requestFinished(model, done.result);
       if (done.result !== 'ok') {
-        this.deps.logger.info({ model: done.model, result: done.result, status: done.status, endpoint: done.endpoint, path: done.path, requestId: done.requestId }, 'request failed');
+        this.deps.logger.info(
+          {
+            model: done.model,
+            result: done.result,
+            status: done.status,
+            endpoint: done.endpoint,
+            path: done.path,
+            requestId: done.requestId,
+          },
+          'request failed',
+        );
       }
       if (done.brokenMidStream) {
-        this.deps.logger.warn({ model: done.model, endpoint: done.endpoint, requestId: done.requestId }, 'response stream broke before it completed');
+        this.deps.logger.warn(
+          { model: done.model, endpoint: done.endpoint, requestId: done.requestId },
+          'response stream broke before it completed',
+        );
         const endpoint = step.attempts.find((a) => a.reason === 'stream_broken')?.endpoint;
         if (endpoint !== undefined) this.deps.onMidStreamBreak?.(endpoint);
       }

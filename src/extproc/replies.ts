@@ -42,7 +42,11 @@ export function immediateJson(body: unknown, details: string): ProcessingRespons
   };
 }
 
-export function requestHeadersReply(mutation: HeaderMutation | undefined, metadata: ProtoStruct | undefined, askForBufferedBody = false): ProcessingResponse {
+export function requestHeadersReply(
+  mutation: HeaderMutation | undefined,
+  metadata: ProtoStruct | undefined,
+  askForBufferedBody = false,
+): ProcessingResponse {
   return {
     request_headers: { response: mutation === undefined ? {} : { header_mutation: mutation } },
     ...(metadata === undefined ? {} : { dynamic_metadata: metadata }),
@@ -80,7 +84,9 @@ export function streamedBody(direction: 'request' | 'response', body: Buffer, en
   do {
     const end = Math.min(body.length, offset + MAX_STREAMED_CHUNK_BYTES);
     const last = end >= body.length;
-    const reply = { response: { body_mutation: { streamed_response: { body: body.subarray(offset, end), end_of_stream: last && endOfStream } } } };
+    const reply = {
+      response: { body_mutation: { streamed_response: { body: body.subarray(offset, end), end_of_stream: last && endOfStream } } },
+    };
     replies.push(direction === 'request' ? { request_body: reply } : { response_body: reply });
     offset = end;
   } while (offset < body.length);

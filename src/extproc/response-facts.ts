@@ -35,14 +35,19 @@ export function responseFacts(message: ProcessingRequest, headersMessage: HttpHe
     ours: headers.has(ERROR_CODE_HEADER),
     codeDetails: attributeString(attributes, 'response.code_details'),
     flags: attributeNumber(attributes, 'response.flags'),
-    servedAddress: nonEmpty(attributeString(attributes, 'upstream.address')) ?? nonEmpty(metadataValue(message.metadata_context?.filter_metadata, DESTINATION_METADATA_NAMESPACE, SERVED_ENDPOINT_KEY)),
+    servedAddress:
+      nonEmpty(attributeString(attributes, 'upstream.address')) ??
+      nonEmpty(metadataValue(message.metadata_context?.filter_metadata, DESTINATION_METADATA_NAMESPACE, SERVED_ENDPOINT_KEY)),
     endOfStream: headersMessage.end_of_stream === true,
   };
 }
 
 /** The attributes as EnvoyReplyFacts wants them (absent, not undefined). */
 export function definedFacts(facts: ResponseFacts): { codeDetails?: string; flags?: number } {
-  return { ...(facts.codeDetails === undefined ? {} : { codeDetails: facts.codeDetails }), ...(facts.flags === undefined ? {} : { flags: facts.flags }) };
+  return {
+    ...(facts.codeDetails === undefined ? {} : { codeDetails: facts.codeDetails }),
+    ...(facts.flags === undefined ? {} : { flags: facts.flags }),
+  };
 }
 
 function nonEmpty(value: string | undefined): string | undefined {

@@ -117,19 +117,27 @@ export class StoreRouting implements Routing {
     if (scope === undefined) {
       const pools = view.poolsByModel.get(model);
       if (pools === undefined || pools.length === 0) {
-        throw new GatewayError('model_not_found', `the model ${model} does not exist or is not served here`, { details: { param: 'model', model } });
+        throw new GatewayError('model_not_found', `the model ${model} does not exist or is not served here`, {
+          details: { param: 'model', model },
+        });
       }
       return pools;
     }
     const pool = view.pools.get(scope);
     if (pool === undefined) {
-      throw new GatewayError('no_ready_replica', `model ${model} cannot be routed: the pool ${scope} this gateway serves is not known (yet). Retry in about ${NOT_SYNCED_RETRY_AFTER_SECONDS} s.`, {
-        details: { model, pool: scope },
-        retryAfterSeconds: NOT_SYNCED_RETRY_AFTER_SECONDS,
-      });
+      throw new GatewayError(
+        'no_ready_replica',
+        `model ${model} cannot be routed: the pool ${scope} this gateway serves is not known (yet). Retry in about ${NOT_SYNCED_RETRY_AFTER_SECONDS} s.`,
+        {
+          details: { model, pool: scope },
+          retryAfterSeconds: NOT_SYNCED_RETRY_AFTER_SECONDS,
+        },
+      );
     }
     if (pool.models.length > 0 && !pool.models.includes(model)) {
-      throw new GatewayError('model_not_found', `the model ${model} is not served by the pool ${scope} behind this gateway`, { details: { param: 'model', model, pool: scope } });
+      throw new GatewayError('model_not_found', `the model ${model} is not served by the pool ${scope} behind this gateway`, {
+        details: { param: 'model', model, pool: scope },
+      });
     }
     // The same array for as long as the pool object lives, so the picker's per-view cache hits.
     let scoped = this.scoped.get(pool);
@@ -147,16 +155,24 @@ export class StoreRouting implements Routing {
       });
     }
     if (endpoints.length === 0) {
-      return new GatewayError('no_ready_replica', `model ${model} cannot be routed: none of the ${subset.size} endpoints in the gateway's subset hint serves it`, {
-        details: { model, subset_size: subset.size },
-        retryAfterSeconds: NOT_SYNCED_RETRY_AFTER_SECONDS,
-      });
+      return new GatewayError(
+        'no_ready_replica',
+        `model ${model} cannot be routed: none of the ${subset.size} endpoints in the gateway's subset hint serves it`,
+        {
+          details: { model, subset_size: subset.size },
+          retryAfterSeconds: NOT_SYNCED_RETRY_AFTER_SECONDS,
+        },
+      );
     }
     const err = noReadyReplicaError(model, endpoints);
-    return new GatewayError('no_ready_replica', `${err.message} (only the ${subset.size} endpoints in the gateway's subset hint were eligible)`, {
-      details: { ...err.details, subset_size: subset.size },
-      ...(err.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: err.retryAfterSeconds }),
-    });
+    return new GatewayError(
+      'no_ready_replica',
+      `${err.message} (only the ${subset.size} endpoints in the gateway's subset hint were eligible)`,
+      {
+        details: { ...err.details, subset_size: subset.size },
+        ...(err.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: err.retryAfterSeconds }),
+      },
+    );
   }
 
   release(routed: RoutedRequest): void {

@@ -141,7 +141,10 @@ function requestHeaders(ctx: MachineContext, out: StepBuilder, state: StreamStat
     }
     const err =
       request.method !== 'POST'
-        ? new GatewayError('method_not_allowed', `${request.method} is not supported on ${path}; inference requests are POSTs with a JSON body`)
+        ? new GatewayError(
+            'method_not_allowed',
+            `${request.method} is not supported on ${path}; inference requests are POSTs with a JSON body`,
+          )
         : new GatewayError('missing_body', `POST ${path} has no body; send an OpenAI-style JSON request with a "model" field`);
     out.reject(request, err);
     return;
@@ -155,7 +158,13 @@ function requestHeaders(ctx: MachineContext, out: StepBuilder, state: StreamStat
   if (delivery === 'envoy-buffers') out.reply(CONTINUE_REQUEST_HEADERS);
   else if (delivery === 'ask-for-buffered') out.reply(requestHeadersReply(undefined, undefined, true));
   // collect-*: the header reply waits for the body, because it carries the routing.
-  out.become({ kind: 'CollectingRequestBody', request, chunks: [], bytes: 0, headersAnswered: delivery === 'envoy-buffers' || delivery === 'ask-for-buffered' });
+  out.become({
+    kind: 'CollectingRequestBody',
+    request,
+    chunks: [],
+    bytes: 0,
+    headersAnswered: delivery === 'envoy-buffers' || delivery === 'ask-for-buffered',
+  });
 }
 
 function requestBody(ctx: MachineContext, out: StepBuilder, state: StreamState, message: HttpBody): void {
@@ -194,7 +203,13 @@ function requestTrailers(ctx: MachineContext, out: StepBuilder, state: StreamSta
  * The body is whole: read the model, pick, and hand the pick to Envoy in the reply the mode
  * allows — the body reply when Envoy buffered, else the held header reply followed by the body.
  */
-function route(ctx: MachineContext, out: StepBuilder, state: Extract<StreamState, { kind: 'CollectingRequestBody' }>, trailersFollow: boolean, mayBePartial = false): void {
+function route(
+  ctx: MachineContext,
+  out: StepBuilder,
+  state: Extract<StreamState, { kind: 'CollectingRequestBody' }>,
+  trailersFollow: boolean,
+  mayBePartial = false,
+): void {
   const request = state.request;
   const body = state.chunks.length === 1 ? state.chunks[0] : Buffer.concat(state.chunks);
   let routed: RoutedRequest;
@@ -202,16 +217,24 @@ function route(ctx: MachineContext, out: StepBuilder, state: Extract<StreamState
   try {
     const inference = readInferenceRequest(body);
     model = inference.model;
-    routed = ctx.routing.route({ model, promptBlocks: inference.promptBlocks, ...(request.subset === undefined ? {} : { subset: request.subset }) });
+    routed = ctx.routing.route({
+      model,
+      promptBlocks: inference.promptBlocks,
+      ...(request.subset === undefined ? {} : { subset: request.subset }),
+    });
   } catch (thrown) {
     const err = GatewayError.from(thrown);
     if (mayBePartial && err.kind === 'invalid_json') {
       // BUFFERED_PARTIAL hands over what fits in Envoy's buffer: this is the first part of a larger body.
       out.reject(
         request,
-        new GatewayError('body_too_large', `request body is larger than Envoy's buffer for this request (received the first ${body.length} bytes); raise the listener's per_connection_buffer_limit_bytes above routing.maxRequestBodyBytes`, {
-          details: { limit_bytes: ctx.maxRequestBodyBytes },
-        }),
+        new GatewayError(
+          'body_too_large',
+          `request body is larger than Envoy's buffer for this request (received the first ${body.length} bytes); raise the listener's per_connection_buffer_limit_bytes above routing.maxRequestBodyBytes`,
+          {
+            details: { limit_bytes: ctx.maxRequestBodyBytes },
+          },
+        ),
         model,
       );
       return;
@@ -241,7 +264,10 @@ function route(ctx: MachineContext, out: StepBuilder, state: Extract<StreamState
       break;
   }
   const onlyPossible = ctx.destinationFormat === 'single' || routed.endpoints.length === 1 ? routed.endpoints[0] : undefined;
-  out.become({ kind: 'AwaitingResponse', exchange: { request, routed, model, ...(onlyPossible === undefined ? {} : { servedUnlessReported: onlyPossible }) } });
+  out.become({
+    kind: 'AwaitingResponse',
+    exchange: { request, routed, model, ...(onlyPossible === undefined ? {} : { servedUnlessReported: onlyPossible }) },
+  });
 }
 
 // ── response path ───────────────────────────────────────────────────────────────────────────
@@ -260,10 +286,20 @@ function responseHeaders(ctx: MachineContext, out: StepBuilder, state: StreamSta
     // Another filter's deliberate answer (401, 403, 429...): its status and body are the message.
     const served: Served = { exchange, servedBy: undefined, status: facts.status };
     out.finish(exchange.request, exchange, localReplyResult(facts.status), served);
-    passHeaders(out, modes.response, facts.endOfStream, undefined, { kind: 'Streaming', served, watch: { kind: 'opaque' }, pending: undefined });
+    passHeaders(out, modes.response, facts.endOfStream, undefined, {
+      kind: 'Streaming',
+      served,
+      watch: { kind: 'opaque' },
+      pending: undefined,
+    });
     return;
   }
-  if (facts.codeDetails === undefined && (facts.status >= 500 || facts.status === 413) && !isJsonContentType(facts.contentType) && !facts.ours) {
+  if (
+    facts.codeDetails === undefined &&
+    (facts.status >= 500 || facts.status === 413) &&
+    !isJsonContentType(facts.contentType) &&
+    !facts.ours
+  ) {
     // No attributes tell who answered: Envoy's own replies (5xx, and 413 when a BUFFERED body
     // outgrows its buffer) are short plain text; read it first.
     readErrorText(out, exchange, facts);
@@ -284,12 +320,22 @@ function responseHeaders(ctx: MachineContext, out: StepBuilder, state: StreamSta
     const failure: AttemptFailure | undefined = facts.status >= 500 ? 'bad_response' : undefined;
     if (isJsonContentType(facts.contentType)) {
       // The model server's own structured error: pass it through untouched.
-      passHeaders(out, modes.response, false, { result: upstreamStatusResult(facts.status), failure, judged: true }, { kind: 'Streaming', served, watch: { kind: 'opaque' }, pending: undefined });
+      passHeaders(
+        out,
+        modes.response,
+        false,
+        { result: upstreamStatusResult(facts.status), failure, judged: true },
+        { kind: 'Streaming', served, watch: { kind: 'opaque' }, pending: undefined },
+      );
       return;
     }
-    const err = new GatewayError('upstream_error', `the model server answered ${facts.status} with a non-JSON body (${facts.contentType || 'no content type'})`, {
-      details: { upstream_status: facts.status },
-    });
+    const err = new GatewayError(
+      'upstream_error',
+      `the model server answered ${facts.status} with a non-JSON body (${facts.contentType || 'no content type'})`,
+      {
+        details: { upstream_status: facts.status },
+      },
+    );
     settle(out, served, failure, err.kind);
     out.reply(immediateError(err, exchange.request.requestId, facts.status < 500 ? facts.status : undefined));
     return;
@@ -309,7 +355,10 @@ function responseHeaders(ctx: MachineContext, out: StepBuilder, state: StreamSta
     out.become({ kind: 'Streaming', served, watch: { kind: 'sse', inspector: new SseInspector() }, pending: ok });
     return;
   }
-  const inspectableJson = !facts.compressed && isJsonContentType(facts.contentType) && !(facts.contentLength !== undefined && facts.contentLength > ctx.maxInspectedBodyBytes);
+  const inspectableJson =
+    !facts.compressed &&
+    isJsonContentType(facts.contentType) &&
+    !(facts.contentLength !== undefined && facts.contentLength > ctx.maxInspectedBodyBytes);
   if (inspectableJson) {
     switch (modes.response) {
       case 'streamed':
@@ -335,7 +384,13 @@ function responseHeaders(ctx: MachineContext, out: StepBuilder, state: StreamSta
 }
 
 /** Answer headers and continue with `next`; `pending` becomes the next state's outcome. */
-function passHeaders(out: StepBuilder, delivery: StreamModes['response'], endOfStream: boolean, pending: PendingOutcome | undefined, next: Extract<StreamState, { kind: 'Streaming' }>): void {
+function passHeaders(
+  out: StepBuilder,
+  delivery: StreamModes['response'],
+  endOfStream: boolean,
+  pending: PendingOutcome | undefined,
+  next: Extract<StreamState, { kind: 'Streaming' }>,
+): void {
   out.reply(CONTINUE_RESPONSE_HEADERS);
   if (endOfStream || delivery === 'none') {
     if (pending !== undefined) settle(out, next.served, pending.failure, pending.result);
@@ -366,7 +421,9 @@ function decideErrorText(out: StepBuilder, exchange: Exchange, status: number, t
   }
   const servedBy = resolveServedBy(out, exchange, undefined);
   const served: Served = { exchange, servedBy, status };
-  const err = new GatewayError('upstream_error', `the model server answered ${status} with a non-JSON body`, { details: { upstream_status: status } });
+  const err = new GatewayError('upstream_error', `the model server answered ${status} with a non-JSON body`, {
+    details: { upstream_status: status },
+  });
   settle(out, served, 'bad_response', err.kind);
   out.reply(immediateError(err, exchange.request.requestId));
 }
@@ -402,7 +459,13 @@ function responseBody(ctx: MachineContext, out: StepBuilder, state: StreamState,
   }
 }
 
-function holdJson(ctx: MachineContext, out: StepBuilder, state: Extract<StreamState, { kind: 'HoldingJson' }>, chunk: Buffer, end: boolean): void {
+function holdJson(
+  ctx: MachineContext,
+  out: StepBuilder,
+  state: Extract<StreamState, { kind: 'HoldingJson' }>,
+  chunk: Buffer,
+  end: boolean,
+): void {
   state.chunks.push(chunk);
   state.bytes += chunk.length;
   if (!end && state.bytes <= ctx.maxInspectedBodyBytes) return;
@@ -410,7 +473,12 @@ function holdJson(ctx: MachineContext, out: StepBuilder, state: Extract<StreamSt
     // Larger than we hold: let it go as it comes, watched for its end only.
     out.reply(CONTINUE_RESPONSE_HEADERS);
     out.replies(streamedChunks('response', state.chunks, false));
-    out.become({ kind: 'Streaming', served: state.served, watch: { kind: 'opaque' }, pending: { result: 'ok', failure: undefined, judged: true } });
+    out.become({
+      kind: 'Streaming',
+      served: state.served,
+      watch: { kind: 'opaque' },
+      pending: { result: 'ok', failure: undefined, judged: true },
+    });
     return;
   }
   const body = Buffer.concat(state.chunks);
@@ -434,7 +502,13 @@ function replaceTruncatedJson(out: StepBuilder, served: Served, detail: string):
   out.reply(immediateError(err, served.exchange.request.requestId));
 }
 
-function streamBody(ctx: MachineContext, out: StepBuilder, state: Extract<StreamState, { kind: 'Streaming' }>, chunk: Buffer, end: boolean): void {
+function streamBody(
+  ctx: MachineContext,
+  out: StepBuilder,
+  state: Extract<StreamState, { kind: 'Streaming' }>,
+  chunk: Buffer,
+  end: boolean,
+): void {
   const delivery = state.served.exchange.request.modes.response;
   const watch = state.watch;
   switch (watch.kind) {
@@ -469,7 +543,13 @@ function streamBody(ctx: MachineContext, out: StepBuilder, state: Extract<Stream
       }
       // A first part without end_of_stream: larger than Envoy's buffer (its headers have gone out
       // and Envoy streams the rest without us), or our mode override was not honoured.
-      const copy: BodyWatch = { kind: 'json-copy', chunks: [], bytes: 0, overflow: false, envoyStreamsRest: delivery === 'buffered' || delivery === 'streamed' };
+      const copy: BodyWatch = {
+        kind: 'json-copy',
+        chunks: [],
+        bytes: 0,
+        overflow: false,
+        envoyStreamsRest: delivery === 'buffered' || delivery === 'streamed',
+      };
       copyJson(ctx, copy, chunk);
       out.replies(passChunk(delivery, chunk, false));
       out.become({ ...state, watch: copy });
@@ -563,12 +643,24 @@ function passChunk(delivery: StreamModes['response'], chunk: Buffer, end: boolea
 
 // ── Envoy's own failures ────────────────────────────────────────────────────────────────────
 
-function replaceWithEnvoyFailure(out: StepBuilder, exchange: Exchange, kind: ErrorKind, detail: string, upstreamAddress: string | undefined): void {
+function replaceWithEnvoyFailure(
+  out: StepBuilder,
+  exchange: Exchange,
+  kind: ErrorKind,
+  detail: string,
+  upstreamAddress: string | undefined,
+): void {
   const err = failureFromEnvoy(out, exchange, kind, detail, upstreamAddress);
   out.reply(immediateError(err, exchange.request.requestId));
 }
 
-function failureFromEnvoy(out: StepBuilder, exchange: Exchange, kind: ErrorKind, detail: string, upstreamAddress: string | undefined): GatewayError {
+function failureFromEnvoy(
+  out: StepBuilder,
+  exchange: Exchange,
+  kind: ErrorKind,
+  detail: string,
+  upstreamAddress: string | undefined,
+): GatewayError {
   const model = exchange.model;
   const modelDetails = model === undefined ? {} : { model };
   const forModel = model === undefined ? '' : ` for model ${model}`;
@@ -584,11 +676,16 @@ function failureFromEnvoy(out: StepBuilder, exchange: Exchange, kind: ErrorKind,
       for (const endpoint of failed) out.attempt(endpoint, 'connect_failure', kind);
       out.finish(exchange.request, exchange, kind, { exchange, servedBy: last, status: 0 });
       if (outsidePick) {
-        return new GatewayError(kind, `Envoy sent the request${forModel} to a host outside our pick, and it failed to connect: ${detail}`, { details: modelDetails });
+        return new GatewayError(kind, `Envoy sent the request${forModel} to a host outside our pick, and it failed to connect: ${detail}`, {
+          details: modelDetails,
+        });
       }
       const effective: ErrorKind = failed.length > 1 ? 'all_replicas_failed' : 'upstream_connect_failed';
-      const what = failed.length > 1 ? `all ${failed.length} replicas tried${forModel} failed` : `the replica${forModel} could not be reached`;
-      return new GatewayError(effective, `${what}: ${detail}`, { details: { ...modelDetails, replicas_tried: Math.max(1, failed.length) } });
+      const what =
+        failed.length > 1 ? `all ${failed.length} replicas tried${forModel} failed` : `the replica${forModel} could not be reached`;
+      return new GatewayError(effective, `${what}: ${detail}`, {
+        details: { ...modelDetails, replicas_tried: Math.max(1, failed.length) },
+      });
     }
     case 'upstream_reset':
     case 'upstream_timeout': {
@@ -597,7 +694,9 @@ function failureFromEnvoy(out: StepBuilder, exchange: Exchange, kind: ErrorKind,
       if (endpoint !== undefined) out.attempt(endpoint, kind === 'upstream_timeout' ? 'timeout' : 'reset', kind);
       out.finish(exchange.request, exchange, kind, { exchange, servedBy: endpoint, status: 0 });
       const what = kind === 'upstream_timeout' ? 'did not answer in time' : 'closed the connection before answering';
-      return new GatewayError(kind, `the replica serving${model === undefined ? ' the request' : ` model ${model}`} ${what}: ${detail}`, { details: modelDetails });
+      return new GatewayError(kind, `the replica serving${model === undefined ? ' the request' : ` model ${model}`} ${what}: ${detail}`, {
+        details: modelDetails,
+      });
     }
     default:
       out.finish(exchange.request, exchange, kind, undefined);
@@ -619,7 +718,13 @@ function resolveServedBy(out: StepBuilder, exchange: Exchange, upstreamAddress: 
   if (upstreamAddress === undefined || upstreamAddress === '') return exchange.servedUnlessReported;
   const picked = routed.endpoints.find((e) => e.address === upstreamAddress);
   if (picked === undefined) {
-    out.notice({ kind: 'served-outside-pick', upstream: upstreamAddress, picked: routed.destinations, model: exchange.model, requestId: exchange.request.requestId });
+    out.notice({
+      kind: 'served-outside-pick',
+      upstream: upstreamAddress,
+      picked: routed.destinations,
+      model: exchange.model,
+      requestId: exchange.request.requestId,
+    });
   }
   return picked;
 }
@@ -638,7 +743,6 @@ function settle(out: StepBuilder, served: Served, failure: AttemptFailure | unde
   if (served.servedBy !== undefined) out.attempt(served.servedBy, failure, failure === undefined ? 'ok' : result);
   out.finish(served.exchange.request, served.exchange, result, served);
 }
-
 
 function exchangeForResponse(state: StreamState): Exchange {
   switch (state.kind) {

@@ -124,7 +124,13 @@ export interface Finished {
 
 export type Notice =
   | { readonly kind: 'routed'; readonly routed: RoutedRequest }
-  | { readonly kind: 'served-outside-pick'; readonly upstream: string; readonly picked: readonly string[]; readonly model: string | undefined; readonly requestId: string };
+  | {
+      readonly kind: 'served-outside-pick';
+      readonly upstream: string;
+      readonly picked: readonly string[];
+      readonly model: string | undefined;
+      readonly requestId: string;
+    };
 
 export interface Step {
   readonly state: StreamState;
@@ -174,7 +180,13 @@ export class StepBuilder {
   }
 
   /** The request's result; the state becomes Done unless the caller moves on (pass-through). */
-  finish(request: RequestFacts | undefined, exchange: Exchange | undefined, result: RequestResult, served?: Served, brokenMidStream = false): void {
+  finish(
+    request: RequestFacts | undefined,
+    exchange: Exchange | undefined,
+    result: RequestResult,
+    served?: Served,
+    brokenMidStream = false,
+  ): void {
     if (this.result !== undefined) return;
     this.result = {
       result,

@@ -32,7 +32,11 @@ export function checkIdentity(identity: TlsIdentity): void {
   createSecureContext({ cert: identity.cert, key: identity.key });
 }
 
-export async function openTlsIdentity(config: GrpcTlsConfig, logger: Logger, options: { pollIntervalMs?: number } = {}): Promise<TlsIdentitySource> {
+export async function openTlsIdentity(
+  config: GrpcTlsConfig,
+  logger: Logger,
+  options: { pollIntervalMs?: number } = {},
+): Promise<TlsIdentitySource> {
   if (config.mode === 'self-signed') {
     const identity = await makeSelfSignedIdentity();
     logger.warn('gRPC TLS: no certificate configured; serving a self-signed one made at start (Envoy must not verify it)');
@@ -56,7 +60,11 @@ export async function makeSelfSignedIdentity(names: readonly string[] = ['localh
       { name: 'extKeyUsage', serverAuth: true },
       {
         name: 'subjectAltName',
-        altNames: [...[...new Set(names)].map((value) => ({ type: 2 as const, value })), { type: 7 as const, ip: '127.0.0.1' }, { type: 7 as const, ip: '::1' }],
+        altNames: [
+          ...[...new Set(names)].map((value) => ({ type: 2 as const, value })),
+          { type: 7 as const, ip: '127.0.0.1' },
+          { type: 7 as const, ip: '::1' },
+        ],
       },
     ],
   });
@@ -103,7 +111,9 @@ class FileTlsIdentity implements TlsIdentitySource {
     try {
       checkIdentity(identity);
     } catch (err) {
-      throw new Error(`gRPC TLS: ${certFile} and ${keyFile} are not a usable certificate and key: ${(err as Error).message}`, { cause: err });
+      throw new Error(`gRPC TLS: ${certFile} and ${keyFile} are not a usable certificate and key: ${(err as Error).message}`, {
+        cause: err,
+      });
     }
     logger.info({ certFile, keyFile }, 'gRPC TLS: serving the configured certificate; reloading it when the files change');
     return new FileTlsIdentity(certFile, keyFile, identity, logger, pollIntervalMs);
@@ -155,7 +165,10 @@ class FileTlsIdentity implements TlsIdentitySource {
       checkIdentity(next);
     } catch (err) {
       // A half-written pair (certificate of the new, key of the old) lands here until both are new.
-      this.logger.warn({ err, certFile: this.certFile, keyFile: this.keyFile }, 'gRPC TLS: new certificate files are not a usable pair; keeping the current one');
+      this.logger.warn(
+        { err, certFile: this.certFile, keyFile: this.keyFile },
+        'gRPC TLS: new certificate files are not a usable pair; keeping the current one',
+      );
       return;
     }
     this.identity = next;

@@ -8,7 +8,8 @@ export function headerLookup(map: HeaderMap | undefined): Map<string, string> {
   const out = new Map<string, string>();
   for (const header of map?.headers ?? []) {
     // Envoy sends values in raw_value; `value` is only a fallback for other clients.
-    const value = header.raw_value !== undefined && header.raw_value.length > 0 ? header.raw_value.toString('latin1') : (header.value ?? '');
+    const value =
+      header.raw_value !== undefined && header.raw_value.length > 0 ? header.raw_value.toString('latin1') : (header.value ?? '');
     const existing = out.get(header.key);
     out.set(header.key, existing === undefined ? value : `${existing},${value}`);
   }
@@ -73,6 +74,7 @@ export function metadataValue(filterMetadata: Record<string, ProtoStruct> | unde
   const value = filterMetadata?.[namespace]?.fields?.[key];
   if (value === undefined) return undefined;
   if (value.stringValue !== undefined) return value.stringValue;
-  if (value.listValue !== undefined) return (value.listValue.values ?? []).flatMap((v) => (v.stringValue === undefined ? [] : [v.stringValue])).join(',');
+  if (value.listValue !== undefined)
+    return (value.listValue.values ?? []).flatMap((v) => (v.stringValue === undefined ? [] : [v.stringValue])).join(',');
   return undefined;
 }

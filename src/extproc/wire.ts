@@ -19,10 +19,7 @@ import { EXT_PROC_SERVICE_NAME } from './protocol-names.js';
 export const HEALTH_SERVICE_NAME = 'grpc.health.v1.Health';
 
 /** Entry files, relative to PROTO_ROOT; their imports are resolved from the same root. */
-export const PROTO_FILES: readonly string[] = [
-  'envoy/service/ext_proc/v3/external_processor.proto',
-  'grpc/health/v1/health.proto',
-];
+export const PROTO_FILES: readonly string[] = ['envoy/service/ext_proc/v3/external_processor.proto', 'grpc/health/v1/health.proto'];
 
 /**
  * Absolute path of the package's `proto/` folder. Found by walking up from this module, because
@@ -80,7 +77,9 @@ export function loadWireDefinitions(): WireDefinitions {
     packageDefinition,
     codecCounters,
     externalProcessor: {
-      Process: withCachedReplies(withFastCodec(method<ProcessingRequest, ProcessingResponse>(extProc, EXT_PROC_SERVICE_NAME, 'Process', true, true), codecCounters)),
+      Process: withCachedReplies(
+        withFastCodec(method<ProcessingRequest, ProcessingResponse>(extProc, EXT_PROC_SERVICE_NAME, 'Process', true, true), codecCounters),
+      ),
     },
     health: {
       Check: method<HealthCheckRequest, HealthCheckResponse>(health, HEALTH_SERVICE_NAME, 'Check', false, false),
@@ -94,7 +93,10 @@ export function loadWireDefinitions(): WireDefinitions {
  * hand-written codec, which hands whatever it does not cover to the reflection codec. The other
  * two directions (used by test clients) stay reflection-only.
  */
-function withFastCodec(def: MethodDefinition<ProcessingRequest, ProcessingResponse>, counters: CodecCounters): MethodDefinition<ProcessingRequest, ProcessingResponse> {
+function withFastCodec(
+  def: MethodDefinition<ProcessingRequest, ProcessingResponse>,
+  counters: CodecCounters,
+): MethodDefinition<ProcessingRequest, ProcessingResponse> {
   return {
     ...def,
     requestDeserialize: fastRequestDeserializer(def.requestDeserialize, counters),
@@ -103,7 +105,9 @@ function withFastCodec(def: MethodDefinition<ProcessingRequest, ProcessingRespon
 }
 
 /** Serializes the constant "continue" replies once; everything else is encoded per message. */
-function withCachedReplies(def: MethodDefinition<ProcessingRequest, ProcessingResponse>): MethodDefinition<ProcessingRequest, ProcessingResponse> {
+function withCachedReplies(
+  def: MethodDefinition<ProcessingRequest, ProcessingResponse>,
+): MethodDefinition<ProcessingRequest, ProcessingResponse> {
   const serialize = def.responseSerialize;
   const cached = new Map<ProcessingResponse, Buffer>(CONSTANT_REPLIES.map((reply) => [reply, serialize(reply)]));
   return { ...def, responseSerialize: (value) => cached.get(value) ?? serialize(value) };

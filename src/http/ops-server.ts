@@ -56,12 +56,14 @@ export async function startOpsServer(address: string, deps: OpsServerDeps): Prom
       if (req.method !== 'GET' && req.method !== 'HEAD') reply = json(405, { error: 'method not allowed' });
       else if (path === '/metrics') reply = { status: 200, type: deps.registry.contentType, body: await deps.registry.metrics() };
       else if (path === '/healthz') reply = json(200, { status: 'ok' });
-      else if (path === '/readyz') reply = deps.isReady() ? json(200, { status: 'ready' }) : json(503, { status: 'not ready', reason: 'endpoint cache has not completed its first sync' });
+      else if (path === '/readyz')
+        reply = deps.isReady()
+          ? json(200, { status: 'ready' })
+          : json(503, { status: 'not ready', reason: 'endpoint cache has not completed its first sync' });
       else if (path === '/debug/endpoints') {
         const view = deps.view();
         reply = json(200, 'rendered' in view ? view.rendered : viewAsJson(view, deps.signals));
-      }
-      else reply = json(404, { error: 'not found' });
+      } else reply = json(404, { error: 'not found' });
       res.writeHead(reply.status, { 'content-type': reply.type, 'cache-control': 'no-store' });
       res.end(req.method === 'HEAD' ? undefined : reply.body);
     })().catch((err: unknown) => {
@@ -76,6 +78,10 @@ export async function startOpsServer(address: string, deps: OpsServerDeps): Prom
   });
   return {
     port: (server.address() as AddressInfo).port,
-    close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
 }

@@ -234,7 +234,11 @@ export class SseInspector {
       this.#sawResponsesEvent = true;
       this.#sawTerminator = true;
       this.#recordError(errorInfo(obj, event));
-    } else if (type === 'error' || obj['object'] === 'error' || (obj['error'] !== undefined && obj['error'] !== null && obj['error'] !== false)) {
+    } else if (
+      type === 'error' ||
+      obj['object'] === 'error' ||
+      (obj['error'] !== undefined && obj['error'] !== null && obj['error'] !== false)
+    ) {
       this.#recordError(errorInfo(obj, event));
     }
   }

@@ -29,7 +29,14 @@ export class CountingHistogram extends Histogram {
     config: { name: string; help: string; buckets: readonly number[]; registers: Registry[] },
     private readonly labelName: string,
   ) {
-    super({ name: config.name, help: config.help, labelNames: [labelName], buckets: [...config.buckets], registers: config.registers, aggregator: 'sum' });
+    super({
+      name: config.name,
+      help: config.help,
+      labelNames: [labelName],
+      buckets: [...config.buckets],
+      registers: config.registers,
+      aggregator: 'sum',
+    });
     this.bounds = Float64Array.from([...config.buckets].sort((a, b) => a - b));
   }
 
@@ -86,8 +93,13 @@ export class CountingHistogram extends Histogram {
       values.push({ labels: { [this.labelName]: s.labelValue }, value: s.sum, metricName: `${name}_sum` });
       values.push({ labels: { [this.labelName]: s.labelValue }, value: s.count, metricName: `${name}_count` });
     }
-    return { name, help: (this as unknown as { help: string }).help, // prom-client's typings declare MetricType as a numeric enum it does not export; at run time the
-    // type is this string, as in its own Histogram.
-    type: 'histogram' as unknown as MetricType, values, aggregator: 'sum' } as Exported;
+    return {
+      name,
+      help: (this as unknown as { help: string }).help, // prom-client's typings declare MetricType as a numeric enum it does not export; at run time the
+      // type is this string, as in its own Histogram.
+      type: 'histogram' as unknown as MetricType,
+      values,
+      aggregator: 'sum',
+    } as Exported;
   }
 }

@@ -69,7 +69,7 @@ export class Metrics {
 
   private readonly outsidePick = new Counter({
     name: 'llm_extproc_served_outside_pick_total',
-    help: "Requests Envoy sent to a host we did not pick (its backends cluster lacked our picks and its fallback policy chose).",
+    help: 'Requests Envoy sent to a host we did not pick (its backends cluster lacked our picks and its fallback policy chose).',
     registers: [this.registry],
   });
 
@@ -201,7 +201,12 @@ export class Metrics {
   }
 
   private collectLoadReports(): void {
-    const counts = new Map<string, number>([['fresh', 0], ['missing', 0], ['failing', 0], ['stale', 0]]);
+    const counts = new Map<string, number>([
+      ['fresh', 0],
+      ['missing', 0],
+      ['failing', 0],
+      ['stale', 0],
+    ]);
     for (const state of this.loadReportStates()) counts.set(state, (counts.get(state) ?? 0) + 1);
     for (const [state, count] of counts) this.endpointMetricsStates.set({ state }, count);
   }

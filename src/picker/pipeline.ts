@@ -14,7 +14,15 @@
 import { isRoutable } from '../endpoints/model.js';
 import type { Endpoint, PoolView } from '../endpoints/model.js';
 import { hashAddress, rendezvousWeight } from './rendezvous.js';
-import { inFlightScore, isOverloaded, kvCacheScore, loraAffinityScore, outstandingLoad, prefixAffinityScore, queueDepthScore } from './scorers.js';
+import {
+  inFlightScore,
+  isOverloaded,
+  kvCacheScore,
+  loraAffinityScore,
+  outstandingLoad,
+  prefixAffinityScore,
+  queueDepthScore,
+} from './scorers.js';
 import type { SignalBoard, SignalCell } from './signals.js';
 
 export interface ScorerWeights {
@@ -215,7 +223,16 @@ export class Picker {
         // Owners must be known to be within bounds: when any candidate reports metrics, one
         // that does not is never trusted with a prefix.
         const queued = reports && cell.waiting > ownerMaxQueue;
-        if ((reports || reporting === 0) && !queued && !isOverloaded(reports ? outstandingLoad(cell.inFlight, cell.waiting, cell.running) : cell.inFlight, meanLoad, boundedLoad.factor, boundedLoad.slack)) {
+        if (
+          (reports || reporting === 0) &&
+          !queued &&
+          !isOverloaded(
+            reports ? outstandingLoad(cell.inFlight, cell.waiting, cell.running) : cell.inFlight,
+            meanLoad,
+            boundedLoad.factor,
+            boundedLoad.slack,
+          )
+        ) {
           const w = rendezvousWeight(key, hashes[i]);
           if (w > ownerWeight) {
             ownerWeight = w;

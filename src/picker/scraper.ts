@@ -117,7 +117,14 @@ export class MetricsScraper {
     } catch (err) {
       if (this.stopped) return;
       result = err instanceof MetricsParseError ? 'parse_error' : isTimeout(err) ? 'timeout' : 'connect_error';
-      recordScrapeFailure(cell, result === 'parse_error' ? (err as Error).message : result === 'timeout' ? `no answer within ${this.options.timeoutMs} ms` : 'connection failed');
+      recordScrapeFailure(
+        cell,
+        result === 'parse_error'
+          ? (err as Error).message
+          : result === 'timeout'
+            ? `no answer within ${this.options.timeoutMs} ms`
+            : 'connection failed',
+      );
     }
     this.observer.scraped?.(result, (performance.now() - started) / 1000);
   }

@@ -50,7 +50,10 @@ function values(family: PrometheusFamily | undefined): number[] {
 
 function adapterList(text: string | undefined): string[] {
   if (text === undefined || text === '') return [];
-  return text.split(',').map((a) => a.trim()).filter((a) => a !== '');
+  return text
+    .split(',')
+    .map((a) => a.trim())
+    .filter((a) => a !== '');
 }
 
 /** Parses one scrape. Throws MetricsParseError when the text is not Prometheus text or lacks the queue gauge. */

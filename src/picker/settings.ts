@@ -37,7 +37,12 @@ export interface PickerSettings {
 
 export const DEFAULT_PICKER_SETTINGS: PickerSettings = {
   weights: DEFAULT_WEIGHTS,
-  prefix: { keyBlocks: 8, loadFactor: DEFAULT_BOUNDED_LOAD.factor, loadSlack: DEFAULT_BOUNDED_LOAD.slack, maxQueue: DEFAULT_BOUNDED_LOAD.maxQueue },
+  prefix: {
+    keyBlocks: 8,
+    loadFactor: DEFAULT_BOUNDED_LOAD.factor,
+    loadSlack: DEFAULT_BOUNDED_LOAD.slack,
+    maxQueue: DEFAULT_BOUNDED_LOAD.maxQueue,
+  },
   lora: { maxAdaptersPerServer: 4 },
   metrics: { enabled: true, format: 'vllm', path: '/metrics', intervalMs: 1000, timeoutMs: 500, staleAfterMs: 5000, concurrency: 16 },
   pools: {},

@@ -179,7 +179,10 @@ export function recordScrape(cell: SignalCell, load: ServerLoad, at: number): vo
   cell.kvCacheUsage = load.kvCacheUsage ?? Number.NaN;
   cell.scrapedAt = at;
   cell.lastError = '';
-  cell.adapters = load.runningAdapters.length + load.waitingAdapters.length === 0 ? EMPTY_SET : new Set([...load.runningAdapters, ...load.waitingAdapters]);
+  cell.adapters =
+    load.runningAdapters.length + load.waitingAdapters.length === 0
+      ? EMPTY_SET
+      : new Set([...load.runningAdapters, ...load.waitingAdapters]);
   cell.metricsState = 'fresh';
 }
 

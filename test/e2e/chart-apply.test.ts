@@ -16,7 +16,9 @@ import { helm, parseManifests } from '../support/helm.js';
 import { KubeControlPlane } from '../support/kube-control-plane.js';
 
 const CHART = join(repoRoot(), CHART_DIR);
-const EXAMPLES = readdirSync(join(CHART, 'examples')).filter((f) => f.endsWith('.yaml')).sort();
+const EXAMPLES = readdirSync(join(CHART, 'examples'))
+  .filter((f) => f.endsWith('.yaml'))
+  .sort();
 /** API groups whose CRDs are not in this test bed. */
 const NOT_SERVED = new Set(['gateway.envoyproxy.io', 'networking.istio.io', 'monitoring.coreos.com']);
 
@@ -27,7 +29,8 @@ function plain(value: unknown): unknown {
 
 /** Paths of `sent` that `stored` lacks or holds differently (fields the server added are fine). */
 function missingFrom(stored: unknown, sent: unknown, path: string): string[] {
-  if (sent === null || typeof sent !== 'object') return stored === sent ? [] : [`${path}: sent ${JSON.stringify(sent)}, stored ${JSON.stringify(stored)}`];
+  if (sent === null || typeof sent !== 'object')
+    return stored === sent ? [] : [`${path}: sent ${JSON.stringify(sent)}, stored ${JSON.stringify(stored)}`];
   if (stored === null || typeof stored !== 'object') return [`${path}: missing`];
   return Object.entries(sent).flatMap(([key, value]) => missingFrom((stored as Record<string, unknown>)[key], value, `${path}.${key}`));
 }
@@ -53,7 +56,14 @@ describe('chart manifests, server-side applied to a real kube-apiserver', () => 
       // One release namespace per values file, so the releases do not overwrite each other.
       const release = `r${created.size}`;
       const namespace = `rel-${created.size}`;
-      const args = ['template', release, CHART, '--namespace', namespace, ...(values === '(defaults)' ? [] : ['-f', join(CHART, 'examples', values)])];
+      const args = [
+        'template',
+        release,
+        CHART,
+        '--namespace',
+        namespace,
+        ...(values === '(defaults)' ? [] : ['-f', join(CHART, 'examples', values)]),
+      ];
       const res = await helm(args, home);
       assert.equal(res.code, 0, res.stderr);
       const objects = parseManifests(res.stdout);
@@ -70,7 +80,9 @@ describe('chart manifests, server-side applied to a real kube-apiserver', () => 
       );
       // The API server kept the fields we rely on (an unknown field would have been dropped).
       for (const object of applied) {
-        const sent = servable.find((o) => o.kind === object.kind && o.metadata.name === object.metadata?.name && o.metadata.namespace === object.metadata?.namespace);
+        const sent = servable.find(
+          (o) => o.kind === object.kind && o.metadata.name === object.metadata?.name && o.metadata.namespace === object.metadata?.namespace,
+        );
         const keep = (o: unknown): unknown => {
           const spec = (o as { spec?: Record<string, unknown> }).spec;
           if (object.kind === 'Deployment') {

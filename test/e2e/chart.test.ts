@@ -23,7 +23,9 @@ const CHART = join(repoRoot(), CHART_DIR);
 const NAMESPACE = 'llm';
 const RELEASE = 'gw';
 const FULLNAME = `${RELEASE}-llm-extproc`;
-const EXAMPLES = readdirSync(join(CHART, 'examples')).filter((f) => f.endsWith('.yaml')).sort();
+const EXAMPLES = readdirSync(join(CHART, 'examples'))
+  .filter((f) => f.endsWith('.yaml'))
+  .sort();
 
 type Obj = Record<string, unknown>;
 let home = '';
@@ -36,7 +38,15 @@ after(() => {
 });
 
 async function template(valuesFiles: readonly string[], extra: readonly string[] = []): Promise<K8sObject[]> {
-  const args = ['template', RELEASE, CHART, '--namespace', NAMESPACE, ...valuesFiles.flatMap((f) => ['-f', join(CHART, 'examples', f)]), ...extra];
+  const args = [
+    'template',
+    RELEASE,
+    CHART,
+    '--namespace',
+    NAMESPACE,
+    ...valuesFiles.flatMap((f) => ['-f', join(CHART, 'examples', f)]),
+    ...extra,
+  ];
   const res = await helm(args, home);
   assert.equal(res.code, 0, `helm ${args.join(' ')} failed:\n${res.stderr}`);
   return parseManifests(res.stdout);
@@ -95,7 +105,11 @@ describe('chart: rendered manifests', () => {
 
       it('RBAC is exactly get/list/watch on what the server reads, in the namespaces it reads', () => {
         const { config } = serverConfig(objects);
-        assert.equal(objects.filter((o) => o.kind === 'ClusterRole' || o.kind === 'ClusterRoleBinding').length, 0, 'no cluster-wide permissions');
+        assert.equal(
+          objects.filter((o) => o.kind === 'ClusterRole' || o.kind === 'ClusterRoleBinding').length,
+          0,
+          'no cluster-wide permissions',
+        );
         const expected = new Map<string, string[]>();
         if (config.source.kind === 'kubernetes') {
           for (const pool of config.source.kubernetes.pools) expected.set(pool.namespace, ['pods']);
@@ -123,17 +137,38 @@ describe('chart: rendered manifests', () => {
       it('the pod spec (Deployment or sidecar patch) probes the ports the server listens on and is locked down', () => {
         const { config } = serverConfig(objects);
         const deployment = objects.find((o) => o.kind === 'Deployment');
-        const podSpec = (deployment !== undefined
-          ? field(deployment, 'spec', 'template', 'spec')
-          : field(only(objects, 'EnvoyProxy'), 'spec', 'provider', 'kubernetes', 'envoyDeployment', 'patch', 'value', 'spec', 'template', 'spec')) as Obj;
+        const podSpec = (
+          deployment !== undefined
+            ? field(deployment, 'spec', 'template', 'spec')
+            : field(
+                only(objects, 'EnvoyProxy'),
+                'spec',
+                'provider',
+                'kubernetes',
+                'envoyDeployment',
+                'patch',
+                'value',
+                'spec',
+                'template',
+                'spec',
+              )
+        ) as Obj;
         const container = (podSpec.containers as Obj[]).find((c) => c.name === 'llm-extproc') as Obj;
         const ports = new Map((container.ports as Obj[]).map((p) => [p.name as string, p.containerPort as number]));
         assert.equal(ports.get('http-metrics'), portOf(config.listen.http));
         if (config.listen.grpc.startsWith('unix://')) assert.equal(ports.has('grpc'), false);
         else assert.equal(ports.get('grpc'), portOf(config.listen.grpc));
-        for (const [probe, path] of [['livenessProbe', '/healthz'], ['readinessProbe', '/readyz'], ['startupProbe', '/healthz']] as const) {
+        for (const [probe, path] of [
+          ['livenessProbe', '/healthz'],
+          ['readinessProbe', '/readyz'],
+          ['startupProbe', '/healthz'],
+        ] as const) {
           assert.equal(field(container, probe, 'httpGet', 'path'), path, probe);
-          assert.equal(ports.get(field(container, probe, 'httpGet', 'port') as string), portOf(config.listen.http), `${probe} targets the HTTP port`);
+          assert.equal(
+            ports.get(field(container, probe, 'httpGet', 'port') as string),
+            portOf(config.listen.http),
+            `${probe} targets the HTTP port`,
+          );
         }
         const sc = container.securityContext as Obj;
         assert.equal(sc.runAsNonRoot, true);
@@ -144,7 +179,10 @@ describe('chart: rendered manifests', () => {
         if (deployment !== undefined) {
           assert.equal(field(podSpec, 'securityContext', 'runAsNonRoot'), true);
           const grace = podSpec.terminationGracePeriodSeconds as number;
-          assert.ok(grace * 1000 > config.shutdownDrainMs + config.shutdownGraceMs, `terminationGracePeriodSeconds ${grace} outlasts drain + grace`);
+          assert.ok(
+            grace * 1000 > config.shutdownDrainMs + config.shutdownGraceMs,
+            `terminationGracePeriodSeconds ${grace} outlasts drain + grace`,
+          );
           assert.ok((podSpec.topologySpreadConstraints as unknown[]).length > 0);
           assert.match(String(field(deployment, 'spec', 'template', 'metadata', 'annotations', 'checksum/config')), /^[0-9a-f]{64}$/);
         }
@@ -153,7 +191,10 @@ describe('chart: rendered manifests', () => {
       it('the Services expose gRPC as http2 and the headless variant lists every replica', () => {
         if (objects.some((o) => o.kind === 'EnvoyProxy')) return assert.equal(objects.filter((o) => o.kind === 'Service').length, 0);
         const { config } = serverConfig(objects);
-        for (const [name, headless] of [[FULLNAME, false], [`${FULLNAME}-headless`, true]] as const) {
+        for (const [name, headless] of [
+          [FULLNAME, false],
+          [`${FULLNAME}-headless`, true],
+        ] as const) {
           const service = only(objects, 'Service', name);
           const grpc = (field(service, 'spec', 'ports') as Obj[]).find((p) => p.name === 'grpc');
           assert.equal(grpc?.appProtocol, 'http2');
@@ -173,18 +214,35 @@ describe('chart: gateway wiring', () => {
     assert.equal(pool.metadata.namespace, NAMESPACE);
     const service = only(objects, 'Service', FULLNAME);
     const grpcPort = (field(service, 'spec', 'ports') as Obj[]).find((p) => p.name === 'grpc')?.port;
-    assert.deepEqual(field(pool, 'spec', 'endpointPickerRef'), { group: '', kind: 'Service', name: FULLNAME, port: { number: grpcPort }, failureMode: 'FailClose' });
+    assert.deepEqual(field(pool, 'spec', 'endpointPickerRef'), {
+      group: '',
+      kind: 'Service',
+      name: FULLNAME,
+      port: { number: grpcPort },
+      failureMode: 'FailClose',
+    });
     assert.deepEqual(field(pool, 'spec', 'targetPorts'), [{ number: 8000 }]);
     assert.equal(pool.metadata.annotations?.['llm-extproc.io/models'], 'llama-3-8b');
     const { config } = serverConfig(objects);
     assert.ok(config.source.kind === 'kubernetes');
     assert.deepEqual(config.source.kubernetes.inferencePools?.namespaces, [NAMESPACE]);
-    assert.deepEqual(config.listen.tls, { mode: 'files', certFile: '/etc/llm-extproc/tls/tls.crt', keyFile: '/etc/llm-extproc/tls/tls.key' });
+    assert.deepEqual(config.listen.tls, {
+      mode: 'files',
+      certFile: '/etc/llm-extproc/tls/tls.crt',
+      keyFile: '/etc/llm-extproc/tls/tls.key',
+    });
     const rule = only(objects, 'DestinationRule');
     assert.equal(field(rule, 'spec', 'host'), `${FULLNAME}.${NAMESPACE}.svc.cluster.local`);
     assert.equal(field(rule, 'spec', 'trafficPolicy', 'tls', 'mode'), 'SIMPLE');
     const volumes = field(only(objects, 'Deployment'), 'spec', 'template', 'spec', 'volumes') as Obj[];
-    assert.equal(field(volumes.find((v) => v.name === 'llm-extproc-tls'), 'secret', 'secretName'), 'llm-extproc-tls');
+    assert.equal(
+      field(
+        volumes.find((v) => v.name === 'llm-extproc-tls'),
+        'secret',
+        'secretName',
+      ),
+      'llm-extproc-tls',
+    );
   });
 
   it('Envoy AI Gateway: single destination, self-signed TLS, the buffered body-mode annotation', async () => {
@@ -220,9 +278,30 @@ describe('chart: gateway wiring', () => {
     const socket = field(only(objects, 'Backend'), 'spec', 'endpoints', 0, 'unix', 'path');
     assert.equal(`unix://${String(socket)}`, config.listen.grpc);
     const policy = only(objects, 'EnvoyExtensionPolicy');
-    assert.deepEqual(field(policy, 'spec', 'extProc', 0, 'backendRefs'), [{ group: 'gateway.envoyproxy.io', kind: 'Backend', name: `${FULLNAME}-socket` }]);
-    const podSpec = field(only(objects, 'EnvoyProxy'), 'spec', 'provider', 'kubernetes', 'envoyDeployment', 'patch', 'value', 'spec', 'template', 'spec') as Obj;
-    const mountsOf = (name: string): unknown[] => (field((podSpec.containers as Obj[]).find((c) => c.name === name), 'volumeMounts') as Obj[]).filter((m) => m.name === 'llm-extproc-socket').map((m) => m.mountPath);
+    assert.deepEqual(field(policy, 'spec', 'extProc', 0, 'backendRefs'), [
+      { group: 'gateway.envoyproxy.io', kind: 'Backend', name: `${FULLNAME}-socket` },
+    ]);
+    const podSpec = field(
+      only(objects, 'EnvoyProxy'),
+      'spec',
+      'provider',
+      'kubernetes',
+      'envoyDeployment',
+      'patch',
+      'value',
+      'spec',
+      'template',
+      'spec',
+    ) as Obj;
+    const mountsOf = (name: string): unknown[] =>
+      (
+        field(
+          (podSpec.containers as Obj[]).find((c) => c.name === name),
+          'volumeMounts',
+        ) as Obj[]
+      )
+        .filter((m) => m.name === 'llm-extproc-socket')
+        .map((m) => m.mountPath);
     assert.deepEqual(mountsOf('envoy'), mountsOf('llm-extproc'));
     assert.equal(String(socket).startsWith(String(mountsOf('envoy')[0])), true);
     const binding = only(objects, 'RoleBinding');
@@ -242,7 +321,11 @@ describe('chart: gateway wiring', () => {
       assert.match(envoyYaml, new RegExp(`address: ${FULLNAME}-headless\\.${NAMESPACE}\\.svc\\.cluster\\.local\\n\\s+port_value: 9002`));
       const { config } = serverConfig(objects);
       assert.match(envoyYaml, new RegExp(`per_connection_buffer_limit_bytes: ${config.routing.maxRequestBodyBytes + 65536}\\n`));
-      assert.equal(envoyYaml.includes('envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext'), tls, 'TLS to llm-extproc exactly when the server listens with TLS');
+      assert.equal(
+        envoyYaml.includes('envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext'),
+        tls,
+        'TLS to llm-extproc exactly when the server listens with TLS',
+      );
       assert.equal(config.listen.tls !== undefined, tls);
       const file = join(home, `envoy-${tls ? 'tls-' : ''}${values}`);
       writeFileSync(file, envoyYaml);
@@ -257,11 +340,22 @@ describe('chart: monitoring', () => {
     const objects = await template(['one-namespace.yaml']);
     const dashboard = only(objects, 'ConfigMap', `${FULLNAME}-dashboard`);
     assert.equal(dashboard.metadata.labels?.['grafana_dashboard'], '1');
-    assert.deepEqual(JSON.parse(field(dashboard, 'data', 'llm-extproc.json') as string), JSON.parse(readFileSync(join(CHART, 'files', 'grafana-dashboard.json'), 'utf8')));
+    assert.deepEqual(
+      JSON.parse(field(dashboard, 'data', 'llm-extproc.json') as string),
+      JSON.parse(readFileSync(join(CHART, 'files', 'grafana-dashboard.json'), 'utf8')),
+    );
     const monitor = only(objects, 'ServiceMonitor');
     assert.equal(field(monitor, 'spec', 'endpoints', 0, 'port'), 'http-metrics');
-    const scraped = objects.filter((o) => o.kind === 'Service' && Object.entries(field(monitor, 'spec', 'selector', 'matchLabels') as Obj).every(([k, v]) => o.metadata.labels?.[k] === v));
-    assert.deepEqual(scraped.map((o) => o.metadata.name), [FULLNAME], 'one Service scraped, so each pod is scraped once');
+    const scraped = objects.filter(
+      (o) =>
+        o.kind === 'Service' &&
+        Object.entries(field(monitor, 'spec', 'selector', 'matchLabels') as Obj).every(([k, v]) => o.metadata.labels?.[k] === v),
+    );
+    assert.deepEqual(
+      scraped.map((o) => o.metadata.name),
+      [FULLNAME],
+      'one Service scraped, so each pod is scraped once',
+    );
     const groups = field(only(objects, 'PrometheusRule'), 'spec', 'groups', 0, 'rules') as Obj[];
     assert.ok(groups.length >= 5);
   });
@@ -269,7 +363,14 @@ describe('chart: monitoring', () => {
 
 describe('chart: a config change rolls the pods', () => {
   const checksum = async (extra: readonly string[]): Promise<unknown> =>
-    field(only(await template(['one-namespace.yaml'], extra), 'Deployment'), 'spec', 'template', 'metadata', 'annotations', 'checksum/config');
+    field(
+      only(await template(['one-namespace.yaml'], extra), 'Deployment'),
+      'spec',
+      'template',
+      'metadata',
+      'annotations',
+      'checksum/config',
+    );
   it('the checksum changes with the config and only with it', async () => {
     const base = await checksum([]);
     assert.notEqual(await checksum(['--set', 'config.logLevel=debug']), base);
@@ -280,7 +381,8 @@ describe('chart: a config change rolls the pods', () => {
 
 describe('chart: values.schema.json', () => {
   it('is generated from the server schema (no drift), and so are files/envoy', () => {
-    for (const [path, content] of chartFiles()) assert.equal(readFileSync(join(repoRoot(), path), 'utf8'), content, `${path} is stale: run npm run chart:files`);
+    for (const [path, content] of chartFiles())
+      assert.equal(readFileSync(join(repoRoot(), path), 'utf8'), content, `${path} is stale: run npm run chart:files`);
     const schema = JSON.parse(readFileSync(join(CHART, 'values.schema.json'), 'utf8')) as Obj;
     const config = field(schema, 'properties', 'config', 'properties') as Obj;
     const server = JSON.parse(JSON.stringify(configFileSchema.properties)) as Obj;
@@ -309,7 +411,18 @@ describe('chart: values.schema.json', () => {
   }
 
   it('refuses values the templates cannot honour, with a message', async () => {
-    const res = await helm(['template', RELEASE, CHART, '-f', join(CHART, 'examples', 'one-namespace.yaml'), '-f', join(CHART, 'examples', 'static-endpoints.yaml')], home);
+    const res = await helm(
+      [
+        'template',
+        RELEASE,
+        CHART,
+        '-f',
+        join(CHART, 'examples', 'one-namespace.yaml'),
+        '-f',
+        join(CHART, 'examples', 'static-endpoints.yaml'),
+      ],
+      home,
+    );
     assert.notEqual(res.code, 0);
     assert.match(res.stderr, /staticEndpoints and config\.kubernetes are both set/);
   });

@@ -87,7 +87,13 @@ describe('--workers 2 behind Envoy', () => {
     const configFile = join(dir, 'config.yaml');
     await writeFile(
       configFile,
-      toYaml({ listen: { grpc: `unix://${socket}`, http: `127.0.0.1:${httpPort}` }, static: { path: endpointsFile }, logLevel: 'info', shutdownDrainSeconds: 0, shutdownGraceSeconds: 2 }),
+      toYaml({
+        listen: { grpc: `unix://${socket}`, http: `127.0.0.1:${httpPort}` },
+        static: { path: endpointsFile },
+        logLevel: 'info',
+        shutdownDrainSeconds: 0,
+        shutdownGraceSeconds: 2,
+      }),
     );
     server = spawn(process.execPath, [join(repoRoot(), 'dist', 'src', 'main.js'), '--config', configFile, '--workers', '2'], {
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -122,34 +128,55 @@ describe('--workers 2 behind Envoy', () => {
     if (dir !== undefined) await rm(dir, { recursive: true, force: true });
   });
 
-  void it('runs two workers; requests through Envoy are routed and counted once in the primary\'s /metrics', async () => {
+  void it("runs two workers; requests through Envoy are routed and counted once in the primary's /metrics", async () => {
     assert.equal(childPids(server.pid ?? 0).length, 2, 'two cluster workers');
     const port = envoy.listenerPort('llm_gateway');
-    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => send(port, { path: CHAT, body: { model: MODEL, messages: [{ role: 'user', content: `hi ${i}` }] } })));
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        send(port, { path: CHAT, body: { model: MODEL, messages: [{ role: 'user', content: `hi ${i}` }] } }),
+      ),
+    );
     for (const res of results) assert.equal(res.status, 200, res.text());
     const metrics = (await httpGet(httpPort, '/metrics')).body;
     assert.equal(metricValue(metrics, 'llm_extproc_requests_total', { model: MODEL, result: 'ok' }), 20);
     // The cache is the same in every worker: reported once, not summed.
     assert.equal(metricValue(metrics, 'llm_extproc_endpoints', { pool: 'pool', state: 'Ready' }), 1);
     assert.match(metrics, /^llm_extproc_event_loop_delay_seconds_count \d+/m);
-    const view = JSON.parse((await httpGet(httpPort, '/debug/endpoints')).body) as { pools: { name: string; endpoints: { address: string }[] }[] };
-    assert.deepEqual(view.pools.map((p) => [p.name, p.endpoints.map((e) => e.address)]), [['pool', [model.address]]]);
+    const view = JSON.parse((await httpGet(httpPort, '/debug/endpoints')).body) as {
+      pools: { name: string; endpoints: { address: string }[] }[];
+    };
+    assert.deepEqual(
+      view.pools.map((p) => [p.name, p.endpoints.map((e) => e.address)]),
+      [['pool', [model.address]]],
+    );
   });
 
   void it('replaces a worker that dies, and serves requests again', async () => {
     const [victim, survivor] = childPids(server.pid ?? 0);
     process.kill(victim, 'SIGKILL');
-    await waitUntil(() => {
-      const now = childPids(server.pid ?? 0);
-      return now.length === 2 && !now.includes(victim) && now.includes(survivor) ? true : undefined;
-    }, { description: 'a replacement worker', timeoutMs: 30_000 });
-    await waitUntil(async () => ((await httpGet(httpPort, '/readyz')).status === 200 ? true : undefined), { description: 'ready with both workers', timeoutMs: 30_000 });
-    const port = envoy.listenerPort('llm_gateway');
-    // Envoy notices the closed connection and dials again; the next requests succeed.
-    await waitUntil(async () => ((await send(port, { path: CHAT, body: { model: MODEL, messages: [{ role: 'user', content: 'again' }] } })).status === 200 ? true : undefined), {
-      description: 'a routed request after the replacement',
+    await waitUntil(
+      () => {
+        const now = childPids(server.pid ?? 0);
+        return now.length === 2 && !now.includes(victim) && now.includes(survivor) ? true : undefined;
+      },
+      { description: 'a replacement worker', timeoutMs: 30_000 },
+    );
+    await waitUntil(async () => ((await httpGet(httpPort, '/readyz')).status === 200 ? true : undefined), {
+      description: 'ready with both workers',
       timeoutMs: 30_000,
     });
+    const port = envoy.listenerPort('llm_gateway');
+    // Envoy notices the closed connection and dials again; the next requests succeed.
+    await waitUntil(
+      async () =>
+        (await send(port, { path: CHAT, body: { model: MODEL, messages: [{ role: 'user', content: 'again' }] } })).status === 200
+          ? true
+          : undefined,
+      {
+        description: 'a routed request after the replacement',
+        timeoutMs: 30_000,
+      },
+    );
   });
 
   void it('SIGTERM drains every worker and the primary exits 0', async () => {

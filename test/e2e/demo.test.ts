@@ -16,7 +16,11 @@ it('the demo serves sample requests end to end and exits cleanly', async () => {
   const stateDir = await mkdtemp(join(tmpdir(), 'llm-extproc-demo-'));
   let stdout: string;
   try {
-    ({ stdout } = await run(process.execPath, [join(repoRoot(), 'dist', 'scripts', 'demo.js'), '--smoke', '--port', '0', '--state-dir', stateDir], { timeout: 60_000 }));
+    ({ stdout } = await run(
+      process.execPath,
+      [join(repoRoot(), 'dist', 'scripts', 'demo.js'), '--smoke', '--port', '0', '--state-dir', stateDir],
+      { timeout: 60_000 },
+    ));
   } finally {
     await rm(stateDir, { recursive: true, force: true });
   }

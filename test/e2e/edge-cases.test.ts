@@ -9,12 +9,18 @@ import { startModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';
 
 const CHAT = '/v1/chat/completions';
-const chat = (extra: Record<string, unknown> = {}) => ({ path: CHAT, body: { model: 'm', messages: [{ role: 'user', content: 'a long answer please' }], ...extra } });
+const chat = (extra: Record<string, unknown> = {}) => ({
+  path: CHAT,
+  body: { model: 'm', messages: [{ role: 'user', content: 'a long answer please' }], ...extra },
+});
 
 describe('edge cases through a real Envoy', () => {
   it('a stream still running at shutdown is handed back to Envoy and reaches the client complete', async () => {
     const s = await startModelServer({ id: 'slow', models: ['m'], behavior: { kind: 'slow-chunks', delayMs: 40 } });
-    const gateway = await startGateway({ pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }], configYaml: 'shutdownGraceSeconds: 0.1\n' });
+    const gateway = await startGateway({
+      pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }],
+      configYaml: 'shutdownGraceSeconds: 0.1\n',
+    });
     try {
       let stopping: Promise<void> | undefined;
       const response = await gateway.send({
@@ -50,9 +56,13 @@ describe('edge cases through a real Envoy', () => {
       assert.equal(response.status, 200);
       assert.equal(response.headers['content-encoding'], 'gzip');
       assert.deepEqual(response.body, body);
-      await waitUntil(async () => (metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { outcome: 'success' }) === 1 ? true : undefined), {
-        description: 'a recorded success',
-      });
+      await waitUntil(
+        async () =>
+          metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { outcome: 'success' }) === 1 ? true : undefined,
+        {
+          description: 'a recorded success',
+        },
+      );
     } finally {
       await gateway.stop();
       await s.close();
@@ -61,16 +71,27 @@ describe('edge cases through a real Envoy', () => {
 
   it('a JSON answer larger than we may hold passes through and counts as a success', async () => {
     const big = Buffer.from(JSON.stringify({ object: 'list', data: [{ embedding: Array.from({ length: 2000 }, (_, i) => i / 7) }] }));
-    const s = await startModelServer({ id: 'big', models: ['m'], behavior: { kind: 'status', status: 200, body: big, contentType: 'application/json' } });
-    const gateway = await startGateway({ pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }], configYaml: 'routing:\n  maxInspectedBodyBytes: 4096\n' });
+    const s = await startModelServer({
+      id: 'big',
+      models: ['m'],
+      behavior: { kind: 'status', status: 200, body: big, contentType: 'application/json' },
+    });
+    const gateway = await startGateway({
+      pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }],
+      configYaml: 'routing:\n  maxInspectedBodyBytes: 4096\n',
+    });
     try {
       assert.ok(big.length > 4096);
       const response = await gateway.send({ path: '/v1/embeddings', body: { model: 'm', input: 'x' } });
       assert.equal(response.status, 200);
       assert.deepEqual(response.body, big);
-      await waitUntil(async () => (metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { model: 'm', result: 'ok' }) === 1 ? true : undefined), {
-        description: 'the request recorded as ok',
-      });
+      await waitUntil(
+        async () =>
+          metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { model: 'm', result: 'ok' }) === 1 ? true : undefined,
+        {
+          description: 'the request recorded as ok',
+        },
+      );
     } finally {
       await gateway.stop();
       await s.close();
@@ -92,7 +113,11 @@ describe('edge cases through a real Envoy', () => {
         assert.equal((response.json() as { error: { code: string } }).error.code, 'upstream_reset');
       }
       assert.equal(picked.requests.length, 0);
-      assert.equal(gateway.app.store.endpointsAt(picked.address)[0]?.state, 'Ready', 'the replica we picked is not quarantined for another host');
+      assert.equal(
+        gateway.app.store.endpointsAt(picked.address)[0]?.state,
+        'Ready',
+        'the replica we picked is not quarantined for another host',
+      );
       const metrics = await gateway.metricsText();
       assert.equal(metricValue(metrics, 'llm_extproc_upstream_attempts_total', { endpoint: picked.address }), 0);
       assert.equal(metricValue(metrics, 'llm_extproc_served_outside_pick_total'), 3);
@@ -104,18 +129,21 @@ describe('edge cases through a real Envoy', () => {
 });
 
 describe('draining with Envoy health checks', () => {
-  it('a draining llm-extproc fails Envoy\'s gRPC health check yet keeps answering', async () => {
+  it("a draining llm-extproc fails Envoy's gRPC health check yet keeps answering", async () => {
     const s = await startModelServer({ id: 'hc', models: ['m'] });
     const gateway = await startGateway({
       pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }],
       configYaml: 'shutdownDrainSeconds: 3\n',
       envoy: { extProcHealthCheckIntervalMs: 100 },
     });
-    const healthy = async (): Promise<number> => (await gateway.envoy.stats('cluster\\.llm_extproc\\.membership_healthy'))['cluster.llm_extproc.membership_healthy'] ?? -1;
+    const healthy = async (): Promise<number> =>
+      (await gateway.envoy.stats('cluster\\.llm_extproc\\.membership_healthy'))['cluster.llm_extproc.membership_healthy'] ?? -1;
     try {
       await waitUntil(async () => ((await healthy()) === 1 ? true : undefined), { description: 'Envoy sees llm-extproc SERVING' });
       const stopping = gateway.app.stop();
-      await waitUntil(async () => ((await healthy()) === 0 ? true : undefined), { description: 'Envoy sees llm-extproc NOT_SERVING while it drains' });
+      await waitUntil(async () => ((await healthy()) === 0 ? true : undefined), {
+        description: 'Envoy sees llm-extproc NOT_SERVING while it drains',
+      });
       // One replica: Envoy's panic threshold still sends to it, and it still answers while draining.
       const response = await gateway.send(chat());
       assert.equal(response.status, 200);

@@ -91,7 +91,10 @@ void describe('envoy harness', () => {
     const [a, b] = await Promise.all([envoyFor(t, 'left'), envoyFor(t, 'right')]);
     assert.notEqual(a.adminUrl, b.adminUrl);
     assert.notEqual(a.listenerPort('left'), b.listenerPort('right'));
-    for (const [envoy, name] of [[a, 'left'], [b, 'right']] as const) {
+    for (const [envoy, name] of [
+      [a, 'left'],
+      [b, 'right'],
+    ] as const) {
       const res = await fetch(`http://127.0.0.1:${envoy.listenerPort(name)}/`);
       assert.equal(await res.text(), DIRECT_BODY);
     }

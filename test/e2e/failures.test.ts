@@ -125,13 +125,20 @@ describe('every failure is explained (real Envoy, misbehaving model servers)', (
       kind: 'no_ready_replica',
       request: () => chat('starting'),
       check: (body) =>
-        assert.equal(body.error.message, 'model starting has no ready replica: 2 pods — 1 starting (ContainerCreating), 1 terminating (pod is being deleted). Retry in about 15 s.'),
+        assert.equal(
+          body.error.message,
+          'model starting has no ready replica: 2 pods — 1 starting (ContainerCreating), 1 terminating (pod is being deleted). Retry in about 15 s.',
+        ),
     },
     { kind: 'upstream_connect_failed', request: () => chat('refuse-one') },
     { kind: 'all_replicas_failed', request: () => chat('refuse-all'), check: (body) => assert.match(body.error.message, /all 2 replicas/) },
     { kind: 'upstream_timeout', request: () => chat('hang') },
     { kind: 'upstream_reset', request: () => chat('close') },
-    { kind: 'upstream_error', request: () => chat('html'), check: (body) => assert.equal((body.error as unknown as { upstream_status: number }).upstream_status, 502) },
+    {
+      kind: 'upstream_error',
+      request: () => chat('html'),
+      check: (body) => assert.equal((body.error as unknown as { upstream_status: number }).upstream_status, 502),
+    },
     { kind: 'truncated_response', request: () => chat('truncated') },
   ];
 
@@ -143,7 +150,7 @@ describe('every failure is explained (real Envoy, misbehaving model servers)', (
     });
   }
 
-  it('body_too_large also for a chunked body beyond Envoy\'s buffer (Envoy\'s own 413, explained)', async () => {
+  it("body_too_large also for a chunked body beyond Envoy's buffer (Envoy's own 413, explained)", async () => {
     const big = Buffer.from(JSON.stringify({ model: 'good', pad: 'x'.repeat(300_000) }));
     const response = await gateway.send({ path: CHAT, body: big, headers: { 'transfer-encoding': 'chunked' } });
     assertCatalogError(response, 'body_too_large');
@@ -163,24 +170,40 @@ describe('every failure is explained (real Envoy, misbehaving model servers)', (
     assert.equal(event.error.type, CATALOG.stream_incomplete.type);
   });
 
-  it(covers('upstream_error_event', 'upstream_error_event: an error event inside the stream passes through untouched and counts as a failure'), async () => {
-    const response = await gateway.send(chat('error-event', { stream: true }));
-    assert.equal(response.status, 200);
-    const served = servers.get('error-event')!.requests.at(-1)!;
-    await served.response.settled;
-    assert.deepEqual(response.body, served.response.body, 'the upstream error event reaches the client as sent');
-    assert.match(response.text(), /"error"/);
-    await waitUntil(
-      async () => (metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { endpoint: servers.get('error-event')!.address, outcome: 'failure', reason: 'upstream_error_event' }) === 1 ? true : undefined),
-      { description: 'the error event counted as a failed attempt' },
-    );
-  });
+  it(
+    covers(
+      'upstream_error_event',
+      'upstream_error_event: an error event inside the stream passes through untouched and counts as a failure',
+    ),
+    async () => {
+      const response = await gateway.send(chat('error-event', { stream: true }));
+      assert.equal(response.status, 200);
+      const served = servers.get('error-event')!.requests.at(-1)!;
+      await served.response.settled;
+      assert.deepEqual(response.body, served.response.body, 'the upstream error event reaches the client as sent');
+      assert.match(response.text(), /"error"/);
+      await waitUntil(
+        async () =>
+          metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', {
+            endpoint: servers.get('error-event')!.address,
+            outcome: 'failure',
+            reason: 'upstream_error_event',
+          }) === 1
+            ? true
+            : undefined,
+        { description: 'the error event counted as a failed attempt' },
+      );
+    },
+  );
 });
 
 describe('failures that need a gateway of their own', () => {
   it(covers('no_healthy_upstream', 'no_healthy_upstream: Envoy has no host for the backends cluster'), async () => {
     const s = await startModelServer({ id: 'lonely', models: ['m'] });
-    const gateway = await startGateway({ pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }], backendAddresses: [] });
+    const gateway = await startGateway({
+      pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }],
+      backendAddresses: [],
+    });
     try {
       assertCatalogError(await gateway.send(chat('m')), 'no_healthy_upstream');
       assert.equal(s.requests.length, 0);
@@ -192,7 +215,10 @@ describe('failures that need a gateway of their own', () => {
 
   it(covers('overloaded', 'overloaded: the circuit breaker is full'), async () => {
     const s = await startModelServer({ id: 'busy', models: ['m'], behavior: { kind: 'hang' } });
-    const gateway = await startGateway({ pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }], envoy: { maxConcurrentRequests: 1 } });
+    const gateway = await startGateway({
+      pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }],
+      envoy: { maxConcurrentRequests: 1 },
+    });
     try {
       // One request in flight fills the breaker (max requests = 1).
       const inFlight = [gateway.send({ ...chat('m'), timeoutMs: 60_000 })];
@@ -213,10 +239,13 @@ describe('failures that need a gateway of their own', () => {
       pools: [{ name: 'p', models: ['m'], endpoints: [{ address: a.address }, { address: b.address }] }],
       configYaml: 'picker:\n  metrics:\n    intervalSeconds: 0.05\n  pools:\n    p:\n      maxQueueDepth: 10\n',
     });
-    const fresh = async (): Promise<true | undefined> => (metricValue(await gateway.metricsText(), 'llm_extproc_endpoint_load_reports', { state: 'fresh' }) === 2 ? true : undefined);
+    const fresh = async (): Promise<true | undefined> =>
+      metricValue(await gateway.metricsText(), 'llm_extproc_endpoint_load_reports', { state: 'fresh' }) === 2 ? true : undefined;
     try {
       await waitUntil(fresh, { description: 'both load reports scraped' });
-      const body = assertCatalogError(await gateway.send(chat('m')), 'pool_overloaded') as ErrorBody & { error: { pools: string[]; shortest_queue: number } };
+      const body = assertCatalogError(await gateway.send(chat('m')), 'pool_overloaded') as ErrorBody & {
+        error: { pools: string[]; shortest_queue: number };
+      };
       assert.deepEqual(body.error.pools, ['p']);
       assert.equal(body.error.shortest_queue, 10);
       assert.equal(a.requests.length + b.requests.length, 0, 'shed before reaching any model server');
@@ -255,7 +284,8 @@ describe('safe retries and outcome accounting', () => {
       pools: [{ name: 'p', models: ['m'], endpoints: [{ address: healthy.address }, { address: refusing.address }] }],
       // Passive health is under test: no metrics scraping (a refused scrape would already keep the
       // refusing replica from being primary) and no prefix affinity (every request has one prompt).
-      configYaml: 'quarantine:\n  consecutiveFailures: 2\n  baseSeconds: 600\n  maxSeconds: 600\npicker:\n  metrics:\n    enabled: false\n  weights:\n    prefix: 0\n',
+      configYaml:
+        'quarantine:\n  consecutiveFailures: 2\n  baseSeconds: 600\n  maxSeconds: 600\npicker:\n  metrics:\n    enabled: false\n  weights:\n    prefix: 0\n',
     }).catch(async (err: unknown) => {
       await Promise.all([healthy.close(), refusing.close()]);
       throw err;
@@ -274,7 +304,14 @@ describe('safe retries and outcome accounting', () => {
       assert.equal(endpoint?.state, 'Quarantined');
       assert.match(endpoint?.reason ?? '', /2 consecutive connect failures/);
       const metrics = await gateway.metricsText();
-      assert.equal(metricValue(metrics, 'llm_extproc_upstream_attempts_total', { endpoint: refusing.address, outcome: 'failure', reason: 'upstream_connect_failed' }), 2);
+      assert.equal(
+        metricValue(metrics, 'llm_extproc_upstream_attempts_total', {
+          endpoint: refusing.address,
+          outcome: 'failure',
+          reason: 'upstream_connect_failed',
+        }),
+        2,
+      );
       assert.equal(metricValue(metrics, 'llm_extproc_upstream_attempts_total', { endpoint: refusing.address, outcome: 'success' }), 0);
       assert.equal(metricValue(metrics, 'llm_extproc_endpoint_quarantines_total', { endpoint: refusing.address }), 1);
       assert.equal(metricValue(metrics, 'llm_extproc_endpoints', { pool: 'p', state: 'Quarantined' }), 1);
@@ -288,41 +325,52 @@ describe('safe retries and outcome accounting', () => {
     }
   });
 
-  it(covers('stream_broken', 'a stream reset half-way is a failure of the endpoint that served it, and is never retried elsewhere'), async () => {
-    const a = await startModelServer({ id: 'a', models: ['m'], behavior: { kind: 'hang-after-headers', afterEvents: 2 } });
-    const b = await startModelServer({ id: 'b', models: ['m'], behavior: { kind: 'hang-after-headers', afterEvents: 2 } });
-    const gateway = await startGateway({ pools: [{ name: 'p', models: ['m'], endpoints: [{ address: a.address }, { address: b.address }] }] });
-    try {
-      let resetDone = false;
-      const response = await gateway.send({
-        ...chat('m', { stream: true }),
-        onData: () => {
-          if (resetDone) return;
-          resetDone = true;
-          // Bytes reached the client: now the serving replica dies.
-          for (const s of [a, b]) if (s.requests.length > 0) s.resetConnections();
-        },
+  it(
+    covers('stream_broken', 'a stream reset half-way is a failure of the endpoint that served it, and is never retried elsewhere'),
+    async () => {
+      const a = await startModelServer({ id: 'a', models: ['m'], behavior: { kind: 'hang-after-headers', afterEvents: 2 } });
+      const b = await startModelServer({ id: 'b', models: ['m'], behavior: { kind: 'hang-after-headers', afterEvents: 2 } });
+      const gateway = await startGateway({
+        pools: [{ name: 'p', models: ['m'], endpoints: [{ address: a.address }, { address: b.address }] }],
       });
-      const served = a.requests.length > 0 ? a : b;
-      const other = served === a ? b : a;
-      assert.equal(response.status, 200);
-      assert.ok(response.body.length > 0, 'the client had received part of the stream');
-      assert.notEqual(response.error, undefined, 'the client sees a broken stream, not a complete one');
-      assert.equal(other.requests.length, 0, 'never retried onto another replica after bytes reached the client');
-      assert.equal(served.requests.length, 1, 'not retried on the same replica either');
-      await waitUntil(
-        async () =>
-          metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { endpoint: served.address, outcome: 'failure', reason: 'stream_broken' }) === 1 ? true : undefined,
-        { description: 'the broken stream counted as a failure' },
-      );
-      const metrics = await gateway.metricsText();
-      assert.equal(metricValue(metrics, 'llm_extproc_upstream_attempts_total', { outcome: 'success' }), 0, 'never recorded as a success');
-      assert.equal(metricValue(metrics, 'llm_extproc_requests_total', { model: 'm', result: 'stream_broken' }), 1);
-    } finally {
-      await gateway.stop();
-      await Promise.all([a.close(), b.close()]);
-    }
-  });
+      try {
+        let resetDone = false;
+        const response = await gateway.send({
+          ...chat('m', { stream: true }),
+          onData: () => {
+            if (resetDone) return;
+            resetDone = true;
+            // Bytes reached the client: now the serving replica dies.
+            for (const s of [a, b]) if (s.requests.length > 0) s.resetConnections();
+          },
+        });
+        const served = a.requests.length > 0 ? a : b;
+        const other = served === a ? b : a;
+        assert.equal(response.status, 200);
+        assert.ok(response.body.length > 0, 'the client had received part of the stream');
+        assert.notEqual(response.error, undefined, 'the client sees a broken stream, not a complete one');
+        assert.equal(other.requests.length, 0, 'never retried onto another replica after bytes reached the client');
+        assert.equal(served.requests.length, 1, 'not retried on the same replica either');
+        await waitUntil(
+          async () =>
+            metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', {
+              endpoint: served.address,
+              outcome: 'failure',
+              reason: 'stream_broken',
+            }) === 1
+              ? true
+              : undefined,
+          { description: 'the broken stream counted as a failure' },
+        );
+        const metrics = await gateway.metricsText();
+        assert.equal(metricValue(metrics, 'llm_extproc_upstream_attempts_total', { outcome: 'success' }), 0, 'never recorded as a success');
+        assert.equal(metricValue(metrics, 'llm_extproc_requests_total', { model: 'm', result: 'stream_broken' }), 1);
+      } finally {
+        await gateway.stop();
+        await Promise.all([a.close(), b.close()]);
+      }
+    },
+  );
 });
 
 describe('faults after the model server started answering (real Envoy)', () => {
@@ -356,7 +404,11 @@ describe('faults after the model server started answering (real Envoy)', () => {
   });
 
   async function attempts(endpoint: ModelServer, reason: string): Promise<number> {
-    return metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { endpoint: endpoint.address, outcome: 'failure', reason });
+    return metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', {
+      endpoint: endpoint.address,
+      outcome: 'failure',
+      reason,
+    });
   }
 
   it('headers, two events, then silence: the stream idle timeout ends it; the client sees a broken stream, counted as stream_broken', async () => {
@@ -368,7 +420,9 @@ describe('faults after the model server started answering (real Envoy)', () => {
     assert.ok(sent.body.length > 0);
     assert.deepEqual(response.body, sent.body, 'what was sent arrived unchanged, and nothing else');
     assert.equal(server.requests.length, 1, 'never retried');
-    await waitUntil(async () => ((await attempts(server, 'stream_broken')) === 1 ? true : undefined), { description: 'the broken stream counted against the replica' });
+    await waitUntil(async () => ((await attempts(server, 'stream_broken')) === 1 ? true : undefined), {
+      description: 'the broken stream counted against the replica',
+    });
     assert.equal(metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { model: 'idle-sse', result: 'stream_broken' }), 1);
   });
 
@@ -378,8 +432,13 @@ describe('faults after the model server started answering (real Envoy)', () => {
     assertCatalogError(response, 'upstream_timeout');
     assert.ok(server.requests[0].response.body.length > 0, 'the model server had sent part of its JSON');
     assert.doesNotMatch(response.text(), /chatcmpl/, 'no byte of the partial answer reached the client');
-    await waitUntil(async () => ((await attempts(server, 'stream_broken')) === 1 ? true : undefined), { description: 'the failed answer counted against the replica' });
-    assert.equal(metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { endpoint: server.address, outcome: 'success' }), 0);
+    await waitUntil(async () => ((await attempts(server, 'stream_broken')) === 1 ? true : undefined), {
+      description: 'the failed answer counted against the replica',
+    });
+    assert.equal(
+      metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { endpoint: server.address, outcome: 'success' }),
+      0,
+    );
   });
 
   it('a reset in the middle of a JSON body becomes a 502 upstream_reset JSON, without the partial body', async () => {
@@ -388,7 +447,9 @@ describe('faults after the model server started answering (real Envoy)', () => {
     assertCatalogError(response, 'upstream_reset');
     assert.equal(await server.requests[0].response.settled, 'reset');
     assert.doesNotMatch(response.text(), /chatcmpl/, 'no byte of the partial answer reached the client');
-    await waitUntil(async () => ((await attempts(server, 'stream_broken')) === 1 ? true : undefined), { description: 'the reset counted against the replica' });
+    await waitUntil(async () => ((await attempts(server, 'stream_broken')) === 1 ? true : undefined), {
+      description: 'the reset counted against the replica',
+    });
   });
 
   it("an upstream 500 with its own JSON error reaches the client byte for byte and counts as the replica's failure", async () => {
@@ -400,7 +461,9 @@ describe('faults after the model server started answering (real Envoy)', () => {
     assert.deepEqual(response.body, server.requests[0].response.body, "the model server's own error, unchanged");
     assert.equal((response.json() as ErrorBody).error.code, 'out_of_memory');
     assert.equal(response.headers['x-llm-extproc-error'], undefined, 'not replaced by one of ours');
-    await waitUntil(async () => ((await attempts(server, 'upstream_500')) === 1 ? true : undefined), { description: 'the 500 counted against the replica' });
+    await waitUntil(async () => ((await attempts(server, 'upstream_500')) === 1 ? true : undefined), {
+      description: 'the 500 counted against the replica',
+    });
     assert.equal(metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { model: 'json-500', result: 'upstream_500' }), 1);
   });
 });
@@ -411,4 +474,3 @@ describe('catalog coverage', () => {
     assert.deepEqual([...covered].sort(), [...expected].sort());
   });
 });
-

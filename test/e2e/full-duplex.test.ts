@@ -15,7 +15,15 @@ const RAW_ENVOY_TEXT = /upstream connect error|disconnect\/reset before headers|
 /** The ext_proc filter as the InferencePool gateways write it: full duplex both ways, no attributes. */
 export function asFullDuplexGateway(config: Record<string, unknown>): Record<string, unknown> {
   const copy = structuredClone(config);
-  const listeners = (copy.static_resources as { listeners: Array<{ filter_chains: Array<{ filters: Array<{ typed_config: { http_filters: Array<{ name: string; typed_config: Record<string, unknown> }> } }> }> }> }).listeners;
+  const listeners = (
+    copy.static_resources as {
+      listeners: Array<{
+        filter_chains: Array<{
+          filters: Array<{ typed_config: { http_filters: Array<{ name: string; typed_config: Record<string, unknown> }> } }>;
+        }>;
+      }>;
+    }
+  ).listeners;
   for (const listener of listeners) {
     for (const filter of listener.filter_chains[0].filters[0].typed_config.http_filters) {
       if (filter.name !== 'envoy.filters.http.ext_proc') continue;
@@ -72,14 +80,20 @@ describe('FULL_DUPLEX_STREAMED without response attributes (the InferencePool ga
   });
 
   it('routes a JSON request and passes the answer byte-identical', async () => {
-    const response = await gateway.send({ path: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: 'hello there' }] } });
+    const response = await gateway.send({
+      path: '/v1/chat/completions',
+      body: { model: 'm', messages: [{ role: 'user', content: 'hello there' }] },
+    });
     assert.equal(response.status, 200, response.text());
     assert.deepEqual(response.body, good.lastResponseBody());
     assert.equal(good.requests.at(-1)?.headers['x-gateway-destination-endpoint'], good.address);
   });
 
   it('passes an SSE stream byte-identical and records it as ok', async () => {
-    const response = await gateway.send({ path: '/v1/chat/completions', body: { model: 'm', stream: true, messages: [{ role: 'user', content: 'stream please' }] } });
+    const response = await gateway.send({
+      path: '/v1/chat/completions',
+      body: { model: 'm', stream: true, messages: [{ role: 'user', content: 'stream please' }] },
+    });
     assert.equal(response.status, 200);
     assert.deepEqual(response.body, good.lastResponseBody());
     assert.match(response.text(), /data: \[DONE\]/);
@@ -111,7 +125,7 @@ describe('FULL_DUPLEX_STREAMED without response attributes (the InferencePool ga
     assert.match(response.body.subarray(sent.length).toString(), /"code":"stream_incomplete"/);
   });
 
-  it('a refused connection → catalog JSON read from Envoy\'s text, never the text itself', async () => {
+  it("a refused connection → catalog JSON read from Envoy's text, never the text itself", async () => {
     const response = await gateway.send({ path: '/v1/chat/completions', body: { model: 'r', messages: [] } });
     assert.doesNotMatch(response.text(), RAW_ENVOY_TEXT);
     assert.match(response.headers['content-type'] ?? '', /^application\/json/);
@@ -124,9 +138,22 @@ describe('FULL_DUPLEX_STREAMED without response attributes (the InferencePool ga
     faulty.nextBehavior({ kind: 'reset-mid-stream', afterEvents: 2 });
     const response = await gateway.send({ path: '/v1/chat/completions', body: { model: 'f', stream: true, messages: [] } });
     assert.ok(response.error !== undefined || !response.text().includes('[DONE]'), 'the client sees a broken stream');
-    await waitUntil(async () => (metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { model: 'f', result: 'stream_broken' }) >= 1 ? true : undefined), {
-      description: 'stream_broken recorded',
-    });
-    assert.equal(metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { endpoint: faulty.address, outcome: 'success', reason: 'ok' }) , 0);
+    await waitUntil(
+      async () =>
+        metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { model: 'f', result: 'stream_broken' }) >= 1
+          ? true
+          : undefined,
+      {
+        description: 'stream_broken recorded',
+      },
+    );
+    assert.equal(
+      metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', {
+        endpoint: faulty.address,
+        outcome: 'success',
+        reason: 'ok',
+      }),
+      0,
+    );
   });
 });

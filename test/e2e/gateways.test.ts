@@ -9,7 +9,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { PickerTls } from '../../src/envoy-config/gateway-config.js';
-import { GATEWAY_PROFILE_NAMES, GATEWAY_PROFILES, TEST_SUBSET_HINT_HEADER, subsetHintHeaderValue, type GatewayProfileName } from '../../src/envoy-config/gateway-profiles.js';
+import {
+  GATEWAY_PROFILE_NAMES,
+  GATEWAY_PROFILES,
+  TEST_SUBSET_HINT_HEADER,
+  subsetHintHeaderValue,
+  type GatewayProfileName,
+} from '../../src/envoy-config/gateway-profiles.js';
 import { CATALOG } from '../../src/errors/catalog.js';
 import { assertCatalogError, type ErrorBody } from '../support/catalog-assert.js';
 import { metricValue, startGateway, type Gateway, type StaticPoolSpec } from '../support/gateway.js';
@@ -98,7 +104,11 @@ for (const row of ROWS) {
         {
           name: 'chat',
           models: ['chat'],
-          endpoints: [{ address: a.address }, { address: b.address }, { address: notReady.address, state: 'NotReady', reason: 'readiness probe failing' }],
+          endpoints: [
+            { address: a.address },
+            { address: b.address },
+            { address: notReady.address, state: 'NotReady', reason: 'readiness probe failing' },
+          ],
         },
         { name: 'other', models: ['other'], endpoints: [{ address: other.address }] },
         { name: 'starting', models: ['starting'], endpoints: [{ address: '127.0.0.1:1', state: 'Starting', reason: 'ContainerCreating' }] },
@@ -174,20 +184,27 @@ for (const row of ROWS) {
       assert.equal(response.text(), sixtyFourEvents());
     });
 
-    void it(row.bigBody === 'identical' ? 'delivers a 5 MB request body byte-identical' : 'answers a 5 MB request body with 413 body_too_large JSON (gateway buffer limit)', async () => {
-      const body = Buffer.from(JSON.stringify({ model: 'chat', messages: [{ role: 'user', content: 'big' }], pad: 'x'.repeat(5 * 1024 * 1024) }));
-      const before = get('chat-a').requests.length + get('chat-b').requests.length;
-      const response = await gateway.send({ path: CHAT, body, timeoutMs: 60_000 });
-      if (row.bigBody === 'identical') {
-        assert.equal(response.status, 200, response.text().slice(0, 500));
-        const served = get(response.headers['x-model-server-id'] ?? '').requests.at(-1)!;
-        assert.equal(served.body.length, body.length);
-        assert.ok(served.body.equals(body), 'the 5 MB body reaches the model server unchanged');
-      } else {
-        assertCatalogError(response, 'body_too_large');
-        assert.equal(get('chat-a').requests.length + get('chat-b').requests.length, before, 'nothing reached a model server');
-      }
-    });
+    void it(
+      row.bigBody === 'identical'
+        ? 'delivers a 5 MB request body byte-identical'
+        : 'answers a 5 MB request body with 413 body_too_large JSON (gateway buffer limit)',
+      async () => {
+        const body = Buffer.from(
+          JSON.stringify({ model: 'chat', messages: [{ role: 'user', content: 'big' }], pad: 'x'.repeat(5 * 1024 * 1024) }),
+        );
+        const before = get('chat-a').requests.length + get('chat-b').requests.length;
+        const response = await gateway.send({ path: CHAT, body, timeoutMs: 60_000 });
+        if (row.bigBody === 'identical') {
+          assert.equal(response.status, 200, response.text().slice(0, 500));
+          const served = get(response.headers['x-model-server-id'] ?? '').requests.at(-1)!;
+          assert.equal(served.body.length, body.length);
+          assert.ok(served.body.equals(body), 'the 5 MB body reaches the model server unchanged');
+        } else {
+          assertCatalogError(response, 'body_too_large');
+          assert.equal(get('chat-a').requests.length + get('chat-b').requests.length, before, 'nothing reached a model server');
+        }
+      },
+    );
 
     void it('answers an unknown model with 404 model_not_found JSON', async () => {
       const body = assertCatalogError(await gateway.send(chat('gpt-17')), 'model_not_found');
@@ -248,7 +265,9 @@ for (const row of ROWS) {
         // Reset once bytes reached the client, or (answer held by Envoy) once the model server sent its first events.
         const sending = gateway.send({ ...chat('reset', { stream: true }), onData: reset });
         if (row.responseHeld === true) {
-          await waitUntil(() => ([a, b].some((s) => (s.requests[0]?.response.chunks.length ?? 0) >= 2) ? true : undefined), { description: 'the model server sending its first events' });
+          await waitUntil(() => ([a, b].some((s) => (s.requests[0]?.response.chunks.length ?? 0) >= 2) ? true : undefined), {
+            description: 'the model server sending its first events',
+          });
           reset();
         }
         const response = await sending;
@@ -264,16 +283,33 @@ for (const row of ROWS) {
         } else {
           assert.equal(response.status, 200);
           assert.ok(response.body.length > 0, 'the client had received part of the stream');
-          assert.ok(response.error !== undefined || !response.text().includes('[DONE]'), 'the client sees a broken stream, not a complete one');
+          assert.ok(
+            response.error !== undefined || !response.text().includes('[DONE]'),
+            'the client sees a broken stream, not a complete one',
+          );
         }
         assert.equal(other.requests.length, 0, 'never retried onto another replica');
         assert.equal(served.requests.length, 1, 'not retried on the same replica either');
         await waitUntil(
-          async () => (metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { endpoint: served.address, outcome: 'failure' }) === 1 ? true : undefined),
+          async () =>
+            metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', {
+              endpoint: served.address,
+              outcome: 'failure',
+            }) === 1
+              ? true
+              : undefined,
           { description: 'the reset counted as a failure of the replica that served it' },
         );
         const metrics = await gateway.metricsText();
-        if (row.responseHeld !== true) assert.equal(metricValue(metrics, 'llm_extproc_upstream_attempts_total', { endpoint: served.address, outcome: 'failure', reason: 'stream_broken' }), 1);
+        if (row.responseHeld !== true)
+          assert.equal(
+            metricValue(metrics, 'llm_extproc_upstream_attempts_total', {
+              endpoint: served.address,
+              outcome: 'failure',
+              reason: 'stream_broken',
+            }),
+            1,
+          );
         assert.equal(metricValue(metrics, 'llm_extproc_upstream_attempts_total', { endpoint: served.address, outcome: 'success' }), 0);
       },
     );
@@ -283,7 +319,10 @@ for (const row of ROWS) {
         const b = get('chat-b');
         const before = get('chat-a').requests.length;
         for (let i = 0; i < 8; i++) {
-          const response = await gateway.send({ ...chat('chat'), headers: { [TEST_SUBSET_HINT_HEADER]: subsetHintHeaderValue([b.address]) } });
+          const response = await gateway.send({
+            ...chat('chat'),
+            headers: { [TEST_SUBSET_HINT_HEADER]: subsetHintHeaderValue([b.address]) },
+          });
           assert.equal(response.status, 200, response.text());
           assert.equal(response.headers['x-model-server-id'], 'chat-b');
         }
@@ -293,7 +332,10 @@ for (const row of ROWS) {
       void it('subset hint: an empty hint, or one naming only unready endpoints, gives 503 JSON', async () => {
         const empty = await gateway.send({ ...chat('chat'), headers: { [TEST_SUBSET_HINT_HEADER]: subsetHintHeaderValue([]) } });
         assertCatalogError(empty, 'no_ready_replica');
-        const unready = await gateway.send({ ...chat('chat'), headers: { [TEST_SUBSET_HINT_HEADER]: subsetHintHeaderValue([get('chat-c').address]) } });
+        const unready = await gateway.send({
+          ...chat('chat'),
+          headers: { [TEST_SUBSET_HINT_HEADER]: subsetHintHeaderValue([get('chat-c').address]) },
+        });
         assertCatalogError(unready, 'no_ready_replica');
         assert.equal(get('chat-c').requests.length, 0);
       });
@@ -303,7 +345,10 @@ for (const row of ROWS) {
         // from the pool's ready endpoints; a client cannot narrow that down.
         const seen = new Set<string>();
         for (let i = 0; i < 20 && seen.size < 2; i++) {
-          const response = await gateway.send({ ...chat('chat', { messages: [{ role: 'user', content: `hint ${i}` }] }), headers: { [TEST_SUBSET_HINT_HEADER]: subsetHintHeaderValue([get('chat-b').address]) } });
+          const response = await gateway.send({
+            ...chat('chat', { messages: [{ role: 'user', content: `hint ${i}` }] }),
+            headers: { [TEST_SUBSET_HINT_HEADER]: subsetHintHeaderValue([get('chat-b').address]) },
+          });
           assert.equal(response.status, 200, response.text());
           seen.add(response.headers['x-model-server-id'] ?? '');
         }
@@ -317,11 +362,19 @@ for (const row of ROWS) {
 // TLS from Envoy to llm-extproc
 
 void describe('Envoy reaches llm-extproc over TLS', () => {
-  async function withGateway(pickerTls: PickerTls, configYaml: string, fn: (gateway: Gateway, server: ModelServer) => Promise<void>): Promise<void> {
+  async function withGateway(
+    pickerTls: PickerTls,
+    configYaml: string,
+    fn: (gateway: Gateway, server: ModelServer) => Promise<void>,
+  ): Promise<void> {
     const server = await startModelServer({ id: 'tls-m', models: ['m'], behavior: { kind: 'slow-chunks', delayMs: 200 } });
     let gateway: Gateway | undefined;
     try {
-      gateway = await startGateway({ pools: [{ name: 'p', models: ['m'], endpoints: [{ address: server.address }] }], pickerTls, configYaml });
+      gateway = await startGateway({
+        pools: [{ name: 'p', models: ['m'], endpoints: [{ address: server.address }] }],
+        pickerTls,
+        configYaml,
+      });
       await fn(gateway, server);
     } finally {
       await gateway?.stop();
@@ -370,7 +423,9 @@ void describe('Envoy reaches llm-extproc over TLS', () => {
         await firstChunk;
         const second = await ca.issue();
         await volume.write(second);
-        await waitUntil(async () => ((await servedFingerprint('127.0.0.1', grpcPort)) === fingerprint(second) ? true : undefined), { description: 'the new certificate served' });
+        await waitUntil(async () => ((await servedFingerprint('127.0.0.1', grpcPort)) === fingerprint(second) ? true : undefined), {
+          description: 'the new certificate served',
+        });
         const response = await inFlight;
         assert.equal(response.status, 200);
         assert.equal(response.error, undefined, 'the stream in flight during the swap completes');

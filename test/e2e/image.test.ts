@@ -22,7 +22,11 @@ interface Stage {
 
 /** The Dockerfile's stages, each with its instructions (comments and line continuations handled). */
 function parseDockerfile(text: string): Stage[] {
-  const lines = text.replace(/\\\n/g, ' ').split('\n').map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('#'));
+  const lines = text
+    .replace(/\\\n/g, ' ')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '' && !l.startsWith('#'));
   const stages: Array<{ from: string; name: string | undefined; instructions: Array<{ op: string; args: string }> }> = [];
   for (const line of lines) {
     const [op = '', ...rest] = line.split(/\s+/);
@@ -79,7 +83,10 @@ describe('container image (runtime stage emulated outside Docker)', () => {
     assert.ok(dockerfile.length >= 2, 'a build stage and a runtime stage');
     assert.ok(runtime.name === undefined, 'the last stage is the runtime image');
     const runs = runtime.instructions.filter((i) => i.op === 'RUN').map((i) => i.args);
-    assert.ok(runs.some((r) => /npm ci\b.*--omit=dev/.test(r)), 'npm ci --omit=dev in the runtime stage');
+    assert.ok(
+      runs.some((r) => /npm ci\b.*--omit=dev/.test(r)),
+      'npm ci --omit=dev in the runtime stage',
+    );
     assert.ok(!runs.some((r) => /\b(tsc|npm run build|npm install)\b/.test(r)), 'no build in the runtime stage');
     const user = runtime.instructions.filter((i) => i.op === 'USER').at(-1)?.args;
     assert.ok(user !== undefined && user !== 'root' && user !== '0', `USER ${String(user)} is not root`);
@@ -107,7 +114,11 @@ describe('container image (runtime stage emulated outside Docker)', () => {
         // `npm cache clean` only shrinks the image; a private cache keeps the user's untouched.
         const install = /npm ci[^&]*/.exec(args)?.[0];
         assert.ok(install !== undefined, `unexpected RUN in the runtime stage: ${args}`);
-        const res = spawnSync('npm', [...install.trim().split(/\s+/).slice(1), '--cache', join(work, 'npm-cache'), '--prefer-offline'], { cwd: app, encoding: 'utf8', env: { ...process.env, NODE_ENV: 'production' } });
+        const res = spawnSync('npm', [...install.trim().split(/\s+/).slice(1), '--cache', join(work, 'npm-cache'), '--prefer-offline'], {
+          cwd: app,
+          encoding: 'utf8',
+          env: { ...process.env, NODE_ENV: 'production' },
+        });
         assert.equal(res.status, 0, `npm ci --omit=dev failed:\n${res.stderr}`);
       }
     }
@@ -117,15 +128,27 @@ describe('container image (runtime stage emulated outside Docker)', () => {
     // The lockfile marks packages needed only for development (typescript, eslint, …) `dev: true`.
     const lock = JSON.parse(readFileSync(join(ROOT, 'package-lock.json'), 'utf8')) as { packages: Record<string, { dev?: boolean }> };
     const devOnly = Object.entries(lock.packages).filter(([path, p]) => p.dev === true && path.startsWith('node_modules/'));
-    assert.ok(devOnly.some(([path]) => path === 'node_modules/typescript'), 'the lockfile marks typescript dev-only');
+    assert.ok(
+      devOnly.some(([path]) => path === 'node_modules/typescript'),
+      'the lockfile marks typescript dev-only',
+    );
     for (const [path] of devOnly) assert.ok(!existsSync(join(app, path)), `dev-only ${path} not installed`);
-    assert.ok(!existsSync(join(app, 'src')) && !existsSync(join(app, 'test')) && !existsSync(join(app, 'dist', 'test')), 'no sources or tests in the image');
+    assert.ok(
+      !existsSync(join(app, 'src')) && !existsSync(join(app, 'test')) && !existsSync(join(app, 'dist', 'test')),
+      'no sources or tests in the image',
+    );
 
     // Config and endpoints come from a mounted ConfigMap in Kubernetes: a separate read-only dir.
     const etc = join(work, 'etc');
     mkdirSync(etc, { mode: 0o755 });
-    writeFileSync(join(etc, 'endpoints.yaml'), 'pools:\n  - name: llama\n    models: [llama-3-8b]\n    endpoints: ["127.0.0.1:9"]\n', { mode: 0o644 });
-    writeFileSync(join(etc, 'config.yaml'), `listen:\n  grpc: 127.0.0.1:0\n  http: 127.0.0.1:0\nstatic:\n  path: ${join(etc, 'endpoints.yaml')}\n`, { mode: 0o644 });
+    writeFileSync(join(etc, 'endpoints.yaml'), 'pools:\n  - name: llama\n    models: [llama-3-8b]\n    endpoints: ["127.0.0.1:9"]\n', {
+      mode: 0o644,
+    });
+    writeFileSync(
+      join(etc, 'config.yaml'),
+      `listen:\n  grpc: 127.0.0.1:0\n  http: 127.0.0.1:0\nstatic:\n  path: ${join(etc, 'endpoints.yaml')}\n`,
+      { mode: 0o644 },
+    );
     spawnSync('chmod', ['-R', 'a-w', app, etc]);
 
     const entry = runtime.instructions.find((i) => i.op === 'ENTRYPOINT')?.args;
@@ -150,7 +173,10 @@ describe('container image (runtime stage emulated outside Docker)', () => {
       { description: 'the server logs its HTTP port', timeoutMs: 30_000 },
     );
     assert.ok(started > 0, `server did not start:\n${logs}`);
-    const status = await waitUntil(async () => ((await httpGet(started, '/readyz')) === 200 ? 200 : undefined), { description: '/readyz 200', timeoutMs: 30_000 });
+    const status = await waitUntil(async () => ((await httpGet(started, '/readyz')) === 200 ? 200 : undefined), {
+      description: '/readyz 200',
+      timeoutMs: 30_000,
+    });
     assert.equal(status, 200);
     if (user !== undefined) {
       const owner = spawnSync('ps', ['-o', 'uid=', '-p', String(server.pid)], { encoding: 'utf8' }).stdout.trim();

@@ -37,12 +37,20 @@ function plain(struct: ProtoStruct | undefined): Record<string, string> | undefi
 
 /** The least a FULL_DUPLEX_STREAMED processor must answer: the pick on request headers, bodies streamed back as they came. */
 function scriptedReply(request: ProcessingRequest, pick: string): ProcessingResponse[] {
-  const streamed = (body: Buffer | undefined, end: boolean | undefined): unknown => ({ response: { body_mutation: { streamed_response: { body: body ?? Buffer.alloc(0), end_of_stream: end === true } } } });
+  const streamed = (body: Buffer | undefined, end: boolean | undefined): unknown => ({
+    response: { body_mutation: { streamed_response: { body: body ?? Buffer.alloc(0), end_of_stream: end === true } } },
+  });
   switch (request.request) {
     case 'request_headers':
       return [
         {
-          request_headers: { response: { header_mutation: { set_headers: [{ header: { key: DESTINATION_HEADER, raw_value: Buffer.from(pick) }, append: { value: false } }] } } },
+          request_headers: {
+            response: {
+              header_mutation: {
+                set_headers: [{ header: { key: DESTINATION_HEADER, raw_value: Buffer.from(pick) }, append: { value: false } }],
+              },
+            },
+          },
           dynamic_metadata: metadataNamespaces({ [DESTINATION_METADATA_NAMESPACE]: { [DESTINATION_HEADER]: pick } }),
         },
       ];
@@ -104,7 +112,10 @@ void describe('Istio: what the picker receives about the served host', () => {
   });
 
   void it('request messages carry no envoy.lb; response messages carry our pick and the served host', async () => {
-    const response = await send(envoy.listenerPort('llm_gateway'), { path: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: 'hi' }] } });
+    const response = await send(envoy.listenerPort('llm_gateway'), {
+      path: '/v1/chat/completions',
+      body: { model: 'm', messages: [{ role: 'user', content: 'hi' }] },
+    });
     assert.equal(response.status, 200, response.text());
     assert.equal(model.requests.length, 1);
     const seen = streams.at(-1)!;
@@ -115,7 +126,9 @@ void describe('Istio: what the picker receives about the served host', () => {
       assert.equal(message.envoyLb, undefined, 'nothing in envoy.lb before the picker answered');
     }
     const expected = { [DESTINATION_HEADER]: model.address, [SERVED_ENDPOINT_KEY]: model.address };
-    for (const message of seen.filter((s) => s.kind === 'response_headers' || s.kind === 'response_body' || s.kind === 'response_trailers')) {
+    for (const message of seen.filter(
+      (s) => s.kind === 'response_headers' || s.kind === 'response_body' || s.kind === 'response_trailers',
+    )) {
       assert.deepEqual(message.envoyLb, expected, `${message.kind}: envoy.lb forwarded with the pick and the served host`);
     }
   });

@@ -47,7 +47,9 @@ async function helmBin(): Promise<string> {
 /** `helm template` of the repository's chart with these values. */
 async function renderChart(values: object): Promise<string> {
   const helm = await helmBin();
-  const child = run(helm, ['template', RELEASE, join(repoRoot(), 'charts', 'llm-extproc'), '--namespace', RELEASE_NS, '--values', '-'], { maxBuffer: 16 << 20 });
+  const child = run(helm, ['template', RELEASE, join(repoRoot(), 'charts', 'llm-extproc'), '--namespace', RELEASE_NS, '--values', '-'], {
+    maxBuffer: 16 << 20,
+  });
   child.child.stdin?.end(toYaml(values));
   return (await child).stdout;
 }
@@ -70,7 +72,7 @@ interface LogLine {
 }
 
 void describe('RBAC from the chart against a real kube-apiserver', () => {
-  void it('syncs with exactly the chart\'s grants; an unbound namespace gets 403 and recovers when the chart binds it, without a restart', async (t) => {
+  void it("syncs with exactly the chart's grants; an unbound namespace gets 403 and recovers when the chart binds it, without a restart", async (t) => {
     for (const ns of [RELEASE_NS, 'models', 'team-b']) await plane.createNamespace(ns);
     const kubelet = new FakeKubelet(plane.core());
     const llama: TestPod = { name: 'vllm-llama', namespace: 'models', labels: { app: 'vllm-llama' }, ip: '127.0.0.2' };
@@ -83,11 +85,26 @@ void describe('RBAC from the chart against a real kube-apiserver', () => {
     await kubelet.createPod(llama, readyPod);
     await kubelet.createPod(mistral, readyPod);
 
-    const llamaPool = { name: 'llama', namespace: 'models', selector: { app: 'vllm-llama' }, targetPort: llamaServer.port, models: ['llama-3-8b'] };
-    const mistralPool = { name: 'mistral', namespace: 'team-b', selector: { app: 'mistral' }, targetPort: llamaServer.port, models: ['mistral-7b'] };
+    const llamaPool = {
+      name: 'llama',
+      namespace: 'models',
+      selector: { app: 'vllm-llama' },
+      targetPort: llamaServer.port,
+      models: ['llama-3-8b'],
+    };
+    const mistralPool = {
+      name: 'mistral',
+      namespace: 'team-b',
+      selector: { app: 'mistral' },
+      targetPort: llamaServer.port,
+      models: ['mistral-7b'],
+    };
 
     // The chart as first installed knows only the llama pool (and InferencePools in models).
-    const firstValues = { serviceAccount: { create: true }, config: { kubernetes: { pools: [llamaPool], inferencePools: { enabled: true, namespaces: ['models'] } } } };
+    const firstValues = {
+      serviceAccount: { create: true },
+      config: { kubernetes: { pools: [llamaPool], inferencePools: { enabled: true, namespaces: ['models'] } } },
+    };
     const applied = await plane.apply(rbacManifests(await renderChart(firstValues)));
     assert.deepEqual(applied.map((o) => `${o.kind}/${o.metadata?.namespace}/${o.metadata?.name}`).sort(), [
       `Role/models/${SERVICE_ACCOUNT}-endpoints`,
@@ -115,7 +132,12 @@ void describe('RBAC from the chart against a real kube-apiserver', () => {
     const kubeconfigPath = await plane.writeKubeconfig('extproc-kubeconfig.yaml', token);
     const gateway = await startGateway({
       configYaml: toYaml({
-        kubernetes: { kubeconfigPath, pools: [llamaPool, mistralPool], inferencePools: { enabled: true, namespaces: ['models'] }, backoff: { initialMs: 100, maxMs: 500 } },
+        kubernetes: {
+          kubeconfigPath,
+          pools: [llamaPool, mistralPool],
+          inferencePools: { enabled: true, namespaces: ['models'] },
+          backoff: { initialMs: 100, maxMs: 500 },
+        },
       }),
       backendAddresses: [llamaServer.address, mistralServer.address],
       waitForSync: false,
@@ -126,13 +148,25 @@ void describe('RBAC from the chart against a real kube-apiserver', () => {
 
     // The documented 403: that pool's list fails with the API's message, the source retries and
     // stays unsynced, and the pool it may read is there.
-    const forbidden = await waitUntil(() => logs.find((l) => l.resource === 'pods/mistral' && /^HTTP 403/.test(l.detail ?? '')), { description: '403 logged for pods/mistral', timeoutMs: TIMEOUT_MS });
-    assert.match(forbidden.detail ?? '', new RegExp(`system:serviceaccount:${RELEASE_NS}:${SERVICE_ACCOUNT}.*cannot list resource "pods".*namespace "team-b"`));
-    await waitUntil(() => (logs.some((l) => l.resource === 'pods/llama' && l.msg === 'initial list complete') ? true : undefined), { description: 'llama listed', timeoutMs: TIMEOUT_MS });
-    await waitUntil(() => (logs.filter((l) => l.resource === 'pods/mistral' && l.msg === 'list failed; will retry').length >= 2 ? true : undefined), {
-      description: 'the forbidden list retried',
+    const forbidden = await waitUntil(() => logs.find((l) => l.resource === 'pods/mistral' && /^HTTP 403/.test(l.detail ?? '')), {
+      description: '403 logged for pods/mistral',
       timeoutMs: TIMEOUT_MS,
     });
+    assert.match(
+      forbidden.detail ?? '',
+      new RegExp(`system:serviceaccount:${RELEASE_NS}:${SERVICE_ACCOUNT}.*cannot list resource "pods".*namespace "team-b"`),
+    );
+    await waitUntil(() => (logs.some((l) => l.resource === 'pods/llama' && l.msg === 'initial list complete') ? true : undefined), {
+      description: 'llama listed',
+      timeoutMs: TIMEOUT_MS,
+    });
+    await waitUntil(
+      () => (logs.filter((l) => l.resource === 'pods/mistral' && l.msg === 'list failed; will retry').length >= 2 ? true : undefined),
+      {
+        description: 'the forbidden list retried',
+        timeoutMs: TIMEOUT_MS,
+      },
+    );
     assert.equal(gateway.app.store.isSynced(), false);
     assert.equal((await fetch(readyz)).status, 503);
 
@@ -141,9 +175,15 @@ void describe('RBAC from the chart against a real kube-apiserver', () => {
     const secondValues = { ...firstValues, config: { kubernetes: { ...firstValues.config.kubernetes, pools: [llamaPool, mistralPool] } } };
     const reapplied = await plane.apply(rbacManifests(await renderChart(secondValues)));
     assert.ok(reapplied.some((o) => o.kind === 'RoleBinding' && o.metadata?.namespace === 'team-b'));
-    await waitUntil(() => (gateway.app.store.isSynced() ? true : undefined), { description: 'synced after the binding appeared', timeoutMs: TIMEOUT_MS });
+    await waitUntil(() => (gateway.app.store.isSynced() ? true : undefined), {
+      description: 'synced after the binding appeared',
+      timeoutMs: TIMEOUT_MS,
+    });
     assert.equal((await fetch(readyz)).status, 200);
-    for (const [model, server] of [['llama-3-8b', 'llama'], ['mistral-7b', 'mistral']] as const) {
+    for (const [model, server] of [
+      ['llama-3-8b', 'llama'],
+      ['mistral-7b', 'mistral'],
+    ] as const) {
       const response = await gateway.send({ path: '/v1/chat/completions', body: { model, messages: [{ role: 'user', content: 'hi' }] } });
       assert.equal(response.status, 200, response.text());
       assert.equal(response.headers['x-model-server-id'], server);

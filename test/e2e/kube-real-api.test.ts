@@ -67,7 +67,12 @@ async function startExtproc(t: TestContext, kubernetes: object, servers: readonl
   const kubeconfigPath = await plane.writeKubeconfig(`kubeconfig-${Date.now()}-${Math.random().toString(16).slice(2)}.yaml`);
   const gateway = await startGateway({
     configYaml: toYaml({
-      kubernetes: { kubeconfigPath, backoff: { initialMs: 100, maxMs: 1000 }, timeouts: { listSeconds: 10, watchSeconds: 60 }, ...kubernetes },
+      kubernetes: {
+        kubeconfigPath,
+        backoff: { initialMs: 100, maxMs: 1000 },
+        timeouts: { listSeconds: 10, watchSeconds: 60 },
+        ...kubernetes,
+      },
     }),
     backendAddresses: servers.map((s) => s.address),
   });
@@ -78,7 +83,11 @@ async function startExtproc(t: TestContext, kubernetes: object, servers: readonl
 // ---- requests and assertions -----------------------------------------------------------------
 
 function chat(id: string, model = MODEL, stream = false): { path: string; body: object; headers: Record<string, string> } {
-  return { path: CHAT, body: { model, stream, messages: [{ role: 'user', content: `request ${id}` }] }, headers: { [REQUEST_ID_HEADER]: id } };
+  return {
+    path: CHAT,
+    body: { model, stream, messages: [{ role: 'user', content: `request ${id}` }] },
+    headers: { [REQUEST_ID_HEADER]: id },
+  };
 }
 
 function posts(server: ModelServer): ModelServer['requests'] {
@@ -90,7 +99,14 @@ function receiver(servers: readonly ModelServer[], id: string): ModelServer | un
 }
 
 /** `count` sequential requests; each must be a 200 from one of `allowed` (by server id). Returns counts per id. */
-async function probe(gateway: Gateway, servers: readonly ModelServer[], tag: string, count: number, allowed: readonly string[], model = MODEL): Promise<Record<string, number>> {
+async function probe(
+  gateway: Gateway,
+  servers: readonly ModelServer[],
+  tag: string,
+  count: number,
+  allowed: readonly string[],
+  model = MODEL,
+): Promise<Record<string, number>> {
   const counts: Record<string, number> = {};
   for (let i = 0; i < count; i++) {
     const id = `${tag}-${i}`;
@@ -106,7 +122,14 @@ async function probe(gateway: Gateway, servers: readonly ModelServer[], tag: str
 }
 
 /** Sends requests until one reaches `target`; each must be a 200 from one of `allowed`. */
-async function probeUntil(gateway: Gateway, servers: readonly ModelServer[], tag: string, target: string, allowed: readonly string[], model = MODEL): Promise<void> {
+async function probeUntil(
+  gateway: Gateway,
+  servers: readonly ModelServer[],
+  tag: string,
+  target: string,
+  allowed: readonly string[],
+  model = MODEL,
+): Promise<void> {
   for (let i = 0; i < 200; i++) {
     const counts = await probe(gateway, servers, `${tag}-${i}`, 1, allowed, model);
     if (counts[target] === 1) return;
@@ -123,7 +146,10 @@ function assertJsonError(response: ClientResponse, context: string): { code: str
 }
 
 function stateOf(gateway: Gateway, pool: string, pod: TestPod): EndpointState | undefined {
-  return gateway.app.store.view().pools.get(pool)?.endpoints.find((e) => e.id === `${pod.namespace}/${pod.name}`)?.state;
+  return gateway.app.store
+    .view()
+    .pools.get(pool)
+    ?.endpoints.find((e) => e.id === `${pod.namespace}/${pod.name}`)?.state;
 }
 
 async function waitForState(gateway: Gateway, pool: string, pod: TestPod, state: EndpointState | undefined): Promise<void> {
@@ -150,15 +176,25 @@ void describe('Kubernetes endpoints from a real kube-apiserver through a real En
     await kubelet.createPod(a, readyPod);
     await kubelet.createPod(b, notReadyPod);
     await kubelet.createPod(c, readyPod);
-    const gateway = await startExtproc(t, { pools: [{ name: pool, namespace: ns, selector: LABELS, targetPort: serverA.port, models: [MODEL] }] }, servers);
+    const gateway = await startExtproc(
+      t,
+      { pools: [{ name: pool, namespace: ns, selector: LABELS, targetPort: serverA.port, models: [MODEL] }] },
+      servers,
+    );
 
     // 1. b is Running but its container is not ready: it never gets traffic.
     await waitForState(gateway, pool, b, 'NotReady');
-    assert.deepEqual(gateway.app.store.view().pools.get(pool)?.endpoints.map((e) => [e.id, e.address, e.state]), [
-      [`${ns}/vllm-a`, `127.0.0.2:${serverA.port}`, 'Ready'],
-      [`${ns}/vllm-b`, `127.0.0.3:${serverA.port}`, 'NotReady'],
-      [`${ns}/vllm-c`, `127.0.0.4:${serverA.port}`, 'Ready'],
-    ]);
+    assert.deepEqual(
+      gateway.app.store
+        .view()
+        .pools.get(pool)
+        ?.endpoints.map((e) => [e.id, e.address, e.state]),
+      [
+        [`${ns}/vllm-a`, `127.0.0.2:${serverA.port}`, 'Ready'],
+        [`${ns}/vllm-b`, `127.0.0.3:${serverA.port}`, 'NotReady'],
+        [`${ns}/vllm-c`, `127.0.0.4:${serverA.port}`, 'Ready'],
+      ],
+    );
     await probe(gateway, servers, 'not-ready', 20, ['pod-a', 'pod-c']);
     assert.equal(posts(serverB).length, 0, 'the not-ready pod got a request');
 
@@ -282,10 +318,16 @@ void describe('Kubernetes endpoints from a real kube-apiserver through a real En
     // Deleted: the pool and its models go away; requests get a JSON error and reach no server.
     const before = servers.reduce((n, s) => n + posts(s).length, 0);
     await custom.deleteNamespacedCustomObject({ ...group, name: 'chat' });
-    await waitUntil(() => (gateway.app.store.view().pools.has(poolName) ? undefined : true), { description: 'pool removed', timeoutMs: STATE_TIMEOUT_MS });
+    await waitUntil(() => (gateway.app.store.view().pools.has(poolName) ? undefined : true), {
+      description: 'pool removed',
+      timeoutMs: STATE_TIMEOUT_MS,
+    });
     const gone = await gateway.send(chat('deleted', 'm1'));
     assert.equal(assertJsonError(gone, 'after deletion').code, 'model_not_found');
-    assert.equal(servers.reduce((n, s) => n + posts(s).length, 0), before);
+    assert.equal(
+      servers.reduce((n, s) => n + posts(s).length, 0),
+      before,
+    );
   });
 
   void it('keeps routing correctly while the API server restarts, then resumes watching', async (t) => {
@@ -297,7 +339,11 @@ void describe('Kubernetes endpoints from a real kube-apiserver through a real En
     await kubelet.createPod(a, readyPod);
     await kubelet.createPod(b, readyPod);
     await kubelet.createPod(c, notReadyPod);
-    const gateway = await startExtproc(t, { pools: [{ name: pool, namespace: ns, selector: LABELS, targetPort: servers[0]?.port ?? 0, models: [MODEL] }] }, servers);
+    const gateway = await startExtproc(
+      t,
+      { pools: [{ name: pool, namespace: ns, selector: LABELS, targetPort: servers[0]?.port ?? 0, models: [MODEL] }] },
+      servers,
+    );
     await waitForState(gateway, pool, c, 'NotReady');
 
     // Steady traffic the whole time the API server is down and coming back.
@@ -313,12 +359,18 @@ void describe('Kubernetes endpoints from a real kube-apiserver through a real En
     try {
       await plane.stopApiserver();
       // Watches fail and reconnects are refused; llm-extproc keeps its last view meanwhile.
-      await waitUntil(async () => (metricValue(await gateway.metricsText(), 'llm_extproc_kubernetes_watch_restarts_total') > 0 ? true : undefined), {
-        description: 'a watch restart counted while the API server is down',
+      await waitUntil(
+        async () => (metricValue(await gateway.metricsText(), 'llm_extproc_kubernetes_watch_restarts_total') > 0 ? true : undefined),
+        {
+          description: 'a watch restart counted while the API server is down',
+          timeoutMs: STATE_TIMEOUT_MS,
+        },
+      );
+      const during = outcomes.length;
+      await waitUntil(() => (outcomes.length >= during + 20 ? true : undefined), {
+        description: '20 requests while the API server is down',
         timeoutMs: STATE_TIMEOUT_MS,
       });
-      const during = outcomes.length;
-      await waitUntil(() => (outcomes.length >= during + 20 ? true : undefined), { description: '20 requests while the API server is down', timeoutMs: STATE_TIMEOUT_MS });
       await plane.startApiserver();
     } finally {
       running = false;

@@ -141,7 +141,11 @@ async function waitForStates(gateway: Gateway, expected: Partial<Record<PodKey, 
 // ---- requests --------------------------------------------------------------------------------
 
 function chat(id: string, extra: Record<string, unknown> = {}): { path: string; body: object; headers: Record<string, string> } {
-  return { path: CHAT, body: { model: MODEL, messages: [{ role: 'user', content: `request ${id}` }], ...extra }, headers: { [REQUEST_ID_HEADER]: id } };
+  return {
+    path: CHAT,
+    body: { model: MODEL, messages: [{ role: 'user', content: `request ${id}` }], ...extra },
+    headers: { [REQUEST_ID_HEADER]: id },
+  };
 }
 
 function inferenceRequests(server: ModelServer): ModelServer['requests'] {
@@ -159,7 +163,11 @@ interface GatewayErrorBody {
 
 /** A structured OpenAI-style error: JSON content type and `{"error": {code, type, message}}`; never plain text. */
 function assertStructuredError(response: ClientResponse, context: string): GatewayErrorBody['error'] {
-  assert.match(response.headers['content-type'] ?? '', /^application\/json/, `${context}: content-type of ${response.status} ${response.text()}`);
+  assert.match(
+    response.headers['content-type'] ?? '',
+    /^application\/json/,
+    `${context}: content-type of ${response.status} ${response.text()}`,
+  );
   let body: unknown;
   assert.doesNotThrow(() => (body = response.json()), `${context}: body is JSON: ${response.text()}`);
   const error = (body as Partial<GatewayErrorBody>).error;
@@ -251,7 +259,10 @@ class SteadyLoad {
   /** Resolves once `count` more requests have completed than had when called. */
   async completeMore(count: number): Promise<void> {
     const target = this.outcomes.length + count;
-    await waitUntil(() => (this.outcomes.length >= target ? true : undefined), { description: `${count} more load requests`, timeoutMs: 20_000 });
+    await waitUntil(() => (this.outcomes.length >= target ? true : undefined), {
+      description: `${count} more load requests`,
+      timeoutMs: 20_000,
+    });
   }
 
   async stop(): Promise<readonly Outcome[]> {
@@ -290,7 +301,13 @@ function checkOutcomes(cluster: Cluster, outcomes: readonly Outcome[], allowed: 
 
 void describe('Kubernetes endpoints through a real Envoy', () => {
   void it('routes only to ready pods while pods turn ready and start terminating under steady traffic', async (t) => {
-    const cluster = await startCluster(t, { pods: [[readyPod, 'a'], [notReadyPod, 'b'], [readyPod, 'c']] });
+    const cluster = await startCluster(t, {
+      pods: [
+        [readyPod, 'a'],
+        [notReadyPod, 'b'],
+        [readyPod, 'c'],
+      ],
+    });
     const { api, gateway, servers } = cluster;
 
     // Every pod has its own IP and the pool's port, as Envoy's cluster lists them.
@@ -355,7 +372,12 @@ void describe('Kubernetes endpoints through a real Envoy', () => {
   });
 
   void it('answers 503 no_ready_replica JSON naming the states and reasons when no pod is ready', async (t) => {
-    const cluster = await startCluster(t, { pods: [[startingPod, 'b'], [terminatingPod, 'a']] });
+    const cluster = await startCluster(t, {
+      pods: [
+        [startingPod, 'b'],
+        [terminatingPod, 'a'],
+      ],
+    });
     const { api, gateway, servers } = cluster;
     await waitForStates(gateway, { a: 'Terminating', b: 'Starting' });
 
@@ -385,7 +407,13 @@ void describe('Kubernetes endpoints through a real Envoy', () => {
   });
 
   void it('reports NOT_SERVING and answers JSON errors until the API server is reachable, then serves', async (t) => {
-    const cluster = await startCluster(t, { pods: [[readyPod, 'a'], [notReadyPod, 'b']], apiUnavailable: true });
+    const cluster = await startCluster(t, {
+      pods: [
+        [readyPod, 'a'],
+        [notReadyPod, 'b'],
+      ],
+      apiUnavailable: true,
+    });
     const { api, gateway, servers } = cluster;
     const health = healthClient(gateway.app.grpcAddress);
     t.after(() => health.close());
@@ -427,11 +455,20 @@ void describe('Kubernetes endpoints through a real Envoy', () => {
     assert.deepEqual(await probe(cluster, 'synced', 5, ['a']), { a: 5, b: 0, c: 0 });
     const models = await gateway.send({ path: '/v1/models' });
     assert.equal(models.status, 200);
-    assert.deepEqual((models.json() as { data: Array<{ id: string }> }).data.map((m) => m.id), [MODEL]);
+    assert.deepEqual(
+      (models.json() as { data: Array<{ id: string }> }).data.map((m) => m.id),
+      [MODEL],
+    );
   });
 
   void it('follows pod changes made while the watch was broken (410 Gone, dropped connection) and counts the restarts', async (t) => {
-    const cluster = await startCluster(t, { pods: [[readyPod, 'a'], [readyPod, 'b'], [notReadyPod, 'c']] });
+    const cluster = await startCluster(t, {
+      pods: [
+        [readyPod, 'a'],
+        [readyPod, 'b'],
+        [notReadyPod, 'c'],
+      ],
+    });
     const { api, gateway } = cluster;
     const path = podsPath(NS);
     await api.waitForWatch(path);
@@ -465,7 +502,8 @@ void describe('Kubernetes endpoints through a real Envoy', () => {
     assert.deepEqual(await probe(cluster, 'after-compaction', 10, ['c']), { a: 0, b: 0, c: 10 });
 
     const metrics = await gateway.metricsText();
-    const restarts = (reason: string): number => metricValue(metrics, 'llm_extproc_kubernetes_watch_restarts_total', { resource: `pods/${POOL}`, reason });
+    const restarts = (reason: string): number =>
+      metricValue(metrics, 'llm_extproc_kubernetes_watch_restarts_total', { resource: `pods/${POOL}`, reason });
     assert.ok(restarts('gone') >= 2, `gone restarts: ${restarts('gone')}\n${metrics}`);
     assert.ok(restarts('dropped') >= 2, `dropped restarts: ${restarts('dropped')}`);
     assert.ok(metricValue(metrics, 'llm_extproc_kubernetes_watch_restarts_total') > 0);

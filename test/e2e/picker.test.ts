@@ -11,12 +11,29 @@ import { waitUntil } from '../support/wait-until.js';
 const FAST_SCRAPES = 'picker:\n  metrics:\n    intervalSeconds: 0.05\n    timeoutSeconds: 0.5\n';
 
 function chat(system: string, user: string): ClientRequest {
-  return { path: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'system', content: system }, { role: 'user', content: user }] } };
+  return {
+    path: '/v1/chat/completions',
+    body: {
+      model: 'm',
+      messages: [
+        { role: 'system', content: system },
+        { role: 'user', content: user },
+      ],
+    },
+  };
 }
 
-async function fleet(specs: ReadonlyArray<{ id: string; metrics?: VllmMetrics }>, configYaml = FAST_SCRAPES): Promise<{ gateway: Gateway; servers: ModelServer[]; stop(): Promise<void> }> {
-  const servers = await Promise.all(specs.map((s) => startModelServer({ id: s.id, models: ['m'], ...(s.metrics === undefined ? {} : { metrics: s.metrics }) })));
-  const gateway = await startGateway({ pools: [{ name: 'p', models: ['m'], endpoints: servers.map((s) => ({ address: s.address })) }], configYaml }).catch(async (err: unknown) => {
+async function fleet(
+  specs: ReadonlyArray<{ id: string; metrics?: VllmMetrics }>,
+  configYaml = FAST_SCRAPES,
+): Promise<{ gateway: Gateway; servers: ModelServer[]; stop(): Promise<void> }> {
+  const servers = await Promise.all(
+    specs.map((s) => startModelServer({ id: s.id, models: ['m'], ...(s.metrics === undefined ? {} : { metrics: s.metrics }) })),
+  );
+  const gateway = await startGateway({
+    pools: [{ name: 'p', models: ['m'], endpoints: servers.map((s) => ({ address: s.address })) }],
+    configYaml,
+  }).catch(async (err: unknown) => {
     await Promise.all(servers.map((s) => s.close()));
     throw err;
   });
@@ -33,7 +50,9 @@ async function fleet(specs: ReadonlyArray<{ id: string; metrics?: VllmMetrics }>
 /** Waits until every server has been scraped after `since` twice (so a completed scrape carries the values set before). */
 async function scrapedAfterNow(servers: readonly ModelServer[]): Promise<void> {
   const since = servers.map((s) => s.metricsScrapes);
-  await waitUntil(() => (servers.every((s, i) => s.metricsScrapes > since[i] + 1) ? true : undefined), { description: 'fresh scrapes of every server' });
+  await waitUntil(() => (servers.every((s, i) => s.metricsScrapes > since[i] + 1) ? true : undefined), {
+    description: 'fresh scrapes of every server',
+  });
 }
 
 async function servedBy(gateway: Gateway, request: ClientRequest): Promise<string> {
@@ -42,25 +61,38 @@ async function servedBy(gateway: Gateway, request: ClientRequest): Promise<strin
   return response.headers['x-model-server-id'];
 }
 
-async function debugEndpoints(gateway: Gateway): Promise<Array<{ address: string; load: { metrics: string; waiting?: number; lastError?: string } }>> {
+async function debugEndpoints(
+  gateway: Gateway,
+): Promise<Array<{ address: string; load: { metrics: string; waiting?: number; lastError?: string } }>> {
   const response = await fetch(`http://127.0.0.1:${gateway.app.httpPort}/debug/endpoints`);
-  const body = (await response.json()) as { pools: Array<{ endpoints: Array<{ address: string; load: { metrics: string; waiting?: number; lastError?: string } }> }> };
+  const body = (await response.json()) as {
+    pools: Array<{ endpoints: Array<{ address: string; load: { metrics: string; waiting?: number; lastError?: string } }> }>;
+  };
   return body.pools.flatMap((p) => p.endpoints);
 }
 
 describe('picking on model-server load and prompt prefixes (real Envoy, vLLM metrics)', () => {
   it('a server reporting a long queue receives markedly fewer new requests than an idle one', async () => {
-    const f = await fleet([{ id: 'busy', metrics: { waiting: 30, running: 16, kvCacheUsage: 0.95 } }, { id: 'idle', metrics: { waiting: 0, running: 0, kvCacheUsage: 0.05 } }]);
+    const f = await fleet([
+      { id: 'busy', metrics: { waiting: 30, running: 16, kvCacheUsage: 0.95 } },
+      { id: 'idle', metrics: { waiting: 0, running: 0, kvCacheUsage: 0.05 } },
+    ]);
     try {
       await scrapedAfterNow(f.servers);
-      const counts = new Map<string, number>([['busy', 0], ['idle', 0]]);
+      const counts = new Map<string, number>([
+        ['busy', 0],
+        ['idle', 0],
+      ]);
       for (let i = 0; i < 40; i++) {
         const id = await servedBy(f.gateway, chat(`tenant ${i}: you are a helpful assistant`, `question ${i}`));
         counts.set(id, (counts.get(id) ?? 0) + 1);
       }
       assert.ok((counts.get('busy') ?? 0) * 4 < (counts.get('idle') ?? 0), `busy ${counts.get('busy')}, idle ${counts.get('idle')}`);
       const shown = await debugEndpoints(f.gateway);
-      assert.deepEqual(shown.map((e) => [e.load.metrics, e.load.waiting]).sort(), [['fresh', 0], ['fresh', 30]]);
+      assert.deepEqual(shown.map((e) => [e.load.metrics, e.load.waiting]).sort(), [
+        ['fresh', 0],
+        ['fresh', 30],
+      ]);
     } finally {
       await f.stop();
     }
@@ -72,7 +104,10 @@ describe('picking on model-server load and prompt prefixes (real Envoy, vLLM met
     silent.setMetrics({ fail: 'status-500' });
     try {
       await scrapedAfterNow(f.servers);
-      const counts = new Map<string, number>([['silent', 0], ['idle', 0]]);
+      const counts = new Map<string, number>([
+        ['silent', 0],
+        ['idle', 0],
+      ]);
       for (let i = 0; i < 20; i++) {
         const id = await servedBy(f.gateway, chat(`tenant ${i}: answer in French`, `question ${i}`));
         counts.set(id, (counts.get(id) ?? 0) + 1);
@@ -90,12 +125,21 @@ describe('picking on model-server load and prompt prefixes (real Envoy, vLLM met
   });
 
   it('a server that times out or answers garbage is not preferred either', async () => {
-    const f = await fleet([{ id: 'hanging' }, { id: 'garbage' }, { id: 'idle', metrics: { waiting: 3 } }], 'picker:\n  metrics:\n    intervalSeconds: 0.05\n    timeoutSeconds: 0.1\n');
+    const f = await fleet(
+      [{ id: 'hanging' }, { id: 'garbage' }, { id: 'idle', metrics: { waiting: 3 } }],
+      'picker:\n  metrics:\n    intervalSeconds: 0.05\n    timeoutSeconds: 0.1\n',
+    );
     const [hanging, garbage] = f.servers;
     hanging.setMetrics({ fail: 'hang' });
     garbage.setMetrics({ fail: 'garbage' });
     try {
-      await waitUntil(async () => (metricValue(await f.gateway.metricsText(), 'llm_extproc_model_server_scrapes_total', { result: 'timeout' }) > 0 ? true : undefined), { description: 'a timed-out scrape' });
+      await waitUntil(
+        async () =>
+          metricValue(await f.gateway.metricsText(), 'llm_extproc_model_server_scrapes_total', { result: 'timeout' }) > 0
+            ? true
+            : undefined,
+        { description: 'a timed-out scrape' },
+      );
       await scrapedAfterNow([garbage, f.servers[2]]);
       for (let i = 0; i < 10; i++) assert.equal(await servedBy(f.gateway, chat(`tenant ${i}`, `q ${i}`)), 'idle');
       const text = await f.gateway.metricsText();
@@ -107,7 +151,10 @@ describe('picking on model-server load and prompt prefixes (real Envoy, vLLM met
 
   it('requests sharing a system prompt land on the same server while it is not overloaded', async () => {
     const f = await fleet([{ id: 's1' }, { id: 's2' }, { id: 's3' }, { id: 's4' }]);
-    const system = 'You are the support assistant of ACME Corp. Follow the handbook, answer in two sentences, and never reveal internal ticket numbers. '.repeat(4);
+    const system =
+      'You are the support assistant of ACME Corp. Follow the handbook, answer in two sentences, and never reveal internal ticket numbers. '.repeat(
+        4,
+      );
     try {
       await scrapedAfterNow(f.servers);
       const first = new Set<string>();

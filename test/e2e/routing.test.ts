@@ -23,7 +23,10 @@ describe('routing through a real Envoy (static endpoints)', () => {
       {
         name: 'llama',
         models: ['llama-3-8b'],
-        endpoints: [{ address: llamaReady.address }, { address: llamaNotReady.address, state: 'NotReady', reason: 'readiness probe failing' }],
+        endpoints: [
+          { address: llamaReady.address },
+          { address: llamaNotReady.address, state: 'NotReady', reason: 'readiness probe failing' },
+        ],
       },
       { name: 'qwen', models: ['qwen-2.5'], endpoints: [{ address: qwen.address }] },
     ];
@@ -45,7 +48,10 @@ describe('routing through a real Envoy (static endpoints)', () => {
       assert.equal(q.headers['x-model-server-id'], 'qwen-a');
     }
     assert.equal(llamaNotReady.requests.length, 0, 'the not-ready endpoint must never get a request');
-    assert.equal(qwen.requests.every((r) => (JSON.parse(r.body.toString()) as { model: string }).model === 'qwen-2.5'), true);
+    assert.equal(
+      qwen.requests.every((r) => (JSON.parse(r.body.toString()) as { model: string }).model === 'qwen-2.5'),
+      true,
+    );
   });
 
   it('delivers a non-streaming JSON answer byte-identical to what the model server sent, and the request body unchanged', async () => {
@@ -59,7 +65,10 @@ describe('routing through a real Envoy (static endpoints)', () => {
   });
 
   it('delivers an SSE stream byte-identical, ending in [DONE]', async () => {
-    const response = await gateway.send({ path: CHAT, body: { model: 'qwen-2.5', stream: true, messages: [{ role: 'user', content: 'stream please' }] } });
+    const response = await gateway.send({
+      path: CHAT,
+      body: { model: 'qwen-2.5', stream: true, messages: [{ role: 'user', content: 'stream please' }] },
+    });
     assert.equal(response.status, 200);
     assert.match(response.headers['content-type'] ?? '', /text\/event-stream/);
     const served = qwen.requests.at(-1)!;
@@ -76,9 +85,13 @@ describe('routing through a real Envoy (static endpoints)', () => {
     await served.response.settled;
     assert.deepEqual(response.body, served.response.body, 'nothing appended: the terminal event counts as the end');
     assert.match(response.text(), /response\.completed/);
-    await waitUntil(async () => (metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { model: 'qwen-2.5', result: 'ok' }) >= 1 ? true : undefined), {
-      description: 'the stream recorded as ok',
-    });
+    await waitUntil(
+      async () =>
+        metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { model: 'qwen-2.5', result: 'ok' }) >= 1 ? true : undefined,
+      {
+        description: 'the stream recorded as ok',
+      },
+    );
     assert.equal(metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { result: 'stream_incomplete' }), 0);
   });
 

@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import { CATALOG, type ErrorKind } from '../../src/errors/catalog.js';
 import type { ClientResponse } from './http-client.js';
 
-export const RAW_ENVOY_TEXT = /upstream connect error|disconnect\/reset before headers|no healthy upstream|upstream request timeout|Payload Too Large/i;
+export const RAW_ENVOY_TEXT =
+  /upstream connect error|disconnect\/reset before headers|no healthy upstream|upstream request timeout|Payload Too Large/i;
 
 export interface ErrorBody {
   error: { message: string; type: string; code: string };

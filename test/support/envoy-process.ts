@@ -171,14 +171,18 @@ export async function startEnvoy(opts: StartEnvoyOptions): Promise<RunningEnvoy>
   await writeFile(configPath, opts.configYaml);
 
   const args = [
-    '--config-path', configPath,
-    '--admin-address-path', adminAddressPath,
+    '--config-path',
+    configPath,
+    '--admin-address-path',
+    adminAddressPath,
     // Hot restart is off, and a dynamic base id keeps any shared-memory names distinct anyway, so
     // test files running in parallel processes never trip over each other.
     '--use-dynamic-base-id',
     '--disable-hot-restart',
-    '--concurrency', String(opts.concurrency ?? 1),
-    '--log-level', opts.logLevel ?? 'info',
+    '--concurrency',
+    String(opts.concurrency ?? 1),
+    '--log-level',
+    opts.logLevel ?? 'info',
     ...(opts.extraArgs ?? []),
   ];
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });

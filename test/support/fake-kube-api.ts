@@ -50,7 +50,12 @@ interface ResourceType {
 
 const RESOURCE_TYPES: readonly ResourceType[] = [
   { prefix: '/api/v1', plural: 'pods', kind: 'Pod', apiVersion: 'v1' },
-  { prefix: '/apis/inference.networking.k8s.io/v1', plural: 'inferencepools', kind: 'InferencePool', apiVersion: 'inference.networking.k8s.io/v1' },
+  {
+    prefix: '/apis/inference.networking.k8s.io/v1',
+    plural: 'inferencepools',
+    kind: 'InferencePool',
+    apiVersion: 'inference.networking.k8s.io/v1',
+  },
 ];
 
 /** Path of a namespaced collection, as a watch or list request uses it. */
@@ -219,7 +224,8 @@ export class FakeKubeApi {
     object.kind ??= type?.kind;
     object.metadata.namespace = namespace;
     object.metadata.uid = previous?.metadata.uid ?? object.metadata.uid ?? randomUUID();
-    object.metadata.creationTimestamp = previous?.metadata.creationTimestamp ?? object.metadata.creationTimestamp ?? new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+    object.metadata.creationTimestamp =
+      previous?.metadata.creationTimestamp ?? object.metadata.creationTimestamp ?? new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
     object.metadata.resourceVersion = String(++this.rv);
     store.set(key, object);
     this.record({ rv: this.rv, plural, type: previous === undefined ? 'ADDED' : 'MODIFIED', object, previous });
@@ -357,7 +363,7 @@ export class FakeKubeApi {
 
   /** Watches established on `path` (or on any path) since start. */
   watchCount(path?: string): number {
-    return path === undefined ? sum(this.watchTotals.values()) : this.watchTotals.get(path) ?? 0;
+    return path === undefined ? sum(this.watchTotals.values()) : (this.watchTotals.get(path) ?? 0);
   }
 
   openWatchCount(path?: string): number {
@@ -366,7 +372,7 @@ export class FakeKubeApi {
 
   /** Successful list requests served on `path` (or on any path). */
   listCount(path?: string): number {
-    return path === undefined ? sum(this.listTotals.values()) : this.listTotals.get(path) ?? 0;
+    return path === undefined ? sum(this.listTotals.values()) : (this.listTotals.get(path) ?? 0);
   }
 
   /** Resolves once a watch on `path` is open: immediately if one is, else when the next one opens. */
@@ -388,7 +394,9 @@ export class FakeKubeApi {
         },
         timer: setTimeout(() => {
           this.waiters.delete(waiter);
-          reject(new Error(`no watch on ${path} within ${timeoutMs} ms (open: ${[...this.watches].map((w) => w.path).join(', ') || 'none'})`));
+          reject(
+            new Error(`no watch on ${path} within ${timeoutMs} ms (open: ${[...this.watches].map((w) => w.path).join(', ') || 'none'})`),
+          );
         }, timeoutMs),
       };
       this.waiters.add(waiter);
@@ -446,7 +454,13 @@ export class FakeKubeApi {
       }
       const pathError = this.pathErrors.get(url.pathname);
       if (pathError !== undefined) {
-        this.sendStatus(res, record, pathError, STATUS_REASONS[pathError] ?? 'InternalError', `request to ${url.pathname} fails on purpose`);
+        this.sendStatus(
+          res,
+          record,
+          pathError,
+          STATUS_REASONS[pathError] ?? 'InternalError',
+          `request to ${url.pathname} fails on purpose`,
+        );
         return;
       }
       this.route(req, res, url, watch, record);
@@ -498,7 +512,14 @@ export class FakeKubeApi {
     this.sendJson(res, record, 200, found);
   }
 
-  private list(res: ServerResponse, record: RequestRecord, type: ResourceType, url: URL, namespace: string | undefined, selector: Selector): void {
+  private list(
+    res: ServerResponse,
+    record: RequestRecord,
+    type: ResourceType,
+    url: URL,
+    namespace: string | undefined,
+    selector: Selector,
+  ): void {
     // Lists with an exact, compacted resourceVersion fail like the real server's; the others
     // (unset, "0", NotOlderThan) are served from the current state.
     const rv = url.searchParams.get('resourceVersion') ?? '';
@@ -515,8 +536,13 @@ export class FakeKubeApi {
       }
       if (this.continueFailures > 0 || from.rv < this.compactedRv) {
         this.continueFailures = Math.max(0, this.continueFailures - 1);
-        this.sendStatus(res, record, 410, 'Expired',
-          'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.');
+        this.sendStatus(
+          res,
+          record,
+          410,
+          'Expired',
+          'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.',
+        );
         return;
       }
     }
@@ -547,7 +573,14 @@ export class FakeKubeApi {
     this.sendJson(res, record, 200, { kind: `${type.kind}List`, apiVersion: type.apiVersion, metadata, items });
   }
 
-  private startWatch(res: ServerResponse, record: RequestRecord, type: ResourceType, url: URL, namespace: string | undefined, selector: Selector): void {
+  private startWatch(
+    res: ServerResponse,
+    record: RequestRecord,
+    type: ResourceType,
+    url: URL,
+    namespace: string | undefined,
+    selector: Selector,
+  ): void {
     const rvParam = url.searchParams.get('resourceVersion') ?? '';
     const w: OpenWatch = {
       path: url.pathname,

@@ -10,7 +10,13 @@ import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { startApp, type RunningApp } from '../../src/app.js';
 import { buildConfig, type Config } from '../../src/config/config.js';
 import type { EndpointState } from '../../src/endpoints/model.js';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig, type BackendsCluster, type GatewayConfigOptions, type PickerTls } from '../../src/envoy-config/gateway-config.js';
+import {
+  DEFAULT_GATEWAY_OPTIONS,
+  renderGatewayConfig,
+  type BackendsCluster,
+  type GatewayConfigOptions,
+  type PickerTls,
+} from '../../src/envoy-config/gateway-config.js';
 import { GATEWAY_PROFILES, type GatewayProfileName } from '../../src/envoy-config/gateway-profiles.js';
 import { startEnvoy, type RunningEnvoy } from './envoy-process.js';
 import { send, type ClientRequest, type ClientResponse } from './http-client.js';
@@ -94,8 +100,15 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     shutdownGraceSeconds: 1,
     ...(options.pools === undefined ? {} : { static: { path: endpointsFile } }),
     ...own,
-    listen: { grpc: '127.0.0.1:0', http: '127.0.0.1:0', ...(pickerTls.kind === 'plaintext' ? {} : { tls: { enabled: true } }), ...section('listen') },
-    ...(profile === undefined && own.routing === undefined ? {} : { routing: { ...(profile === undefined ? {} : { destinationFormat: profile.picker.destinationFormat }), ...section('routing') } }),
+    listen: {
+      grpc: '127.0.0.1:0',
+      http: '127.0.0.1:0',
+      ...(pickerTls.kind === 'plaintext' ? {} : { tls: { enabled: true } }),
+      ...section('listen'),
+    },
+    ...(profile === undefined && own.routing === undefined
+      ? {}
+      : { routing: { ...(profile === undefined ? {} : { destinationFormat: profile.picker.destinationFormat }), ...section('routing') } }),
   };
   const config = buildConfig(toYaml(settings), { LLM_EXTPROC_LOG_LEVEL: logLevel });
   const app = await startApp(config, options.logger ?? pino({ level: logLevel }));
@@ -103,31 +116,37 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   try {
     const addresses = options.backendAddresses ?? [...new Set(pools.flatMap((p) => p.endpoints.map((e) => e.address)))];
     const loopback = { address: '127.0.0.1', port: 0 };
-    const envoyConfig = profile !== undefined
-      ? profile.render({
-          listener: loopback,
-          admin: loopback,
-          extProc: app.grpcAddress,
-          pickerTls,
-          backends: addresses,
-          ...(options.envoy?.routeTimeoutSeconds === undefined ? {} : { routeTimeoutSeconds: options.envoy.routeTimeoutSeconds }),
-          ...(options.istioPickerAuthority === undefined ? {} : { istioPickerAuthority: options.istioPickerAuthority }),
-        })
-      : renderGatewayConfig({
-      ...DEFAULT_GATEWAY_OPTIONS,
-      listener: { address: '127.0.0.1', port: 0 },
-      admin: { address: '127.0.0.1', port: 0 },
-      maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
-      maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
-      maxRetries: config.routing.fallbacks,
-      ...options.envoy,
-      extProc: app.grpcAddress,
-      ...(pickerTls.kind === 'plaintext' ? {} : { extProcTls: pickerTls }),
-      backends: options.backends ?? { kind: 'static', addresses },
-    });
+    const envoyConfig =
+      profile !== undefined
+        ? profile.render({
+            listener: loopback,
+            admin: loopback,
+            extProc: app.grpcAddress,
+            pickerTls,
+            backends: addresses,
+            ...(options.envoy?.routeTimeoutSeconds === undefined ? {} : { routeTimeoutSeconds: options.envoy.routeTimeoutSeconds }),
+            ...(options.istioPickerAuthority === undefined ? {} : { istioPickerAuthority: options.istioPickerAuthority }),
+          })
+        : renderGatewayConfig({
+            ...DEFAULT_GATEWAY_OPTIONS,
+            listener: { address: '127.0.0.1', port: 0 },
+            admin: { address: '127.0.0.1', port: 0 },
+            maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
+            maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
+            maxRetries: config.routing.fallbacks,
+            ...options.envoy,
+            extProc: app.grpcAddress,
+            ...(pickerTls.kind === 'plaintext' ? {} : { extProcTls: pickerTls }),
+            backends: options.backends ?? { kind: 'static', addresses },
+          });
     const finalConfig = options.transformEnvoyConfig === undefined ? envoyConfig : options.transformEnvoyConfig(envoyConfig);
-    envoy = await startEnvoy({ configYaml: toYaml(finalConfig), name: 'gateway', logLevel: (process.env.ENVOY_TEST_LOG_LEVEL ?? 'warning') as 'warning' });
-    if (options.waitForSync ?? true) await waitUntil(() => (app.store.isSynced() ? true : undefined), { description: 'endpoint cache sync' });
+    envoy = await startEnvoy({
+      configYaml: toYaml(finalConfig),
+      name: 'gateway',
+      logLevel: (process.env.ENVOY_TEST_LOG_LEVEL ?? 'warning') as 'warning',
+    });
+    if (options.waitForSync ?? true)
+      await waitUntil(() => (app.store.isSynced() ? true : undefined), { description: 'endpoint cache sync' });
   } catch (err) {
     await envoy?.stop();
     await app.stop();

@@ -34,10 +34,16 @@ export function healthClient(address: string): HealthClient {
     check: (service = '') =>
       new Promise<ServingStatus>((resolve, reject) => {
         const request: HealthCheckRequest = { service };
-        client.makeUnaryRequest(Check.path, Check.requestSerialize, Check.responseDeserialize, request, (err: ServiceError | null, value?: HealthCheckResponse) => {
-          if (err !== null) reject(err);
-          else resolve(value?.status ?? 'UNKNOWN');
-        });
+        client.makeUnaryRequest(
+          Check.path,
+          Check.requestSerialize,
+          Check.responseDeserialize,
+          request,
+          (err: ServiceError | null, value?: HealthCheckResponse) => {
+            if (err !== null) reject(err);
+            else resolve(value?.status ?? 'UNKNOWN');
+          },
+        );
       }),
     watch: (service = '') => {
       const request: HealthCheckRequest = { service };

@@ -43,7 +43,12 @@ export function run(cmd: string, args: readonly string[], options: { env?: NodeJ
 
 /** Helm with a private home, so the tests neither read nor write the user's Helm settings. */
 export function helm(args: readonly string[], home: string): Promise<RunResult> {
-  const env = { ...process.env, HELM_CACHE_HOME: join(home, 'cache'), HELM_CONFIG_HOME: join(home, 'config'), HELM_DATA_HOME: join(home, 'data') };
+  const env = {
+    ...process.env,
+    HELM_CACHE_HOME: join(home, 'cache'),
+    HELM_CONFIG_HOME: join(home, 'config'),
+    HELM_DATA_HOME: join(home, 'data'),
+  };
   return run(helmBinaryPath(), args, { env });
 }
 
@@ -51,7 +56,12 @@ export function helm(args: readonly string[], home: string): Promise<RunResult> 
 export interface K8sObject {
   readonly apiVersion: string;
   readonly kind: string;
-  readonly metadata: { readonly name: string; readonly namespace?: string; readonly labels?: Record<string, string>; readonly annotations?: Record<string, string> };
+  readonly metadata: {
+    readonly name: string;
+    readonly namespace?: string;
+    readonly labels?: Record<string, string>;
+    readonly annotations?: Record<string, string>;
+  };
   readonly [field: string]: unknown;
 }
 

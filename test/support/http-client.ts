@@ -30,7 +30,11 @@ const agent = new Agent({ keepAlive: false });
 
 export function send(port: number, req: ClientRequest): Promise<ClientResponse> {
   const body =
-    req.body === undefined ? undefined : Buffer.isBuffer(req.body) ? req.body : Buffer.from(typeof req.body === 'string' ? req.body : JSON.stringify(req.body));
+    req.body === undefined
+      ? undefined
+      : Buffer.isBuffer(req.body)
+        ? req.body
+        : Buffer.from(typeof req.body === 'string' ? req.body : JSON.stringify(req.body));
   const chunked = req.headers?.['transfer-encoding'] === 'chunked';
   const headers: Record<string, string> = {
     ...(body === undefined ? {} : { 'content-type': 'application/json', ...(chunked ? {} : { 'content-length': String(body.length) }) }),
@@ -45,24 +49,36 @@ export function send(port: number, req: ClientRequest): Promise<ClientResponse> 
       if (settled) return;
       settled = true;
       const bytes = Buffer.concat(chunks);
-      resolve({ status, headers: responseHeaders, body: bytes, error, text: () => bytes.toString('utf8'), json: () => JSON.parse(bytes.toString('utf8')) as unknown });
-    };
-    const clientRequest = httpRequest({ host: '127.0.0.1', port, method: req.method ?? (body === undefined ? 'GET' : 'POST'), path: req.path, headers, agent }, (res) => {
-      status = res.statusCode ?? 0;
-      responseHeaders = Object.fromEntries(Object.entries(res.headers).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : (v ?? '')]));
-      res.on('data', (chunk: Buffer) => {
-        chunks.push(chunk);
-        req.onData?.(chunk);
+      resolve({
+        status,
+        headers: responseHeaders,
+        body: bytes,
+        error,
+        text: () => bytes.toString('utf8'),
+        json: () => JSON.parse(bytes.toString('utf8')) as unknown,
       });
-      // Only a response whose body arrived completely is fine: a connection that ended early
-      // (reset, or a close before the last chunk / the declared length) is an error.
-      res.on('end', () => finish(res.complete ? undefined : new Error('response body incomplete')));
-      res.on('error', (err) => finish(err));
-      res.on('aborted', () => finish(new Error('response aborted')));
-      res.on('close', () => finish(new Error('connection closed before the response body ended')));
-    });
+    };
+    const clientRequest = httpRequest(
+      { host: '127.0.0.1', port, method: req.method ?? (body === undefined ? 'GET' : 'POST'), path: req.path, headers, agent },
+      (res) => {
+        status = res.statusCode ?? 0;
+        responseHeaders = Object.fromEntries(Object.entries(res.headers).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : (v ?? '')]));
+        res.on('data', (chunk: Buffer) => {
+          chunks.push(chunk);
+          req.onData?.(chunk);
+        });
+        // Only a response whose body arrived completely is fine: a connection that ended early
+        // (reset, or a close before the last chunk / the declared length) is an error.
+        res.on('end', () => finish(res.complete ? undefined : new Error('response body incomplete')));
+        res.on('error', (err) => finish(err));
+        res.on('aborted', () => finish(new Error('response aborted')));
+        res.on('close', () => finish(new Error('connection closed before the response body ended')));
+      },
+    );
     req.signal?.addEventListener('abort', () => clientRequest.destroy(new Error('client hung up')), { once: true });
-    clientRequest.setTimeout(req.timeoutMs ?? 30_000, () => clientRequest.destroy(new Error(`client timeout after ${req.timeoutMs ?? 30_000} ms`)));
+    clientRequest.setTimeout(req.timeoutMs ?? 30_000, () =>
+      clientRequest.destroy(new Error(`client timeout after ${req.timeoutMs ?? 30_000} ms`)),
+    );
     clientRequest.on('error', (err) => {
       if (status !== 0) finish(err);
       else if (!settled) {

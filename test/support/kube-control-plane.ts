@@ -60,18 +60,23 @@ export class KubeControlPlane {
       const [clientPort, peerPort, apiPort] = await freePorts(3);
       const etcdUrl = `http://127.0.0.1:${clientPort}`;
       const peerUrl = `http://127.0.0.1:${peerPort}`;
-      etcd = new TiedProcess('etcd', tools.etcd, [
-        '--name=test',
-        `--data-dir=${join(dir, 'etcd')}`,
-        `--listen-client-urls=${etcdUrl}`,
-        `--advertise-client-urls=${etcdUrl}`,
-        `--listen-peer-urls=${peerUrl}`,
-        `--initial-advertise-peer-urls=${peerUrl}`,
-        `--initial-cluster=test=${peerUrl}`,
-        // Test data need not survive a power cut; fsync on a busy shared disk costs seconds.
-        '--unsafe-no-fsync',
-        '--log-level=warn',
-      ], { logFile: join(dir, 'etcd.log') });
+      etcd = new TiedProcess(
+        'etcd',
+        tools.etcd,
+        [
+          '--name=test',
+          `--data-dir=${join(dir, 'etcd')}`,
+          `--listen-client-urls=${etcdUrl}`,
+          `--advertise-client-urls=${etcdUrl}`,
+          `--listen-peer-urls=${peerUrl}`,
+          `--initial-advertise-peer-urls=${peerUrl}`,
+          `--initial-cluster=test=${peerUrl}`,
+          // Test data need not survive a power cut; fsync on a busy shared disk costs seconds.
+          '--unsafe-no-fsync',
+          '--log-level=warn',
+        ],
+        { logFile: join(dir, 'etcd.log') },
+      );
       const runningEtcd = etcd;
       await waitUntil(async () => ((await httpGet(`${etcdUrl}/health`)).includes('"health":"true"') ? true : undefined), {
         description: `etcd healthy (log: ${join(dir, 'etcd.log')})`,
@@ -138,10 +143,18 @@ export class KubeControlPlane {
     this.apiserver = apiserver;
     const certFile = join(this.dir, 'certs', 'apiserver.crt');
     // The certificate appears before the server listens; read it once it exists.
-    this.caPem = await waitUntil(async () => {
-      const pem = await readFile(certFile, 'utf8');
-      return pem.includes('END CERTIFICATE') ? pem : undefined;
-    }, { description: `kube-apiserver serving certificate (log: ${logFile})`, timeoutMs: START_TIMEOUT_MS, intervalMs: 100, signal: exitSignal(apiserver) });
+    this.caPem = await waitUntil(
+      async () => {
+        const pem = await readFile(certFile, 'utf8');
+        return pem.includes('END CERTIFICATE') ? pem : undefined;
+      },
+      {
+        description: `kube-apiserver serving certificate (log: ${logFile})`,
+        timeoutMs: START_TIMEOUT_MS,
+        intervalMs: 100,
+        signal: exitSignal(apiserver),
+      },
+    );
     await waitUntil(async () => ((await this.get('/readyz')).body === 'ok' ? true : undefined), {
       description: `kube-apiserver /readyz (log: ${logFile})`,
       timeoutMs: START_TIMEOUT_MS,
@@ -208,27 +221,37 @@ export class KubeControlPlane {
   async installInferencePoolCrd(): Promise<void> {
     await this.apply(await readFile(this.tools.inferencePoolCrd, 'utf8'));
     const ext = this.kubeConfig().makeApiClient(ApiextensionsV1Api);
-    await waitUntil(async () => {
-      const crd = await ext.readCustomResourceDefinition({ name: 'inferencepools.inference.networking.k8s.io' });
-      return crd.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ? true : undefined;
-    }, { description: 'InferencePool CRD established', timeoutMs: 60_000, intervalMs: 100 });
+    await waitUntil(
+      async () => {
+        const crd = await ext.readCustomResourceDefinition({ name: 'inferencepools.inference.networking.k8s.io' });
+        return crd.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ? true : undefined;
+      },
+      { description: 'InferencePool CRD established', timeoutMs: 60_000, intervalMs: 100 },
+    );
     // Established can precede discovery by a moment; the first list must not 404.
-    await waitUntil(async () => ((await this.get('/apis/inference.networking.k8s.io/v1/inferencepools')).status === 200 ? true : undefined), {
-      description: 'InferencePool API served',
-      timeoutMs: 60_000,
-      intervalMs: 100,
-    });
+    await waitUntil(
+      async () => ((await this.get('/apis/inference.networking.k8s.io/v1/inferencepools')).status === 200 ? true : undefined),
+      {
+        description: 'InferencePool API served',
+        timeoutMs: 60_000,
+        intervalMs: 100,
+      },
+    );
   }
 
   /** A GET with the admin token; never throws on HTTP errors. */
   get(path: string): Promise<{ status: number; body: string }> {
     return new Promise((resolve, reject) => {
-      const req = httpsRequest(`${this.server}${path}`, { ca: this.caPem, headers: { authorization: `Bearer ${this.adminToken}` } }, (res) => {
-        let body = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => (body += chunk));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      });
+      const req = httpsRequest(
+        `${this.server}${path}`,
+        { ca: this.caPem, headers: { authorization: `Bearer ${this.adminToken}` } },
+        (res) => {
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (chunk: string) => (body += chunk));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+        },
+      );
       req.setTimeout(10_000, () => req.destroy(new Error(`GET ${path} timed out`)));
       req.on('error', reject);
       req.end();
@@ -279,11 +302,15 @@ export class KubeControlPlane {
 /** Distinct free loopback ports (the kernel picks them; they are released before use). */
 async function freePorts(count: number): Promise<number[]> {
   const servers = await Promise.all(
-    Array.from({ length: count }, () => new Promise<Server>((resolve, reject) => {
-      const server = createServer();
-      server.once('error', reject);
-      server.listen(0, '127.0.0.1', () => resolve(server));
-    })),
+    Array.from(
+      { length: count },
+      () =>
+        new Promise<Server>((resolve, reject) => {
+          const server = createServer();
+          server.once('error', reject);
+          server.listen(0, '127.0.0.1', () => resolve(server));
+        }),
+    ),
   );
   const ports = servers.map((s) => {
     const address = s.address();

@@ -19,15 +19,7 @@ import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
-import {
-  apiKindOf,
-  jsonReply,
-  modelsReply,
-  openAIError,
-  parseInferenceRequest,
-  sseErrorEvent,
-  streamReply,
-} from './openai-replies.js';
+import { apiKindOf, jsonReply, modelsReply, openAIError, parseInferenceRequest, sseErrorEvent, streamReply } from './openai-replies.js';
 import type { InferenceRequest, SseErrorSpec } from './openai-replies.js';
 
 /** How the server answers inference requests. `afterEvents` counts SSE events (or JSON halves). */
@@ -260,7 +252,12 @@ class RecordingWriter {
   /** Sends a complete body with content-length. */
   async send(status: number, contentType: string, body: string | Buffer, extra: OutgoingHttpHeaders = {}): Promise<void> {
     const bytes = typeof body === 'string' ? Buffer.from(body) : body;
-    this.res.writeHead(status, { ...extra, 'content-type': contentType, 'content-length': bytes.length, 'x-model-server-id': this.serverId });
+    this.res.writeHead(status, {
+      ...extra,
+      'content-type': contentType,
+      'content-length': bytes.length,
+      'x-model-server-id': this.serverId,
+    });
     this.record.status = status;
     this.record.headers = this.res.getHeaders();
     await this.end(bytes);
@@ -270,7 +267,6 @@ class RecordingWriter {
     if (ms > 0) await delay(ms, undefined, { signal: this.signal });
   }
 }
-
 
 function json(value: unknown): Buffer {
   return Buffer.from(JSON.stringify(value));
@@ -308,7 +304,12 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
     socket.once('close', () => sockets.delete(socket));
   });
 
-  const answerInference = async (w: RecordingWriter, req: IncomingMessage, b: Behavior, parsed: InferenceRequest): Promise<'reset' | 'closed' | undefined> => {
+  const answerInference = async (
+    w: RecordingWriter,
+    req: IncomingMessage,
+    b: Behavior,
+    parsed: InferenceRequest,
+  ): Promise<'reset' | 'closed' | undefined> => {
     const stream = () => streamReply(id, parsed);
     const jsonBody = () => json(jsonReply(id, parsed));
     const sendEvents = async (events: readonly (string | Buffer)[], gapMs: number): Promise<void> => {
@@ -395,7 +396,11 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
         return undefined;
       case 'json-error': {
         const status = b.status ?? 500;
-        const body = openAIError(b.message ?? `model server error ${status}`, b.type ?? (status >= 500 ? 'server_error' : 'invalid_request_error'), b.code ?? status);
+        const body = openAIError(
+          b.message ?? `model server error ${status}`,
+          b.type ?? (status >= 500 ? 'server_error' : 'invalid_request_error'),
+          b.code ?? status,
+        );
         await w.send(status, JSON_TYPE, json(body));
         return undefined;
       }
@@ -425,7 +430,9 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
         else res.writeHead(500, { 'content-type': 'text/plain' }).end('metrics unavailable');
         return;
       }
-      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(vllmMetricsText(models[0] ?? 'test-model', now));
+      res
+        .writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' })
+        .end(vllmMetricsText(models[0] ?? 'test-model', now));
       return;
     }
     // Decided at arrival, so one-shot faults go to requests in arrival order.

@@ -73,11 +73,7 @@ const PROMPT_FIELD: Record<ApiKind, string> = {
 };
 
 /** Parses an inference request body, or returns the client-facing reason it is unusable. */
-export function parseInferenceRequest(
-  kind: ApiKind,
-  body: Buffer,
-  defaultModel: string,
-): InferenceRequest | { readonly error: string } {
+export function parseInferenceRequest(kind: ApiKind, body: Buffer, defaultModel: string): InferenceRequest | { readonly error: string } {
   let parsed: unknown;
   try {
     parsed = JSON.parse(body.toString('utf8'));
@@ -243,7 +239,10 @@ export function streamReply(serverId: string, req: InferenceRequest): StreamPlan
   if (req.kind === 'responses') {
     let seq = 0;
     const events = [
-      sseEvent(JSON.stringify({ type: 'response.created', sequence_number: seq++, response: responsesObject(ctx, 'in_progress') }), 'response.created'),
+      sseEvent(
+        JSON.stringify({ type: 'response.created', sequence_number: seq++, response: responsesObject(ctx, 'in_progress') }),
+        'response.created',
+      ),
       ...ctx.tokens.map((delta) =>
         sseEvent(
           JSON.stringify({

@@ -119,8 +119,12 @@ function containerName(pod: PodJson): string {
 export function pendingPod(o: PodOptions): PodJson {
   const pod = skeleton(o);
   pod.status.conditions = [
-    condition('PodScheduled', 'False', 'Unschedulable',
-      '0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.'),
+    condition(
+      'PodScheduled',
+      'False',
+      'Unschedulable',
+      '0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.',
+    ),
   ];
   return pod;
 }
@@ -179,7 +183,13 @@ export function readyPod(o: PodOptions): PodJson {
 export function crashLoopPod(o: PodOptions): PodJson {
   const pod = notReadyPod(o);
   const c = containerName(pod);
-  const status = containerStatus(c, { waiting: { reason: 'CrashLoopBackOff', message: `back-off 40s restarting failed container=${c}` } }, false, false, 3);
+  const status = containerStatus(
+    c,
+    { waiting: { reason: 'CrashLoopBackOff', message: `back-off 40s restarting failed container=${c}` } },
+    false,
+    false,
+    3,
+  );
   status.lastState = { terminated: { reason: 'OOMKilled', exitCode: 137, startedAt: T0, finishedAt: T0 } };
   pod.status.containerStatuses = [status];
   return pod;

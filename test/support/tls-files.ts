@@ -84,7 +84,13 @@ export async function makeTestCa(): Promise<TestCa> {
           { name: 'basicConstraints', cA: false },
           { name: 'keyUsage', digitalSignature: true, keyEncipherment: true },
           { name: 'extKeyUsage', serverAuth: true },
-          { name: 'subjectAltName', altNames: [{ type: 2, value: 'localhost' }, { type: 7, ip: '127.0.0.1' }] },
+          {
+            name: 'subjectAltName',
+            altNames: [
+              { type: 2, value: 'localhost' },
+              { type: 7, ip: '127.0.0.1' },
+            ],
+          },
         ],
       });
       return { cert: Buffer.from(leaf.cert), key: Buffer.from(leaf.private) };

@@ -17,10 +17,7 @@ export interface WaitUntilOptions {
  * Calls `probe` until it returns something other than `undefined`, and resolves with that value.
  * A probe that throws counts as "not yet"; the last error is attached as the timeout's cause.
  */
-export async function waitUntil<T>(
-  probe: () => T | undefined | Promise<T | undefined>,
-  options: WaitUntilOptions,
-): Promise<T> {
+export async function waitUntil<T>(probe: () => T | undefined | Promise<T | undefined>, options: WaitUntilOptions): Promise<T> {
   const timeoutMs = options.timeoutMs ?? 10_000;
   const intervalMs = options.intervalMs ?? 20;
   const deadline = Date.now() + timeoutMs;

@@ -11,7 +11,14 @@ import { withoutExtProc } from '../../scripts/bench/baseline-config.js';
 import { codeArea, summarizeProfile } from '../../scripts/bench/cpu-profile.js';
 import type { CpuProfile } from '../../scripts/bench/cpu-profile.js';
 import { keepAliveAgent, timedRequest, timedStream } from '../../scripts/bench/load.js';
-import { histogramDelta, histogramQuantile, parseHistogram, percentile, replaceBetweenMarkers, summarize } from '../../scripts/bench/stats.js';
+import {
+  histogramDelta,
+  histogramQuantile,
+  parseHistogram,
+  percentile,
+  replaceBetweenMarkers,
+  summarize,
+} from '../../scripts/bench/stats.js';
 import { startBenchUpstream } from '../../scripts/bench/upstream.js';
 
 describe('bench statistics', () => {
@@ -59,7 +66,11 @@ describe('bench statistics', () => {
 });
 
 describe('bench baseline config', () => {
-  const rendered = renderGatewayConfig({ ...DEFAULT_GATEWAY_OPTIONS, extProc: 'unix:///tmp/x.sock', backends: { kind: 'static', addresses: ['127.0.0.1:8000'] } });
+  const rendered = renderGatewayConfig({
+    ...DEFAULT_GATEWAY_OPTIONS,
+    extProc: 'unix:///tmp/x.sock',
+    backends: { kind: 'static', addresses: ['127.0.0.1:8000'] },
+  });
 
   it('drops exactly the ext_proc filter and cluster and leaves the rest identical', () => {
     const baseline = withoutExtProc(rendered);
@@ -67,7 +78,12 @@ describe('bench baseline config', () => {
     assert.ok(!text.includes('envoy.filters.http.ext_proc'));
     assert.ok(!text.includes('"llm_extproc"'));
     // Put the removed pieces back: the result must equal the original.
-    const original = JSON.parse(JSON.stringify(rendered)) as { static_resources: { listeners: { filter_chains: { filters: { typed_config: { http_filters: unknown[] } }[] }[] }[]; clusters: { name: string }[] } };
+    const original = JSON.parse(JSON.stringify(rendered)) as {
+      static_resources: {
+        listeners: { filter_chains: { filters: { typed_config: { http_filters: unknown[] } }[] }[] }[];
+        clusters: { name: string }[];
+      };
+    };
     const hcm = original.static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
     hcm.http_filters = hcm.http_filters.slice(1);
     original.static_resources.clusters = original.static_resources.clusters.filter((c) => c.name !== 'llm_extproc');

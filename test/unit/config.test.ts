@@ -47,7 +47,12 @@ describe('buildConfig: defaults', () => {
       assert.deepEqual(config.listen, { grpc: '0.0.0.0:9002', http: '0.0.0.0:9090' });
       assert.equal(config.logLevel, 'info');
       assert.deepEqual(config.source, { kind: 'static', path: 'endpoints.yaml' });
-      assert.deepEqual(config.routing, { fallbacks: 2, maxRequestBodyBytes: 8 * MiB, maxInspectedBodyBytes: 4 * MiB, destinationFormat: 'list' });
+      assert.deepEqual(config.routing, {
+        fallbacks: 2,
+        maxRequestBodyBytes: 8 * MiB,
+        maxInspectedBodyBytes: 4 * MiB,
+        destinationFormat: 'list',
+      });
       assert.deepEqual(config.quarantine, { threshold: 3, baseMs: 10_000, maxMs: 300_000, checkPath: '', checkTimeoutMs: 500 });
       assert.equal(config.shutdownGraceMs, 20_000);
     });
@@ -102,13 +107,43 @@ shutdownGraceSeconds: 0
 describe('buildConfig: environment overrides', () => {
   const file = 'listen:\n  grpc: 0.0.0.0:1\n  http: 0.0.0.0:2\nlogLevel: warn\nstatic:\n  path: from-file.yaml\n';
   const cases: ReadonlyArray<{ name: string; env: Env; pick: (c: Config) => unknown; expected: unknown }> = [
-    { name: 'file values without env', env: {}, pick: (c) => [c.listen.grpc, c.listen.http, c.logLevel, c.source], expected: ['0.0.0.0:1', '0.0.0.0:2', 'warn', { kind: 'static', path: 'from-file.yaml' }] },
-    { name: 'LLM_EXTPROC_GRPC_ADDRESS', env: { LLM_EXTPROC_GRPC_ADDRESS: 'unix:///tmp/x.sock' }, pick: (c) => c.listen, expected: { grpc: 'unix:///tmp/x.sock', http: '0.0.0.0:2' } },
-    { name: 'LLM_EXTPROC_HTTP_ADDRESS', env: { LLM_EXTPROC_HTTP_ADDRESS: '127.0.0.1:0' }, pick: (c) => c.listen, expected: { grpc: '0.0.0.0:1', http: '127.0.0.1:0' } },
+    {
+      name: 'file values without env',
+      env: {},
+      pick: (c) => [c.listen.grpc, c.listen.http, c.logLevel, c.source],
+      expected: ['0.0.0.0:1', '0.0.0.0:2', 'warn', { kind: 'static', path: 'from-file.yaml' }],
+    },
+    {
+      name: 'LLM_EXTPROC_GRPC_ADDRESS',
+      env: { LLM_EXTPROC_GRPC_ADDRESS: 'unix:///tmp/x.sock' },
+      pick: (c) => c.listen,
+      expected: { grpc: 'unix:///tmp/x.sock', http: '0.0.0.0:2' },
+    },
+    {
+      name: 'LLM_EXTPROC_HTTP_ADDRESS',
+      env: { LLM_EXTPROC_HTTP_ADDRESS: '127.0.0.1:0' },
+      pick: (c) => c.listen,
+      expected: { grpc: '0.0.0.0:1', http: '127.0.0.1:0' },
+    },
     { name: 'LLM_EXTPROC_LOG_LEVEL', env: { LLM_EXTPROC_LOG_LEVEL: 'trace' }, pick: (c) => c.logLevel, expected: 'trace' },
-    { name: 'LLM_EXTPROC_ENDPOINTS_FILE', env: { LLM_EXTPROC_ENDPOINTS_FILE: '/srv/e.yaml' }, pick: (c) => c.source, expected: { kind: 'static', path: '/srv/e.yaml' } },
-    { name: 'an empty LLM_EXTPROC_ENDPOINTS_FILE counts as unset', env: { LLM_EXTPROC_ENDPOINTS_FILE: '' }, pick: (c) => c.source, expected: { kind: 'static', path: 'from-file.yaml' } },
-    { name: 'unrelated variables are ignored', env: { LLM_EXTPROC_FALLBACKS: '9', HOME: '/root' }, pick: (c) => c.routing.fallbacks, expected: 2 },
+    {
+      name: 'LLM_EXTPROC_ENDPOINTS_FILE',
+      env: { LLM_EXTPROC_ENDPOINTS_FILE: '/srv/e.yaml' },
+      pick: (c) => c.source,
+      expected: { kind: 'static', path: '/srv/e.yaml' },
+    },
+    {
+      name: 'an empty LLM_EXTPROC_ENDPOINTS_FILE counts as unset',
+      env: { LLM_EXTPROC_ENDPOINTS_FILE: '' },
+      pick: (c) => c.source,
+      expected: { kind: 'static', path: 'from-file.yaml' },
+    },
+    {
+      name: 'unrelated variables are ignored',
+      env: { LLM_EXTPROC_FALLBACKS: '9', HOME: '/root' },
+      pick: (c) => c.routing.fallbacks,
+      expected: 2,
+    },
   ];
   for (const c of cases) {
     it(c.name, () => {
@@ -127,16 +162,17 @@ describe('buildConfig: environment overrides', () => {
   });
 
   it('a bad LLM_EXTPROC_LOG_LEVEL is rejected', () => {
-    rejects(undefined, { LLM_EXTPROC_LOG_LEVEL: 'loud' }, 'LLM_EXTPROC_LOG_LEVEL: expected one of fatal, error, warn, info, debug, trace, silent, got "loud"');
+    rejects(
+      undefined,
+      { LLM_EXTPROC_LOG_LEVEL: 'loud' },
+      'LLM_EXTPROC_LOG_LEVEL: expected one of fatal, error, warn, info, debug, trace, silent, got "loud"',
+    );
   });
 
-  it(
-    'an empty LLM_EXTPROC_GRPC_ADDRESS counts as unset, like LLM_EXTPROC_ENDPOINTS_FILE',
-    () => {
-      const config = buildConfig(file, { LLM_EXTPROC_GRPC_ADDRESS: '', LLM_EXTPROC_HTTP_ADDRESS: '' });
-      assert.deepEqual(config.listen, { grpc: '0.0.0.0:1', http: '0.0.0.0:2' });
-    },
-  );
+  it('an empty LLM_EXTPROC_GRPC_ADDRESS counts as unset, like LLM_EXTPROC_ENDPOINTS_FILE', () => {
+    const config = buildConfig(file, { LLM_EXTPROC_GRPC_ADDRESS: '', LLM_EXTPROC_HTTP_ADDRESS: '' });
+    assert.deepEqual(config.listen, { grpc: '0.0.0.0:1', http: '0.0.0.0:2' });
+  });
 });
 
 describe('buildConfig: kubernetes section', () => {
@@ -169,7 +205,13 @@ kubernetes:
       kubernetes: {
         kubeconfigPath: '/home/me/.kube/config',
         pools: [
-          { name: 'llama', namespace: 'models', selector: { app: 'vllm', model: 'llama' }, targetPort: 8080, models: ['llama-3-8b', 'llama-3-8b-instruct'] },
+          {
+            name: 'llama',
+            namespace: 'models',
+            selector: { app: 'vllm', model: 'llama' },
+            targetPort: 8080,
+            models: ['llama-3-8b', 'llama-3-8b-instruct'],
+          },
           { name: 'phi', namespace: 'small', selector: { app: 'phi' }, targetPort: 8000, models: ['phi-3'] },
         ],
         inferencePools: { enabled: true, namespaces: ['models', 'small'], modelsAnnotation: 'example.com/models' },
@@ -189,7 +231,10 @@ kubernetes:
 
   it('inferencePools alone (no static pools) is enough', () => {
     const config = buildConfig('kubernetes:\n  inferencePools:\n    enabled: true\n    namespaces: [models]\n', {});
-    assert.deepEqual(config.source, { kind: 'kubernetes', kubernetes: { pools: [], inferencePools: { enabled: true, namespaces: ['models'] } } });
+    assert.deepEqual(config.source, {
+      kind: 'kubernetes',
+      kubernetes: { pools: [], inferencePools: { enabled: true, namespaces: ['models'] } },
+    });
   });
 
   it('a disabled inferencePools section is dropped', () => {
@@ -200,10 +245,15 @@ kubernetes:
 });
 
 describe('buildConfig: validation errors name the field', () => {
-  const pool = (extra: string): string => `kubernetes:\n  pools:\n    - name: llama\n      namespace: models\n      selector: { app: vllm }\n      models: [m]\n${extra}`;
+  const pool = (extra: string): string =>
+    `kubernetes:\n  pools:\n    - name: llama\n      namespace: models\n      selector: { app: vllm }\n      models: [m]\n${extra}`;
   const cases: ReadonlyArray<{ name: string; fileText: string; message: string | RegExp }> = [
     { name: 'invalid YAML', fileText: 'listen: [unclosed\n', message: /^config file is not valid YAML: .+/ },
-    { name: 'duplicate keys are invalid YAML', fileText: 'logLevel: info\nlogLevel: debug\n', message: /^config file is not valid YAML: .+/ },
+    {
+      name: 'duplicate keys are invalid YAML',
+      fileText: 'logLevel: info\nlogLevel: debug\n',
+      message: /^config file is not valid YAML: .+/,
+    },
     { name: 'top level is a list', fileText: '- listen\n', message: 'config file: expected a mapping at the top level' },
     { name: 'top level is a scalar', fileText: 'hello\n', message: 'config file: expected a mapping at the top level' },
     { name: 'listen is a scalar', fileText: 'listen: 9002\n', message: 'listen: expected a mapping' },
@@ -211,44 +261,130 @@ describe('buildConfig: validation errors name the field', () => {
     { name: 'quarantine is a string', fileText: 'quarantine: off\n', message: 'quarantine: expected a mapping' },
     { name: 'listen.grpc is a number', fileText: 'listen:\n  grpc: 9002\n', message: 'listen.grpc: expected a non-empty string' },
     { name: 'listen.http is empty', fileText: 'listen:\n  http: ""\n', message: 'listen.http: expected a non-empty string' },
-    { name: 'logLevel unknown', fileText: 'logLevel: verbose\n', message: 'logLevel: expected one of fatal, error, warn, info, debug, trace, silent, got "verbose"' },
-    { name: 'logLevel upper case', fileText: 'logLevel: DEBUG\n', message: 'logLevel: expected one of fatal, error, warn, info, debug, trace, silent, got "DEBUG"' },
+    {
+      name: 'logLevel unknown',
+      fileText: 'logLevel: verbose\n',
+      message: 'logLevel: expected one of fatal, error, warn, info, debug, trace, silent, got "verbose"',
+    },
+    {
+      name: 'logLevel upper case',
+      fileText: 'logLevel: DEBUG\n',
+      message: 'logLevel: expected one of fatal, error, warn, info, debug, trace, silent, got "DEBUG"',
+    },
     { name: 'negative fallbacks', fileText: 'routing:\n  fallbacks: -1\n', message: 'routing.fallbacks: expected a number ≥ 0, got -1' },
-    { name: 'fallbacks as words', fileText: 'routing:\n  fallbacks: two\n', message: 'routing.fallbacks: expected a number ≥ 0, got "two"' },
-    { name: 'fallbacks as a boolean', fileText: 'routing:\n  fallbacks: true\n', message: 'routing.fallbacks: expected a number ≥ 0, got true' },
-    { name: 'zero body limit', fileText: 'routing:\n  maxRequestBodyBytes: 0\n', message: 'routing.maxRequestBodyBytes: expected a number ≥ 1, got 0' },
-    { name: 'negative inspection limit', fileText: 'routing:\n  maxInspectedBodyBytes: -5\n', message: 'routing.maxInspectedBodyBytes: expected a number ≥ 0, got -5' },
-    { name: 'zero failure threshold', fileText: 'quarantine:\n  consecutiveFailures: 0\n', message: 'quarantine.consecutiveFailures: expected a number ≥ 1, got 0' },
-    { name: 'negative base backoff', fileText: 'quarantine:\n  baseSeconds: -1\n', message: 'quarantine.baseSeconds: expected a number ≥ 0, got -1' },
-    { name: 'infinite max backoff', fileText: 'quarantine:\n  maxSeconds: .inf\n', message: /^quarantine\.maxSeconds: expected a number ≥ 0/ },
+    {
+      name: 'fallbacks as words',
+      fileText: 'routing:\n  fallbacks: two\n',
+      message: 'routing.fallbacks: expected a number ≥ 0, got "two"',
+    },
+    {
+      name: 'fallbacks as a boolean',
+      fileText: 'routing:\n  fallbacks: true\n',
+      message: 'routing.fallbacks: expected a number ≥ 0, got true',
+    },
+    {
+      name: 'zero body limit',
+      fileText: 'routing:\n  maxRequestBodyBytes: 0\n',
+      message: 'routing.maxRequestBodyBytes: expected a number ≥ 1, got 0',
+    },
+    {
+      name: 'negative inspection limit',
+      fileText: 'routing:\n  maxInspectedBodyBytes: -5\n',
+      message: 'routing.maxInspectedBodyBytes: expected a number ≥ 0, got -5',
+    },
+    {
+      name: 'zero failure threshold',
+      fileText: 'quarantine:\n  consecutiveFailures: 0\n',
+      message: 'quarantine.consecutiveFailures: expected a number ≥ 1, got 0',
+    },
+    {
+      name: 'negative base backoff',
+      fileText: 'quarantine:\n  baseSeconds: -1\n',
+      message: 'quarantine.baseSeconds: expected a number ≥ 0, got -1',
+    },
+    {
+      name: 'infinite max backoff',
+      fileText: 'quarantine:\n  maxSeconds: .inf\n',
+      message: /^quarantine\.maxSeconds: expected a number ≥ 0/,
+    },
     { name: 'NaN max backoff', fileText: 'quarantine:\n  maxSeconds: .nan\n', message: /^quarantine\.maxSeconds: expected a number ≥ 0/ },
-    { name: 'negative shutdown grace', fileText: 'shutdownGraceSeconds: -2\n', message: 'shutdownGraceSeconds: expected a number ≥ 0, got -2' },
+    {
+      name: 'negative shutdown grace',
+      fileText: 'shutdownGraceSeconds: -2\n',
+      message: 'shutdownGraceSeconds: expected a number ≥ 0, got -2',
+    },
     { name: 'static is a string', fileText: 'static: endpoints.yaml\n', message: 'static: expected a mapping' },
     { name: 'static.path empty', fileText: 'static:\n  path: ""\n', message: 'static.path: expected a non-empty string' },
     { name: 'kubernetes is a list', fileText: 'kubernetes: [a]\n', message: 'kubernetes: expected a mapping' },
-    { name: 'kubernetes without pools', fileText: 'kubernetes: {}\n', message: 'kubernetes.pools: define at least one pool, or enable inferencePools' },
-    { name: 'kubernetes with an empty pool list', fileText: 'kubernetes:\n  pools: []\n', message: 'kubernetes.pools: define at least one pool, or enable inferencePools' },
+    {
+      name: 'kubernetes without pools',
+      fileText: 'kubernetes: {}\n',
+      message: 'kubernetes.pools: define at least one pool, or enable inferencePools',
+    },
+    {
+      name: 'kubernetes with an empty pool list',
+      fileText: 'kubernetes:\n  pools: []\n',
+      message: 'kubernetes.pools: define at least one pool, or enable inferencePools',
+    },
     { name: 'kubernetes null', fileText: 'kubernetes:\n', message: 'kubernetes.pools: define at least one pool, or enable inferencePools' },
     { name: 'pools is a mapping', fileText: 'kubernetes:\n  pools: { llama: {} }\n', message: 'kubernetes.pools: expected a list' },
     { name: 'pool is a scalar', fileText: 'kubernetes:\n  pools: [llama]\n', message: 'kubernetes.pools[0]: expected a mapping' },
-    { name: 'pool without selector', fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, models: [m] }\n', message: 'kubernetes.pools[0].selector: required (label key: value pairs)' },
-    { name: 'empty selector', fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: {}, models: [m] }\n', message: 'kubernetes.pools[0].selector: required (label key: value pairs)' },
-    { name: 'selector value not a string', fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { tier: 1 }, models: [m] }\n', message: 'kubernetes.pools[0].selector.tier: expected a string' },
-    { name: 'pool without name', fileText: 'kubernetes:\n  pools:\n    - { namespace: n, selector: { a: b }, models: [m] }\n', message: 'kubernetes.pools[0].name: required' },
-    { name: 'pool with empty namespace', fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: "", selector: { a: b }, models: [m] }\n', message: 'kubernetes.pools[0].namespace: expected a non-empty string' },
-    { name: 'pool with port 0', fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, targetPort: 0, models: [m] }\n', message: 'kubernetes.pools[0].targetPort: expected a number ≥ 1, got 0' },
-    { name: 'pool without models', fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b } }\n', message: 'kubernetes.pools[0].models: expected a list of non-empty strings' },
-    { name: 'pool with an empty model name', fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, models: [""] }\n', message: 'kubernetes.pools[0].models: expected a list of non-empty strings' },
+    {
+      name: 'pool without selector',
+      fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, models: [m] }\n',
+      message: 'kubernetes.pools[0].selector: required (label key: value pairs)',
+    },
+    {
+      name: 'empty selector',
+      fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: {}, models: [m] }\n',
+      message: 'kubernetes.pools[0].selector: required (label key: value pairs)',
+    },
+    {
+      name: 'selector value not a string',
+      fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { tier: 1 }, models: [m] }\n',
+      message: 'kubernetes.pools[0].selector.tier: expected a string',
+    },
+    {
+      name: 'pool without name',
+      fileText: 'kubernetes:\n  pools:\n    - { namespace: n, selector: { a: b }, models: [m] }\n',
+      message: 'kubernetes.pools[0].name: required',
+    },
+    {
+      name: 'pool with empty namespace',
+      fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: "", selector: { a: b }, models: [m] }\n',
+      message: 'kubernetes.pools[0].namespace: expected a non-empty string',
+    },
+    {
+      name: 'pool with port 0',
+      fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, targetPort: 0, models: [m] }\n',
+      message: 'kubernetes.pools[0].targetPort: expected a number ≥ 1, got 0',
+    },
+    {
+      name: 'pool without models',
+      fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b } }\n',
+      message: 'kubernetes.pools[0].models: expected a list of non-empty strings',
+    },
+    {
+      name: 'pool with an empty model name',
+      fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, models: [""] }\n',
+      message: 'kubernetes.pools[0].models: expected a list of non-empty strings',
+    },
     {
       name: 'the second pool is named by index',
-      fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, models: [m] }\n    - { name: b, namespace: n, selector: { a: b }, models: m }\n',
+      fileText:
+        'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, models: [m] }\n    - { name: b, namespace: n, selector: { a: b }, models: m }\n',
       message: 'kubernetes.pools[1].models: expected a list of non-empty strings',
     },
-    { name: 'inferencePools namespaces not a list', fileText: 'kubernetes:\n  inferencePools: { enabled: true, namespaces: models }\n', message: 'kubernetes.inferencePools.namespaces: expected a list of non-empty strings' },
+    {
+      name: 'inferencePools namespaces not a list',
+      fileText: 'kubernetes:\n  inferencePools: { enabled: true, namespaces: models }\n',
+      message: 'kubernetes.inferencePools.namespaces: expected a list of non-empty strings',
+    },
     { name: 'backoff without maxMs', fileText: pool('  backoff: { initialMs: 100 }\n'), message: 'kubernetes.backoff.maxMs: required' },
     {
       name: 'two pools with one name',
-      fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, models: [m] }\n    - { name: a, namespace: o, selector: { a: b }, models: [m] }\n',
+      fileText:
+        'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, models: [m] }\n    - { name: a, namespace: o, selector: { a: b }, models: [m] }\n',
       message: 'kubernetes.pools[1].name: "a" is already the name of kubernetes.pools[0] (pool names must be unique)',
     },
     {
@@ -256,33 +392,59 @@ describe('buildConfig: validation errors name the field', () => {
       fileText: 'kubernetes:\n  inferencePools: { enabled: true }\n',
       message: 'kubernetes.inferencePools.namespaces: list at least one namespace whose InferencePools to watch',
     },
-    { name: 'inferencePools.enabled as a string', fileText: 'kubernetes:\n  inferencePools: { enabled: "yes", namespaces: [m] }\n', message: 'kubernetes.inferencePools.enabled: expected true or false, got "yes"' },
-    { name: 'TLS enabled as a word', fileText: 'listen:\n  tls: { enabled: on }\n', message: 'listen.tls.enabled: expected true or false, got "on"' },
-    { name: 'a pool model list holding null', fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, models: [~] }\n', message: 'kubernetes.pools[0].models: expected a list of non-empty strings' },
-    { name: 'backoff max below initial', fileText: pool('  backoff: { initialMs: 500, maxMs: 100 }\n'), message: 'kubernetes.backoff.maxMs: must be ≥ initialMs (500)' },
-    { name: 'backoff initial zero', fileText: pool('  backoff: { initialMs: 0, maxMs: 100 }\n'), message: 'kubernetes.backoff.initialMs: expected a number ≥ 1, got 0' },
-    { name: 'check path not absolute', fileText: 'quarantine:\n  checkPath: health\n', message: 'quarantine.checkPath: expected a path starting with "/" (or empty for a TCP connect)' },
-    { name: 'check timeout zero', fileText: 'quarantine:\n  checkTimeoutSeconds: 0\n', message: 'quarantine.checkTimeoutSeconds: expected a number of seconds above 0' },
-    { name: 'watch timeout zero', fileText: pool('  timeouts: { watchSeconds: 0 }\n'), message: 'kubernetes.timeouts.watchSeconds: expected a number ≥ 1, got 0' },
+    {
+      name: 'inferencePools.enabled as a string',
+      fileText: 'kubernetes:\n  inferencePools: { enabled: "yes", namespaces: [m] }\n',
+      message: 'kubernetes.inferencePools.enabled: expected true or false, got "yes"',
+    },
+    {
+      name: 'TLS enabled as a word',
+      fileText: 'listen:\n  tls: { enabled: on }\n',
+      message: 'listen.tls.enabled: expected true or false, got "on"',
+    },
+    {
+      name: 'a pool model list holding null',
+      fileText: 'kubernetes:\n  pools:\n    - { name: a, namespace: n, selector: { a: b }, models: [~] }\n',
+      message: 'kubernetes.pools[0].models: expected a list of non-empty strings',
+    },
+    {
+      name: 'backoff max below initial',
+      fileText: pool('  backoff: { initialMs: 500, maxMs: 100 }\n'),
+      message: 'kubernetes.backoff.maxMs: must be ≥ initialMs (500)',
+    },
+    {
+      name: 'backoff initial zero',
+      fileText: pool('  backoff: { initialMs: 0, maxMs: 100 }\n'),
+      message: 'kubernetes.backoff.initialMs: expected a number ≥ 1, got 0',
+    },
+    {
+      name: 'check path not absolute',
+      fileText: 'quarantine:\n  checkPath: health\n',
+      message: 'quarantine.checkPath: expected a path starting with "/" (or empty for a TCP connect)',
+    },
+    {
+      name: 'check timeout zero',
+      fileText: 'quarantine:\n  checkTimeoutSeconds: 0\n',
+      message: 'quarantine.checkTimeoutSeconds: expected a number of seconds above 0',
+    },
+    {
+      name: 'watch timeout zero',
+      fileText: pool('  timeouts: { watchSeconds: 0 }\n'),
+      message: 'kubernetes.timeouts.watchSeconds: expected a number ≥ 1, got 0',
+    },
   ];
   for (const c of cases) {
     it(c.name, () => rejects(c.fileText, {}, c.message));
   }
 
-  it(
-    'a logLevel of the wrong type is rejected, not silently replaced by info',
-    () => {
-      for (const value of ['3', 'true', '[debug]']) rejects(`logLevel: ${value}\n`, {}, /^logLevel: /);
-    },
-  );
+  it('a logLevel of the wrong type is rejected, not silently replaced by info', () => {
+    for (const value of ['3', 'true', '[debug]']) rejects(`logLevel: ${value}\n`, {}, /^logLevel: /);
+  });
 
-  it(
-    'a targetPort above 65535 or not an integer is rejected',
-    () => {
-      rejects(pool('').replace('models: [m]', 'models: [m]\n      targetPort: 70000'), {}, /^kubernetes\.pools\[0\]\.targetPort: /);
-      rejects(pool('').replace('models: [m]', 'models: [m]\n      targetPort: 8000.5'), {}, /^kubernetes\.pools\[0\]\.targetPort: /);
-    },
-  );
+  it('a targetPort above 65535 or not an integer is rejected', () => {
+    rejects(pool('').replace('models: [m]', 'models: [m]\n      targetPort: 70000'), {}, /^kubernetes\.pools\[0\]\.targetPort: /);
+    rejects(pool('').replace('models: [m]', 'models: [m]\n      targetPort: 8000.5'), {}, /^kubernetes\.pools\[0\]\.targetPort: /);
+  });
 });
 
 describe('buildConfig: the result is deeply frozen', () => {
@@ -327,7 +489,10 @@ describe('buildConfig: misspelt nested settings are refused, not ignored', () =>
   ];
   for (const [text, message] of cases) {
     it(message, () => {
-      assert.throws(() => buildConfig(text, {}), (err: Error) => err instanceof ConfigError && err.message.startsWith(message));
+      assert.throws(
+        () => buildConfig(text, {}),
+        (err: Error) => err instanceof ConfigError && err.message.startsWith(message),
+      );
     });
   }
 });

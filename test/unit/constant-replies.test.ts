@@ -13,6 +13,9 @@ it('cached constant replies encode exactly like freshly built equal replies, and
     assert.deepEqual(cached, Process.responseSerialize(fresh));
     assert.ok(cached.length > 0, 'the oneof case is on the wire even with an empty CommonResponse');
     const decoded = Process.responseDeserialize(cached) as Record<string, unknown>;
-    assert.deepEqual(Object.keys(decoded).filter((k) => k !== 'response'), Object.keys(reply));
+    assert.deepEqual(
+      Object.keys(decoded).filter((k) => k !== 'response'),
+      Object.keys(reply),
+    );
   }
 });

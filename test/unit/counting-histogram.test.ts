@@ -10,8 +10,11 @@ import { CountingHistogram } from '../../src/metrics/counting-histogram.js';
 
 const BUCKETS = [0.00001, 0.000025, 0.00005, 0.0001, 0.001, 0.05];
 
-it('property: same text and JSON as prom-client\'s Histogram for any observations, bucket bounds included', async () => {
-  const observation = fc.tuple(fc.constantFrom('request_headers', 'response_body', 'x'), fc.oneof(fc.constantFrom(...BUCKETS, 0), fc.double({ min: 0, max: 1, noNaN: true })));
+it("property: same text and JSON as prom-client's Histogram for any observations, bucket bounds included", async () => {
+  const observation = fc.tuple(
+    fc.constantFrom('request_headers', 'response_body', 'x'),
+    fc.oneof(fc.constantFrom(...BUCKETS, 0), fc.double({ min: 0, max: 1, noNaN: true })),
+  );
   await fc.assert(
     fc.asyncProperty(fc.array(observation, { maxLength: 40 }), async (observations) => {
       const ours = new Registry();
@@ -23,7 +26,8 @@ it('property: same text and JSON as prom-client\'s Histogram for any observation
         reference.labels({ message }).observe(value);
       }
       assert.equal(await ours.metrics(), await theirs.metrics());
-      const sumOfTwo = async (registry: Registry) => (await AggregatorRegistry.aggregate([await registry.getMetricsAsJSON(), await registry.getMetricsAsJSON()]).metrics());
+      const sumOfTwo = async (registry: Registry) =>
+        await AggregatorRegistry.aggregate([await registry.getMetricsAsJSON(), await registry.getMetricsAsJSON()]).metrics();
       assert.equal(await sumOfTwo(ours), await sumOfTwo(theirs));
     }),
     { numRuns: 150 },

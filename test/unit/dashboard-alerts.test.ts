@@ -14,7 +14,8 @@ const CHART = join(repoRoot(), 'charts', 'llm-extproc');
 function registeredMetrics(): Map<string, readonly string[]> {
   const metrics = new Metrics({ processMetrics: false });
   const out = new Map<string, readonly string[]>();
-  for (const m of metrics.registry.getMetricsAsArray()) out.set(m.name, (m as unknown as { labelNames?: readonly string[] }).labelNames ?? []);
+  for (const m of metrics.registry.getMetricsAsArray())
+    out.set(m.name, (m as unknown as { labelNames?: readonly string[] }).labelNames ?? []);
   return out;
 }
 

@@ -18,19 +18,31 @@ const CASES: Case[] = [
   // --- by code_details (what Envoy really writes; spaces become `_`) ---
   {
     name: 'connection refused, one replica',
-    facts: { status: 503, flags: F.UF, codeDetails: 'upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}' },
+    facts: {
+      status: 503,
+      flags: F.UF,
+      codeDetails: 'upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}',
+    },
     kind: 'upstream_connect_failed',
     detail: 'connection refused',
   },
   {
     name: 'connection refused on every fallback (UF+URX)',
-    facts: { status: 503, flags: F.UF | F.URX, codeDetails: 'upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}' },
+    facts: {
+      status: 503,
+      flags: F.UF | F.URX,
+      codeDetails: 'upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}',
+    },
     kind: 'all_replicas_failed',
     detail: 'connection refused',
   },
   {
     name: 'older Envoy: connection_failure with errno 111, comma separator',
-    facts: { status: 503, flags: F.UF, codeDetails: 'upstream_reset_before_response_started{connection_failure,delayed_connect_error:_111}' },
+    facts: {
+      status: 503,
+      flags: F.UF,
+      codeDetails: 'upstream_reset_before_response_started{connection_failure,delayed_connect_error:_111}',
+    },
     kind: 'upstream_connect_failed',
     detail: 'connection refused',
   },
@@ -47,7 +59,11 @@ const CASES: Case[] = [
   },
   {
     name: 'address with .111. is not errno 111',
-    facts: { status: 503, flags: F.UF, codeDetails: 'upstream_reset_before_response_started{remote_connection_failure|remote_address:10.111.0.1:8000}' },
+    facts: {
+      status: 503,
+      flags: F.UF,
+      codeDetails: 'upstream_reset_before_response_started{remote_connection_failure|remote_address:10.111.0.1:8000}',
+    },
     kind: 'upstream_connect_failed',
     detail: 'connection failed',
   },
@@ -96,10 +112,28 @@ const CASES: Case[] = [
     kind: 'overloaded',
     detail: 'circuit breaker',
   },
-  { name: 'no healthy upstream (UH)', facts: { status: 503, flags: F.UH, codeDetails: 'no_healthy_upstream' }, kind: 'no_healthy_upstream' },
-  { name: 'route timeout (UT)', facts: { status: 504, flags: F.UT, codeDetails: 'response_timeout' }, kind: 'upstream_timeout', detail: 'route timeout' },
-  { name: 'per-try timeout', facts: { status: 504, flags: F.UT, codeDetails: 'upstream_per_try_timeout' }, kind: 'upstream_timeout', detail: 'per-try' },
-  { name: 'max stream duration', facts: { status: 504, flags: F.UMSDR, codeDetails: 'upstream_max_stream_duration_reached' }, kind: 'upstream_timeout' },
+  {
+    name: 'no healthy upstream (UH)',
+    facts: { status: 503, flags: F.UH, codeDetails: 'no_healthy_upstream' },
+    kind: 'no_healthy_upstream',
+  },
+  {
+    name: 'route timeout (UT)',
+    facts: { status: 504, flags: F.UT, codeDetails: 'response_timeout' },
+    kind: 'upstream_timeout',
+    detail: 'route timeout',
+  },
+  {
+    name: 'per-try timeout',
+    facts: { status: 504, flags: F.UT, codeDetails: 'upstream_per_try_timeout' },
+    kind: 'upstream_timeout',
+    detail: 'per-try',
+  },
+  {
+    name: 'max stream duration',
+    facts: { status: 504, flags: F.UMSDR, codeDetails: 'upstream_max_stream_duration_reached' },
+    kind: 'upstream_timeout',
+  },
   {
     name: 'ext_proc unreachable',
     facts: { status: 500, codeDetails: 'ext_proc_error_gRPC_error_14' },
@@ -129,7 +163,7 @@ const CASES: Case[] = [
     kind: undefined,
   },
   { name: 'via_upstream 200', facts: { status: 200, codeDetails: 'via_upstream' }, kind: undefined },
-  { name: 'other filter\'s deliberate reply', facts: { status: 403, codeDetails: 'ext_authz_denied' }, kind: undefined },
+  { name: "other filter's deliberate reply", facts: { status: 403, codeDetails: 'ext_authz_denied' }, kind: undefined },
   { name: 'no evidence at all', facts: { status: 503 }, kind: undefined },
 
   // --- flags only (code_details attribute not configured) ---
@@ -141,14 +175,19 @@ const CASES: Case[] = [
   { name: 'flags UO with 503', facts: { status: 503, flags: F.UO }, kind: 'overloaded' },
   { name: 'flags UO on an upstream 500 (blocked retry)', facts: { status: 500, flags: F.UO }, kind: undefined },
   { name: 'flags URX alone (retried 5xx from upstream)', facts: { status: 503, flags: F.URX }, kind: undefined },
-  { name: 'unknown details fall back to flags', facts: { status: 503, flags: F.UH, codeDetails: 'some_future_detail' }, kind: 'no_healthy_upstream' },
+  {
+    name: 'unknown details fall back to flags',
+    facts: { status: 503, flags: F.UH, codeDetails: 'some_future_detail' },
+    kind: 'no_healthy_upstream',
+  },
 
   // --- text only (last resort) ---
   {
     name: 'text: connect failure errno 111',
     facts: {
       status: 503,
-      bodyText: 'upstream connect error or disconnect/reset before headers. reset reason: connection failure, transport failure reason: delayed connect error: 111',
+      bodyText:
+        'upstream connect error or disconnect/reset before headers. reset reason: connection failure, transport failure reason: delayed connect error: 111',
     },
     kind: 'upstream_connect_failed',
     detail: 'connection refused',
@@ -168,12 +207,20 @@ const CASES: Case[] = [
     facts: { status: 503, bodyText: 'upstream connect error or disconnect/reset before headers. reset reason: connection termination' },
     kind: 'upstream_reset',
   },
-  { name: 'text: overflow', facts: { status: 503, bodyText: 'upstream connect error or disconnect/reset before headers. reset reason: overflow' }, kind: 'overloaded' },
+  {
+    name: 'text: overflow',
+    facts: { status: 503, bodyText: 'upstream connect error or disconnect/reset before headers. reset reason: overflow' },
+    kind: 'overloaded',
+  },
   { name: 'text: no healthy upstream', facts: { status: 503, bodyText: 'no healthy upstream' }, kind: 'no_healthy_upstream' },
   { name: 'text: timeout', facts: { status: 504, bodyText: 'upstream request timeout' }, kind: 'upstream_timeout' },
   { name: 'text on a 200 is content', facts: { status: 200, bodyText: 'no healthy upstream' }, kind: undefined },
   { name: "text: Envoy's buffer-limit 413", facts: { status: 413, bodyText: 'Payload Too Large' }, kind: 'body_too_large' },
-  { name: 'a 413 with other text is the upstream\'s', facts: { status: 413, bodyText: '<html>413 Request Entity Too Large</html>' }, kind: undefined },
+  {
+    name: "a 413 with other text is the upstream's",
+    facts: { status: 413, bodyText: '<html>413 Request Entity Too Large</html>' },
+    kind: undefined,
+  },
   { name: 'unrelated 503 text', facts: { status: 503, bodyText: '<html>Service Unavailable</html>' }, kind: undefined },
 ];
 

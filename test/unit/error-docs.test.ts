@@ -29,7 +29,8 @@ void describe('docs/errors.md', () => {
   void it('draws every endpoint state, each reachable from the start', () => {
     const diagram = /```mermaid\n([\s\S]*?)```/.exec(generated)?.[1] ?? '';
     assert.match(diagram, /^stateDiagram-v2/);
-    for (const state of ENDPOINT_STATES) assert.ok(diagram.includes(`${state} -->`) || diagram.includes(`--> ${state}`), `${state} not in diagram`);
+    for (const state of ENDPOINT_STATES)
+      assert.ok(diagram.includes(`${state} -->`) || diagram.includes(`--> ${state}`), `${state} not in diagram`);
 
     const reached = new Set<string>(['[*]']);
     let grew = true;

@@ -75,15 +75,25 @@ const protoValue = fc.letrec<{ value: object; struct: object }>((tie) => ({
     tie('struct').map((structValue) => ({ structValue })),
     fc.array(tie('value'), { maxLength: 3 }).map((values) => ({ listValue: values.length > 0 ? { values } : {} })),
   ),
-  struct: fc.oneof({ depthSize: 'small' }, fc.constant({}), fc.dictionary(key, tie('value'), { maxKeys: 3, minKeys: 1 }).map((fields) => ({ fields }))),
+  struct: fc.oneof(
+    { depthSize: 'small' },
+    fc.constant({}),
+    fc.dictionary(key, tie('value'), { maxKeys: 3, minKeys: 1 }).map((fields) => ({ fields })),
+  ),
 }));
 const struct = protoValue.struct;
 const structMap = fc.dictionary(key, struct, { minKeys: 1, maxKeys: 3 });
 
 const headerValue = fc.record({ key: anyText, value: anyText, raw_value: bytes }, { requiredKeys: [] });
-const headerMap = fc.oneof(fc.constant({}), fc.array(headerValue, { minLength: 1, maxLength: 4 }).map((headers) => ({ headers })));
+const headerMap = fc.oneof(
+  fc.constant({}),
+  fc.array(headerValue, { minLength: 1, maxLength: 4 }).map((headers) => ({ headers })),
+);
 const httpHeaders = fc.record({ headers: headerMap, attributes: structMap, end_of_stream: fc.boolean() }, { requiredKeys: [] });
-const httpBody = fc.record({ body: bytes, end_of_stream: fc.boolean(), end_of_stream_without_message: fc.boolean(), grpc_message_compressed: fc.boolean() }, { requiredKeys: [] });
+const httpBody = fc.record(
+  { body: bytes, end_of_stream: fc.boolean(), end_of_stream_without_message: fc.boolean(), grpc_message_compressed: fc.boolean() },
+  { requiredKeys: [] },
+);
 const httpTrailers = fc.record({ trailers: headerMap }, { requiredKeys: [] });
 const bodyMode = fc.constantFrom('NONE', 'STREAMED', 'BUFFERED', 'BUFFERED_PARTIAL', 'FULL_DUPLEX_STREAMED', 'GRPC');
 const protocolConfig = fc.record(
@@ -123,7 +133,10 @@ const headerValueOption = fc.record(
   },
   { requiredKeys: [] },
 );
-const headerMutation = fc.record({ set_headers: fc.array(headerValueOption, { maxLength: 3 }), remove_headers: fc.array(anyText, { maxLength: 3 }) }, { requiredKeys: [] });
+const headerMutation = fc.record(
+  { set_headers: fc.array(headerValueOption, { maxLength: 3 }), remove_headers: fc.array(anyText, { maxLength: 3 }) },
+  { requiredKeys: [] },
+);
 const streamedBody = fc.record(
   { body: bytes, end_of_stream: fc.boolean(), end_of_stream_without_message: fc.boolean(), grpc_message_compressed: fc.boolean() },
   { requiredKeys: [] },
@@ -135,7 +148,13 @@ const bodyMutation = fc.oneof(
   streamedBody.map((streamed_response) => ({ mutation: 'streamed_response', streamed_response })),
 );
 const commonResponse = fc.record(
-  { status: fc.constantFrom('CONTINUE', 'CONTINUE_AND_REPLACE', 0, 1), header_mutation: headerMutation, body_mutation: bodyMutation, trailers: headerMap, clear_route_cache: fc.boolean() },
+  {
+    status: fc.constantFrom('CONTINUE', 'CONTINUE_AND_REPLACE', 0, 1),
+    header_mutation: headerMutation,
+    body_mutation: bodyMutation,
+    trailers: headerMap,
+    clear_route_cache: fc.boolean(),
+  },
   { requiredKeys: [] },
 );
 const headersResponse = fc.record({ response: commonResponse }, { requiredKeys: [] });
@@ -173,7 +192,10 @@ const responseMember = fc.oneof(
   fc.constant({}),
 );
 const processingResponse = fc
-  .tuple(responseMember, fc.record({ dynamic_metadata: struct, mode_override: processingMode, request_drain: fc.boolean() }, { requiredKeys: [] }))
+  .tuple(
+    responseMember,
+    fc.record({ dynamic_metadata: struct, mode_override: processingMode, request_drain: fc.boolean() }, { requiredKeys: [] }),
+  )
   .map(([member, rest]) => ({ ...member, ...rest }));
 
 // ── raw wire helpers for unknown fields ───────────────────────────────────────────────────────
@@ -191,13 +213,15 @@ function varint(n: number): number[] {
 
 /** One field on the wire: number, wire type (0, 1, 2, 5) and a payload seed. */
 const unknownField = (numbers: fc.Arbitrary<number>): fc.Arbitrary<Buffer> =>
-  fc.tuple(numbers, fc.constantFrom(0, 1, 2, 5), fc.uint8Array({ maxLength: 10 }), fc.nat({ max: 2 ** 31 })).map(([field, wireType, payload, n]) => {
-    const tag = varint(field * 8 + wireType);
-    if (wireType === 0) return Buffer.from([...tag, ...varint(n)]);
-    if (wireType === 1) return Buffer.from([...tag, ...Buffer.alloc(8, n & 0xff)]);
-    if (wireType === 5) return Buffer.from([...tag, ...Buffer.alloc(4, n & 0xff)]);
-    return Buffer.from([...tag, ...varint(payload.length), ...payload]);
-  });
+  fc
+    .tuple(numbers, fc.constantFrom(0, 1, 2, 5), fc.uint8Array({ maxLength: 10 }), fc.nat({ max: 2 ** 31 }))
+    .map(([field, wireType, payload, n]) => {
+      const tag = varint(field * 8 + wireType);
+      if (wireType === 0) return Buffer.from([...tag, ...varint(n)]);
+      if (wireType === 1) return Buffer.from([...tag, ...Buffer.alloc(8, n & 0xff)]);
+      if (wireType === 5) return Buffer.from([...tag, ...Buffer.alloc(4, n & 0xff)]);
+      return Buffer.from([...tag, ...varint(payload.length), ...payload]);
+    });
 
 function lengthDelimited(field: number, content: Buffer): Buffer {
   return Buffer.concat([Buffer.from([...varint(field * 8 + 2), ...varint(content.length)]), content]);
@@ -209,21 +233,48 @@ const HTTP_HEADERS_TYPE = reflectionType(`${EXT_PROC}.HttpHeaders`);
 // ── tests ─────────────────────────────────────────────────────────────────────────────────────
 
 describe('fast ProcessingRequest decoder', () => {
-  void it('decodes every oneof case and every field we read into the reflection codec\'s exact shape', () => {
+  void it("decodes every oneof case and every field we read into the reflection codec's exact shape", () => {
     const examples: object[] = [
       {
         request_headers: {
-          headers: { headers: [{ key: ':path', raw_value: Buffer.from('/v1/chat/completions') }, { key: 'x-old', value: 'v' }] },
+          headers: {
+            headers: [
+              { key: ':path', raw_value: Buffer.from('/v1/chat/completions') },
+              { key: 'x-old', value: 'v' },
+            ],
+          },
           end_of_stream: false,
         },
-        attributes: { 'envoy.filters.http.ext_proc': { fields: { 'request.id': { stringValue: 'abc' }, 'x.n': { numberValue: 1.5 }, 'x.b': { boolValue: true }, 'x.null': { nullValue: 'NULL_VALUE' } } } },
-        protocol_config: { request_body_mode: 'FULL_DUPLEX_STREAMED', response_body_mode: 'STREAMED', send_body_without_waiting_for_header_response: true },
-        metadata_context: { filter_metadata: { 'envoy.lb': { fields: { subset: { structValue: { fields: { a: { listValue: { values: [{ stringValue: 'x' }, {}] } } } } } } } } },
+        attributes: {
+          'envoy.filters.http.ext_proc': {
+            fields: {
+              'request.id': { stringValue: 'abc' },
+              'x.n': { numberValue: 1.5 },
+              'x.b': { boolValue: true },
+              'x.null': { nullValue: 'NULL_VALUE' },
+            },
+          },
+        },
+        protocol_config: {
+          request_body_mode: 'FULL_DUPLEX_STREAMED',
+          response_body_mode: 'STREAMED',
+          send_body_without_waiting_for_header_response: true,
+        },
+        metadata_context: {
+          filter_metadata: {
+            'envoy.lb': { fields: { subset: { structValue: { fields: { a: { listValue: { values: [{ stringValue: 'x' }, {}] } } } } } } },
+          },
+        },
       },
-      { response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] }, end_of_stream: true }, observability_mode: true },
+      {
+        response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] }, end_of_stream: true },
+        observability_mode: true,
+      },
       { request_body: { body: Buffer.from('{"model":"m"}'), end_of_stream: true } },
       { response_body: { body: Buffer.from('data: {}\n\n'), end_of_stream: false } },
-      { response_body: { body: Buffer.alloc(0), end_of_stream: true, end_of_stream_without_message: true, grpc_message_compressed: false } },
+      {
+        response_body: { body: Buffer.alloc(0), end_of_stream: true, end_of_stream_without_message: true, grpc_message_compressed: false },
+      },
       { request_trailers: { trailers: { headers: [{ key: 'x-t', raw_value: Buffer.from('1') }] } } },
       { response_trailers: {} },
       { response_headers: { attributes: { f: { fields: { k: { stringValue: 'deprecated place' } } } } } },
@@ -256,19 +307,28 @@ describe('fast ProcessingRequest decoder', () => {
     const top = unknownField(fc.integer({ min: 12, max: 5000 }));
     const inner = unknownField(fc.integer({ min: 5, max: 300 }));
     fc.assert(
-      fc.property(processingRequest, fc.array(top, { maxLength: 3 }), httpBody, fc.array(inner, { maxLength: 3 }), httpHeaders, fc.array(inner, { maxLength: 2 }), (message, topUnknown, body, bodyUnknown, headers, headersUnknown) => {
-        const onWire = Buffer.concat([
-          ...topUnknown.slice(0, 1),
-          requestType.serialize(message),
-          ...topUnknown.slice(1),
-          // The same oneof member as the message or none, so this stays a single-member message.
-          ...('request_body' in message || !Object.keys(message).some((k) => k.endsWith('_headers') || k.endsWith('_body') || k.endsWith('_trailers'))
-            ? [lengthDelimited(4, Buffer.concat([HTTP_BODY_TYPE.serialize(body), ...bodyUnknown]))]
-            : []),
-          lengthDelimited(12, Buffer.concat([HTTP_HEADERS_TYPE.serialize(headers), ...headersUnknown])), // unknown top-level field with a message in it
-        ]);
-        assert.deepStrictEqual(fastDecodeOnly(onWire), requestType.deserialize(onWire));
-      }),
+      fc.property(
+        processingRequest,
+        fc.array(top, { maxLength: 3 }),
+        httpBody,
+        fc.array(inner, { maxLength: 3 }),
+        httpHeaders,
+        fc.array(inner, { maxLength: 2 }),
+        (message, topUnknown, body, bodyUnknown, headers, headersUnknown) => {
+          const onWire = Buffer.concat([
+            ...topUnknown.slice(0, 1),
+            requestType.serialize(message),
+            ...topUnknown.slice(1),
+            // The same oneof member as the message or none, so this stays a single-member message.
+            ...('request_body' in message ||
+            !Object.keys(message).some((k) => k.endsWith('_headers') || k.endsWith('_body') || k.endsWith('_trailers'))
+              ? [lengthDelimited(4, Buffer.concat([HTTP_BODY_TYPE.serialize(body), ...bodyUnknown]))]
+              : []),
+            lengthDelimited(12, Buffer.concat([HTTP_HEADERS_TYPE.serialize(headers), ...headersUnknown])), // unknown top-level field with a message in it
+          ]);
+          assert.deepStrictEqual(fastDecodeOnly(onWire), requestType.deserialize(onWire));
+        },
+      ),
       { numRuns: 300 },
     );
   });
@@ -287,7 +347,7 @@ describe('fast ProcessingRequest decoder', () => {
     );
   });
 
-  void it('property: arbitrary or truncated bytes give what the reflection codec gives (value or error) through the server\'s deserializer', () => {
+  void it("property: arbitrary or truncated bytes give what the reflection codec gives (value or error) through the server's deserializer", () => {
     const truncated = fc.tuple(processingRequest, fc.nat()).map(([m, cut]) => {
       const full = requestType.serialize(m);
       return full.subarray(0, full.length === 0 ? 0 : cut % full.length);
@@ -309,20 +369,25 @@ describe('fast ProcessingRequest decoder', () => {
   });
 
   void it('leaves typed_filter_metadata (google.protobuf.Any) and two oneof members to reflection, which the server then uses', () => {
-    const withAny = requestType.serialize({ metadata_context: { typed_filter_metadata: { k: { type_url: 'type.googleapis.com/x', value: Buffer.from([1]) } } } });
+    const withAny = requestType.serialize({
+      metadata_context: { typed_filter_metadata: { k: { type_url: 'type.googleapis.com/x', value: Buffer.from([1]) } } },
+    });
     assert.equal(fastDecodeOnly(withAny), 'unsupported');
     const before = wire.codecCounters.fallbackDecodes;
     assert.deepStrictEqual(Process.requestDeserialize(withAny), requestType.deserialize(withAny));
     assert.equal(wire.codecCounters.fallbackDecodes, before + 1);
 
-    const twoMembers = Buffer.concat([requestType.serialize({ request_body: { end_of_stream: true } }), requestType.serialize({ request_headers: {} })]);
+    const twoMembers = Buffer.concat([
+      requestType.serialize({ request_body: { end_of_stream: true } }),
+      requestType.serialize({ request_headers: {} }),
+    ]);
     assert.equal(fastDecodeOnly(twoMembers), 'unsupported');
     assert.deepStrictEqual(Process.requestDeserialize(twoMembers), requestType.deserialize(twoMembers));
   });
 });
 
 describe('fast ProcessingResponse encoder', () => {
-  void it('property: any reply in the shapes of messages.ts encodes to the reflection codec\'s exact bytes', () => {
+  void it("property: any reply in the shapes of messages.ts encodes to the reflection codec's exact bytes", () => {
     fc.assert(
       fc.property(processingResponse, (reply) => {
         let fast: Buffer | 'unsupported';
@@ -350,14 +415,23 @@ describe('fast ProcessingResponse encoder', () => {
       request_body: {
         response: {
           status: 'CONTINUE_AND_REPLACE',
-          header_mutation: { set_headers: [{ header: { key: 'content-length', raw_value: Buffer.from('300000') }, append: { value: false } }], remove_headers: ['x-a'] },
+          header_mutation: {
+            set_headers: [{ header: { key: 'content-length', raw_value: Buffer.from('300000') }, append: { value: false } }],
+            remove_headers: ['x-a'],
+          },
           body_mutation: { body: Buffer.alloc(300_000, 0x61) },
         },
       },
       dynamic_metadata: { fields: { ns: { structValue: { fields: { big: { stringValue: 'é'.repeat(20_000) } } } } } },
     };
     assert.deepStrictEqual(fastEncode(large), responseType.serialize(large));
-    const streamed: ProcessingResponse = { response_body: { response: { body_mutation: { mutation: 'streamed_response', streamed_response: { body: Buffer.alloc(70_000, 1), end_of_stream: true } } } } };
+    const streamed: ProcessingResponse = {
+      response_body: {
+        response: {
+          body_mutation: { mutation: 'streamed_response', streamed_response: { body: Buffer.alloc(70_000, 1), end_of_stream: true } },
+        },
+      },
+    };
     assert.deepStrictEqual(fastEncode(streamed), responseType.serialize(streamed));
   });
 
@@ -382,4 +456,3 @@ describe('fast ProcessingResponse encoder', () => {
     assert.deepStrictEqual(Process.responseSerialize(CONTINUE_RESPONSE_BODY), responseType.serialize({ response_body: { response: {} } }));
   });
 });
-

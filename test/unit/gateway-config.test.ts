@@ -10,7 +10,12 @@ const at = (value: unknown, ...path: Array<string | number>): unknown =>
   path.reduce<unknown>((node, key) => (node as Record<string | number, unknown> | undefined)?.[key], value);
 
 function render(overrides: Partial<GatewayConfigOptions> = {}): Node {
-  return renderGatewayConfig({ ...DEFAULT_GATEWAY_OPTIONS, extProc: '127.0.0.1:9002', backends: { kind: 'static', addresses: ['10.0.0.1:8000'] }, ...overrides });
+  return renderGatewayConfig({
+    ...DEFAULT_GATEWAY_OPTIONS,
+    extProc: '127.0.0.1:9002',
+    backends: { kind: 'static', addresses: ['10.0.0.1:8000'] },
+    ...overrides,
+  });
 }
 
 function hcm(config: Node): Node {
@@ -24,7 +29,10 @@ function cluster(config: Node, name: string): Node {
 describe('renderGatewayConfig', () => {
   it('runs ext_proc before the router, fails closed, buffers the request body and reads our routing metadata', () => {
     const filters = at(hcm(render()), 'http_filters') as Node[];
-    assert.deepEqual(filters.map((f) => f.name), ['envoy.filters.http.ext_proc', 'envoy.filters.http.router']);
+    assert.deepEqual(
+      filters.map((f) => f.name),
+      ['envoy.filters.http.ext_proc', 'envoy.filters.http.router'],
+    );
     const ext = filters[0].typed_config as Node;
     assert.equal(ext.failure_mode_allow, false);
     assert.equal(ext.allow_mode_override, true);
@@ -42,8 +50,18 @@ describe('renderGatewayConfig', () => {
   });
 
   it('points override_host at the metadata first, then the header', () => {
-    const policy = at(cluster(render(), 'llm_backends'), 'load_balancing_policy', 'policies', 0, 'typed_extension_config', 'typed_config') as Node;
-    assert.deepEqual(policy.override_host_sources, [{ metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } }, { header: 'x-gateway-destination-endpoint' }]);
+    const policy = at(
+      cluster(render(), 'llm_backends'),
+      'load_balancing_policy',
+      'policies',
+      0,
+      'typed_extension_config',
+      'typed_config',
+    ) as Node;
+    assert.deepEqual(policy.override_host_sources, [
+      { metadata: { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] } },
+      { header: 'x-gateway-destination-endpoint' },
+    ]);
   });
 
   it('reaches llm-extproc over HTTP/2 by IP, DNS name or Unix socket', () => {
@@ -51,8 +69,18 @@ describe('renderGatewayConfig', () => {
     assert.equal(at(cluster(render({ extProc: 'llm-extproc.ns.svc:9002' }), 'llm_extproc'), 'cluster_type', 'name'), 'envoy.clusters.dns');
     const uds = cluster(render({ extProc: 'unix:///run/x.sock' }), 'llm_extproc');
     assert.equal(uds.type, 'STATIC');
-    assert.deepEqual(at(uds, 'load_assignment', 'endpoints', 0, 'lb_endpoints', 0, 'endpoint', 'address'), { pipe: { path: '/run/x.sock' } });
-    assert.ok(at(uds, 'typed_extension_protocol_options', 'envoy.extensions.upstreams.http.v3.HttpProtocolOptions', 'explicit_http_config', 'http2_protocol_options'));
+    assert.deepEqual(at(uds, 'load_assignment', 'endpoints', 0, 'lb_endpoints', 0, 'endpoint', 'address'), {
+      pipe: { path: '/run/x.sock' },
+    });
+    assert.ok(
+      at(
+        uds,
+        'typed_extension_protocol_options',
+        'envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
+        'explicit_http_config',
+        'http2_protocol_options',
+      ),
+    );
   });
 
   it('renders local replies that bypass ext_proc as catalog JSON, leaving our own answers alone', () => {

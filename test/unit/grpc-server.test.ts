@@ -80,7 +80,9 @@ const echoReply: ReplyFn = (request, index) => {
     return [{ request_headers: { response: { header_mutation: { set_headers: [setHeader('x-seq', String(index))] } } } }];
   }
   const body = request.request_body?.body ?? Buffer.alloc(0);
-  return [{ request_body: { response: { status: 'CONTINUE', body_mutation: { body: Buffer.concat([Buffer.from(`reply-${index}:`), body]) } } } }];
+  return [
+    { request_body: { response: { status: 'CONTINUE', body_mutation: { body: Buffer.concat([Buffer.from(`reply-${index}:`), body]) } } } },
+  ];
 };
 
 function setHeader(key: string, value: string): { header: { key: string; raw_value: Buffer }; append: { value: boolean } } {
@@ -195,10 +197,16 @@ function openProcessStream(client: Client): OpenStream {
 
 function check(client: Client, service: string): Promise<HealthCheckResponse> {
   return new Promise((resolve, reject) => {
-    client.makeUnaryRequest(checkMethod.path, checkMethod.requestSerialize, checkMethod.responseDeserialize, { service }, (err: ServiceError | null, value?: HealthCheckResponse) => {
-      if (err) reject(err);
-      else resolve(value ?? {});
-    });
+    client.makeUnaryRequest(
+      checkMethod.path,
+      checkMethod.requestSerialize,
+      checkMethod.responseDeserialize,
+      { service },
+      (err: ServiceError | null, value?: HealthCheckResponse) => {
+        if (err) reject(err);
+        else resolve(value ?? {});
+      },
+    );
   });
 }
 
@@ -267,7 +275,10 @@ for (const transport of ['tcp', 'unix'] as const) {
           stream.replies.map((r) => r.request_body?.response?.body_mutation?.body?.toString() ?? r.response),
           ['request_headers', 'reply-1:{"model":', 'reply-2:"m"}', 'reply-102:"m"}'],
         );
-        assert.deepEqual(stream.replies[0]?.request_headers?.response?.header_mutation?.set_headers?.[0]?.header.raw_value, Buffer.from('0'));
+        assert.deepEqual(
+          stream.replies[0]?.request_headers?.response?.header_mutation?.set_headers?.[0]?.header.raw_value,
+          Buffer.from('0'),
+        );
         assert.deepEqual(processed.log, ['process', 'process', 'process', 'finish:half-closed']);
       } finally {
         await harness.close();
@@ -461,18 +472,32 @@ void describe('gRPC server lifecycle', () => {
     const socketPath = join(dir, 'ext-proc.sock');
     try {
       // A process that dies by SIGKILL cannot remove its socket file.
-      const holder = spawn(process.execPath, ['-e', `require('node:net').createServer().listen(${JSON.stringify(socketPath)}, () => console.log('up'))`], {
-        stdio: ['ignore', 'pipe', 'inherit'],
-      });
+      const holder = spawn(
+        process.execPath,
+        ['-e', `require('node:net').createServer().listen(${JSON.stringify(socketPath)}, () => console.log('up'))`],
+        {
+          stdio: ['ignore', 'pipe', 'inherit'],
+        },
+      );
       await new Promise<void>((resolve) => holder.stdout.once('data', () => resolve()));
-      const live = startGrpcServer({ address: `unix://${socketPath}`, processorFactory: recordingFactory(echoReply).factory, health: new FlippableHealth(), logger: silentLogger });
+      const live = startGrpcServer({
+        address: `unix://${socketPath}`,
+        processorFactory: recordingFactory(echoReply).factory,
+        health: new FlippableHealth(),
+        logger: silentLogger,
+      });
       await assert.rejects(live, /in use/);
       const exited = new Promise<void>((resolve) => holder.once('exit', () => resolve()));
       holder.kill('SIGKILL');
       await exited;
       assert.ok(existsSync(socketPath));
 
-      const server = await startGrpcServer({ address: `unix://${socketPath}`, processorFactory: recordingFactory(echoReply).factory, health: new FlippableHealth(), logger: silentLogger });
+      const server = await startGrpcServer({
+        address: `unix://${socketPath}`,
+        processorFactory: recordingFactory(echoReply).factory,
+        health: new FlippableHealth(),
+        logger: silentLogger,
+      });
       const client = new Client(server.address, credentials.createInsecure());
       try {
         assert.deepEqual(await check(client, ''), { status: 'NOT_SERVING' });
@@ -497,7 +522,10 @@ void describe('wire message shapes (PROTO_LOADER_OPTIONS)', () => {
       request_headers: {
         response: {
           status: 'CONTINUE',
-          header_mutation: { set_headers: [setHeader('x-gateway-destination-endpoint', '10.0.0.7:8000,10.0.0.8:8000')], remove_headers: ['content-length'] },
+          header_mutation: {
+            set_headers: [setHeader('x-gateway-destination-endpoint', '10.0.0.7:8000,10.0.0.8:8000')],
+            remove_headers: ['content-length'],
+          },
           clear_route_cache: true,
         },
       },
@@ -516,7 +544,12 @@ void describe('wire message shapes (PROTO_LOADER_OPTIONS)', () => {
         response: {
           status: 'CONTINUE',
           header_mutation: {
-            set_headers: [{ header: { key: 'x-gateway-destination-endpoint', raw_value: Buffer.from('10.0.0.7:8000,10.0.0.8:8000') }, append: { value: false } }],
+            set_headers: [
+              {
+                header: { key: 'x-gateway-destination-endpoint', raw_value: Buffer.from('10.0.0.7:8000,10.0.0.8:8000') },
+                append: { value: false },
+              },
+            ],
             remove_headers: ['content-length'],
           },
           clear_route_cache: true,
@@ -526,7 +559,9 @@ void describe('wire message shapes (PROTO_LOADER_OPTIONS)', () => {
         fields: {
           'envoy.lb': {
             kind: 'structValue',
-            structValue: { fields: { 'x-gateway-destination-endpoint': { kind: 'stringValue', stringValue: '10.0.0.7:8000,10.0.0.8:8000' } } },
+            structValue: {
+              fields: { 'x-gateway-destination-endpoint': { kind: 'stringValue', stringValue: '10.0.0.7:8000,10.0.0.8:8000' } },
+            },
           },
         },
       },
@@ -548,7 +583,9 @@ void describe('wire message shapes (PROTO_LOADER_OPTIONS)', () => {
       immediate_response: {
         // Encoded from a number; decoded as the enum's name (enums: String).
         status: { code: 'ServiceUnavailable' },
-        headers: { set_headers: [{ header: { key: 'content-type', raw_value: Buffer.from('application/json') }, append: { value: false } }] },
+        headers: {
+          set_headers: [{ header: { key: 'content-type', raw_value: Buffer.from('application/json') }, append: { value: false } }],
+        },
         body: Buffer.from('{"error":{}}'),
         details: 'no_ready_endpoint',
       },
@@ -557,20 +594,31 @@ void describe('wire message shapes (PROTO_LOADER_OPTIONS)', () => {
     const odd = processMethod.responseDeserialize(processMethod.responseSerialize({ immediate_response: { status: { code: 599 } } }));
     assert.deepEqual(odd.immediate_response?.status, { code: 599 });
 
-    const replaceBody: ProcessingResponse = { response_body: { response: { status: 'CONTINUE_AND_REPLACE', body_mutation: { body: Buffer.from('data: [DONE]\n\n') } } } };
+    const replaceBody: ProcessingResponse = {
+      response_body: { response: { status: 'CONTINUE_AND_REPLACE', body_mutation: { body: Buffer.from('data: [DONE]\n\n') } } },
+    };
     assert.deepEqual(processMethod.responseDeserialize(processMethod.responseSerialize(replaceBody)), {
       response: 'response_body',
-      response_body: { response: { status: 'CONTINUE_AND_REPLACE', body_mutation: { mutation: 'body', body: Buffer.from('data: [DONE]\n\n') } } },
+      response_body: {
+        response: { status: 'CONTINUE_AND_REPLACE', body_mutation: { mutation: 'body', body: Buffer.from('data: [DONE]\n\n') } },
+      },
     });
   });
 
   void it('a ProcessingRequest as Envoy sends it decodes with raw_value Buffers, attributes and discriminators', () => {
     const sent = {
       response_headers: {
-        headers: { headers: [{ key: ':status', raw_value: Buffer.from('503') }, { key: 'content-type', raw_value: Buffer.from('text/plain') }] },
+        headers: {
+          headers: [
+            { key: ':status', raw_value: Buffer.from('503') },
+            { key: 'content-type', raw_value: Buffer.from('text/plain') },
+          ],
+        },
         end_of_stream: false,
       },
-      metadata_context: { filter_metadata: { 'envoy.lb': { fields: { 'x-gateway-destination-endpoint': { stringValue: '10.0.0.7:8000' } } } } },
+      metadata_context: {
+        filter_metadata: { 'envoy.lb': { fields: { 'x-gateway-destination-endpoint': { stringValue: '10.0.0.7:8000' } } } },
+      },
       attributes: {
         'envoy.filters.http.ext_proc': {
           fields: {
@@ -585,24 +633,37 @@ void describe('wire message shapes (PROTO_LOADER_OPTIONS)', () => {
     assert.deepEqual(decoded, {
       request: 'response_headers',
       response_headers: {
-        headers: { headers: [{ key: ':status', raw_value: Buffer.from('503') }, { key: 'content-type', raw_value: Buffer.from('text/plain') }] },
+        headers: {
+          headers: [
+            { key: ':status', raw_value: Buffer.from('503') },
+            { key: 'content-type', raw_value: Buffer.from('text/plain') },
+          ],
+        },
         end_of_stream: false, // protobufjs writes explicitly set defaults; Envoy's C++ encoder omits them
       },
       metadata_context: {
-        filter_metadata: { 'envoy.lb': { fields: { 'x-gateway-destination-endpoint': { kind: 'stringValue', stringValue: '10.0.0.7:8000' } } } },
+        filter_metadata: {
+          'envoy.lb': { fields: { 'x-gateway-destination-endpoint': { kind: 'stringValue', stringValue: '10.0.0.7:8000' } } },
+        },
       },
       attributes: {
         'envoy.filters.http.ext_proc': {
           fields: {
             'response.code': { kind: 'numberValue', numberValue: 503 },
-            'response.code_details': { kind: 'stringValue', stringValue: 'upstream_reset_before_response_started{remote_connection_failure}' },
+            'response.code_details': {
+              kind: 'stringValue',
+              stringValue: 'upstream_reset_before_response_started{remote_connection_failure}',
+            },
           },
         },
       },
       protocol_config: { request_body_mode: 'BUFFERED', response_body_mode: 'STREAMED' },
     });
     // defaults: false leaves zero values out entirely, e.g. an empty body chunk.
-    assert.deepEqual(processMethod.requestDeserialize(processMethod.requestSerialize({ request_body: {} })), { request: 'request_body', request_body: {} });
+    assert.deepEqual(processMethod.requestDeserialize(processMethod.requestSerialize({ request_body: {} })), {
+      request: 'request_body',
+      request_body: {},
+    });
   });
 
   void it('snake_case google.protobuf.Value fields are silently dropped on encode', () => {
@@ -616,7 +677,10 @@ void describe('wire message shapes (PROTO_LOADER_OPTIONS)', () => {
 
   void it('the oneof discriminator is ignored on encode: the member that is set decides', () => {
     const decoded = processMethod.responseDeserialize(
-      messageType('envoy.service.ext_proc.v3.ProcessingResponse').serialize({ response: 'immediate_response', request_body: { response: {} } }),
+      messageType('envoy.service.ext_proc.v3.ProcessingResponse').serialize({
+        response: 'immediate_response',
+        request_body: { response: {} },
+      }),
     );
     assert.equal(decoded.response, 'request_body');
     assert.equal(decoded.immediate_response, undefined);

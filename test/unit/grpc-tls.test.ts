@@ -24,26 +24,39 @@ const alwaysServing = { isServing: () => true, onChange: () => () => {} };
 
 /** Answers every request_headers message with an empty CONTINUE: enough to see a stream is alive. */
 const continueFactory: ProcessorFactory = () => ({
-  process: (request: ProcessingRequest): ProcessingResponse[] => (request.request_headers !== undefined ? [{ request_headers: { response: {} } }] : []),
+  process: (request: ProcessingRequest): ProcessingResponse[] =>
+    request.request_headers !== undefined ? [{ request_headers: { response: {} } }] : [],
   finish: () => {},
 });
 
 function trusting(identity: TlsIdentity, address: string): Client {
   // The self-signed certificates name localhost; the server is dialled by IP.
-  return new Client(address, credentials.createSsl(identity.cert), { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' });
+  return new Client(address, credentials.createSsl(identity.cert), {
+    'grpc.ssl_target_name_override': 'localhost',
+    'grpc.default_authority': 'localhost',
+  });
 }
 
 function check(client: Client): Promise<HealthCheckResponse> {
   const { Check } = wire.health;
   return new Promise((resolve, reject) => {
-    client.makeUnaryRequest(Check.path, Check.requestSerialize, Check.responseDeserialize, { service: '' }, (err: ServiceError | null, value?: HealthCheckResponse) => {
-      if (err) reject(err);
-      else resolve(value ?? {});
-    });
+    client.makeUnaryRequest(
+      Check.path,
+      Check.requestSerialize,
+      Check.responseDeserialize,
+      { service: '' },
+      (err: ServiceError | null, value?: HealthCheckResponse) => {
+        if (err) reject(err);
+        else resolve(value ?? {});
+      },
+    );
   });
 }
 
-function openStream(client: Client): { call: ClientDuplexStream<ProcessingRequest, ProcessingResponse>; nextReply(): Promise<ProcessingResponse> } {
+function openStream(client: Client): {
+  call: ClientDuplexStream<ProcessingRequest, ProcessingResponse>;
+  nextReply(): Promise<ProcessingResponse>;
+} {
   const { Process } = wire.externalProcessor;
   const call = client.makeBidiStreamRequest(Process.path, Process.requestSerialize, Process.responseDeserialize);
   const queue: ProcessingResponse[] = [];
@@ -63,12 +76,20 @@ function openStream(client: Client): { call: ClientDuplexStream<ProcessingReques
   };
 }
 
-const headers: ProcessingRequest = { request_headers: { headers: { headers: [{ key: ':path', raw_value: Buffer.from('/v1/chat/completions') }] } } };
+const headers: ProcessingRequest = {
+  request_headers: { headers: { headers: [{ key: ':path', raw_value: Buffer.from('/v1/chat/completions') }] } },
+};
 
 void describe('gRPC listener TLS', () => {
   void it('serves a self-signed certificate made at start; plaintext clients are refused', async () => {
     const identity = await openTlsIdentity({ mode: 'self-signed' }, silent);
-    const server = await startGrpcServer({ address: '127.0.0.1:0', processorFactory: continueFactory, health: alwaysServing, logger: silent, tls: identity });
+    const server = await startGrpcServer({
+      address: '127.0.0.1:0',
+      processorFactory: continueFactory,
+      health: alwaysServing,
+      logger: silent,
+      tls: identity,
+    });
     const secure = trusting(identity.current(), server.address);
     const plain = new Client(server.address, credentials.createInsecure());
     try {
@@ -89,8 +110,16 @@ void describe('gRPC listener TLS', () => {
     // Polling is slowed to a crawl so the test proves the directory watch reacts to the swap.
     const logs: string[] = [];
     const logger = pino({ level: 'info' }, { write: (line: string) => void logs.push(line) });
-    const identity = await openTlsIdentity({ mode: 'files', certFile: volume.certFile, keyFile: volume.keyFile }, logger, { pollIntervalMs: 3_600_000 });
-    const server = await startGrpcServer({ address: '127.0.0.1:0', processorFactory: continueFactory, health: alwaysServing, logger: silent, tls: identity });
+    const identity = await openTlsIdentity({ mode: 'files', certFile: volume.certFile, keyFile: volume.keyFile }, logger, {
+      pollIntervalMs: 3_600_000,
+    });
+    const server = await startGrpcServer({
+      address: '127.0.0.1:0',
+      processorFactory: continueFactory,
+      health: alwaysServing,
+      logger: silent,
+      tls: identity,
+    });
     const port = server.port ?? 0;
     const oldClient = trusting(first, server.address);
     const clients = [oldClient];
@@ -100,7 +129,9 @@ void describe('gRPC listener TLS', () => {
       assert.ok((await stream.nextReply()).request_headers !== undefined);
 
       await volume.write(second);
-      await waitUntil(async () => ((await servedFingerprint('127.0.0.1', port)) === fingerprint(second) ? true : undefined), { description: 'the new certificate being served' });
+      await waitUntil(async () => ((await servedFingerprint('127.0.0.1', port)) === fingerprint(second) ? true : undefined), {
+        description: 'the new certificate being served',
+      });
       const newClient = trusting(second, server.address);
       clients.push(newClient);
       assert.deepEqual(await check(newClient), { status: 'SERVING' });
@@ -111,10 +142,14 @@ void describe('gRPC listener TLS', () => {
 
       // A certificate without its key (the third's certificate, the second's key) never replaces a good pair.
       await volume.write({ cert: third.cert, key: second.key });
-      await waitUntil(() => (logs.some((line) => line.includes('not a usable pair')) ? true : undefined), { description: 'the mismatched pair being refused' });
+      await waitUntil(() => (logs.some((line) => line.includes('not a usable pair')) ? true : undefined), {
+        description: 'the mismatched pair being refused',
+      });
       assert.equal(await servedFingerprint('127.0.0.1', port), fingerprint(second));
       await volume.write(third);
-      await waitUntil(async () => ((await servedFingerprint('127.0.0.1', port)) === fingerprint(third) ? true : undefined), { description: 'the third certificate being served' });
+      await waitUntil(async () => ((await servedFingerprint('127.0.0.1', port)) === fingerprint(third) ? true : undefined), {
+        description: 'the third certificate being served',
+      });
     } finally {
       for (const client of clients) client.close();
       await server.shutdown(1_000);

@@ -36,13 +36,17 @@ void describe('inspectJsonBody', () => {
 
   void it('rejects every proper prefix of a JSON object', () => {
     fc.assert(
-      fc.property(fc.dictionary(fc.string({ maxLength: 6 }), fc.jsonValue({ maxDepth: 3 }), { minKeys: 1, maxKeys: 4 }), fc.nat(), (obj, n) => {
-        const full = Buffer.from(JSON.stringify(obj), 'utf8');
-        const cut = n % full.length; // strictly shorter than the whole
-        const v = inspectJsonBody(full.subarray(0, cut));
-        assert.equal(v.ok, false);
-        assert.deepEqual(inspectJsonBody(full), { ok: true });
-      }),
+      fc.property(
+        fc.dictionary(fc.string({ maxLength: 6 }), fc.jsonValue({ maxDepth: 3 }), { minKeys: 1, maxKeys: 4 }),
+        fc.nat(),
+        (obj, n) => {
+          const full = Buffer.from(JSON.stringify(obj), 'utf8');
+          const cut = n % full.length; // strictly shorter than the whole
+          const v = inspectJsonBody(full.subarray(0, cut));
+          assert.equal(v.ok, false);
+          assert.deepEqual(inspectJsonBody(full), { ok: true });
+        },
+      ),
       { numRuns: 300 },
     );
   });

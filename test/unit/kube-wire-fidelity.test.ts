@@ -56,7 +56,11 @@ class Recorder implements EndpointSink, KubernetesSourceObserver {
   }
 }
 
-async function start(t: TestContext, prepare: (api: FakeKubeApi) => void, config: Partial<KubernetesSourceConfig> = {}): Promise<{ api: FakeKubeApi; rec: Recorder }> {
+async function start(
+  t: TestContext,
+  prepare: (api: FakeKubeApi) => void,
+  config: Partial<KubernetesSourceConfig> = {},
+): Promise<{ api: FakeKubeApi; rec: Recorder }> {
   const api = await FakeKubeApi.start({ historyLimit: 100_000 });
   const dir = mkdtempSync(join(tmpdir(), 'kube-wire-'));
   prepare(api);
@@ -95,8 +99,14 @@ void describe('KubernetesSource on the real wire format', () => {
     await until('synced', () => rec.synced);
     assert.equal(rec.count(), total);
     const lists = listRequests(api);
-    assert.deepEqual(lists.map((l) => l.query.get('limit')), [String(LIST_PAGE_SIZE), String(LIST_PAGE_SIZE), String(LIST_PAGE_SIZE)]);
-    assert.deepEqual(lists.map((l) => l.query.has('continue')), [false, true, true]);
+    assert.deepEqual(
+      lists.map((l) => l.query.get('limit')),
+      [String(LIST_PAGE_SIZE), String(LIST_PAGE_SIZE), String(LIST_PAGE_SIZE)],
+    );
+    assert.deepEqual(
+      lists.map((l) => l.query.has('continue')),
+      [false, true, true],
+    );
     // Changes after the list arrive through the watch, none lost between pages.
     api.upsertPod(pod(notReadyPod, 'vllm-00000'));
     await until('vllm-00000 NotReady', () => rec.state('vllm-00000') === 'NotReady');
@@ -114,7 +124,15 @@ void describe('KubernetesSource on the real wire format', () => {
     assert.equal(rec.count(), total);
     const lists = listRequests(api);
     // Page 1, page 2 refused with 410, then page 1 and page 2 again.
-    assert.deepEqual(lists.map((l) => [l.query.has('continue'), l.status]), [[false, 200], [true, 410], [false, 200], [true, 200]]);
+    assert.deepEqual(
+      lists.map((l) => [l.query.has('continue'), l.status]),
+      [
+        [false, 200],
+        [true, 410],
+        [false, 200],
+        [true, 200],
+      ],
+    );
   });
 
   void it('relists when a watch from a compacted resourceVersion is refused with HTTP 410', async (t) => {
@@ -132,7 +150,10 @@ void describe('KubernetesSource on the real wire format', () => {
     api.compactHistory();
     await rewatched;
     await until('vllm-b NotReady', () => rec.state('vllm-b') === 'NotReady');
-    assert.ok(api.requests.some((r) => r.watch && r.status === 410), 'a watch was refused with HTTP 410');
+    assert.ok(
+      api.requests.some((r) => r.watch && r.status === 410),
+      'a watch was refused with HTTP 410',
+    );
     assert.ok(rec.restarts.includes('gone'), `restarts: ${rec.restarts.join(', ')}`);
     assert.equal(api.listCount(PATH), listsBefore + 1, 'relisted once after the 410');
   });
@@ -165,7 +186,10 @@ void describe('KubernetesSource on the real wire format', () => {
     api.upsertPod(pod(readyPod, 'vllm-a'));
     api.deletePod(NS, 'vllm-b');
     api.upsertPod(pod(readyPod, 'vllm-d'));
-    await until('all three changes', () => rec.state('vllm-a') === 'Ready' && rec.state('vllm-b') === undefined && rec.state('vllm-d') === 'Ready');
+    await until(
+      'all three changes',
+      () => rec.state('vllm-a') === 'Ready' && rec.state('vllm-b') === undefined && rec.state('vllm-d') === 'Ready',
+    );
     assert.equal(api.eventWrites - writesBefore, 1, 'the three events went out in one write');
     assert.equal(rec.state('vllm-c'), 'NotReady');
   });
@@ -176,7 +200,10 @@ void describe('KubernetesSource on the real wire format', () => {
     await until('two watches ended at their timeout', () => api.watchCount(PATH) >= 3);
     const watches = api.requests.filter((r) => r.watch && r.path === PATH).map((r) => new URLSearchParams(r.query));
     assert.ok(watches.every((q) => q.get('timeoutSeconds') === '1'));
-    assert.ok(watches.slice(1).every((q) => q.get('resourceVersion') !== null && q.get('resourceVersion') !== ''), 'each resume names a resourceVersion');
+    assert.ok(
+      watches.slice(1).every((q) => q.get('resourceVersion') !== null && q.get('resourceVersion') !== ''),
+      'each resume names a resourceVersion',
+    );
     api.upsertPod(pod(readyPod, 'vllm-a'));
     await until('vllm-a Ready', () => rec.state('vllm-a') === 'Ready');
     assert.equal(api.listCount(PATH), 1, 'no relist');

@@ -89,11 +89,14 @@ interface LogEntry {
 /** A pino logger whose JSON lines the test can read. */
 function recordingLogger(): { logger: Logger; entries: LogEntry[] } {
   const entries: LogEntry[] = [];
-  const logger = pino({ level: 'debug' }, {
-    write(line: string): void {
-      entries.push(JSON.parse(line) as LogEntry);
+  const logger = pino(
+    { level: 'debug' },
+    {
+      write(line: string): void {
+        entries.push(JSON.parse(line) as LogEntry);
+      },
     },
-  });
+  );
   return { logger, entries };
 }
 
@@ -116,7 +119,11 @@ interface Harness {
   start(): void;
 }
 
-async function setup(t: TestContext, config: Partial<KubernetesSourceConfig> = {}, prepare?: (api: FakeKubeApi) => Promise<void> | void): Promise<Harness> {
+async function setup(
+  t: TestContext,
+  config: Partial<KubernetesSourceConfig> = {},
+  prepare?: (api: FakeKubeApi) => Promise<void> | void,
+): Promise<Harness> {
   const api = await FakeKubeApi.start();
   const dir = mkdtempSync(join(tmpdir(), 'kube-source-test-'));
   const kubeconfigPath = writeKubeconfig(dir, api);
@@ -136,7 +143,11 @@ async function setup(t: TestContext, config: Partial<KubernetesSourceConfig> = {
   return { api, source, sink, observer, logs: entries, kubeconfigPath, start: () => source.start(sink) };
 }
 
-function pod(builder: typeof readyPod, name: string, extra: { ip?: string; labels?: Record<string, string>; namespace?: string } = {}): KubeObject {
+function pod(
+  builder: typeof readyPod,
+  name: string,
+  extra: { ip?: string; labels?: Record<string, string>; namespace?: string } = {},
+): KubeObject {
   return builder({ name, namespace: extra.namespace ?? NS, labels: extra.labels ?? LABELS, ...(extra.ip ? { ip: extra.ip } : {}) });
 }
 
@@ -162,7 +173,10 @@ void describe('KubernetesSource: initial list', () => {
     assert.equal(h.sink.syncCalls, 1);
     const view = h.sink.viewAtSync;
     assert.ok(view);
-    assert.deepEqual(view.map((p) => ({ name: p.name, models: p.models })), [{ name: 'llama', models: ['llama-3-8b'] }]);
+    assert.deepEqual(
+      view.map((p) => ({ name: p.name, models: p.models })),
+      [{ name: 'llama', models: ['llama-3-8b'] }],
+    );
     const byId = new Map(view[0]?.endpoints.map((e) => [e.id, e]));
     assert.deepEqual([...byId.keys()].sort(), ['models/vllm-crashing', 'models/vllm-loading', 'models/vllm-pending', 'models/vllm-ready']);
     assert.deepEqual(byId.get('models/vllm-ready'), { id: 'models/vllm-ready', address: '10.1.0.1:8000', state: 'Ready', reason: 'ready' });
@@ -194,14 +208,21 @@ void describe('KubernetesSource: initial list', () => {
     assert.equal(h.sink.synced, false, 'must not be synced while a pool has never listed');
     assert.deepEqual(h.sink.ids('llama'), ['models/vllm-0']);
     assert.deepEqual(h.sink.ids('mistral'), []);
-    assert.ok(h.logs.some((e) => e.msg === 'list failed; will retry' && e['detail'] === `HTTP 403: request to ${podsPath('team-b')} fails on purpose`));
+    assert.ok(
+      h.logs.some(
+        (e) => e.msg === 'list failed; will retry' && e['detail'] === `HTTP 403: request to ${podsPath('team-b')} fails on purpose`,
+      ),
+    );
 
     h.api.setPathError(podsPath('team-b'), undefined);
     await eventually('synced', () => h.sink.synced);
-    assert.deepEqual(h.sink.viewAtSync?.map((p) => [p.name, p.endpoints.map((e) => e.address)]), [
-      ['llama', ['10.1.0.1:8000']],
-      ['mistral', ['10.2.0.1:9000']],
-    ]);
+    assert.deepEqual(
+      h.sink.viewAtSync?.map((p) => [p.name, p.endpoints.map((e) => e.address)]),
+      [
+        ['llama', ['10.1.0.1:8000']],
+        ['mistral', ['10.2.0.1:9000']],
+      ],
+    );
   });
 });
 
@@ -298,13 +319,17 @@ void describe('KubernetesSource: watch faults', () => {
     await h.api.setUnavailable(false);
     await eventually('converged', () => {
       const p = h.sink.pool('llama');
-      return p !== undefined && p.endpoints.map((e) => `${e.id}=${e.state}`).join(' ') ===
-        'models/vllm-1=CrashLoop models/vllm-2=Ready models/vllm-3=Ready';
+      return (
+        p !== undefined &&
+        p.endpoints.map((e) => `${e.id}=${e.state}`).join(' ') === 'models/vllm-1=CrashLoop models/vllm-2=Ready models/vllm-3=Ready'
+      );
     });
     assert.ok(h.observer.restartCount('dropped') >= 1, 'the cut watch counted as dropped');
     assert.ok(h.observer.restartCount('gone') >= 1, 'resuming from the stale resourceVersion hit 410');
-    assert.ok(h.api.requests.some((r) => r.watch && new URLSearchParams(r.query).get('resourceVersion') === staleRv && r.status === 200),
-      'it first tried to resume from where it was');
+    assert.ok(
+      h.api.requests.some((r) => r.watch && new URLSearchParams(r.query).get('resourceVersion') === staleRv && r.status === 200),
+      'it first tried to resume from where it was',
+    );
     await h.api.waitForWatch(podsPath(NS));
     assert.equal(h.sink.syncCalls, 1, 'markSynced is called once, not again after recovery');
   });
@@ -325,8 +350,10 @@ void describe('KubernetesSource: watch faults', () => {
     h.api.upsertPod(pod(notReadyPod, 'vllm-0', { ip: '10.1.0.5' }));
     h.api.upsertPod(pod(readyPod, 'vllm-1', { ip: '10.1.0.6' }));
     await reconnected;
-    await eventually('caught up', () =>
-      h.sink.endpoint('llama', 'models/vllm-0')?.state === 'NotReady' && h.sink.endpoint('llama', 'models/vllm-1')?.state === 'Ready');
+    await eventually(
+      'caught up',
+      () => h.sink.endpoint('llama', 'models/vllm-0')?.state === 'NotReady' && h.sink.endpoint('llama', 'models/vllm-1')?.state === 'Ready',
+    );
 
     assert.equal(h.api.listCount(podsPath(NS)), listsBefore, 'no relist needed');
     assert.equal(lastWatchQuery(h.api, podsPath(NS)).get('resourceVersion'), rvBefore);
@@ -346,7 +373,10 @@ void describe('KubernetesSource: watch faults', () => {
 
     await h.api.setUnavailable(false);
     await eventually('synced', () => h.sink.synced);
-    assert.deepEqual(h.sink.viewAtSync?.[0]?.endpoints.map((e) => e.state), ['Ready']);
+    assert.deepEqual(
+      h.sink.viewAtSync?.[0]?.endpoints.map((e) => e.state),
+      ['Ready'],
+    );
   });
 
   void it('API server failing with 500 at start, then recovering', async (t) => {
@@ -368,7 +398,9 @@ void describe('KubernetesSource: watch faults', () => {
       api.setLatency(1000);
     });
     h.start();
-    await eventually('a list timed out', () => h.logs.some((e) => e.msg === 'list failed; will retry' && e['detail'] === 'list timed out after 0.2 s'));
+    await eventually('a list timed out', () =>
+      h.logs.some((e) => e.msg === 'list failed; will retry' && e['detail'] === 'list timed out after 0.2 s'),
+    );
     assert.equal(h.sink.synced, false);
     h.api.setLatency(0);
     await eventually('synced', () => h.sink.synced);
@@ -448,17 +480,22 @@ void describe('KubernetesSource: InferencePools', () => {
     h.start();
     await eventually('synced', () => h.sink.synced);
     // Synced only once the InferencePool's own pods were listed.
-    assert.deepEqual(h.sink.viewAtSync, [{
-      name: 'models/pool-a',
-      models: ['model-a', 'model-a-lora'],
-      endpoints: [{ id: 'models/a-0', address: '10.3.0.1:8000', state: 'Ready', reason: 'ready' }],
-    }]);
+    assert.deepEqual(h.sink.viewAtSync, [
+      {
+        name: 'models/pool-a',
+        models: ['model-a', 'model-a-lora'],
+        endpoints: [{ id: 'models/a-0', address: '10.3.0.1:8000', state: 'Ready', reason: 'ready' }],
+      },
+    ]);
     assert.ok(h.observer.lists.includes(`inferencepools/${NS}`));
     assert.ok(h.observer.lists.includes('pods/models/pool-a'));
 
     h.api.upsertInferencePool(inferencePool('pool-b', { app: 'b' }, 9000, 'model-b'));
     await eventually('pool-b appears with its pods', () => h.sink.endpoint('models/pool-b', 'models/b-0')?.address === '10.3.0.2:9000');
-    assert.deepEqual(h.sink.latest().map((p) => p.name), ['models/pool-a', 'models/pool-b']);
+    assert.deepEqual(
+      h.sink.latest().map((p) => p.name),
+      ['models/pool-a', 'models/pool-b'],
+    );
 
     // Changing served models or the port keeps the pod watch; changing the selector replaces it.
     h.api.upsertInferencePool(inferencePool('pool-b', { app: 'b' }, 9001, 'model-b,model-b2'));
@@ -482,7 +519,13 @@ void describe('KubernetesSource: InferencePools', () => {
     });
     h.start();
     await eventually('synced', () => h.sink.synced);
-    assert.deepEqual(h.sink.latest().map((p) => [p.name, p.models]), [['llama', ['llama-3-8b']], ['models/llama', []]]);
+    assert.deepEqual(
+      h.sink.latest().map((p) => [p.name, p.models]),
+      [
+        ['llama', ['llama-3-8b']],
+        ['models/llama', []],
+      ],
+    );
     assert.ok(h.logs.some((e) => e.level === 40 && e.msg === 'InferencePool models/broken has no spec.selector.matchLabels; ignoring it'));
     assert.ok(h.logs.some((e) => e.level === 40 && e.msg.includes('models/llama has no llm-extproc.io/models annotation')));
   });

@@ -13,14 +13,25 @@ describe('Metrics', () => {
     m.attempt('p', '10.0.0.1:8000', 'failure', 'stream_broken');
     const text = await m.registry.metrics();
     assert.equal(metricValue(text, 'llm_extproc_requests_total', { model: 'llama' }), 2);
-    assert.equal(metricValue(text, 'llm_extproc_upstream_attempts_total', { endpoint: '10.0.0.1:8000', outcome: 'failure', reason: 'stream_broken' }), 1);
+    assert.equal(
+      metricValue(text, 'llm_extproc_upstream_attempts_total', { endpoint: '10.0.0.1:8000', outcome: 'failure', reason: 'stream_broken' }),
+      1,
+    );
   });
 
   it('reports endpoint states per pool, dropping to zero when a state empties', async () => {
     const m = new Metrics({ processMetrics: false });
     const endpoint = { id: 'a', address: '10.0.0.1:8000', reason: '', pool: 'p' };
-    m.endpointView({ version: 1, pools: new Map([['p', { name: 'p', models: ['m'], endpoints: [{ ...endpoint, state: 'Starting' }] }]]), poolsByModel: new Map() });
-    m.endpointView({ version: 2, pools: new Map([['p', { name: 'p', models: ['m'], endpoints: [{ ...endpoint, state: 'Ready' }] }]]), poolsByModel: new Map() });
+    m.endpointView({
+      version: 1,
+      pools: new Map([['p', { name: 'p', models: ['m'], endpoints: [{ ...endpoint, state: 'Starting' }] }]]),
+      poolsByModel: new Map(),
+    });
+    m.endpointView({
+      version: 2,
+      pools: new Map([['p', { name: 'p', models: ['m'], endpoints: [{ ...endpoint, state: 'Ready' }] }]]),
+      poolsByModel: new Map(),
+    });
     const text = await m.registry.metrics();
     assert.equal(metricValue(text, 'llm_extproc_endpoints', { pool: 'p', state: 'Ready' }), 1);
     assert.equal(metricValue(text, 'llm_extproc_endpoints', { pool: 'p', state: 'Starting' }), 0);
@@ -30,7 +41,16 @@ describe('Metrics', () => {
     const m = new Metrics({ processMetrics: false });
     const view = (addresses: string[]) => ({
       version: 1,
-      pools: new Map([['p', { name: 'p', models: ['m'], endpoints: addresses.map((address) => ({ id: address, address, reason: '', pool: 'p', state: 'Ready' as const })) }]]),
+      pools: new Map([
+        [
+          'p',
+          {
+            name: 'p',
+            models: ['m'],
+            endpoints: addresses.map((address) => ({ id: address, address, reason: '', pool: 'p', state: 'Ready' as const })),
+          },
+        ],
+      ]),
       poolsByModel: new Map(),
     });
     m.endpointView(view(['10.0.0.1:8000', '10.0.0.2:8000']));

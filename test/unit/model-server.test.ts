@@ -129,7 +129,10 @@ void describe('model server: healthy answers', () => {
       assert.equal(c['system_fingerprint'], 'ms-a');
     }
     assert.ok(chunks.at(-1)?.['usage'] !== undefined, 'usage chunk requested via stream_options');
-    assert.equal(events.map((e) => chatDelta(e.data === '[DONE]' ? '{"choices":[]}' : e.data)).join(''), replyText('ms-a', 'llama-test', PROMPT));
+    assert.equal(
+      events.map((e) => chatDelta(e.data === '[DONE]' ? '{"choices":[]}' : e.data)).join(''),
+      replyText('ms-a', 'llama-test', PROMPT),
+    );
 
     const rec = server.requests[0];
     assert.ok(rec);
@@ -165,7 +168,10 @@ void describe('model server: healthy answers', () => {
     const resp = parseSse((await post(server, '/v1/responses', { model: 'm2', input: 'go', stream: true })).body);
     assert.equal(resp[0]?.event, 'response.created');
     assert.equal(resp.at(-1)?.event, 'response.completed');
-    assert.ok(resp.every((e) => e.data !== '[DONE]'), 'the Responses API has no [DONE]');
+    assert.ok(
+      resp.every((e) => e.data !== '[DONE]'),
+      'the Responses API has no [DONE]',
+    );
     const text = resp
       .filter((e) => e.event === 'response.output_text.delta')
       .map((e) => parseJson(Buffer.from(e.data))['delta'])
@@ -176,7 +182,10 @@ void describe('model server: healthy answers', () => {
   void it('lists its models, answers /health, rejects bad JSON and unknown paths', async (t) => {
     const server = await serverFor(t, { models: ['alpha', 'beta'] });
     const models = parseJson((await rawRequest({ url: `http://${server.address}/v1/models` })).body);
-    assert.deepEqual((models['data'] as unknown[]).map((m) => asRecord(m)['id']), ['alpha', 'beta']);
+    assert.deepEqual(
+      (models['data'] as unknown[]).map((m) => asRecord(m)['id']),
+      ['alpha', 'beta'],
+    );
     assert.equal((await rawRequest({ url: `http://${server.address}/health` })).status, 200);
 
     const bad = await post(server, CHAT_PATH, '{not json');
@@ -290,7 +299,11 @@ void describe('model server: faults', () => {
 
   void it('sse-error-event emits an OpenAI error event mid-stream, with or without [DONE]', async (t) => {
     const server = await serverFor(t);
-    server.setBehavior({ kind: 'sse-error-event', afterEvents: 2, error: { message: 'CUDA out of memory', type: 'server_error', code: 503 } });
+    server.setBehavior({
+      kind: 'sse-error-event',
+      afterEvents: 2,
+      error: { message: 'CUDA out of memory', type: 'server_error', code: 503 },
+    });
     const withDone = parseSse((await post(server, CHAT_PATH, chatBody({ stream: true }))).body);
     assert.equal(withDone.length, 4);
     assert.deepEqual(parseJson(Buffer.from(withDone[2]?.data ?? '')), {
@@ -330,7 +343,13 @@ void describe('model server: faults', () => {
     assert.equal(html.body.toString(), '<html>Bad Gateway</html>');
     assert.equal(html.headers['x-model-server-id'], 'ms-a');
 
-    server.setBehavior({ kind: 'json-error', status: 400, message: 'context too long', type: 'invalid_request_error', code: 'context_length_exceeded' });
+    server.setBehavior({
+      kind: 'json-error',
+      status: 400,
+      message: 'context too long',
+      type: 'invalid_request_error',
+      code: 'context_length_exceeded',
+    });
     const jsonErr = await post(server, CHAT_PATH, chatBody());
     assert.equal(jsonErr.status, 400);
     assert.deepEqual(parseJson(jsonErr.body), {
@@ -385,7 +404,10 @@ void describe('model server: faults', () => {
     assert.equal((await post(server, CHAT_PATH, chatBody())).status, 502);
     assert.equal((await post(server, CHAT_PATH, chatBody())).status, 503);
     assert.equal((await post(server, CHAT_PATH, chatBody())).status, 200);
-    assert.deepEqual(server.requests.map((r) => r.behavior.kind), ['ok', 'html-502', 'json-error', 'ok']);
+    assert.deepEqual(
+      server.requests.map((r) => r.behavior.kind),
+      ['ok', 'html-502', 'json-error', 'ok'],
+    );
   });
 
   void it('refuse() makes connects fail with ECONNREFUSED; resume() serves on the same address', async (t) => {

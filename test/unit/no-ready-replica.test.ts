@@ -34,10 +34,20 @@ void describe('no_ready_replica', () => {
   });
 
   void it('renders one stable code with a per-state breakdown, reasons in the message and Retry-After', () => {
-    const err = noReadyReplicaError('llama', [{ state: 'Starting', reason: 'ContainerCreating' }, { state: 'Starting', reason: 'ContainerCreating' }, { state: 'CrashLoop', reason: 'CrashLoopBackOff' }], { cause: new Error('internal') });
+    const err = noReadyReplicaError(
+      'llama',
+      [
+        { state: 'Starting', reason: 'ContainerCreating' },
+        { state: 'Starting', reason: 'ContainerCreating' },
+        { state: 'CrashLoop', reason: 'CrashLoopBackOff' },
+      ],
+      { cause: new Error('internal') },
+    );
     const rendered = renderError(err);
     assert.equal(rendered.status, 503);
-    const body = JSON.parse(rendered.body.toString('utf8')) as { error: { code: string; message: string; model: string; replicas: Record<string, number> } };
+    const body = JSON.parse(rendered.body.toString('utf8')) as {
+      error: { code: string; message: string; model: string; replicas: Record<string, number> };
+    };
     assert.equal(body.error.code, 'no_ready_replica');
     assert.equal(body.error.model, 'llama');
     assert.deepEqual(Object.keys(body.error.replicas).sort(), REPORTED_STATES.map((s) => REPLICA_STATE_KEYS[s]).sort());
@@ -45,7 +55,10 @@ void describe('no_ready_replica', () => {
     assert.equal(body.error.replicas[REPLICA_STATE_KEYS.CrashLoop], 1);
     assert.equal(body.error.replicas[REPLICA_STATE_KEYS.Ready], 0);
     assert.match(body.error.message, /llama/);
-    assert.equal(body.error.message, 'model llama has no ready replica: 3 pods — 2 starting (ContainerCreating), 1 crash-looping (CrashLoopBackOff). Retry in about 15 s.');
+    assert.equal(
+      body.error.message,
+      'model llama has no ready replica: 3 pods — 2 starting (ContainerCreating), 1 crash-looping (CrashLoopBackOff). Retry in about 15 s.',
+    );
     const retryAfter = rendered.headers.find(([n]) => n === 'retry-after')?.[1];
     assert.equal(retryAfter, String(Math.min(RETRY_AFTER_BY_STATE.Starting, RETRY_AFTER_BY_STATE.CrashLoop)));
     assert.ok(!rendered.body.toString('utf8').includes('internal'));
@@ -58,9 +71,6 @@ void describe('no_ready_replica', () => {
   });
 
   void it('reports every state except Gone', () => {
-    assert.deepEqual(
-      [...REPORTED_STATES].sort(),
-      ENDPOINT_STATES.filter((s) => s !== 'Gone').sort(),
-    );
+    assert.deepEqual([...REPORTED_STATES].sort(), ENDPOINT_STATES.filter((s) => s !== 'Gone').sort());
   });
 });

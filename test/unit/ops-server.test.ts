@@ -24,7 +24,16 @@ describe('ops server', () => {
     const notReady = await fetch(url('/readyz'));
     assert.equal(notReady.status, 503);
     assert.match(await notReady.text(), /first sync/);
-    store.replaceAll('static', [{ name: 'p', models: ['m'], endpoints: [{ id: 'a', address: '10.0.0.1:8000', state: 'Ready', reason: '' }, { id: 'b', address: '', state: 'Starting', reason: 'ContainerCreating' }] }]);
+    store.replaceAll('static', [
+      {
+        name: 'p',
+        models: ['m'],
+        endpoints: [
+          { id: 'a', address: '10.0.0.1:8000', state: 'Ready', reason: '' },
+          { id: 'b', address: '', state: 'Starting', reason: 'ContainerCreating' },
+        ],
+      },
+    ]);
     store.markSynced('static');
     assert.equal((await fetch(url('/readyz'))).status, 200);
   });
@@ -38,8 +47,16 @@ describe('ops server', () => {
   });
 
   it('shows the cache on /debug/endpoints', async () => {
-    const body = (await (await fetch(url('/debug/endpoints'))).json()) as { pools: Array<{ name: string; endpoints: Array<{ id: string; state: string; reason: string }> }> };
-    assert.deepEqual(body.pools[0].endpoints.map((e) => [e.id, e.state, e.reason]), [['a', 'Ready', ''], ['b', 'Starting', 'ContainerCreating']]);
+    const body = (await (await fetch(url('/debug/endpoints'))).json()) as {
+      pools: Array<{ name: string; endpoints: Array<{ id: string; state: string; reason: string }> }>;
+    };
+    assert.deepEqual(
+      body.pools[0].endpoints.map((e) => [e.id, e.state, e.reason]),
+      [
+        ['a', 'Ready', ''],
+        ['b', 'Starting', 'ContainerCreating'],
+      ],
+    );
   });
 
   it('answers unknown paths and methods with JSON errors', async () => {

@@ -30,9 +30,17 @@ describe('PassiveHealth: which streaks quarantine', () => {
     { name: 'connect failures and resets mixed', failures: ['reset', 'connect_failure', 'reset'], quarantinedAfter: 3 },
     { name: 'one short of the threshold', failures: ['connect_failure', 'connect_failure'], quarantinedAfter: undefined },
     { name: 'timeouts never', failures: ['timeout', 'timeout', 'timeout', 'timeout', 'timeout'], quarantinedAfter: undefined },
-    { name: 'bad responses never', failures: ['bad_response', 'bad_response', 'bad_response', 'bad_response'], quarantinedAfter: undefined },
+    {
+      name: 'bad responses never',
+      failures: ['bad_response', 'bad_response', 'bad_response', 'bad_response'],
+      quarantinedAfter: undefined,
+    },
     // A slow or wrong answer neither counts towards nor breaks a connect-failure streak.
-    { name: 'timeouts interleaved do not count', failures: ['connect_failure', 'timeout', 'connect_failure', 'bad_response', 'connect_failure'], quarantinedAfter: 5 },
+    {
+      name: 'timeouts interleaved do not count',
+      failures: ['connect_failure', 'timeout', 'connect_failure', 'bad_response', 'connect_failure'],
+      quarantinedAfter: 5,
+    },
   ];
   for (const c of cases) {
     it(c.name, () => {
@@ -114,7 +122,10 @@ describe('PassiveHealth: backoff and probation', () => {
     it(`first quarantine under ${JSON.stringify(policy)} lasts ${first} ms`, () => {
       const health = new PassiveHealth(policy);
       const started = fail(health, A, Array<AttemptFailure>(policy.threshold).fill('connect_failure'), 100);
-      assert.deepEqual(started, started.map((_, i) => i === policy.threshold - 1));
+      assert.deepEqual(
+        started,
+        started.map((_, i) => i === policy.threshold - 1),
+      );
       assert.equal(health.status(A, 100)?.until, 100 + first);
     });
   }
@@ -126,13 +137,10 @@ describe('PassiveHealth: backoff and probation', () => {
     assert.equal(health.nextRelease(100), undefined);
   });
 
-  it(
-    'baseMs 0: recordFailure does not report a quarantine that never happens',
-    () => {
-      const health = new PassiveHealth({ threshold: 1, baseMs: 0, maxMs: 3_000 });
-      assert.equal(health.recordFailure(A, 'connect_failure', 100), false);
-    },
-  );
+  it('baseMs 0: recordFailure does not report a quarantine that never happens', () => {
+    const health = new PassiveHealth({ threshold: 1, baseMs: 0, maxMs: 3_000 });
+    assert.equal(health.recordFailure(A, 'connect_failure', 100), false);
+  });
 
   it('after release a success ends probation: the full threshold applies again', () => {
     const health = new PassiveHealth(POLICY);
@@ -155,9 +163,17 @@ describe('PassiveHealth: status, nextRelease, retainOnly', () => {
   const iso = (ms: number): string => new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
 
   const reasons: ReadonlyArray<{ name: string; failures: AttemptFailure[]; reason: string }> = [
-    { name: 'connect failures', failures: ['connect_failure', 'connect_failure', 'connect_failure'], reason: `3 consecutive connect failures; until ${iso(10_000)}` },
+    {
+      name: 'connect failures',
+      failures: ['connect_failure', 'connect_failure', 'connect_failure'],
+      reason: `3 consecutive connect failures; until ${iso(10_000)}`,
+    },
     { name: 'resets name resets', failures: ['reset', 'reset', 'reset'], reason: `3 consecutive connection resets; until ${iso(10_000)}` },
-    { name: 'the last failure names the kind', failures: ['reset', 'reset', 'connect_failure'], reason: `3 consecutive connect failures; until ${iso(10_000)}` },
+    {
+      name: 'the last failure names the kind',
+      failures: ['reset', 'reset', 'connect_failure'],
+      reason: `3 consecutive connect failures; until ${iso(10_000)}`,
+    },
   ];
   for (const c of reasons) {
     it(`reason: ${c.name}`, () => {
@@ -191,7 +207,10 @@ describe('PassiveHealth: status, nextRelease, retainOnly', () => {
     const health = new PassiveHealth(POLICY);
     const until = quarantine(health, A, 0);
     fail(health, A, ['connect_failure'], until);
-    assert.deepEqual(health.status(A, until), { until: until + 20_000, reason: `another failure after a previous quarantine; until ${iso(until + 20_000)}` });
+    assert.deepEqual(health.status(A, until), {
+      until: until + 20_000,
+      reason: `another failure after a previous quarantine; until ${iso(until + 20_000)}`,
+    });
   });
 
   it('nextRelease is the earliest quarantine end after now', () => {

@@ -63,15 +63,27 @@ describe('picker config', () => {
     { yaml: 'picker:\n  metrics: { format: ollama }', message: /^picker\.metrics\.format: expected one of vllm, sglang, tgi/ },
     { yaml: 'picker:\n  metrics: { enabled: yes-please }', message: /^picker\.metrics\.enabled: expected true or false/ },
     { yaml: 'picker:\n  metrics: { path: metrics }', message: /^picker\.metrics\.path: expected a path starting with \// },
-    { yaml: 'picker:\n  metrics: { intervalSeconds: 10, staleAfterSeconds: 5 }', message: /^picker\.metrics\.staleAfterSeconds: must be ≥ intervalSeconds/ },
+    {
+      yaml: 'picker:\n  metrics: { intervalSeconds: 10, staleAfterSeconds: 5 }',
+      message: /^picker\.metrics\.staleAfterSeconds: must be ≥ intervalSeconds/,
+    },
     { yaml: 'picker:\n  metrics: { concurrency: 0 }', message: /^picker\.metrics\.concurrency: expected a number ≥ 1, got 0/ },
-    { yaml: 'picker:\n  pools:\n    p: { maxQueueDepth: 2.5 }', message: /^picker\.pools\.p\.maxQueueDepth: expected a whole number, got 2.5/ },
-    { yaml: 'picker:\n  pools:\n    p: { metricsFormat: x }', message: /^picker\.pools\.p\.metricsFormat: expected one of vllm, sglang, tgi, none/ },
+    {
+      yaml: 'picker:\n  pools:\n    p: { maxQueueDepth: 2.5 }',
+      message: /^picker\.pools\.p\.maxQueueDepth: expected a whole number, got 2.5/,
+    },
+    {
+      yaml: 'picker:\n  pools:\n    p: { metricsFormat: x }',
+      message: /^picker\.pools\.p\.metricsFormat: expected one of vllm, sglang, tgi, none/,
+    },
     { yaml: 'picker:\n  pools:\n    p: { queueLimit: 3 }', message: /^picker\.pools\.p\.queueLimit: unknown setting/ },
   ];
   for (const e of errors) {
     it(`refuses ${JSON.stringify(e.yaml)}`, () => {
-      assert.throws(() => buildConfig(e.yaml, {}), (err: unknown) => err instanceof ConfigError && e.message.test(err.message));
+      assert.throws(
+        () => buildConfig(e.yaml, {}),
+        (err: unknown) => err instanceof ConfigError && e.message.test(err.message),
+      );
     });
   }
 });

@@ -28,7 +28,10 @@ describe('promptBlockHashes', () => {
   });
 
   it('a single message is hashed whole', () => {
-    assert.notDeepEqual(promptBlockHashes(chat(['user', 'one question']), opts), promptBlockHashes(chat(['user', 'another question']), opts));
+    assert.notDeepEqual(
+      promptBlockHashes(chat(['user', 'one question']), opts),
+      promptBlockHashes(chat(['user', 'another question']), opts),
+    );
   });
 
   it('the same prompt always hashes the same (so every replica agrees)', () => {
@@ -37,7 +40,10 @@ describe('promptBlockHashes', () => {
   });
 
   it('piece boundaries matter: "ab"+"c" differs from "a"+"bc"', () => {
-    assert.notDeepEqual(promptBlockHashes(chat(['user', 'ab'], ['user', 'c']), opts), promptBlockHashes(chat(['user', 'a'], ['user', 'bc']), opts));
+    assert.notDeepEqual(
+      promptBlockHashes(chat(['user', 'ab'], ['user', 'c']), opts),
+      promptBlockHashes(chat(['user', 'a'], ['user', 'bc']), opts),
+    );
   });
 
   it('reads at most maxBlocks blocks, however long the prompt', () => {
@@ -52,9 +58,23 @@ describe('promptBlockHashes', () => {
     { name: 'completion prompt string', body: { prompt: 'Say this is a test please' }, blocks: 4 },
     { name: 'completion prompt list: the first counts', body: { prompt: ['Say this is a test please', 'other'] }, blocks: 4 },
     { name: 'token ids', body: { prompt: [1, 2, 3, 4, 5, 6] }, blocks: 2 },
-    { name: 'content parts', body: chat(['user', [{ type: 'text', text: 'look at this picture' }, { type: 'image_url', image_url: { url: 'https://x/y.png' } }]]), blocks: 4 },
+    {
+      name: 'content parts',
+      body: chat([
+        'user',
+        [
+          { type: 'text', text: 'look at this picture' },
+          { type: 'image_url', image_url: { url: 'https://x/y.png' } },
+        ],
+      ]),
+      blocks: 4,
+    },
     { name: 'Responses API input string', body: { input: 'Tell me a story' }, blocks: 2 },
-    { name: 'Responses API instructions and messages', body: { instructions: 'be brief', input: [{ role: 'user', content: 'hi' }] }, blocks: 3 },
+    {
+      name: 'Responses API instructions and messages',
+      body: { instructions: 'be brief', input: [{ role: 'user', content: 'hi' }] },
+      blocks: 3,
+    },
     { name: 'no prompt at all', body: { model: 'm' }, blocks: 0 },
     { name: 'messages of the wrong type are skipped', body: { messages: [42, null, 'x'] }, blocks: 0 },
   ];

@@ -60,37 +60,137 @@ function addresses(outcome: PickOutcome): string[] {
 
 const chat = (system: string, user: string): PickRequest => ({
   model: 'm',
-  promptBlocks: promptBlockHashes({ messages: [{ role: 'system', content: system }, { role: 'user', content: user }] }, { blockChars: 16, maxBlocks: 8 }),
+  promptBlocks: promptBlockHashes(
+    {
+      messages: [
+        { role: 'system', content: system },
+        { role: 'user', content: user },
+      ],
+    },
+    { blockChars: 16, maxBlocks: 8 },
+  ),
 });
 
-const fleet = (n: number): PoolView[] => [poolOf('p', Array.from({ length: n }, (_, i) => ep(`10.0.0.${i + 1}:8000`)))];
+const fleet = (n: number): PoolView[] => [
+  poolOf(
+    'p',
+    Array.from({ length: n }, (_, i) => ep(`10.0.0.${i + 1}:8000`)),
+  ),
+];
 
 describe('pipeline: filters and order (least in-flight weights)', () => {
-  const cases: ReadonlyArray<{ name: string; pools: PoolView[]; load?: Record<string, number>; fallbacks: number; draw: number; subset?: string[]; expected: string[] }> = [
-    { name: 'least in-flight first', pools: [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])], load: { 'a:1': 5, 'c:1': 2 }, fallbacks: 2, draw: 0, expected: ['b:1', 'c:1', 'a:1'] },
-    { name: 'equal loads: the random start decides (start 0)', pools: [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])], fallbacks: 2, draw: 0, expected: ['a:1', 'b:1', 'c:1'] },
-    { name: 'equal loads: the random start decides (start 2)', pools: [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])], fallbacks: 2, draw: 0.7, expected: ['c:1', 'a:1', 'b:1'] },
-    { name: 'fallbacks limit the list to 1 + fallbacks', pools: [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1'), ep('d:1')])], load: { 'a:1': 1, 'b:1': 1 }, fallbacks: 1, draw: 0, expected: ['c:1', 'd:1'] },
-    { name: 'more fallbacks than endpoints returns them all', pools: [poolOf('p', [ep('a:1'), ep('b:1')])], fallbacks: 5, draw: 0, expected: ['a:1', 'b:1'] },
-    { name: 'negative fallbacks still give a primary', pools: [poolOf('p', [ep('a:1'), ep('b:1')])], load: { 'a:1': 1 }, fallbacks: -3, draw: 0, expected: ['b:1'] },
+  const cases: ReadonlyArray<{
+    name: string;
+    pools: PoolView[];
+    load?: Record<string, number>;
+    fallbacks: number;
+    draw: number;
+    subset?: string[];
+    expected: string[];
+  }> = [
+    {
+      name: 'least in-flight first',
+      pools: [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])],
+      load: { 'a:1': 5, 'c:1': 2 },
+      fallbacks: 2,
+      draw: 0,
+      expected: ['b:1', 'c:1', 'a:1'],
+    },
+    {
+      name: 'equal loads: the random start decides (start 0)',
+      pools: [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])],
+      fallbacks: 2,
+      draw: 0,
+      expected: ['a:1', 'b:1', 'c:1'],
+    },
+    {
+      name: 'equal loads: the random start decides (start 2)',
+      pools: [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])],
+      fallbacks: 2,
+      draw: 0.7,
+      expected: ['c:1', 'a:1', 'b:1'],
+    },
+    {
+      name: 'fallbacks limit the list to 1 + fallbacks',
+      pools: [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1'), ep('d:1')])],
+      load: { 'a:1': 1, 'b:1': 1 },
+      fallbacks: 1,
+      draw: 0,
+      expected: ['c:1', 'd:1'],
+    },
+    {
+      name: 'more fallbacks than endpoints returns them all',
+      pools: [poolOf('p', [ep('a:1'), ep('b:1')])],
+      fallbacks: 5,
+      draw: 0,
+      expected: ['a:1', 'b:1'],
+    },
+    {
+      name: 'negative fallbacks still give a primary',
+      pools: [poolOf('p', [ep('a:1'), ep('b:1')])],
+      load: { 'a:1': 1 },
+      fallbacks: -3,
+      draw: 0,
+      expected: ['b:1'],
+    },
     {
       name: 'only Ready endpoints with an address are candidates',
-      pools: [poolOf('p', [ep('a:1', 'Starting'), ep('b:1', 'Quarantined'), ep('', 'Ready'), ep('c:1', 'NotReady'), ep('d:1'), ep('e:1', 'Terminating')])],
+      pools: [
+        poolOf('p', [
+          ep('a:1', 'Starting'),
+          ep('b:1', 'Quarantined'),
+          ep('', 'Ready'),
+          ep('c:1', 'NotReady'),
+          ep('d:1'),
+          ep('e:1', 'Terminating'),
+        ]),
+      ],
       fallbacks: 5,
       draw: 0,
       expected: ['d:1'],
     },
-    { name: 'endpoints of every pool of the model compete', pools: [poolOf('big', [ep('a:1')]), poolOf('small', [ep('b:1')])], load: { 'a:1': 3, 'b:1': 1 }, fallbacks: 1, draw: 0, expected: ['b:1', 'a:1'] },
-    { name: 'an address listed in two pools appears once', pools: [poolOf('big', [ep('a:1'), ep('b:1')]), poolOf('small', [ep('b:1'), ep('c:1')])], fallbacks: 5, draw: 0, expected: ['a:1', 'b:1', 'c:1'] },
-    { name: 'subset hint: only those addresses', pools: [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])], load: { 'c:1': 9 }, fallbacks: 2, draw: 0, subset: ['c:1', 'a:1'], expected: ['a:1', 'c:1'] },
-    { name: 'subset hint naming unknown addresses', pools: [poolOf('p', [ep('a:1'), ep('b:1')])], fallbacks: 2, draw: 0, subset: ['z:9', 'b:1', 'y:9', 'x:9'], expected: ['b:1'] },
+    {
+      name: 'endpoints of every pool of the model compete',
+      pools: [poolOf('big', [ep('a:1')]), poolOf('small', [ep('b:1')])],
+      load: { 'a:1': 3, 'b:1': 1 },
+      fallbacks: 1,
+      draw: 0,
+      expected: ['b:1', 'a:1'],
+    },
+    {
+      name: 'an address listed in two pools appears once',
+      pools: [poolOf('big', [ep('a:1'), ep('b:1')]), poolOf('small', [ep('b:1'), ep('c:1')])],
+      fallbacks: 5,
+      draw: 0,
+      expected: ['a:1', 'b:1', 'c:1'],
+    },
+    {
+      name: 'subset hint: only those addresses',
+      pools: [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])],
+      load: { 'c:1': 9 },
+      fallbacks: 2,
+      draw: 0,
+      subset: ['c:1', 'a:1'],
+      expected: ['a:1', 'c:1'],
+    },
+    {
+      name: 'subset hint naming unknown addresses',
+      pools: [poolOf('p', [ep('a:1'), ep('b:1')])],
+      fallbacks: 2,
+      draw: 0,
+      subset: ['z:9', 'b:1', 'y:9', 'x:9'],
+      expected: ['b:1'],
+    },
   ];
   for (const c of cases) {
     it(c.name, () => {
       const board = new SignalBoard();
       inFlight(board, c.load ?? {});
       const p = picker(board, { weights: IN_FLIGHT, fallbacks: c.fallbacks, draws: [c.draw] });
-      assert.deepEqual(addresses(p.pick(c.pools, { model: 'm', ...(c.subset === undefined ? {} : { subset: new Set(c.subset) }) })), c.expected);
+      assert.deepEqual(
+        addresses(p.pick(c.pools, { model: 'm', ...(c.subset === undefined ? {} : { subset: new Set(c.subset) }) })),
+        c.expected,
+      );
     });
   }
 
@@ -102,24 +202,52 @@ describe('pipeline: filters and order (least in-flight weights)', () => {
   });
 
   it('a Quarantined copy in one pool does not hide a Ready copy in another', () => {
-    const outcome = picker(new SignalBoard(), { weights: IN_FLIGHT }).pick([poolOf('big', [ep('a:1', 'Quarantined')]), poolOf('small', [ep('a:1')])], { model: 'm' });
+    const outcome = picker(new SignalBoard(), { weights: IN_FLIGHT }).pick(
+      [poolOf('big', [ep('a:1', 'Quarantined')]), poolOf('small', [ep('a:1')])],
+      { model: 'm' },
+    );
     assert.deepEqual(outcome.kind === 'picked' ? outcome.endpoints.map((e) => `${e.pool}/${e.address}`) : [], ['small/a:1']);
   });
 
   it('idle replicas share traffic: each comes first for some draw', () => {
     const pools = [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])];
-    const firsts = new Set([0.1, 0.5, 0.9].map((d) => addresses(picker(new SignalBoard(), { weights: IN_FLIGHT, draws: [d] }).pick(pools, { model: 'm' }))[0]));
+    const firsts = new Set(
+      [0.1, 0.5, 0.9].map((d) => addresses(picker(new SignalBoard(), { weights: IN_FLIGHT, draws: [d] }).pick(pools, { model: 'm' }))[0]),
+    );
     assert.deepEqual([...firsts].sort(), ['a:1', 'b:1', 'c:1']);
   });
 });
 
 describe('pipeline: model-server load', () => {
   const pools = [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])];
-  const cases: ReadonlyArray<{ name: string; metrics: Record<string, Partial<ServerLoad> | 'failing'>; load?: Record<string, number>; draw?: number; expected: string[] }> = [
-    { name: 'shortest queue first', metrics: { 'a:1': { waiting: 30 }, 'b:1': { waiting: 0 }, 'c:1': { waiting: 10 } }, expected: ['b:1', 'c:1', 'a:1'] },
-    { name: 'equal queues: emptier KV cache first', metrics: { 'a:1': { kvCacheUsage: 0.9 }, 'b:1': { kvCacheUsage: 0.5 }, 'c:1': { kvCacheUsage: 0.1 } }, expected: ['c:1', 'b:1', 'a:1'] },
-    { name: 'failing scrape is not preferred over an idle report', metrics: { 'a:1': 'failing', 'b:1': { waiting: 0 }, 'c:1': { waiting: 0 } }, expected: ['a:1', 'b:1', 'c:1'].slice(1).concat('a:1') },
-    { name: 'missing metrics rank with the most loaded', metrics: { 'b:1': { waiting: 0 }, 'c:1': { waiting: 0 } }, draw: 0, expected: ['b:1', 'c:1', 'a:1'] },
+  const cases: ReadonlyArray<{
+    name: string;
+    metrics: Record<string, Partial<ServerLoad> | 'failing'>;
+    load?: Record<string, number>;
+    draw?: number;
+    expected: string[];
+  }> = [
+    {
+      name: 'shortest queue first',
+      metrics: { 'a:1': { waiting: 30 }, 'b:1': { waiting: 0 }, 'c:1': { waiting: 10 } },
+      expected: ['b:1', 'c:1', 'a:1'],
+    },
+    {
+      name: 'equal queues: emptier KV cache first',
+      metrics: { 'a:1': { kvCacheUsage: 0.9 }, 'b:1': { kvCacheUsage: 0.5 }, 'c:1': { kvCacheUsage: 0.1 } },
+      expected: ['c:1', 'b:1', 'a:1'],
+    },
+    {
+      name: 'failing scrape is not preferred over an idle report',
+      metrics: { 'a:1': 'failing', 'b:1': { waiting: 0 }, 'c:1': { waiting: 0 } },
+      expected: ['a:1', 'b:1', 'c:1'].slice(1).concat('a:1'),
+    },
+    {
+      name: 'missing metrics rank with the most loaded',
+      metrics: { 'b:1': { waiting: 0 }, 'c:1': { waiting: 0 } },
+      draw: 0,
+      expected: ['b:1', 'c:1', 'a:1'],
+    },
     { name: 'no metrics anywhere: in-flight decides', metrics: {}, load: { 'a:1': 2, 'b:1': 1 }, expected: ['c:1', 'b:1', 'a:1'] },
   ];
   for (const c of cases) {
@@ -141,7 +269,10 @@ describe('pipeline: model-server load', () => {
 });
 
 describe('pipeline: queue limit and shedding', () => {
-  const policy = (limits: Record<string, number>) => (pool: string): PoolPolicy => (pool in limits ? { maxQueueDepth: limits[pool] } : {});
+  const policy =
+    (limits: Record<string, number>) =>
+    (pool: string): PoolPolicy =>
+      pool in limits ? { maxQueueDepth: limits[pool] } : {};
 
   it('endpoints at their pool limit are filtered out', () => {
     const board = new SignalBoard();
@@ -160,13 +291,18 @@ describe('pipeline: queue limit and shedding', () => {
   it('an endpoint with unknown metrics is never shed on a guess', () => {
     const board = new SignalBoard();
     report(board, { 'a:1': { waiting: 12 }, 'b:1': 'failing' });
-    assert.deepEqual(addresses(picker(board, { poolPolicy: policy({ p: 10 }) }).pick([poolOf('p', [ep('a:1'), ep('b:1')])], { model: 'm' })), ['b:1']);
+    assert.deepEqual(
+      addresses(picker(board, { poolPolicy: policy({ p: 10 }) }).pick([poolOf('p', [ep('a:1'), ep('b:1')])], { model: 'm' })),
+      ['b:1'],
+    );
   });
 
   it('a pool without a limit still takes requests', () => {
     const board = new SignalBoard();
     report(board, { 'a:1': { waiting: 50 }, 'b:1': { waiting: 50 } });
-    const outcome = picker(board, { poolPolicy: policy({ big: 10 }) }).pick([poolOf('big', [ep('a:1')]), poolOf('small', [ep('b:1')])], { model: 'm' });
+    const outcome = picker(board, { poolPolicy: policy({ big: 10 }) }).pick([poolOf('big', [ep('a:1')]), poolOf('small', [ep('b:1')])], {
+      model: 'm',
+    });
     assert.deepEqual(addresses(outcome), ['b:1']);
   });
 });
@@ -183,7 +319,12 @@ describe('pipeline: prefix-cache affinity', () => {
 
   it('different prefixes spread over the endpoints', () => {
     const p = picker(new SignalBoard());
-    const primaries = new Set(Array.from({ length: 64 }, (_, i) => addresses(p.pick(fleet(8), chat(`tenant ${i} system prompt, long enough to fill blocks`, 'hi')))[0]));
+    const primaries = new Set(
+      Array.from(
+        { length: 64 },
+        (_, i) => addresses(p.pick(fleet(8), chat(`tenant ${i} system prompt, long enough to fill blocks`, 'hi')))[0],
+      ),
+    );
     assert.ok(primaries.size >= 6, `64 prefixes used only ${primaries.size} of 8 endpoints`);
   });
 
@@ -199,7 +340,12 @@ describe('pipeline: prefix-cache affinity', () => {
   it('removing an endpoint remaps only the prefixes it owned', () => {
     const before = fleet(10);
     const removed = '10.0.0.4:8000';
-    const after = [poolOf('p', before[0].endpoints.filter((e) => e.address !== removed))];
+    const after = [
+      poolOf(
+        'p',
+        before[0].endpoints.filter((e) => e.address !== removed),
+      ),
+    ];
     const p = picker(new SignalBoard());
     let owned = 0;
     for (let i = 0; i < 200; i++) {
@@ -246,14 +392,30 @@ describe('pipeline: LoRA affinity', () => {
   const pools = [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])];
   const weights = { ...DEFAULT_WEIGHTS, prefix: 0 };
   const cases: ReadonlyArray<{ name: string; metrics: Record<string, Partial<ServerLoad>>; expected: string[] }> = [
-    { name: 'a server running the adapter is preferred', metrics: { 'a:1': {}, 'b:1': { runningAdapters: ['sql'] }, 'c:1': {} }, expected: ['b:1', 'a:1', 'c:1'] },
-    { name: 'loading (waiting) counts as having it', metrics: { 'a:1': {}, 'b:1': {}, 'c:1': { waitingAdapters: ['sql'] } }, expected: ['c:1', 'a:1', 'b:1'] },
+    {
+      name: 'a server running the adapter is preferred',
+      metrics: { 'a:1': {}, 'b:1': { runningAdapters: ['sql'] }, 'c:1': {} },
+      expected: ['b:1', 'a:1', 'c:1'],
+    },
+    {
+      name: 'loading (waiting) counts as having it',
+      metrics: { 'a:1': {}, 'b:1': {}, 'c:1': { waitingAdapters: ['sql'] } },
+      expected: ['c:1', 'a:1', 'b:1'],
+    },
     {
       name: 'a server at the adapter limit without it comes last',
-      metrics: { 'a:1': { runningAdapters: ['x', 'y'] }, 'b:1': { runningAdapters: ['z'] }, 'c:1': { runningAdapters: ['sql'], waiting: 2 } },
+      metrics: {
+        'a:1': { runningAdapters: ['x', 'y'] },
+        'b:1': { runningAdapters: ['z'] },
+        'c:1': { runningAdapters: ['sql'], waiting: 2 },
+      },
       expected: ['b:1', 'c:1', 'a:1'],
     },
-    { name: 'a model no server reports as an adapter: LoRA stays silent', metrics: { 'a:1': { runningAdapters: ['x', 'y'], waiting: 0 }, 'b:1': { waiting: 1 }, 'c:1': { waiting: 2 } }, expected: ['a:1', 'b:1', 'c:1'] },
+    {
+      name: 'a model no server reports as an adapter: LoRA stays silent',
+      metrics: { 'a:1': { runningAdapters: ['x', 'y'], waiting: 0 }, 'b:1': { waiting: 1 }, 'c:1': { waiting: 2 } },
+      expected: ['a:1', 'b:1', 'c:1'],
+    },
   ];
   for (const c of cases) {
     it(c.name, () => {
@@ -266,46 +428,78 @@ describe('pipeline: LoRA affinity', () => {
 
 describe('pipeline properties (least in-flight weights)', () => {
   const addressPool = ['10.0.0.1:80', '10.0.0.2:80', '10.0.0.3:80', '10.0.0.4:80', '10.0.0.5:80', '10.0.0.6:80'];
-  const endpointArb = fc.record({ address: fc.oneof(fc.constant(''), fc.constantFrom(...addressPool)), state: fc.constantFrom(...ENDPOINT_STATES) });
+  const endpointArb = fc.record({
+    address: fc.oneof(fc.constant(''), fc.constantFrom(...addressPool)),
+    state: fc.constantFrom(...ENDPOINT_STATES),
+  });
   const poolsArb = fc.array(fc.array(endpointArb, { maxLength: 6 }), { maxLength: 4 });
   const loadArb = fc.dictionary(fc.constantFrom(...addressPool), fc.nat({ max: 4 }));
 
   it('returns distinct Ready endpoints, as many as possible up to 1 + fallbacks, least loaded first', () => {
     fc.assert(
-      fc.property(poolsArb, loadArb, fc.integer({ min: -1, max: 6 }), fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }), (raw, table, fallbacks, draw) => {
-        const pools = raw.map((endpoints, i) => poolOf(`pool${i}`, endpoints.map((e, j) => ({ ...e, id: `e${i}-${j}`, reason: '', pool: '' }))));
-        const board = new SignalBoard();
-        inFlight(board, table);
-        const outcome = picker(board, { weights: IN_FLIGHT, fallbacks, draws: [draw] }).pick(pools, { model: 'm' });
-        const routable = new Set(pools.flatMap((p) => p.endpoints.filter(isRoutable).map((e) => e.address)));
-        if (routable.size === 0) return assert.deepEqual(outcome, { kind: 'none' });
-        const picked = addresses(outcome);
-        assert.equal(new Set(picked).size, picked.length, 'no duplicate addresses');
-        assert.ok(picked.every((a) => routable.has(a)), 'only routable endpoints');
-        assert.equal(picked.length, Math.min(routable.size, 1 + Math.max(0, fallbacks)));
-        const loads = picked.map((a) => table[a] ?? 0);
-        assert.deepEqual(loads, [...loads].sort((a, b) => a - b), 'sorted by load');
-        const left = [...routable].filter((a) => !picked.includes(a)).map((a) => table[a] ?? 0);
-        if (left.length > 0) assert.ok(Math.min(...left) >= Math.max(...loads));
-      }),
+      fc.property(
+        poolsArb,
+        loadArb,
+        fc.integer({ min: -1, max: 6 }),
+        fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
+        (raw, table, fallbacks, draw) => {
+          const pools = raw.map((endpoints, i) =>
+            poolOf(
+              `pool${i}`,
+              endpoints.map((e, j) => ({ ...e, id: `e${i}-${j}`, reason: '', pool: '' })),
+            ),
+          );
+          const board = new SignalBoard();
+          inFlight(board, table);
+          const outcome = picker(board, { weights: IN_FLIGHT, fallbacks, draws: [draw] }).pick(pools, { model: 'm' });
+          const routable = new Set(pools.flatMap((p) => p.endpoints.filter(isRoutable).map((e) => e.address)));
+          if (routable.size === 0) return assert.deepEqual(outcome, { kind: 'none' });
+          const picked = addresses(outcome);
+          assert.equal(new Set(picked).size, picked.length, 'no duplicate addresses');
+          assert.ok(
+            picked.every((a) => routable.has(a)),
+            'only routable endpoints',
+          );
+          assert.equal(picked.length, Math.min(routable.size, 1 + Math.max(0, fallbacks)));
+          const loads = picked.map((a) => table[a] ?? 0);
+          assert.deepEqual(
+            loads,
+            [...loads].sort((a, b) => a - b),
+            'sorted by load',
+          );
+          const left = [...routable].filter((a) => !picked.includes(a)).map((a) => table[a] ?? 0);
+          if (left.length > 0) assert.ok(Math.min(...left) >= Math.max(...loads));
+        },
+      ),
     );
   });
 
   it('with every scorer on, picks are distinct, routable and 1 + fallbacks long', () => {
     fc.assert(
-      fc.property(poolsArb, loadArb, fc.dictionary(fc.constantFrom(...addressPool), fc.nat({ max: 20 })), fc.array(fc.nat(), { maxLength: 4 }), (raw, table, queues, blocks) => {
-        const pools = raw.map((endpoints, i) => poolOf(`pool${i}`, endpoints.map((e, j) => ({ ...e, id: `e${i}-${j}`, reason: '', pool: '' }))));
-        const board = new SignalBoard();
-        inFlight(board, table);
-        report(board, Object.fromEntries(Object.entries(queues).map(([a, q]) => [a, { waiting: q }])));
-        const outcome = picker(board, { fallbacks: 2 }).pick(pools, { model: 'm', promptBlocks: blocks });
-        const routable = new Set(pools.flatMap((p) => p.endpoints.filter(isRoutable).map((e) => e.address)));
-        if (routable.size === 0) return assert.deepEqual(outcome, { kind: 'none' });
-        const picked = addresses(outcome);
-        assert.equal(new Set(picked).size, picked.length);
-        assert.ok(picked.every((a) => routable.has(a)));
-        assert.equal(picked.length, Math.min(routable.size, 3));
-      }),
+      fc.property(
+        poolsArb,
+        loadArb,
+        fc.dictionary(fc.constantFrom(...addressPool), fc.nat({ max: 20 })),
+        fc.array(fc.nat(), { maxLength: 4 }),
+        (raw, table, queues, blocks) => {
+          const pools = raw.map((endpoints, i) =>
+            poolOf(
+              `pool${i}`,
+              endpoints.map((e, j) => ({ ...e, id: `e${i}-${j}`, reason: '', pool: '' })),
+            ),
+          );
+          const board = new SignalBoard();
+          inFlight(board, table);
+          report(board, Object.fromEntries(Object.entries(queues).map(([a, q]) => [a, { waiting: q }])));
+          const outcome = picker(board, { fallbacks: 2 }).pick(pools, { model: 'm', promptBlocks: blocks });
+          const routable = new Set(pools.flatMap((p) => p.endpoints.filter(isRoutable).map((e) => e.address)));
+          if (routable.size === 0) return assert.deepEqual(outcome, { kind: 'none' });
+          const picked = addresses(outcome);
+          assert.equal(new Set(picked).size, picked.length);
+          assert.ok(picked.every((a) => routable.has(a)));
+          assert.equal(picked.length, Math.min(routable.size, 3));
+        },
+      ),
     );
   });
 });
@@ -313,11 +507,51 @@ describe('pipeline properties (least in-flight weights)', () => {
 describe('LoadTracker', () => {
   const cases: ReadonlyArray<{ name: string; ops: Array<['acquire' | 'release', string]>; expected: Record<string, number> }> = [
     { name: 'unknown address is idle', ops: [], expected: { 'a:1': 0 } },
-    { name: 'acquire counts up per address', ops: [['acquire', 'a:1'], ['acquire', 'a:1'], ['acquire', 'b:1']], expected: { 'a:1': 2, 'b:1': 1 } },
-    { name: 'release counts down', ops: [['acquire', 'a:1'], ['acquire', 'a:1'], ['release', 'a:1']], expected: { 'a:1': 1 } },
-    { name: 'back to zero', ops: [['acquire', 'a:1'], ['release', 'a:1']], expected: { 'a:1': 0 } },
-    { name: 'an extra release never goes negative', ops: [['release', 'a:1'], ['acquire', 'a:1'], ['release', 'a:1'], ['release', 'a:1']], expected: { 'a:1': 0 } },
-    { name: 'an extra release does not swallow the next acquire', ops: [['release', 'a:1'], ['release', 'a:1'], ['acquire', 'a:1']], expected: { 'a:1': 1 } },
+    {
+      name: 'acquire counts up per address',
+      ops: [
+        ['acquire', 'a:1'],
+        ['acquire', 'a:1'],
+        ['acquire', 'b:1'],
+      ],
+      expected: { 'a:1': 2, 'b:1': 1 },
+    },
+    {
+      name: 'release counts down',
+      ops: [
+        ['acquire', 'a:1'],
+        ['acquire', 'a:1'],
+        ['release', 'a:1'],
+      ],
+      expected: { 'a:1': 1 },
+    },
+    {
+      name: 'back to zero',
+      ops: [
+        ['acquire', 'a:1'],
+        ['release', 'a:1'],
+      ],
+      expected: { 'a:1': 0 },
+    },
+    {
+      name: 'an extra release never goes negative',
+      ops: [
+        ['release', 'a:1'],
+        ['acquire', 'a:1'],
+        ['release', 'a:1'],
+        ['release', 'a:1'],
+      ],
+      expected: { 'a:1': 0 },
+    },
+    {
+      name: 'an extra release does not swallow the next acquire',
+      ops: [
+        ['release', 'a:1'],
+        ['release', 'a:1'],
+        ['acquire', 'a:1'],
+      ],
+      expected: { 'a:1': 1 },
+    },
   ];
   for (const c of cases) {
     it(c.name, () => {

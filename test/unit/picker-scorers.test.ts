@@ -44,7 +44,9 @@ describe('inFlightScore', () => {
     { inFlight: 3, min: 2, max: 6, expected: 0.75 },
     { inFlight: 7, min: 7, max: 7, expected: 1 },
   ];
-  for (const c of cases) it(`${c.inFlight} in [${c.min}, ${c.max}] → ${c.expected}`, () => assert.equal(inFlightScore(c.inFlight, { min: c.min, max: c.max }), c.expected));
+  for (const c of cases)
+    it(`${c.inFlight} in [${c.min}, ${c.max}] → ${c.expected}`, () =>
+      assert.equal(inFlightScore(c.inFlight, { min: c.min, max: c.max }), c.expected));
 });
 
 describe('lowerIsBetter', () => {
@@ -84,7 +86,8 @@ describe('isOverloaded (bounded load)', () => {
     { load: 15, mean: 10, factor: 1.25, slack: 2, expected: true },
     { load: 50, mean: 25, factor: 1.25, slack: 2, expected: true },
   ];
-  for (const c of cases) it(`load ${c.load}, mean ${c.mean} → ${c.expected}`, () => assert.equal(isOverloaded(c.load, c.mean, c.factor, c.slack), c.expected));
+  for (const c of cases)
+    it(`load ${c.load}, mean ${c.mean} → ${c.expected}`, () => assert.equal(isOverloaded(c.load, c.mean, c.factor, c.slack), c.expected));
 });
 
 describe('outstandingLoad', () => {
@@ -94,5 +97,7 @@ describe('outstandingLoad', () => {
     { inFlight: 9, waiting: 1, running: 2, expected: 9 },
     { inFlight: 0, waiting: 0, running: undefined, expected: 0 },
   ];
-  for (const c of cases) it(`${c.inFlight} / ${String(c.waiting)} / ${String(c.running)} → ${c.expected}`, () => assert.equal(outstandingLoad(c.inFlight, c.waiting, c.running), c.expected));
+  for (const c of cases)
+    it(`${c.inFlight} / ${String(c.waiting)} / ${String(c.running)} → ${c.expected}`, () =>
+      assert.equal(outstandingLoad(c.inFlight, c.waiting, c.running), c.expected));
 });

@@ -4,15 +4,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import { ENDPOINT_STATES } from '../../src/endpoints/model.js';
 import { classifyPod, MEANINGFUL_TRANSITIONS, shorten } from '../../src/endpoints/pod-state.js';
 import type { PodEndpointState, PodFacts } from '../../src/endpoints/pod-state.js';
-import {
-  crashLoopPod,
-  notReadyPod,
-  pendingPod,
-  readyPod,
-  startingPod,
-  succeededPod,
-  terminatingPod,
-} from '../support/pod-builders.js';
+import { crashLoopPod, notReadyPod, pendingPod, readyPod, startingPod, succeededPod, terminatingPod } from '../support/pod-builders.js';
 import type { ContainerStatusJson, PodJson } from '../support/pod-builders.js';
 
 const base = { name: 'vllm-0', namespace: 'models', labels: { app: 'vllm' } };
@@ -32,11 +24,19 @@ const variants = {
   },
   initRunning(): PodJson {
     const pod = startingPod(base);
-    pod.spec.initContainers = [{ name: 'fetch-weights', image: 'busybox' }, { name: 'warmup', image: 'busybox' }];
+    pod.spec.initContainers = [
+      { name: 'fetch-weights', image: 'busybox' },
+      { name: 'warmup', image: 'busybox' },
+    ];
     pod.status.conditions = pod.status.conditions.map((c) =>
-      c.type === 'Initialized' ? { ...c, status: 'False' as const, reason: 'ContainersNotInitialized' } : c);
+      c.type === 'Initialized' ? { ...c, status: 'False' as const, reason: 'ContainersNotInitialized' } : c,
+    );
     pod.status.initContainerStatuses = [
-      { ...first(startingPod(base).status.containerStatuses), name: 'fetch-weights', state: { running: { startedAt: '2025-01-01T00:00:00Z' } } },
+      {
+        ...first(startingPod(base).status.containerStatuses),
+        name: 'fetch-weights',
+        state: { running: { startedAt: '2025-01-01T00:00:00Z' } },
+      },
       { ...first(startingPod(base).status.containerStatuses), name: 'warmup', state: { waiting: { reason: 'PodInitializing' } } },
     ];
     first(pod.status.containerStatuses).state = { waiting: { reason: 'PodInitializing' } };
@@ -52,7 +52,9 @@ const variants = {
   },
   imagePullBackOff(): PodJson {
     const pod = startingPod(base);
-    first(pod.status.containerStatuses).state = { waiting: { reason: 'ImagePullBackOff', message: 'Back-off pulling image "vllm/vllm-openai:typo"' } };
+    first(pod.status.containerStatuses).state = {
+      waiting: { reason: 'ImagePullBackOff', message: 'Back-off pulling image "vllm/vllm-openai:typo"' },
+    };
     return pod;
   },
   errImagePull(): PodJson {
@@ -94,7 +96,15 @@ const variants = {
     const pod = readyPod(base);
     pod.spec.readinessGates = [{ conditionType: 'example.com/lb-registered' }];
     pod.status.conditions = pod.status.conditions.map((c) =>
-      c.type === 'Ready' ? { ...c, status: 'False' as const, reason: 'ReadinessGatesNotReady', message: 'corresponding condition of pod readiness gate "example.com/lb-registered" does not exist.' } : c);
+      c.type === 'Ready'
+        ? {
+            ...c,
+            status: 'False' as const,
+            reason: 'ReadinessGatesNotReady',
+            message: 'corresponding condition of pod readiness gate "example.com/lb-registered" does not exist.',
+          }
+        : c,
+    );
     return pod;
   },
   readinessGateMet(): PodJson {
@@ -105,7 +115,9 @@ const variants = {
   },
   nodeLost(): PodJson {
     const pod = readyPod(base);
-    pod.status.conditions = pod.status.conditions.map((c) => (c.type === 'Ready' ? { ...c, status: 'Unknown' as const, reason: 'NodeLost' } : c));
+    pod.status.conditions = pod.status.conditions.map((c) =>
+      c.type === 'Ready' ? { ...c, status: 'Unknown' as const, reason: 'NodeLost' } : c,
+    );
     return pod;
   },
   terminatingCrashLoop(): PodJson {
@@ -134,23 +146,68 @@ interface Case {
 }
 
 const cases: readonly Case[] = [
-  { name: 'unschedulable pod', pod: pendingPod(base), state: 'Pending', reason: 'Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu' },
-  { name: 'pod the scheduler has not looked at', pod: variants.unscheduledNoConditions(), state: 'Pending', reason: 'waiting to be scheduled' },
+  {
+    name: 'unschedulable pod',
+    pod: pendingPod(base),
+    state: 'Pending',
+    reason: 'Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu',
+  },
+  {
+    name: 'pod the scheduler has not looked at',
+    pod: variants.unscheduledNoConditions(),
+    state: 'Pending',
+    reason: 'waiting to be scheduled',
+  },
   { name: 'pod with no status at all', pod: {}, state: 'Pending', reason: 'waiting to be scheduled' },
   { name: 'container being created', pod: startingPod(base), state: 'Starting', reason: 'ContainerCreating: container model-server' },
   { name: 'init containers running', pod: variants.initRunning(), state: 'Starting', reason: 'Init:0/2 (running fetch-weights)' },
-  { name: 'startup probe not passed', pod: variants.startupProbePending(), state: 'Starting', reason: 'startup probe not passed yet: container model-server' },
+  {
+    name: 'startup probe not passed',
+    pod: variants.startupProbePending(),
+    state: 'Starting',
+    reason: 'startup probe not passed yet: container model-server',
+  },
   { name: 'Ready=True but no pod IP', pod: variants.readyWithoutIp(), state: 'Starting', reason: 'no pod IP yet' },
   { name: 'readiness probe failing', pod: notReadyPod(base), state: 'NotReady', reason: 'readiness probe failing: container model-server' },
-  { name: 'readiness gate unmet', pod: variants.readinessGateUnmet(), state: 'NotReady', reason: 'readiness gates unmet: example.com/lb-registered' },
+  {
+    name: 'readiness gate unmet',
+    pod: variants.readinessGateUnmet(),
+    state: 'NotReady',
+    reason: 'readiness gates unmet: example.com/lb-registered',
+  },
   { name: 'node stopped reporting', pod: variants.nodeLost(), state: 'NotReady', reason: 'pod status unknown (node not reporting)' },
-  { name: 'container exited 0 and is restarting', pod: variants.exitedCleanly(), state: 'NotReady', reason: 'container model-server exited (Completed)' },
-  { name: 'crash loop', pod: crashLoopPod(base), state: 'CrashLoop', reason: 'CrashLoopBackOff: container model-server (last exit: OOMKilled, code 137)' },
-  { name: 'init container crash loop', pod: variants.initCrashing(), state: 'CrashLoop', reason: 'CrashLoopBackOff: init container fetch-weights (last exit: Error, code 1)' },
+  {
+    name: 'container exited 0 and is restarting',
+    pod: variants.exitedCleanly(),
+    state: 'NotReady',
+    reason: 'container model-server exited (Completed)',
+  },
+  {
+    name: 'crash loop',
+    pod: crashLoopPod(base),
+    state: 'CrashLoop',
+    reason: 'CrashLoopBackOff: container model-server (last exit: OOMKilled, code 137)',
+  },
+  {
+    name: 'init container crash loop',
+    pod: variants.initCrashing(),
+    state: 'CrashLoop',
+    reason: 'CrashLoopBackOff: init container fetch-weights (last exit: Error, code 1)',
+  },
   { name: 'image pull back-off', pod: variants.imagePullBackOff(), state: 'CrashLoop', reason: 'ImagePullBackOff: container model-server' },
   { name: 'image pull error', pod: variants.errImagePull(), state: 'CrashLoop', reason: 'ErrImagePull: container model-server' },
-  { name: 'container exited with an error', pod: variants.exitedWithError(), state: 'CrashLoop', reason: 'Error: container model-server exited with code 1' },
-  { name: 'evicted (phase Failed)', pod: variants.evicted(), state: 'CrashLoop', reason: 'pod failed: Evicted: The node was low on resource: memory' },
+  {
+    name: 'container exited with an error',
+    pod: variants.exitedWithError(),
+    state: 'CrashLoop',
+    reason: 'Error: container model-server exited with code 1',
+  },
+  {
+    name: 'evicted (phase Failed)',
+    pod: variants.evicted(),
+    state: 'CrashLoop',
+    reason: 'pod failed: Evicted: The node was low on resource: memory',
+  },
   { name: 'ready', pod: readyPod(base), state: 'Ready', reason: 'ready' },
   { name: 'ready with its readiness gate met', pod: variants.readinessGateMet(), state: 'Ready', reason: 'ready' },
   { name: 'ready pod being deleted', pod: terminatingPod(base), state: 'Terminating', reason: 'pod is being deleted' },
@@ -203,7 +260,10 @@ void describe('classifyPod: one state per pod status', () => {
 
 void describe('shorten', () => {
   void it('keeps the first sentence of long scheduler messages', () => {
-    assert.equal(shorten('0/3 nodes are available: 3 Insufficient cpu. preemption: not helpful.'), '0/3 nodes are available: 3 Insufficient cpu');
+    assert.equal(
+      shorten('0/3 nodes are available: 3 Insufficient cpu. preemption: not helpful.'),
+      '0/3 nodes are available: 3 Insufficient cpu',
+    );
   });
   void it('collapses whitespace and caps the length', () => {
     const long = `a  ${'x'.repeat(300)}`;
@@ -223,11 +283,21 @@ interface Story {
 const stories: readonly Story[] = [
   {
     name: 'scale-up, model loads, then scale-down',
-    steps: [['Pending', pendingPod(base)], ['Starting', startingPod(base)], ['NotReady', notReadyPod(base)], ['Ready', readyPod(base)], ['Terminating', terminatingPod(base)]],
+    steps: [
+      ['Pending', pendingPod(base)],
+      ['Starting', startingPod(base)],
+      ['NotReady', notReadyPod(base)],
+      ['Ready', readyPod(base)],
+      ['Terminating', terminatingPod(base)],
+    ],
   },
   {
     name: 'init containers, then a fast readiness probe',
-    steps: [['Starting', variants.initRunning()], ['Starting', startingPod(base)], ['Ready', readyPod(base)]],
+    steps: [
+      ['Starting', variants.initRunning()],
+      ['Starting', startingPod(base)],
+      ['Ready', readyPod(base)],
+    ],
   },
   {
     name: 'crashes while starting, recovers after a few restarts',
@@ -243,34 +313,74 @@ const stories: readonly Story[] = [
   },
   {
     name: 'a ready pod runs out of memory and is deleted',
-    steps: [['Ready', readyPod(base)], ['CrashLoop', crashLoopPod(base)], ['Terminating', variants.terminatingCrashLoop()]],
+    steps: [
+      ['Ready', readyPod(base)],
+      ['CrashLoop', crashLoopPod(base)],
+      ['Terminating', variants.terminatingCrashLoop()],
+    ],
   },
   {
     name: 'a ready pod restarts its container (startup probe again)',
-    steps: [['Ready', readyPod(base)], ['Starting', variants.startupProbePending()], ['Ready', readyPod(base)]],
+    steps: [
+      ['Ready', readyPod(base)],
+      ['Starting', variants.startupProbePending()],
+      ['Ready', readyPod(base)],
+    ],
   },
   {
     name: 'readiness flaps, then a gate is withdrawn',
-    steps: [['Ready', readyPod(base)], ['NotReady', notReadyPod(base)], ['Ready', readyPod(base)], ['NotReady', variants.readinessGateUnmet()]],
+    steps: [
+      ['Ready', readyPod(base)],
+      ['NotReady', notReadyPod(base)],
+      ['Ready', readyPod(base)],
+      ['NotReady', variants.readinessGateUnmet()],
+    ],
   },
-  { name: 'scaled down before it was scheduled', steps: [['Pending', pendingPod(base)], ['Terminating', variants.terminatingPending()]] },
+  {
+    name: 'scaled down before it was scheduled',
+    steps: [
+      ['Pending', pendingPod(base)],
+      ['Terminating', variants.terminatingPending()],
+    ],
+  },
   {
     name: 'scaled down while its container was being created',
-    steps: [['Starting', startingPod(base)], ['Terminating', { ...startingPod(base), metadata: { ...startingPod(base).metadata, deletionTimestamp: '2025-01-01T00:00:00Z' } }]],
+    steps: [
+      ['Starting', startingPod(base)],
+      ['Terminating', { ...startingPod(base), metadata: { ...startingPod(base).metadata, deletionTimestamp: '2025-01-01T00:00:00Z' } }],
+    ],
   },
   {
     name: 'scaled down while loading the model',
-    steps: [['NotReady', notReadyPod(base)], ['Terminating', { ...notReadyPod(base), metadata: { ...notReadyPod(base).metadata, deletionTimestamp: '2025-01-01T00:00:00Z' } }]],
+    steps: [
+      ['NotReady', notReadyPod(base)],
+      ['Terminating', { ...notReadyPod(base), metadata: { ...notReadyPod(base).metadata, deletionTimestamp: '2025-01-01T00:00:00Z' } }],
+    ],
   },
-  { name: 'the server exits cleanly and the pod completes', steps: [['Ready', readyPod(base)], ['Gone', succeededPod(base)]] },
-  { name: 'a ready pod is evicted', steps: [['Ready', readyPod(base)], ['CrashLoop', variants.evicted()]] },
+  {
+    name: 'the server exits cleanly and the pod completes',
+    steps: [
+      ['Ready', readyPod(base)],
+      ['Gone', succeededPod(base)],
+    ],
+  },
+  {
+    name: 'a ready pod is evicted',
+    steps: [
+      ['Ready', readyPod(base)],
+      ['CrashLoop', variants.evicted()],
+    ],
+  },
 ];
 
 void describe('classifyPod: transitions along a pod’s life', () => {
   for (const story of stories) {
     void it(story.name, () => {
       const got = story.steps.map(([, pod]) => classifyPod(pod).state);
-      assert.deepEqual(got, story.steps.map(([state]) => state));
+      assert.deepEqual(
+        got,
+        story.steps.map(([state]) => state),
+      );
     });
   }
 

@@ -32,7 +32,11 @@ function ready(address: string): ObservedEndpoint {
 
 const FLEET: ObservedPool[] = [
   { name: 'llama', models: [MODEL], endpoints: [ready(A), ready(B), ready(C)] },
-  { name: 'phi', models: ['phi-3'], endpoints: [{ id: 'phi-0', address: '10.0.1.1:8000', state: 'Starting', reason: 'ContainerCreating' }] },
+  {
+    name: 'phi',
+    models: ['phi-3'],
+    endpoints: [{ id: 'phi-0', address: '10.0.1.1:8000', state: 'Starting', reason: 'ContainerCreating' }],
+  },
 ];
 
 interface Harness {
@@ -42,13 +46,19 @@ interface Harness {
   processor(): RequestProcessor;
 }
 
-function harness(options: { fleet?: ObservedPool[]; fallbacks?: number; threshold?: number; pool?: string; destinationFormat?: 'list' | 'single' } = {}): Harness {
+function harness(
+  options: { fleet?: ObservedPool[]; fallbacks?: number; threshold?: number; pool?: string; destinationFormat?: 'list' | 'single' } = {},
+): Harness {
   const store = new EndpointStore(['static'], { threshold: options.threshold ?? 2, baseMs: 10_000, maxMs: 60_000 }, frozenClock);
   store.replaceAll('static', options.fleet ?? FLEET);
   store.markSynced('static');
   const load = new LoadTracker();
   // random() = 0 for every endpoint: equal loads keep configuration order, so primaries are predictable.
-  const routing = new StoreRouting(store, load, { fallbacks: options.fallbacks ?? 2, random: () => 0, ...(options.pool === undefined ? {} : { pool: options.pool }) });
+  const routing = new StoreRouting(store, load, {
+    fallbacks: options.fallbacks ?? 2,
+    random: () => 0,
+    ...(options.pool === undefined ? {} : { pool: options.pool }),
+  });
   const metrics = new Metrics({ processMetrics: false });
   const logger = pino({ level: 'silent' });
   return {
@@ -56,7 +66,14 @@ function harness(options: { fleet?: ObservedPool[]; fallbacks?: number; threshol
     load,
     metrics,
     processor: () =>
-      new RequestProcessor({ routing, metrics, logger, maxRequestBodyBytes: LIMIT, maxInspectedBodyBytes: LIMIT, destinationFormat: options.destinationFormat ?? 'list' }),
+      new RequestProcessor({
+        routing,
+        metrics,
+        logger,
+        maxRequestBodyBytes: LIMIT,
+        maxInspectedBodyBytes: LIMIT,
+        destinationFormat: options.destinationFormat ?? 'list',
+      }),
   };
 }
 
@@ -73,7 +90,10 @@ function requestHeaders(pairs: Record<string, string>, endOfStream = false): Pro
 const POST_CHAT = { ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json', 'x-request-id': 'req-1' };
 
 function requestBody(body: string | object, endOfStream = true): ProcessingRequest {
-  return { request: 'request_body', request_body: { body: Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)), end_of_stream: endOfStream } };
+  return {
+    request: 'request_body',
+    request_body: { body: Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)), end_of_stream: endOfStream },
+  };
 }
 
 interface ReplyAttributes {
@@ -93,14 +113,25 @@ function attributes(attrs: ReplyAttributes): Record<string, ProtoStruct> {
 const VIA_UPSTREAM: ReplyAttributes = { details: 'via_upstream', flags: 0, upstream: A };
 
 /** `attrs: null` sends no attributes at all (a filter configured without response_attributes). */
-function responseHeaders(status: number, pairs: Record<string, string>, attrs: ReplyAttributes | null = VIA_UPSTREAM, endOfStream = false): ProcessingRequest {
-  const message: ProcessingRequest = { request: 'response_headers', response_headers: { headers: headerMap({ ':status': String(status), ...pairs }), end_of_stream: endOfStream } };
+function responseHeaders(
+  status: number,
+  pairs: Record<string, string>,
+  attrs: ReplyAttributes | null = VIA_UPSTREAM,
+  endOfStream = false,
+): ProcessingRequest {
+  const message: ProcessingRequest = {
+    request: 'response_headers',
+    response_headers: { headers: headerMap({ ':status': String(status), ...pairs }), end_of_stream: endOfStream },
+  };
   if (attrs !== null) message.attributes = attributes(attrs);
   return message;
 }
 
 function responseBody(body: string | Buffer, endOfStream: boolean): ProcessingRequest {
-  return { request: 'response_body', response_body: { body: typeof body === 'string' ? Buffer.from(body) : body, end_of_stream: endOfStream } };
+  return {
+    request: 'response_body',
+    response_body: { body: typeof body === 'string' ? Buffer.from(body) : body, end_of_stream: endOfStream },
+  };
 }
 
 const SSE = { 'content-type': 'text/event-stream' };
@@ -112,7 +143,11 @@ const DONE = 'data: [DONE]\n\n';
 // Envoy's UF+URX local reply after every attempt was refused.
 const UF = 0x20;
 const URX = 0x8000;
-const ALL_REFUSED: ReplyAttributes = { details: 'upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}', flags: UF | URX, upstream: C };
+const ALL_REFUSED: ReplyAttributes = {
+  details: 'upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}',
+  flags: UF | URX,
+  upstream: C,
+};
 
 // ── reading replies ─────────────────────────────────────────────────────────────────────────
 
@@ -147,7 +182,12 @@ function errorBody(body: Buffer | undefined): ErrorBody {
 }
 
 /** An immediate response as the client sees it. */
-function immediate(reply: ProcessingResponse): { status: number; headers: Record<string, string>; body: Buffer; details: string | undefined } {
+function immediate(reply: ProcessingResponse): {
+  status: number;
+  headers: Record<string, string>;
+  body: Buffer;
+  details: string | undefined;
+} {
   const im = reply.immediate_response;
   assert.ok(im !== undefined, `expected an immediate response, got ${JSON.stringify(Object.keys(reply))}`);
   assert.ok(im.body !== undefined);
@@ -159,18 +199,25 @@ async function metricValue(metrics: Metrics, name: string, labels: Record<string
   const metric = metrics.registry.getSingleMetric(name);
   assert.ok(metric !== undefined, `metric ${name} exists`);
   const data = await metric.get();
-  return data.values.filter((v) => Object.entries(labels).every(([k, value]) => v.labels[k] === value)).reduce((sum, v) => sum + v.value, 0);
+  return data.values
+    .filter((v) => Object.entries(labels).every(([k, value]) => v.labels[k] === value))
+    .reduce((sum, v) => sum + v.value, 0);
 }
 
-const attempts = (metrics: Metrics, labels: Record<string, string>): Promise<number> => metricValue(metrics, 'llm_extproc_upstream_attempts_total', labels);
-const requests = (metrics: Metrics, labels: Record<string, string>): Promise<number> => metricValue(metrics, 'llm_extproc_requests_total', labels);
+const attempts = (metrics: Metrics, labels: Record<string, string>): Promise<number> =>
+  metricValue(metrics, 'llm_extproc_upstream_attempts_total', labels);
+const requests = (metrics: Metrics, labels: Record<string, string>): Promise<number> =>
+  metricValue(metrics, 'llm_extproc_requests_total', labels);
 
 function stateOf(h: Harness, address: string): EndpointState | undefined {
   return h.store.endpointsAt(address)[0]?.state;
 }
 
 /** Headers + body for `model`; returns the body reply. */
-function route(processor: RequestProcessor, body: object = { model: MODEL, messages: [{ role: 'user', content: 'hi' }] }): ProcessingResponse {
+function route(
+  processor: RequestProcessor,
+  body: object = { model: MODEL, messages: [{ role: 'user', content: 'hi' }] },
+): ProcessingResponse {
   assert.deepEqual(send(processor, requestHeaders(POST_CHAT)), { request_headers: { response: {} } });
   return send(processor, requestBody(body));
 }
@@ -190,7 +237,11 @@ describe('RequestProcessor: request path', () => {
     send(p, requestHeaders({ ...POST_CHAT, 'x-gateway-destination-endpoint': '6.6.6.6:80' }));
     const reply = send(p, requestBody({ model: MODEL, messages: [] }));
     const expected = `${A},${B},${C}`;
-    assert.deepEqual(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A, 'overwrites what the client sent');
+    assert.deepEqual(
+      setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'],
+      A,
+      'overwrites what the client sent',
+    );
     assert.deepEqual(reply.dynamic_metadata, {
       fields: { 'envoy.lb': { structValue: { fields: { 'x-gateway-destination-endpoint': { stringValue: expected } } } } },
     });
@@ -204,13 +255,21 @@ describe('RequestProcessor: request path', () => {
     { name: 'one ready endpoint is repeated to fill the retry budget', endpoints: [ready(A)], fallbacks: 2, expected: `${A},${A},${A}` },
     { name: 'two ready endpoints alternate', endpoints: [ready(A), ready(B)], fallbacks: 2, expected: `${A},${B},${A}` },
     { name: 'no fallbacks: the primary only', endpoints: [ready(A), ready(B)], fallbacks: 0, expected: A },
-    { name: 'not-ready endpoints are never handed out', endpoints: [{ ...ready(A), state: 'NotReady', reason: 'probe' }, ready(B)], fallbacks: 1, expected: `${B},${B}` },
+    {
+      name: 'not-ready endpoints are never handed out',
+      endpoints: [{ ...ready(A), state: 'NotReady', reason: 'probe' }, ready(B)],
+      fallbacks: 1,
+      expected: `${B},${B}`,
+    },
   ];
   for (const c of destinationCases) {
     it(`destinations: ${c.name}`, () => {
       const h = harness({ fleet: [{ name: 'llama', models: [MODEL], endpoints: c.endpoints }], fallbacks: c.fallbacks });
       const reply = route(h.processor());
-      assert.equal(reply.dynamic_metadata?.fields?.['envoy.lb']?.structValue?.fields?.['x-gateway-destination-endpoint']?.stringValue, c.expected);
+      assert.equal(
+        reply.dynamic_metadata?.fields?.['envoy.lb']?.structValue?.fields?.['x-gateway-destination-endpoint']?.stringValue,
+        c.expected,
+      );
       assert.equal(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], c.expected.split(',')[0]);
     });
   }
@@ -219,7 +278,8 @@ describe('RequestProcessor: request path', () => {
     const h = harness();
     const first = route(h.processor());
     const second = route(h.processor());
-    const primary = (reply: ProcessingResponse): string | undefined => setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint']?.split(',')[0];
+    const primary = (reply: ProcessingResponse): string | undefined =>
+      setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint']?.split(',')[0];
     assert.equal(primary(first), A);
     assert.equal(primary(second), B);
   });
@@ -233,7 +293,7 @@ describe('RequestProcessor: request path', () => {
     assert.deepEqual(send(p, { request: 'request_trailers', request_trailers: {} }), { request_trailers: {} });
   });
 
-  it('BUFFERED_PARTIAL: a first part of a larger body → 413 naming Envoy\'s buffer', () => {
+  it("BUFFERED_PARTIAL: a first part of a larger body → 413 naming Envoy's buffer", () => {
     const h = harness();
     const p = h.processor();
     send(p, { ...requestHeaders(POST_CHAT), protocol_config: { request_body_mode: 'BUFFERED_PARTIAL', response_body_mode: 'STREAMED' } });
@@ -243,8 +303,20 @@ describe('RequestProcessor: request path', () => {
     assert.match(errorBody(reply.body).error.message, /larger than Envoy's buffer/);
   });
 
-  const rejections: ReadonlyArray<{ name: string; body: string | object; status: number; code: string; check?: (e: ErrorBody, headers: Record<string, string>) => void }> = [
-    { name: 'unknown model → 404', body: { model: 'gpt-9' }, status: 404, code: 'model_not_found', check: (e) => assert.equal(e.error.model, 'gpt-9') },
+  const rejections: ReadonlyArray<{
+    name: string;
+    body: string | object;
+    status: number;
+    code: string;
+    check?: (e: ErrorBody, headers: Record<string, string>) => void;
+  }> = [
+    {
+      name: 'unknown model → 404',
+      body: { model: 'gpt-9' },
+      status: 404,
+      code: 'model_not_found',
+      check: (e) => assert.equal(e.error.model, 'gpt-9'),
+    },
     {
       name: 'model with no ready replica → 503 with Retry-After by replica state',
       body: { model: 'phi-3' },
@@ -252,7 +324,15 @@ describe('RequestProcessor: request path', () => {
       code: 'no_ready_replica',
       check: (e, headers) => {
         assert.equal(headers['retry-after'], '15', 'a starting replica takes a while');
-        assert.deepEqual(e.error.replicas, { ready: 0, pending: 0, starting: 1, not_ready: 0, crash_loop: 0, quarantined: 0, terminating: 0 });
+        assert.deepEqual(e.error.replicas, {
+          ready: 0,
+          pending: 0,
+          starting: 1,
+          not_ready: 0,
+          crash_loop: 0,
+          quarantined: 0,
+          terminating: 0,
+        });
         assert.match(e.error.message, /ContainerCreating/);
       },
     },
@@ -327,7 +407,9 @@ describe('RequestProcessor: request path', () => {
 
   it('content-length at the limit is accepted', () => {
     const h = harness();
-    assert.deepEqual(send(h.processor(), requestHeaders({ ...POST_CHAT, 'content-length': String(LIMIT) })), { request_headers: { response: {} } });
+    assert.deepEqual(send(h.processor(), requestHeaders({ ...POST_CHAT, 'content-length': String(LIMIT) })), {
+      request_headers: { response: {} },
+    });
   });
 
   it('a body that grows past the limit without content-length → 413 at the body step', () => {
@@ -551,7 +633,8 @@ describe('RequestProcessor: Envoy local replies', () => {
     assert.equal(body.error.replicas_tried, 3);
     assert.equal(body.error.model, MODEL);
     assert.match(body.error.message, /connection refused/);
-    for (const address of [A, B, C]) assert.equal(await attempts(h.metrics, { endpoint: address, outcome: 'failure', reason: 'all_replicas_failed' }), 1, address);
+    for (const address of [A, B, C])
+      assert.equal(await attempts(h.metrics, { endpoint: address, outcome: 'failure', reason: 'all_replicas_failed' }), 1, address);
     assert.equal(await requests(h.metrics, { result: 'all_replicas_failed' }), 1);
   });
 
@@ -563,7 +646,10 @@ describe('RequestProcessor: Envoy local replies', () => {
       send(p, responseHeaders(503, { 'content-type': 'text/plain' }, ALL_REFUSED));
       p.finish({ kind: 'half-closed' });
     }
-    assert.deepEqual([A, B, C].map((a) => stateOf(h, a)), ['Quarantined', 'Quarantined', 'Quarantined']);
+    assert.deepEqual(
+      [A, B, C].map((a) => stateOf(h, a)),
+      ['Quarantined', 'Quarantined', 'Quarantined'],
+    );
     const p = h.processor();
     send(p, requestHeaders(POST_CHAT));
     const reply = immediate(send(p, requestBody({ model: MODEL })));
@@ -584,27 +670,25 @@ describe('RequestProcessor: Envoy local replies', () => {
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure' }), 1);
   });
 
-  it(
-    'one refused attempt without retries (UF, no URX) blames only the endpoint Envoy tried',
-    async () => {
-      const h = harness();
-      const p = h.processor();
-      route(p);
-      const reply = immediate(send(p, responseHeaders(503, {}, { details: ALL_REFUSED.details, flags: UF, upstream: A })));
-      assert.equal(errorBody(reply.body).error.code, 'upstream_connect_failed');
-      assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure' }), 1);
-      assert.equal(await attempts(h.metrics, { endpoint: B, outcome: 'failure' }), 0);
-      assert.equal(await attempts(h.metrics, { endpoint: C, outcome: 'failure' }), 0);
-    },
-  );
+  it('one refused attempt without retries (UF, no URX) blames only the endpoint Envoy tried', async () => {
+    const h = harness();
+    const p = h.processor();
+    route(p);
+    const reply = immediate(send(p, responseHeaders(503, {}, { details: ALL_REFUSED.details, flags: UF, upstream: A })));
+    assert.equal(errorBody(reply.body).error.code, 'upstream_connect_failed');
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure' }), 1);
+    assert.equal(await attempts(h.metrics, { endpoint: B, outcome: 'failure' }), 0);
+    assert.equal(await attempts(h.metrics, { endpoint: C, outcome: 'failure' }), 0);
+  });
 
-  it('without attributes, a plain-text 503 is buffered, then classified from Envoy\'s text', async () => {
+  it("without attributes, a plain-text 503 is buffered, then classified from Envoy's text", async () => {
     const h = harness();
     const p = h.processor();
     route(p);
     const headersReply = send(p, responseHeaders(503, { 'content-type': 'text/plain' }, null));
     assert.deepEqual(headersReply, { response_headers: { response: {} }, mode_override: { response_body_mode: 'BUFFERED' } });
-    const text = 'upstream connect error or disconnect/reset before headers. retried and the latest reset reason: remote connection failure, transport failure reason: delayed connect error: 111';
+    const text =
+      'upstream connect error or disconnect/reset before headers. retried and the latest reset reason: remote connection failure, transport failure reason: delayed connect error: 111';
     const reply = immediate(send(p, responseBody(text, true)));
     assert.equal(reply.status, 503);
     assert.equal(errorBody(reply.body).error.code, 'all_replicas_failed');
@@ -615,7 +699,9 @@ describe('RequestProcessor: Envoy local replies', () => {
     const h = harness({ threshold: 1 });
     const p = h.processor();
     route(p);
-    const reply = immediate(send(p, responseHeaders(504, { 'content-type': 'text/plain' }, { details: 'upstream_per_try_timeout', flags: 0x4, upstream: A })));
+    const reply = immediate(
+      send(p, responseHeaders(504, { 'content-type': 'text/plain' }, { details: 'upstream_per_try_timeout', flags: 0x4, upstream: A })),
+    );
     assert.equal(reply.status, 504);
     assert.equal(errorBody(reply.body).error.code, 'upstream_timeout');
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'upstream_timeout' }), 1);
@@ -626,13 +712,18 @@ describe('RequestProcessor: Envoy local replies', () => {
     const h = harness({ threshold: 1 });
     const p = h.processor();
     route(p);
-    const reply = immediate(send(p, responseHeaders(503, {}, { details: 'upstream_reset_before_response_started{connection_termination}', flags: 0x40, upstream: A })));
+    const reply = immediate(
+      send(
+        p,
+        responseHeaders(503, {}, { details: 'upstream_reset_before_response_started{connection_termination}', flags: 0x40, upstream: A }),
+      ),
+    );
     assert.equal(reply.status, 502);
     assert.equal(errorBody(reply.body).error.code, 'upstream_reset');
     assert.equal(stateOf(h, A), 'Quarantined');
   });
 
-  it('another filter\'s deliberate reply (403) passes through; no replica is blamed', async () => {
+  it("another filter's deliberate reply (403) passes through; no replica is blamed", async () => {
     const h = harness();
     const p = h.processor();
     route(p);
@@ -711,29 +802,34 @@ describe('RequestProcessor: stream end and bookkeeping', () => {
     assert.deepEqual(p.process({ request: 'response_trailers', response_trailers: {} }), [{ response_trailers: {} }]);
   });
 
-  it(
-    'unknown model names do not become metric labels (bounded cardinality)',
-    async () => {
-      const h = harness();
-      for (let i = 0; i < 20; i++) {
-        const p = h.processor();
-        send(p, requestHeaders(POST_CHAT));
-        send(p, requestBody({ model: `random-${i}` }));
-        p.finish({ kind: 'half-closed' });
-      }
-      const data = await h.metrics.registry.getSingleMetric('llm_extproc_requests_total')?.get();
-      const models = new Set(data?.values.map((v) => v.labels.model));
-      assert.ok(models.size <= 1, `model labels: ${[...models].join(', ')}`);
-    },
-  );
+  it('unknown model names do not become metric labels (bounded cardinality)', async () => {
+    const h = harness();
+    for (let i = 0; i < 20; i++) {
+      const p = h.processor();
+      send(p, requestHeaders(POST_CHAT));
+      send(p, requestBody({ model: `random-${i}` }));
+      p.finish({ kind: 'half-closed' });
+    }
+    const data = await h.metrics.registry.getSingleMetric('llm_extproc_requests_total')?.get();
+    const models = new Set(data?.values.map((v) => v.labels.model));
+    assert.ok(models.size <= 1, `model labels: ${[...models].join(', ')}`);
+  });
 });
 
 describe('RequestProcessor: protocol violations throw', () => {
   const violations: ReadonlyArray<{ name: string; before: ProcessingRequest[]; message: ProcessingRequest }> = [
     { name: 'a request body before the request headers', before: [], message: requestBody({ model: MODEL }) },
     { name: 'request headers twice', before: [requestHeaders(POST_CHAT)], message: requestHeaders(POST_CHAT) },
-    { name: 'a request body after routing', before: [requestHeaders(POST_CHAT), requestBody({ model: MODEL })], message: requestBody({ model: MODEL }) },
-    { name: 'a request body after the response started', before: [requestHeaders(POST_CHAT), requestBody({ model: MODEL }), responseHeaders(200, SSE)], message: requestBody('x') },
+    {
+      name: 'a request body after routing',
+      before: [requestHeaders(POST_CHAT), requestBody({ model: MODEL })],
+      message: requestBody({ model: MODEL }),
+    },
+    {
+      name: 'a request body after the response started',
+      before: [requestHeaders(POST_CHAT), requestBody({ model: MODEL }), responseHeaders(200, SSE)],
+      message: requestBody('x'),
+    },
     { name: 'a message of unknown type', before: [], message: {} },
   ];
   for (const c of violations) {
@@ -741,17 +837,17 @@ describe('RequestProcessor: protocol violations throw', () => {
       const h = harness();
       const p = h.processor();
       for (const message of c.before) p.process(message);
-      assert.throws(() => p.process(c.message), (err: unknown) => err instanceof GatewayError && err.kind === 'internal_error');
+      assert.throws(
+        () => p.process(c.message),
+        (err: unknown) => err instanceof GatewayError && err.kind === 'internal_error',
+      );
     });
   }
 
-  it(
-    'a response body before any request headers',
-    () => {
-      const h = harness();
-      assert.throws(() => h.processor().process(responseBody('x', true)), GatewayError);
-    },
-  );
+  it('a response body before any request headers', () => {
+    const h = harness();
+    assert.throws(() => h.processor().process(responseBody('x', true)), GatewayError);
+  });
 });
 
 describe('RequestProcessor: answers we cannot or need not verify', () => {
@@ -777,7 +873,7 @@ describe('RequestProcessor: answers we cannot or need not verify', () => {
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'success' }), 1);
   });
 
-  it('a JSON answer larger than Envoy\'s buffer that then ends without end_of_stream is unverified: neither success nor failure', async () => {
+  it("a JSON answer larger than Envoy's buffer that then ends without end_of_stream is unverified: neither success nor failure", async () => {
     const h = harness();
     const p = h.processor();
     route(p);
@@ -793,7 +889,10 @@ describe('RequestProcessor: answers we cannot or need not verify', () => {
     const h = harness();
     const p = h.processor();
     route(p);
-    assert.equal(send(p, responseHeaders(200, { ...SSE, 'content-encoding': 'gzip' })).response_headers?.response?.header_mutation, undefined);
+    assert.equal(
+      send(p, responseHeaders(200, { ...SSE, 'content-encoding': 'gzip' })).response_headers?.response?.header_mutation,
+      undefined,
+    );
     const last = send(p, responseBody(Buffer.from([0x1f, 0x8b, 0x08, 0x00]), true));
     assert.equal(last.response_body?.response?.body_mutation, undefined, 'nothing appended');
     assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'success' }), 1);
@@ -857,12 +956,22 @@ describe('RequestProcessor: full duplex', () => {
     assert.equal(metadataDestination(replies[0]), `${A},${B},${C}`);
     const chunks = replies.slice(1).map((r) => streamedChunk(r, 'request_body'));
     assert.equal(Buffer.concat(chunks.map((c) => c.body)).toString(), text, 'the body goes back unchanged');
-    assert.deepEqual(chunks.map((c) => c.end), [false, true], 'end_of_stream on the last chunk only');
+    assert.deepEqual(
+      chunks.map((c) => c.end),
+      [false, true],
+      'end_of_stream on the last chunk only',
+    );
   });
 
   it('splits a body chunk larger than 64 KiB into streamed chunks Envoy accepts', () => {
     const h = harness({});
-    const p = new RequestProcessor({ routing: new StoreRouting(h.store, h.load, { fallbacks: 0, random: () => 0 }), metrics: h.metrics, logger: pino({ level: 'silent' }), maxRequestBodyBytes: 1 << 20, maxInspectedBodyBytes: LIMIT });
+    const p = new RequestProcessor({
+      routing: new StoreRouting(h.store, h.load, { fallbacks: 0, random: () => 0 }),
+      metrics: h.metrics,
+      logger: pino({ level: 'silent' }),
+      maxRequestBodyBytes: 1 << 20,
+      maxInspectedBodyBytes: LIMIT,
+    });
     p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
     const text = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'y'.repeat(150_000) }] });
     const replies = p.process(requestBody(text, true));
@@ -941,7 +1050,15 @@ describe('RequestProcessor: full duplex', () => {
       p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
       p.process(requestBody({ model: MODEL }));
       assert.deepEqual(p.process(responseHeaders(503, { 'content-type': 'text/plain' }, null)), []);
-      const reply = immediate(send(p, responseBody('upstream connect error or disconnect/reset before headers. reset reason: remote connection failure, transport failure reason: delayed connect error: 111', true)));
+      const reply = immediate(
+        send(
+          p,
+          responseBody(
+            'upstream connect error or disconnect/reset before headers. reset reason: remote connection failure, transport failure reason: delayed connect error: 111',
+            true,
+          ),
+        ),
+      );
       assert.equal(reply.status, 503);
       assert.equal(errorBody(reply.body).error.code, 'upstream_connect_failed');
       // single: Envoy could only have tried our one address. list: a fallback may have been the one
@@ -962,16 +1079,22 @@ describe('RequestProcessor: full duplex', () => {
     assert.equal(await attempts(h.metrics, {}), 0);
   });
 
-  it('the served endpoint comes from the gateway\'s -served metadata when there are no attributes', async () => {
+  it("the served endpoint comes from the gateway's -served metadata when there are no attributes", async () => {
     const h = harness();
     const p = h.processor();
     p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
     p.process(requestBody({ model: MODEL, stream: true }));
     const headers = responseHeaders(200, SSE, null);
-    headers.metadata_context = { filter_metadata: { 'envoy.lb': { fields: { 'x-gateway-destination-endpoint-served': { stringValue: B } } } } };
+    headers.metadata_context = {
+      filter_metadata: { 'envoy.lb': { fields: { 'x-gateway-destination-endpoint-served': { stringValue: B } } } },
+    };
     p.process(headers);
     p.process(responseBody(CHUNK + DONE, true));
-    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'upstream_connect_failed' }), 1, 'the primary was skipped');
+    assert.equal(
+      await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'upstream_connect_failed' }),
+      1,
+      'the primary was skipped',
+    );
     assert.equal(await attempts(h.metrics, { endpoint: B, outcome: 'success' }), 1);
   });
 });
@@ -1006,7 +1129,10 @@ describe('RequestProcessor: other body modes', () => {
   it('STREAMED request bodies without early sending: the header reply asks Envoy to buffer', () => {
     const h = harness();
     const p = h.processor();
-    assert.deepEqual(send(p, withModes(requestHeaders(POST_CHAT), 'STREAMED', 'STREAMED')), { request_headers: { response: {} }, mode_override: { request_body_mode: 'BUFFERED' } });
+    assert.deepEqual(send(p, withModes(requestHeaders(POST_CHAT), 'STREAMED', 'STREAMED')), {
+      request_headers: { response: {} },
+      mode_override: { request_body_mode: 'BUFFERED' },
+    });
     const reply = send(p, requestBody({ model: MODEL }));
     assert.equal(setHeaders(reply.request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
   });
@@ -1069,7 +1195,12 @@ describe('RequestProcessor: destination format, subset hint and pool scope', () 
   it('a subset hint as a list value is honoured too', () => {
     const h = harness();
     const p = h.processor();
-    send(p, subsetMessage(requestHeaders(POST_CHAT), { 'x-gateway-destination-endpoint-subset': { listValue: { values: [{ stringValue: C }] } } }));
+    send(
+      p,
+      subsetMessage(requestHeaders(POST_CHAT), {
+        'x-gateway-destination-endpoint-subset': { listValue: { values: [{ stringValue: C }] } },
+      }),
+    );
     const reply = send(p, requestBody({ model: MODEL }));
     assert.equal(metadataDestination(reply), `${C},${C},${C}`);
   });
@@ -1098,14 +1229,20 @@ describe('RequestProcessor: destination format, subset hint and pool scope', () 
     assert.match(errorBody(reply.body).error.message, /not served by the pool llama/);
     const p = h.processor();
     send(p, requestHeaders(POST_CHAT));
-    assert.equal(setHeaders(send(p, requestBody({ model: MODEL })).request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+    assert.equal(
+      setHeaders(send(p, requestBody({ model: MODEL })).request_body?.response?.header_mutation)['x-gateway-destination-endpoint'],
+      A,
+    );
   });
 
   it('pool scope on a pool that lists no models serves any model name (an InferencePool without our annotation)', () => {
     const h = harness({ pool: 'ns/pool', fleet: [{ name: 'ns/pool', models: [], endpoints: [ready(A)] }] });
     const p = h.processor();
     send(p, requestHeaders(POST_CHAT));
-    assert.equal(setHeaders(send(p, requestBody({ model: 'anything' })).request_body?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
+    assert.equal(
+      setHeaders(send(p, requestBody({ model: 'anything' })).request_body?.response?.header_mutation)['x-gateway-destination-endpoint'],
+      A,
+    );
   });
 
   it('pool scope on a pool that does not exist → 503 naming the pool', () => {

@@ -60,7 +60,13 @@ function message(name: string): MessageInfo {
   const type = definitionType(name, 'Protocol Buffer 3 DescriptorProto');
   const fields = new Map(
     list(type.field, `${name}.field`).map((f) => {
-      const info: FieldInfo = { name: str(f.name), number: num(f.number), label: str(f.label), type: str(f.type), typeName: str(f.typeName) };
+      const info: FieldInfo = {
+        name: str(f.name),
+        number: num(f.number),
+        label: str(f.label),
+        type: str(f.type),
+        typeName: str(f.typeName),
+      };
       return [info.name, info];
     }),
   );
@@ -167,11 +173,27 @@ void describe('ext_proc protos match Envoy field numbers and types', () => {
       assert.ok(isRecord(decoded));
       return decoded;
     };
-    for (const member of ['request_headers', 'response_headers', 'request_body', 'response_body', 'request_trailers', 'response_trailers']) {
+    for (const member of [
+      'request_headers',
+      'response_headers',
+      'request_body',
+      'response_body',
+      'request_trailers',
+      'response_trailers',
+    ]) {
       assert.equal(roundTrip(requestType, { [member]: {} }).request, member);
     }
     assert.equal(roundTrip(requestType, { metadata_context: {} }).request, undefined);
-    for (const member of ['request_headers', 'response_headers', 'request_body', 'response_body', 'request_trailers', 'response_trailers', 'immediate_response', 'streamed_immediate_response']) {
+    for (const member of [
+      'request_headers',
+      'response_headers',
+      'request_body',
+      'response_body',
+      'request_trailers',
+      'response_trailers',
+      'immediate_response',
+      'streamed_immediate_response',
+    ]) {
       assert.equal(roundTrip(responseType, { [member]: {} }).response, member);
     }
     assert.equal(roundTrip(responseType, { mode_override: {} }).response, undefined);
@@ -211,7 +233,11 @@ void describe('ext_proc protos match Envoy field numbers and types', () => {
       ['trailers', 4, 'TYPE_MESSAGE', 'HeaderMap'],
       ['clear_route_cache', 5, 'TYPE_BOOL'],
     ]);
-    assertEnum(message(`${EXT_PROC}.CommonResponse`).enums.get('ResponseStatus'), { CONTINUE: 0, CONTINUE_AND_REPLACE: 1 }, 'ResponseStatus');
+    assertEnum(
+      message(`${EXT_PROC}.CommonResponse`).enums.get('ResponseStatus'),
+      { CONTINUE: 0, CONTINUE_AND_REPLACE: 1 },
+      'ResponseStatus',
+    );
   });
 
   void it('ImmediateResponse, GrpcStatus, HeaderMutation, BodyMutation, streamed replies', () => {
@@ -333,7 +359,7 @@ void describe('ext_proc protos match Envoy field numbers and types', () => {
 });
 
 void describe('service paths and streaming shapes', () => {
-  void it('ExternalProcessor.Process is a bidi stream at Envoy\'s path', () => {
+  void it("ExternalProcessor.Process is a bidi stream at Envoy's path", () => {
     const process = wire.externalProcessor.Process;
     assert.equal(process.path, `/${EXT_PROC_SERVICE_NAME}/Process`);
     assert.equal(process.path, '/envoy.service.ext_proc.v3.ExternalProcessor/Process');

@@ -18,7 +18,14 @@ function pool(name: string, addresses: string[], state: 'Ready' | 'Starting' = '
   return { name, models: ['m'], endpoints: addresses.map((address) => ({ id: address, address, state, reason: '', pool: name })) };
 }
 
-const OPTIONS: ScraperOptions = { intervalMs: 60_000, timeoutMs: 5000, staleAfterMs: 5000, concurrency: 4, path: '/metrics', formatFor: () => 'vllm' };
+const OPTIONS: ScraperOptions = {
+  intervalMs: 60_000,
+  timeoutMs: 5000,
+  staleAfterMs: 5000,
+  concurrency: 4,
+  path: '/metrics',
+  formatFor: () => 'vllm',
+};
 
 describe('MetricsScraper', () => {
   it('records each ready endpoint’s report, marks failures, and never scrapes a not-ready endpoint', async () => {
@@ -29,9 +36,14 @@ describe('MetricsScraper', () => {
     await refused.refuse();
     const board = new SignalBoard();
     const results: ScrapeResult[] = [];
-    const scraper = new MetricsScraper(board, () => viewOf([pool('p', [ok.address, broken.address, refused.address]), pool('q', [starting.address], 'Starting')]), OPTIONS, {
-      scraped: (r) => results.push(r),
-    });
+    const scraper = new MetricsScraper(
+      board,
+      () => viewOf([pool('p', [ok.address, broken.address, refused.address]), pool('q', [starting.address], 'Starting')]),
+      OPTIONS,
+      {
+        scraped: (r) => results.push(r),
+      },
+    );
     try {
       await scraper.scrapeOnce();
       assert.deepEqual(board.snapshot(ok.address), {
@@ -65,7 +77,13 @@ describe('MetricsScraper', () => {
     const server = await startModelServer({ id: 'a', metrics: { waiting: 1 } });
     let now = 1_000_000;
     const board = new SignalBoard();
-    const scraper = new MetricsScraper(board, () => viewOf([pool('p', [server.address])]), { ...OPTIONS, staleAfterMs: 100, timeoutMs: 200 }, {}, () => now);
+    const scraper = new MetricsScraper(
+      board,
+      () => viewOf([pool('p', [server.address])]),
+      { ...OPTIONS, staleAfterMs: 100, timeoutMs: 200 },
+      {},
+      () => now,
+    );
     try {
       await scraper.scrapeOnce();
       assert.equal(board.cell(server.address).metricsState, 'fresh');
@@ -76,7 +94,13 @@ describe('MetricsScraper', () => {
       assert.equal(board.cell(server.address).metricsState, 'failing');
       board.cell(server.address).metricsState = 'fresh';
       now += 1000;
-      await new MetricsScraper(board, () => viewOf([]), OPTIONS, {}, () => now).scrapeOnce();
+      await new MetricsScraper(
+        board,
+        () => viewOf([]),
+        OPTIONS,
+        {},
+        () => now,
+      ).scrapeOnce();
       assert.equal(board.peek(server.address), undefined, 'a cell without in-flight requests leaves with its endpoint');
     } finally {
       await scraper.stop();
@@ -88,7 +112,13 @@ describe('MetricsScraper', () => {
     const board = new SignalBoard();
     board.cell('10.0.0.1:80').inFlight = 1;
     let now = 0;
-    const scraper = new MetricsScraper(board, () => viewOf([pool('p', ['10.0.0.1:80'])]), { ...OPTIONS, formatFor: () => undefined, staleAfterMs: 100 }, {}, () => now);
+    const scraper = new MetricsScraper(
+      board,
+      () => viewOf([pool('p', ['10.0.0.1:80'])]),
+      { ...OPTIONS, formatFor: () => undefined, staleAfterMs: 100 },
+      {},
+      () => now,
+    );
     const cell = board.cell('10.0.0.1:80');
     cell.metricsState = 'fresh';
     cell.scrapedAt = 0;
@@ -147,7 +177,11 @@ describe('MetricsScraper', () => {
   it('stop() aborts a hanging scrape and leaves no timer: the process can exit', async () => {
     const server = await startModelServer({ id: 'hang', metrics: { fail: 'hang' } });
     const board = new SignalBoard();
-    const scraper = new MetricsScraper(board, () => viewOf([pool('p', [server.address])]), { ...OPTIONS, intervalMs: 10, timeoutMs: 60_000 });
+    const scraper = new MetricsScraper(board, () => viewOf([pool('p', [server.address])]), {
+      ...OPTIONS,
+      intervalMs: 10,
+      timeoutMs: 60_000,
+    });
     scraper.start();
     while (server.metricsScrapes === 0) await new Promise<void>((resolve) => setImmediate(resolve));
     await scraper.stop();

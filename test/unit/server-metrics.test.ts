@@ -65,6 +65,10 @@ describe('parseServerMetrics', () => {
     { name: 'an empty page', text: '', format: 'vllm', message: /no vllm:num_requests_waiting/ },
   ];
   for (const f of failures) {
-    it(`fails: ${f.name}`, () => assert.throws(() => parseServerMetrics(f.text, f.format), (err: unknown) => err instanceof MetricsParseError && f.message.test(err.message)));
+    it(`fails: ${f.name}`, () =>
+      assert.throws(
+        () => parseServerMetrics(f.text, f.format),
+        (err: unknown) => err instanceof MetricsParseError && f.message.test(err.message),
+      ));
   }
 });

@@ -34,7 +34,10 @@ describe('simulation', () => {
     assert.notDeepEqual(a, workload({ ...small, seed: small.seed + 1 }));
     const tenants = new Set(a.map((r) => r.tenant));
     assert.ok(tenants.size > 1 && tenants.size < a.length, 'requests share tenants');
-    assert.ok(a.every((r, i) => i === 0 || r.arrival >= a[i - 1].arrival), 'arrivals in order');
+    assert.ok(
+      a.every((r, i) => i === 0 || r.arrival >= a[i - 1].arrival),
+      'arrivals in order',
+    );
   });
 
   it('every policy serves every request, deterministically', () => {

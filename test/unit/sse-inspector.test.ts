@@ -56,7 +56,11 @@ void describe('SseInspector: chat completions', () => {
   });
 
   void it('reports an error event even when [DONE] follows', () => {
-    const i = inspect(chunk('x'), 'data: {"error":{"message":"CUDA out of memory","type":"InternalServerError","code":500}}\n\n', 'data: [DONE]\n\n');
+    const i = inspect(
+      chunk('x'),
+      'data: {"error":{"message":"CUDA out of memory","type":"InternalServerError","code":500}}\n\n',
+      'data: [DONE]\n\n',
+    );
     const v = i.finish();
     assertVerdict(v, 'upstream_error_event');
     assert.equal(i.firstErrorEvent?.message, 'CUDA out of memory');
@@ -91,7 +95,12 @@ void describe('SseInspector: chat completions', () => {
   });
 
   void it('does not mistake content about errors, or a null error, for an error event', () => {
-    const i = inspect(chunk('He said "error" twice: error'), chunk('{"error": 1}'), 'data: {"error":null,"choices":[]}\n\n', 'data: [DONE]\n\n');
+    const i = inspect(
+      chunk('He said "error" twice: error'),
+      chunk('{"error": 1}'),
+      'data: {"error":null,"choices":[]}\n\n',
+      'data: [DONE]\n\n',
+    );
     assertVerdict(i.finish(), 'ok');
   });
 
@@ -125,19 +134,35 @@ void describe('SseInspector: Responses API', () => {
   const unnamed = (type: string, body: Record<string, unknown> = {}): string => `data: ${JSON.stringify({ type, ...body })}\n\n`;
   const created = { response: { id: 'r1', status: 'in_progress', error: null } };
 
-  for (const [label, ev] of [['named', named], ['unnamed', unnamed]] as const) {
+  for (const [label, ev] of [
+    ['named', named],
+    ['unnamed', unnamed],
+  ] as const) {
     void it(`${label}: response.completed terminates`, () => {
-      const i = inspect(ev('response.created', created), ev('response.output_text.delta', { delta: 'hi' }), ev('response.completed', created));
+      const i = inspect(
+        ev('response.created', created),
+        ev('response.output_text.delta', { delta: 'hi' }),
+        ev('response.completed', created),
+      );
       assertVerdict(i.finish(), 'ok');
       assert.ok(i.sawTerminator);
     });
 
     void it(`${label}: response.incomplete is a normal end`, () => {
-      assertVerdict(inspect(ev('response.created', created), ev('response.incomplete', { response: { incomplete_details: { reason: 'max_output_tokens' } } })).finish(), 'ok');
+      assertVerdict(
+        inspect(
+          ev('response.created', created),
+          ev('response.incomplete', { response: { incomplete_details: { reason: 'max_output_tokens' } } }),
+        ).finish(),
+        'ok',
+      );
     });
 
     void it(`${label}: response.failed is an error event with the response's message`, () => {
-      const i = inspect(ev('response.created', created), ev('response.failed', { response: { status: 'failed', error: { code: 'server_error', message: 'model crashed' } } }));
+      const i = inspect(
+        ev('response.created', created),
+        ev('response.failed', { response: { status: 'failed', error: { code: 'server_error', message: 'model crashed' } } }),
+      );
       assertVerdict(i.finish(), 'upstream_error_event');
       assert.equal(i.firstErrorEvent?.message, 'model crashed');
       assert.equal(i.firstErrorEvent?.code, 'server_error');
@@ -213,8 +238,14 @@ type ModelEvent =
 const eventArb: fc.Arbitrary<ModelEvent> = fc.oneof(
   { weight: 6, arbitrary: fc.record({ t: fc.constant('delta' as const), content: fc.string({ unit: 'grapheme', maxLength: 12 }) }) },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('comment' as const), text: fc.stringMatching(/^[a-z ]{0,8}$/) }) },
-  { weight: 1, arbitrary: fc.record({ t: fc.constant('error' as const), message: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 12 }) }) },
-  { weight: 1, arbitrary: fc.record({ t: fc.constant('named-error' as const), message: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 12 }) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({ t: fc.constant('error' as const), message: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 12 }) }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({ t: fc.constant('named-error' as const), message: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 12 }) }),
+  },
   { weight: 1, arbitrary: fc.constant({ t: 'done' as const }) },
 );
 

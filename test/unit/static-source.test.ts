@@ -15,7 +15,11 @@ const silent = pino({ level: 'silent' });
 /** Generous per-test limit: a watcher that never fires fails the test instead of hanging the run. */
 const TIMEOUT = { timeout: 10_000 };
 
-type Event = { kind: 'replaceAll'; source: string; pools: readonly ObservedPool[] } | { kind: 'markSynced'; source: string } | { kind: 'loaded' } | { kind: 'reloadFailed'; error: Error };
+type Event =
+  | { kind: 'replaceAll'; source: string; pools: readonly ObservedPool[] }
+  | { kind: 'markSynced'; source: string }
+  | { kind: 'loaded' }
+  | { kind: 'reloadFailed'; error: Error };
 
 /** A sink + observer that records every call and lets a test await the next call of a kind. */
 class Recorder implements EndpointSink, StaticSourceObserver {
@@ -189,16 +193,12 @@ describe('StaticFileSource', () => {
     assert.deepEqual(recorder.kinds(), []);
   });
 
-  it(
-    'an invalid file at start names the file in the error',
-    TIMEOUT,
-    async () => {
-      await writeFile(path, 'pools:\n  - { name: p, models: [] }\n');
-      const recorder = new Recorder();
-      const source = new StaticFileSource(path, silent, recorder);
-      await assert.rejects(source.start(recorder), (err: Error) => err.message.includes(path));
-    },
-  );
+  it('an invalid file at start names the file in the error', TIMEOUT, async () => {
+    await writeFile(path, 'pools:\n  - { name: p, models: [] }\n');
+    const recorder = new Recorder();
+    const source = new StaticFileSource(path, silent, recorder);
+    await assert.rejects(source.start(recorder), (err: Error) => err.message.includes(path));
+  });
 
   it('after stop() a change reaches nobody', TIMEOUT, async () => {
     await writeFile(path, fileWith(['llama']));

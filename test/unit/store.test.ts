@@ -72,7 +72,10 @@ function pool(name: string, models: string[], endpoints: ObservedEndpoint[]): Ob
 }
 
 function stateOf(store: EndpointStore, poolName: string, id: string): Endpoint | undefined {
-  return store.view().pools.get(poolName)?.endpoints.find((e) => e.id === id);
+  return store
+    .view()
+    .pools.get(poolName)
+    ?.endpoints.find((e) => e.id === id);
 }
 
 function newStore(sources: string[] = ['static']): { store: EndpointStore; clock: ManualClock } {
@@ -111,10 +114,22 @@ describe('EndpointStore: views', () => {
     const { store } = newStore(['a', 'b']);
     store.replaceAll('a', [pool('pa', ['m'], [ep('10.0.0.1:8000')])]);
     store.replaceAll('b', [pool('pb', ['m'], [ep('10.0.0.2:8000')])]);
-    assert.deepEqual(store.view().poolsByModel.get('m')?.map((p) => p.name), ['pa', 'pb']);
+    assert.deepEqual(
+      store
+        .view()
+        .poolsByModel.get('m')
+        ?.map((p) => p.name),
+      ['pa', 'pb'],
+    );
     store.replaceAll('a', []);
     assert.deepEqual([...store.view().pools.keys()], ['pb']);
-    assert.deepEqual(store.view().poolsByModel.get('m')?.map((p) => p.name), ['pb']);
+    assert.deepEqual(
+      store
+        .view()
+        .poolsByModel.get('m')
+        ?.map((p) => p.name),
+      ['pb'],
+    );
   });
 
   it('every change publishes a new view with a higher version, and viewChanged carries it', () => {
@@ -142,7 +157,10 @@ describe('EndpointStore: views', () => {
   it('endpointsAt finds the endpoint behind an address in every pool that lists it', () => {
     const { store } = newStore();
     store.replaceAll('static', [pool('a', ['m'], [ep('10.0.0.1:8000')]), pool('b', ['n'], [ep('10.0.0.1:8000'), ep('10.0.0.2:8000')])]);
-    assert.deepEqual(store.endpointsAt('10.0.0.1:8000').map((e) => e.pool), ['a', 'b']);
+    assert.deepEqual(
+      store.endpointsAt('10.0.0.1:8000').map((e) => e.pool),
+      ['a', 'b'],
+    );
     assert.deepEqual(store.endpointsAt('10.9.9.9:8000'), []);
   });
 
@@ -289,7 +307,10 @@ describe('EndpointStore: passive health', () => {
     assert.deepEqual([stateOf(store, 'p', A)?.state, stateOf(store, 'p', B)?.state], ['Ready', 'Quarantined']);
     clock.advance(4_000);
     assert.deepEqual([stateOf(store, 'p', A)?.state, stateOf(store, 'p', B)?.state], ['Ready', 'Ready']);
-    assert.deepEqual(log.filter((e) => e.startsWith('released')), [`released:p/${A}`, `released:p/${B}`]);
+    assert.deepEqual(
+      log.filter((e) => e.startsWith('released')),
+      [`released:p/${A}`, `released:p/${B}`],
+    );
   });
 
   it('an address in two pools is quarantined in both', () => {
@@ -299,7 +320,10 @@ describe('EndpointStore: passive health', () => {
     store.recordFailure(A, 'connect_failure');
     store.recordFailure(A, 'connect_failure');
     assert.deepEqual([stateOf(store, 'a', A)?.state, stateOf(store, 'b', A)?.state], ['Quarantined', 'Quarantined']);
-    assert.deepEqual(log.filter((e) => e.startsWith('quarantined')).map((e) => e.split(':')[1]), ['a/10.0.0.1', 'b/10.0.0.1']);
+    assert.deepEqual(
+      log.filter((e) => e.startsWith('quarantined')).map((e) => e.split(':')[1]),
+      ['a/10.0.0.1', 'b/10.0.0.1'],
+    );
   });
 
   it('quarantine is layered only on Ready endpoints: other states keep their own state and reason', () => {
@@ -310,17 +334,17 @@ describe('EndpointStore: passive health', () => {
     assert.deepEqual(stateOf(store, 'p', A), { id: A, address: A, state: 'NotReady', reason: 'readiness probe failing', pool: 'p' });
   });
 
-  it(
-    'no quarantined event for an endpoint that is not Ready (it is not quarantined in the view)',
-    () => {
-      const { store } = newStore();
-      fleet(store, [ep(A, 'NotReady', 'readiness probe failing')]);
-      const { log } = record(store);
-      store.recordFailure(A, 'connect_failure');
-      store.recordFailure(A, 'connect_failure');
-      assert.deepEqual(log.filter((e) => e.startsWith('quarantined')), []);
-    },
-  );
+  it('no quarantined event for an endpoint that is not Ready (it is not quarantined in the view)', () => {
+    const { store } = newStore();
+    fleet(store, [ep(A, 'NotReady', 'readiness probe failing')]);
+    const { log } = record(store);
+    store.recordFailure(A, 'connect_failure');
+    store.recordFailure(A, 'connect_failure');
+    assert.deepEqual(
+      log.filter((e) => e.startsWith('quarantined')),
+      [],
+    );
+  });
 
   it('a failing pod that becomes Ready while its quarantine runs shows as Quarantined', () => {
     const { store } = newStore();

@@ -14,8 +14,20 @@ type Obj = Record<string, unknown>;
 
 const COMMON_STATUS: Readonly<Record<string, number>> = { CONTINUE: 0, CONTINUE_AND_REPLACE: 1 };
 const HEADER_SEND_MODE: Readonly<Record<string, number>> = { DEFAULT: 0, SEND: 1, SKIP: 2 };
-const BODY_SEND_MODE: Readonly<Record<string, number>> = { NONE: 0, STREAMED: 1, BUFFERED: 2, BUFFERED_PARTIAL: 3, FULL_DUPLEX_STREAMED: 4, GRPC: 5 };
-const APPEND_ACTION: Readonly<Record<string, number>> = { APPEND_IF_EXISTS_OR_ADD: 0, ADD_IF_ABSENT: 1, OVERWRITE_IF_EXISTS_OR_ADD: 2, OVERWRITE_IF_EXISTS: 3 };
+const BODY_SEND_MODE: Readonly<Record<string, number>> = {
+  NONE: 0,
+  STREAMED: 1,
+  BUFFERED: 2,
+  BUFFERED_PARTIAL: 3,
+  FULL_DUPLEX_STREAMED: 4,
+  GRPC: 5,
+};
+const APPEND_ACTION: Readonly<Record<string, number>> = {
+  APPEND_IF_EXISTS_OR_ADD: 0,
+  ADD_IF_ABSENT: 1,
+  OVERWRITE_IF_EXISTS_OR_ADD: 2,
+  OVERWRITE_IF_EXISTS: 3,
+};
 
 export function encodeProcessingResponse(w: Writer, value: unknown): void {
   const m = obj(value);
@@ -158,7 +170,14 @@ function encodeProcessingMode(w: Writer, m: Obj): void {
   optEnum(w, 5, m.request_trailer_mode, HEADER_SEND_MODE);
   optEnum(w, 6, m.response_trailer_mode, HEADER_SEND_MODE);
 }
-const MODE_KEYS = new Set(['request_header_mode', 'response_header_mode', 'request_body_mode', 'response_body_mode', 'request_trailer_mode', 'response_trailer_mode']);
+const MODE_KEYS = new Set([
+  'request_header_mode',
+  'response_header_mode',
+  'request_body_mode',
+  'response_body_mode',
+  'request_trailer_mode',
+  'response_trailer_mode',
+]);
 
 // google.protobuf.Struct / Value / ListValue (protobufjs's camelCase field names) ──────────────
 
@@ -265,7 +284,8 @@ function optEnum(w: Writer, field: number, value: unknown, names: Readonly<Recor
 
 /** Non-negative int32 (negative ones take ten bytes in protobufjs's encoding: reflection). */
 function int32(value: unknown): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > 0x7fffffff) throw new Unsupported('not a non-negative int32');
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > 0x7fffffff)
+    throw new Unsupported('not a non-negative int32');
   return value;
 }
 

@@ -13,7 +13,10 @@ export interface CodecCounters {
   fallbackEncodes: number;
 }
 
-export function fastRequestDeserializer(reflection: (buf: Buffer) => ProcessingRequest, counters?: CodecCounters): (buf: Buffer) => ProcessingRequest {
+export function fastRequestDeserializer(
+  reflection: (buf: Buffer) => ProcessingRequest,
+  counters?: CodecCounters,
+): (buf: Buffer) => ProcessingRequest {
   return (buf) => {
     try {
       return decodeProcessingRequest(buf);
@@ -25,7 +28,10 @@ export function fastRequestDeserializer(reflection: (buf: Buffer) => ProcessingR
   };
 }
 
-export function fastResponseSerializer(reflection: (value: ProcessingResponse) => Buffer, counters?: CodecCounters): (value: ProcessingResponse) => Buffer {
+export function fastResponseSerializer(
+  reflection: (value: ProcessingResponse) => Buffer,
+  counters?: CodecCounters,
+): (value: ProcessingResponse) => Buffer {
   // One scratch writer per serializer: serializers run synchronously, never interleaved.
   const writer = new Writer();
   return (value) => {

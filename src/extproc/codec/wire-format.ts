@@ -77,7 +77,10 @@ export class Reader {
 
   string(end: number): string {
     const stop = this.lengthEnd(end);
-    const out = stop - this.pos <= SHORT_STRING ? (shortAscii(this.buf, this.pos, stop) ?? this.buf.toString('utf8', this.pos, stop)) : this.buf.toString('utf8', this.pos, stop);
+    const out =
+      stop - this.pos <= SHORT_STRING
+        ? (shortAscii(this.buf, this.pos, stop) ?? this.buf.toString('utf8', this.pos, stop))
+        : this.buf.toString('utf8', this.pos, stop);
     this.pos = stop;
     return out;
   }
