@@ -12,8 +12,8 @@ import { waitUntil } from '../support/wait-until.js';
 
 const RAW_ENVOY_TEXT = /upstream connect error|disconnect\/reset before headers|no healthy upstream|upstream request timeout/i;
 
-/** The ext_proc filter as the InferencePool gateways write it: full duplex both ways, no attributes. */
-export function asFullDuplexGateway(config: Record<string, unknown>): Record<string, unknown> {
+/** The InferencePool gateways send no response attributes: take ours away from the full-duplex config. */
+function withoutResponseAttributes(config: Record<string, unknown>): Record<string, unknown> {
   const copy = structuredClone(config);
   const listeners = (
     copy.static_resources as {
@@ -26,19 +26,7 @@ export function asFullDuplexGateway(config: Record<string, unknown>): Record<str
   ).listeners;
   for (const listener of listeners) {
     for (const filter of listener.filter_chains[0].filters[0].typed_config.http_filters) {
-      if (filter.name !== 'envoy.filters.http.ext_proc') continue;
-      const ext = filter.typed_config;
-      ext.processing_mode = {
-        request_header_mode: 'SEND',
-        response_header_mode: 'SEND',
-        request_body_mode: 'FULL_DUPLEX_STREAMED',
-        response_body_mode: 'FULL_DUPLEX_STREAMED',
-        request_trailer_mode: 'SEND',
-        response_trailer_mode: 'SEND',
-      };
-      ext.allow_mode_override = false;
-      delete ext.response_attributes;
-      ext.message_timeout = '1000s';
+      if (filter.name === 'envoy.filters.http.ext_proc') delete filter.typed_config.response_attributes;
     }
   }
   return copy;
@@ -70,7 +58,8 @@ describe('FULL_DUPLEX_STREAMED without response attributes (the InferencePool ga
         { name: 'refusing', models: ['r'], endpoints: [{ address: refusing.address }] },
       ],
       configYaml: 'quarantine:\n  consecutiveFailures: 100\n',
-      transformEnvoyConfig: asFullDuplexGateway,
+      envoy: { bodyModes: 'full-duplex' },
+      transformEnvoyConfig: withoutResponseAttributes,
     });
   });
 
