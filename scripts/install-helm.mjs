@@ -10,10 +10,9 @@
 // Plain Node ESM with no dependencies because it runs before the TypeScript build exists.
 // Quiet on success except one stdout line with the binary path; exit code 1 with a message on failure.
 
-import { spawnSync } from 'node:child_process';
-import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
-import { homedir } from 'node:os';
+import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { InstallError, describeFailure, isExecutable, runCaptured, runInstaller, toolsDir } from './install-common.mjs';
 
 const HELM_VERSION = 'v3.22.0';
 const HELM_MODULE = 'helm.sh/helm/v3/cmd/helm';
@@ -31,42 +30,15 @@ const LDFLAGS = [
   '-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37',
 ].join(' ');
 
-class InstallError extends Error {}
-
-function toolsDir() {
-  const fromEnv = process.env.LLM_EXTPROC_TOOLS_DIR;
-  return fromEnv && fromEnv.length > 0 ? fromEnv : join(homedir(), '.cache', 'llm-extproc');
-}
-
-function isExecutable(path) {
-  try {
-    accessSync(path, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** Runs a command to completion, capturing output; never throws (ENOENT shows up in `error`). */
-function run(cmd, args, env = process.env) {
-  return spawnSync(cmd, args, { encoding: 'utf8', env, maxBuffer: 16 * 1024 * 1024 });
-}
-
-function describeFailure(res) {
-  if (res.error) return res.error.message;
-  const out = `${res.stderr ?? ''}${res.stdout ?? ''}`.trim();
-  return `exit ${res.status ?? res.signal}${out ? `:\n${out}` : ''}`;
-}
-
 /** True when the binary runs and reports the wanted version (stamped in by LDFLAGS). */
 function hasWantedVersion(bin) {
-  const res = run(bin, ['version', '--short']);
+  const res = runCaptured(bin, ['version', '--short']);
   if (res.error || res.status !== 0) return false;
   return `${res.stdout}`.trim().startsWith(HELM_VERSION);
 }
 
 function build(target) {
-  const goCheck = run('go', ['version']);
+  const goCheck = runCaptured('go', ['version']);
   if (goCheck.error || goCheck.status !== 0) {
     throw new InstallError(
       `cannot build helm: \`go version\` failed (${describeFailure(goCheck)}). ` +
@@ -80,7 +52,7 @@ function build(target) {
   const staging = mkdtempSync(join(dir, '.build-'));
   try {
     const env = { ...process.env, GOBIN: staging, CGO_ENABLED: '0', GOFLAGS: '-buildvcs=false' };
-    const res = run('go', ['install', '-trimpath', `-ldflags=${LDFLAGS}`, `${HELM_MODULE}@${HELM_VERSION}`], env);
+    const res = runCaptured('go', ['install', '-trimpath', `-ldflags=${LDFLAGS}`, `${HELM_MODULE}@${HELM_VERSION}`], env);
     if (res.error || res.status !== 0) {
       throw new InstallError(`\`go install ${HELM_MODULE}@${HELM_VERSION}\` failed: ${describeFailure(res)}`);
     }
@@ -103,16 +75,10 @@ function main() {
 
   build(target);
   if (!hasWantedVersion(target)) {
-    const res = run(target, ['version', '--short']);
+    const res = runCaptured(target, ['version', '--short']);
     throw new InstallError(`built ${target} but \`helm version\` did not report ${HELM_VERSION}: ${describeFailure(res)}`);
   }
   return target;
 }
 
-try {
-  console.log(main());
-} catch (err) {
-  const msg = err instanceof InstallError ? err.message : err instanceof Error ? (err.stack ?? err.message) : String(err);
-  console.error(`install-helm: ${msg}`);
-  process.exitCode = 1;
-}
+runInstaller('install-helm', main);

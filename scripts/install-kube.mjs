@@ -21,9 +21,9 @@
 // Options: --print (do nothing but print where the files would be, and whether they are present).
 
 import { spawnSync } from 'node:child_process';
-import { accessSync, constants, copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { homedir } from 'node:os';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { InstallError, isExecutable, runInstaller, toolsDir } from './install-common.mjs';
 
 const KUBERNETES_VERSION = 'v1.34.3';
 /** The staging modules (k8s.io/api, k8s.io/apiserver, ...) are released as v0.<minor>.<patch>. */
@@ -32,7 +32,7 @@ const ETCD_VERSION = 'v3.6.5';
 const INFERENCE_EXTENSION_VERSION = 'v1.0.1';
 const INFERENCE_POOL_CRD_FILE = 'config/crd/bases/inference.networking.k8s.io_inferencepools.yaml';
 
-const TOOLS_DIR = process.env.LLM_EXTPROC_TOOLS_DIR || join(homedir(), '.cache', 'llm-extproc');
+const TOOLS_DIR = toolsDir();
 
 const paths = {
   kubeApiserver: join(TOOLS_DIR, `kube-apiserver-${KUBERNETES_VERSION}`, 'kube-apiserver'),
@@ -40,19 +40,8 @@ const paths = {
   inferencePoolCrd: join(TOOLS_DIR, `gateway-api-inference-extension-${INFERENCE_EXTENSION_VERSION}`, 'inferencepools.yaml'),
 };
 
-class InstallError extends Error {}
-
 function log(message) {
   process.stderr.write(`install-kube: ${message}\n`);
-}
-
-function isExecutable(path) {
-  try {
-    accessSync(path, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** Runs a command; `inherit` streams its output to our stderr (long builds show progress). */
@@ -229,12 +218,4 @@ function main() {
   process.stdout.write(`${JSON.stringify(paths)}\n`);
 }
 
-try {
-  main();
-} catch (err) {
-  if (err instanceof InstallError) {
-    process.stderr.write(`install-kube: ${err.message}\n`);
-    process.exit(1);
-  }
-  throw err;
-}
+runInstaller('install-kube', main);

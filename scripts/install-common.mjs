@@ -1,0 +1,52 @@
+// What the tool installers (install-envoy, install-helm, install-kube) share: the error type that
+// means "a clear message, no stack", command helpers, the tools cache outside the clone, and the
+// one way an installer reports its result. Plain Node ESM with no dependencies: it runs before
+// `npm ci` and before the TypeScript build exist.
+import { spawnSync } from 'node:child_process';
+import { accessSync, constants } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+
+/** A failure the installer explains itself: printed as its message, without a stack. */
+export class InstallError extends Error {}
+
+export function isExecutable(path) {
+  try {
+    accessSync(path, constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Runs a command to completion, capturing output; never throws (ENOENT shows up in `error`). */
+export function runCaptured(cmd, args, env = process.env) {
+  return spawnSync(cmd, args, { encoding: 'utf8', env, maxBuffer: 16 * 1024 * 1024 });
+}
+
+export function describeFailure(res) {
+  if (res.error) return res.error.message;
+  const out = `${res.stderr ?? ''}${res.stdout ?? ''}`.trim();
+  return `exit ${res.status ?? res.signal}${out ? `:\n${out}` : ''}`;
+}
+
+/** `${LLM_EXTPROC_TOOLS_DIR:-~/.cache/llm-extproc}`: built tools live outside the clone and are reused. */
+export function toolsDir() {
+  const fromEnv = process.env.LLM_EXTPROC_TOOLS_DIR;
+  return fromEnv && fromEnv.length > 0 ? fromEnv : join(homedir(), '.cache', 'llm-extproc');
+}
+
+/**
+ * Runs an installer's `main`: prints what it returns (a path, or a JSON line) on stdout; on failure
+ * prints `<name>: <message>` on stderr (a stack only for unexpected errors) and exits 1.
+ */
+export function runInstaller(name, main) {
+  try {
+    const result = main();
+    if (result !== undefined) process.stdout.write(`${result}\n`);
+  } catch (err) {
+    const msg = err instanceof InstallError ? err.message : err instanceof Error ? (err.stack ?? err.message) : String(err);
+    process.stderr.write(`${name}: ${msg}\n`);
+    process.exitCode = 1;
+  }
+}
