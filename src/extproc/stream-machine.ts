@@ -452,7 +452,7 @@ function responseBody(ctx: MachineContext, out: StepBuilder, state: StreamState,
       return;
     case 'Done':
       // Nothing left to decide: never hold the body up.
-      out.replies(passChunk(modeOf(state), chunk, end));
+      passChunk(out, modeOf(state), chunk, end);
       return;
     default:
       throw protocolViolation('response body', state);
@@ -515,18 +515,18 @@ function streamBody(
     case 'sse': {
       watch.inspector.feed(chunk);
       if (!end) {
-        out.replies(passChunk(delivery, chunk, false));
+        passChunk(out, delivery, chunk, false);
         return;
       }
       const verdict = watch.inspector.finish();
       if (verdict.ok) {
         settle(out, state.served, undefined, 'ok');
-        out.replies(passChunk(delivery, chunk, true));
+        passChunk(out, delivery, chunk, true);
         return;
       }
       settle(out, state.served, 'bad_response', verdict.kind);
       if (verdict.kind !== 'stream_incomplete') {
-        out.replies(passChunk(delivery, chunk, true)); // the client already saw the upstream's error event
+        passChunk(out, delivery, chunk, true); // the client already saw the upstream's error event
         return;
       }
       const err = new GatewayError('stream_incomplete', `the model server ended the stream without its terminator: ${verdict.detail}`);
@@ -551,13 +551,13 @@ function streamBody(
         envoyStreamsRest: delivery === 'buffered' || delivery === 'streamed',
       };
       copyJson(ctx, copy, chunk);
-      out.replies(passChunk(delivery, chunk, false));
+      passChunk(out, delivery, chunk, false);
       out.become({ ...state, watch: copy });
       return;
     }
     case 'json-copy': {
       copyJson(ctx, watch, chunk);
-      out.replies(passChunk(delivery, chunk, end));
+      passChunk(out, delivery, chunk, end);
       if (!end) return;
       if (watch.overflow) {
         settle(out, state.served, undefined, 'ok'); // delivered whole, too large to judge its JSON
@@ -570,7 +570,7 @@ function streamBody(
       return;
     }
     case 'opaque':
-      out.replies(passChunk(delivery, chunk, end));
+      passChunk(out, delivery, chunk, end);
       if (end) endPending(out, state);
       return;
   }
@@ -637,8 +637,9 @@ function judgeEndedBody(out: StepBuilder, state: Extract<StreamState, { kind: 'S
 }
 
 /** Pass a body chunk on unchanged, as the body mode requires. */
-function passChunk(delivery: StreamModes['response'], chunk: Buffer, end: boolean): ProcessingResponse[] {
-  return delivery === 'duplex' ? streamedBody('response', chunk, end) : [CONTINUE_RESPONSE_BODY];
+function passChunk(out: StepBuilder, delivery: StreamModes['response'], chunk: Buffer, end: boolean): void {
+  if (delivery === 'duplex') out.replies(streamedBody('response', chunk, end));
+  else out.reply(CONTINUE_RESPONSE_BODY); // the frozen constant: its wire bytes are encoded once
 }
 
 // ── Envoy's own failures ────────────────────────────────────────────────────────────────────
