@@ -19,13 +19,12 @@ import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
-import type { CoreV1Api } from '@kubernetes/client-node';
 import { stringify as toYaml } from 'yaml';
 import { KubeControlPlane } from '../test/support/kube-control-plane.js';
 import { NODE_NAME } from '../test/support/kube-kubelet.js';
 import { notReadyPod, readyPod } from '../test/support/pod-builders.js';
-import type { PodJson, PodOptions } from '../test/support/pod-builders.js';
+import type { PodOptions } from '../test/support/pod-builders.js';
+import { ApiWriter } from './bench-kube/api-writer.js';
 import { cpuSeconds } from './bench/processes.js';
 import { summarize } from './bench/stats.js';
 import type { Summary } from './bench/stats.js';
@@ -101,27 +100,20 @@ async function withRetries(what: string, call: () => Promise<unknown>): Promise<
   }
 }
 
-/** The kubelet's status write: a strategic merge patch of phase, conditions, containerStatuses and IPs. */
-async function patchStatus(core: CoreV1Api, name: string, status: PodJson['status']): Promise<void> {
-  await core.patchNamespacedPodStatus(
-    { namespace: NAMESPACE, name, body: { status } },
-    setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
-  );
-}
+/** Setup writes in flight at once: enough to keep the API server busy on two cores, not to swamp it. */
+const CREATE_CONNECTIONS = 32;
 
-async function createPods(core: CoreV1Api, ready: boolean[]): Promise<void> {
-  await pool(PODS, 16, async (i) => {
+async function createPods(writer: ApiWriter, ready: boolean[]): Promise<void> {
+  await pool(PODS, CREATE_CONNECTIONS, async (i) => {
     const built = (ready[i] ? readyPod : notReadyPod)(podOptions(i));
-    await withRetries(`create ${built.metadata.name}`, () =>
-      core.createNamespacedPod({
-        namespace: NAMESPACE,
-        body: {
-          metadata: { name: built.metadata.name, labels: built.metadata.labels },
-          spec: { nodeName: NODE_NAME, automountServiceAccountToken: false, containers: built.spec.containers },
-        },
+    const name = built.metadata.name;
+    await withRetries(`create ${name}`, () =>
+      writer.createPod(NAMESPACE, {
+        metadata: { name, labels: built.metadata.labels },
+        spec: { nodeName: NODE_NAME, automountServiceAccountToken: false, containers: built.spec.containers },
       }),
     );
-    await withRetries(`status of ${built.metadata.name}`, () => patchStatus(core, built.metadata.name, built.status));
+    await withRetries(`status of ${name}`, () => writer.patchPodStatus(NAMESPACE, name, built.status));
     if ((i + 1) % 1000 === 0) process.stderr.write(`bench:kube: ${i + 1} pods created\n`);
   });
 }
@@ -173,6 +165,7 @@ class Extproc {
     const reply = this.next('memory', 30_000);
     this.child.send({ type: 'memory' });
     const m = await reply;
+    process.stderr.write(`bench:kube: memory ${JSON.stringify(m)}\n`);
     return { rss: m.rss ?? Number.NaN, heapUsed: m.heapUsed ?? Number.NaN };
   }
 }
@@ -193,13 +186,14 @@ interface Results {
 
 async function run(): Promise<Results> {
   const plane = await KubeControlPlane.start({ apiserverArgs: ['--max-requests-inflight=1000', '--max-mutating-requests-inflight=500'] });
+  // Open loop: a status write never waits for a free connection (keep-alive keeps the count low).
+  const writer = new ApiWriter({ server: plane.server, ca: plane.ca, token: plane.adminToken, connections: 256 });
   try {
     await plane.createNamespace(NAMESPACE);
-    const core = plane.core();
     // Four in five pods start Ready.
     const ready = Array.from({ length: PODS }, (_, i) => i % 5 !== 0);
     const createStart = now();
-    await createPods(core, ready);
+    await createPods(writer, ready);
     const createSeconds = (now() - createStart) / 1000;
 
     const kubeconfigPath = await plane.writeKubeconfig('bench-kubeconfig.yaml');
@@ -208,6 +202,7 @@ async function run(): Promise<Results> {
       configPath,
       toYaml({
         listen: { grpc: '127.0.0.1:0', http: '127.0.0.1:0' },
+        ...(process.env['BENCH_KUBE_NOSCRAPE'] ? { picker: { metrics: { enabled: false } } } : {}),
         kubernetes: {
           kubeconfigPath,
           pools: Array.from({ length: POOLS }, (_, p) => ({
@@ -229,6 +224,12 @@ async function run(): Promise<Results> {
       const firstSyncMs = (synced.at ?? Number.NaN) - spawnedAt;
       const pid = child.pid ?? -1;
       const rssAfterSyncMb = (await extproc.memory()).rss / 2 ** 20;
+      if (process.env['BENCH_KUBE_SNAPSHOT']) {
+        const r = extproc.next('snapshot' as ChildMessage['type']);
+        child.send({ type: 'snapshot', path: process.env['BENCH_KUBE_SNAPSHOT'] });
+        await r;
+        await extproc.memory();
+      }
 
       // Steady changes: every pod at most once (a shuffled order), open loop at RATE per second.
       const order = Array.from({ length: PODS }, (_, i) => i);
@@ -271,7 +272,7 @@ async function run(): Promise<Results> {
         inFlight.push(
           (async () => {
             try {
-              await patchStatus(core, name, (turnReady ? readyPod : notReadyPod)(podOptions(i)).status);
+              await writer.patchPodStatus(NAMESPACE, name, (turnReady ? readyPod : notReadyPod)(podOptions(i)).status);
             } catch (err) {
               // An overloaded API server may refuse a write (429, 504): counted, not measured.
               failedWrites++;
@@ -308,6 +309,7 @@ async function run(): Promise<Results> {
       child.kill('SIGTERM');
     }
   } finally {
+    writer.close();
     await plane.stop();
   }
 }
@@ -320,7 +322,7 @@ function report(r: Results): string {
     '| what | value |',
     '| --- | --- |',
     `| pods / pools | ${PODS} / ${POOLS} (one namespace, label-selected) |`,
-    `| creating the pods (create + status patch each, 16 in parallel) | ${r.createSeconds.toFixed(0)} s |`,
+    `| creating the pods (create + status patch each, ${CREATE_CONNECTIONS} in parallel, keep-alive) | ${r.createSeconds.toFixed(0)} s |`,
     `| time to first sync (spawn → endpoint cache synced) | ${(r.firstSyncMs / 1000).toFixed(2)} s |`,
     `| status changes | ${r.changes} at ${RATE}/s (${r.failedWrites} refused by the API server, ${r.missed} not seen within 30 s) |`,
     `| machine load average (1 min) at the end | ${loadavg()[0]?.toFixed(1) ?? '?'} |`,

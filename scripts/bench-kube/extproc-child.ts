@@ -10,6 +10,7 @@
 
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
+import { getHeapSpaceStatistics, writeHeapSnapshot } from 'node:v8';
 import { pino } from 'pino';
 import { startApp } from '../../src/app.js';
 import { buildConfig } from '../../src/config/config.js';
@@ -20,7 +21,7 @@ interface Expectation {
   readonly state: string;
 }
 
-type Incoming = { type: 'expect'; id: string; pool: string; state: string } | { type: 'memory' } | { type: 'stop' };
+type Incoming = { type: 'expect'; id: string; pool: string; state: string } | { type: 'memory' } | { type: 'snapshot'; path: string } | { type: 'stop' };
 
 function now(): number {
   return performance.timeOrigin + performance.now();
@@ -79,7 +80,13 @@ async function main(): Promise<void> {
       check(now());
     } else if (message.type === 'memory') {
       const usage = process.memoryUsage();
-      send({ type: 'memory', rss: usage.rss, heapUsed: usage.heapUsed });
+      const cpu = process.cpuUsage();
+      const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1];
+      send({ type: 'memory', rss: usage.rss, peakRss: Number(hwm ?? Number.NaN) * 1024, cpuSeconds: (cpu.user + cpu.system) / 1e6, heapUsed: usage.heapUsed, heapTotal: usage.heapTotal, external: usage.external, arrayBuffers: usage.arrayBuffers,
+        spaces: Object.fromEntries(getHeapSpaceStatistics().map((s) => [s.space_name, [Math.round(s.space_size / 2**20), Math.round(s.space_used_size / 2**20)]])) });
+    } else if (message.type === 'snapshot') {
+      if (typeof gc === 'function') gc();
+      send({ type: 'snapshot', path: writeHeapSnapshot(message.path) });
     } else {
       void app.stop().then(() => process.exit(0));
     }
