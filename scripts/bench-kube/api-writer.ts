@@ -72,7 +72,10 @@ export class ApiWriter {
           });
           res.on('end', () => {
             if (status >= 200 && status < 300) resolve();
-            else reject(new ApiWriteError(status, `${method} ${path}: HTTP ${status} ${Buffer.concat(chunks).toString('utf8').slice(0, 300)}`));
+            else
+              reject(
+                new ApiWriteError(status, `${method} ${path}: HTTP ${status} ${Buffer.concat(chunks).toString('utf8').slice(0, 300)}`),
+              );
           });
           res.on('error', (err: NodeJS.ErrnoException) => reject(new ApiWriteError(err.code ?? 'ERESPONSE', err.message)));
         },

@@ -5,12 +5,13 @@
 //
 // Messages in:  { type: 'expect', id, pool, state }   (id = namespace/pod)
 // Messages out: { type: 'started', at } once listening, { type: 'synced', at }, { type: 'seen', id, at },
-//               { type: 'memory', rss, heapUsed } on { type: 'memory' }.
+//               { type: 'memory', rss, peakRss, heapUsed, external, cpuSeconds } on { type: 'memory' },
+//               { type: 'snapshot', path } once a heap snapshot is written on { type: 'snapshot', path }.
 // Times are wall-clock milliseconds with sub-millisecond precision (performance.timeOrigin + now()).
 
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
-import { getHeapSpaceStatistics, writeHeapSnapshot } from 'node:v8';
+import { writeHeapSnapshot } from 'node:v8';
 import { pino } from 'pino';
 import { startApp } from '../../src/app.js';
 import { buildConfig } from '../../src/config/config.js';
@@ -21,7 +22,8 @@ interface Expectation {
   readonly state: string;
 }
 
-type Incoming = { type: 'expect'; id: string; pool: string; state: string } | { type: 'memory' } | { type: 'snapshot'; path: string } | { type: 'stop' };
+type Incoming =
+  { type: 'expect'; id: string; pool: string; state: string } | { type: 'memory' } | { type: 'snapshot'; path: string } | { type: 'stop' };
 
 function now(): number {
   return performance.timeOrigin + performance.now();
@@ -43,6 +45,20 @@ function stateIn(pool: PoolView | undefined, id: string): string | undefined {
   }
   const found = endpoints[lo];
   return found?.id === id ? found.state : undefined;
+}
+
+function memorySample(): object {
+  const usage = process.memoryUsage();
+  const cpu = process.cpuUsage();
+  // VmHWM: the most resident memory the process has had, in kB (Linux).
+  const peakKb = /VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1];
+  return {
+    rss: usage.rss,
+    peakRss: peakKb === undefined ? Number.NaN : Number(peakKb) * 1024,
+    heapUsed: usage.heapUsed,
+    external: usage.external,
+    cpuSeconds: (cpu.user + cpu.system) / 1e6,
+  };
 }
 
 async function main(): Promise<void> {
@@ -79,13 +95,8 @@ async function main(): Promise<void> {
       // The change may already be in: then this is when we learn it (a late, never early, reading).
       check(now());
     } else if (message.type === 'memory') {
-      const usage = process.memoryUsage();
-      const cpu = process.cpuUsage();
-      const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1];
-      send({ type: 'memory', rss: usage.rss, peakRss: Number(hwm ?? Number.NaN) * 1024, cpuSeconds: (cpu.user + cpu.system) / 1e6, heapUsed: usage.heapUsed, heapTotal: usage.heapTotal, external: usage.external, arrayBuffers: usage.arrayBuffers,
-        spaces: Object.fromEntries(getHeapSpaceStatistics().map((s) => [s.space_name, [Math.round(s.space_size / 2**20), Math.round(s.space_used_size / 2**20)]])) });
+      send({ type: 'memory', ...memorySample() });
     } else if (message.type === 'snapshot') {
-      if (typeof gc === 'function') gc();
       send({ type: 'snapshot', path: writeHeapSnapshot(message.path) });
     } else {
       void app.stop().then(() => process.exit(0));
