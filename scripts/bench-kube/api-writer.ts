@@ -1,7 +1,7 @@
 // The bench's own writes to the API server (pod creation and kubelet-style status patches), over
 // one pool of keep-alive TLS connections. client-node builds a new https.Agent, so a new TLS
-// handshake, for every call: at 20,000 setup writes that cost the bench and the API server as
-// much CPU as the writes themselves, and it added a handshake to every measured status write.
+// handshake, for every call: creating 5,000 pods through it took 67 s of the bench's CPU next to
+// the API server's 78 s, and every measured status write paid a handshake a kubelet does not.
 // What llm-extproc reads still goes through client-node; this is only the load generator.
 
 import { Agent, request } from 'node:https';
