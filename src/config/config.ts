@@ -11,7 +11,8 @@ import type { KubernetesSourceConfig } from '../endpoints/kubernetes-source.js';
 import { errorMessage } from '../util/error-message.js';
 import type { PickerSettings } from '../picker/settings.js';
 import { PickerConfigError, pickerSettings } from './picker-config.js';
-import { configFileSchema, DEFAULTS, GRPC_TRANSPORTS, LOG_LEVELS } from './schema.js';
+import { configFileSchema, DEFAULTS, LOG_LEVELS } from './schema.js';
+import type { GRPC_TRANSPORTS } from './schema.js';
 import type { ConfigFile } from './schema.js';
 
 export type LogLevel = (typeof LOG_LEVELS)[number];

@@ -10,8 +10,6 @@ export const GRPC_STATUS = Object.freeze({
   INTERNAL: 13,
 });
 
-export type GrpcStatusName = keyof typeof GRPC_STATUS;
-
 /** Trailer fields for a status; the message is percent-encoded as the protocol requires. */
 export function statusTrailers(code: number, message?: string): Record<string, string> {
   return message === undefined || message === ''

@@ -217,7 +217,7 @@ function http2Call(address: string, method: string, path: string, body: Buffer):
       { endStream: body.length === 0 },
     );
     request.on('response', (h) => (headers = h));
-    request.on('trailers', (t) => (headers = { ...headers, ...t }));
+    request.on('trailers', (trailers: http2.IncomingHttpHeaders) => (headers = { ...headers, ...trailers }));
     request.on('close', () => resolve(headers));
     request.on('error', reject);
     request.resume();
