@@ -16,7 +16,7 @@ import type { GrpcServerOptions, RunningGrpcServer } from './grpc-server.js';
 import { HealthService } from './health-service.js';
 import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
-import { ProcessCall } from './process-call.js';
+import { ProcessCall, processCallContext } from './process-call.js';
 import type { ProcessCallContext } from './process-call.js';
 import type { TlsIdentity, TlsIdentitySource } from './tls-identity.js';
 import { KEEPALIVE_INTERVAL_MS, KEEPALIVE_TIMEOUT_MS, MAX_RECEIVE_MESSAGE_BYTES, RELEASE_FLUSH_MS } from './transport-settings.js';
@@ -45,12 +45,7 @@ export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<Runnin
   const logger = opts.logger.child({ component: 'grpc-server' });
   const definitions = loadWireDefinitions();
   const health = new HealthService(opts.health);
-  const context: ProcessCallContext = {
-    processorFactory: opts.processorFactory,
-    logger,
-    onStreamError: opts.onStreamError,
-    openStreams: new Set(),
-  };
+  const context = processCallContext(opts, logger);
   const server = new Server({ ...GRPC_SERVER_OPTIONS });
 
   server.addService(definitions.externalProcessor, {

@@ -16,8 +16,7 @@ import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.j
 import type { ListenTarget } from './listen-address.js';
 import { CONSTANT_REPLIES } from './constant-replies.js';
 import type { ProcessingResponse } from './messages.js';
-import { asError, ProcessCall } from './process-call.js';
-import type { ProcessCallContext } from './process-call.js';
+import { asError, ProcessCall, processCallContext } from './process-call.js';
 import { KEEPALIVE_INTERVAL_MS, KEEPALIVE_TIMEOUT_MS, MAX_RECEIVE_MESSAGE_BYTES, RELEASE_FLUSH_MS } from './transport-settings.js';
 import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from './wire.js';
 import type { HealthCheckRequest, HealthCheckResponse } from './wire.js';
@@ -69,12 +68,7 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
   const frameReply = (reply: ProcessingResponse): Buffer =>
     framedConstants.get(reply) ?? frameMessage(processMethod.responseSerialize(reply));
   const health = new HealthService(opts.health);
-  const context: ProcessCallContext = {
-    processorFactory: opts.processorFactory,
-    logger,
-    onStreamError: opts.onStreamError,
-    openStreams: new Set(),
-  };
+  const context = processCallContext(opts, logger);
   const sessions = new Set<ServerHttp2Session>();
   let stopping = false;
 

@@ -29,6 +29,14 @@ export interface ProcessCallContext {
   openStreams: Set<() => void>;
 }
 
+/** The context of every Process call of one server. */
+export function processCallContext(
+  options: { processorFactory: ProcessorFactory; onStreamError?: (err: Error) => void },
+  logger: Logger,
+): ProcessCallContext {
+  return { processorFactory: options.processorFactory, logger, onStreamError: options.onStreamError, openStreams: new Set() };
+}
+
 export const INTERNAL_DETAILS = 'ext_proc processor failed';
 
 export class ProcessCall {

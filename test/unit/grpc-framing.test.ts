@@ -4,6 +4,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { frameMessage, GrpcFramingError, MessageDeframer } from '../../src/extproc/grpc-framing.js';
+import { splitBytes } from '../support/split-bytes.js';
 
 function deframeAll(chunks: readonly Buffer[], max = 1 << 20): { messages: Buffer[]; idle: boolean } {
   const deframer = new MessageDeframer(max);
@@ -11,19 +12,6 @@ function deframeAll(chunks: readonly Buffer[], max = 1 << 20): { messages: Buffe
   // Copies, because views into a chunk are only promised until the chunk is reused.
   for (const chunk of chunks) deframer.push(chunk, (message) => messages.push(Buffer.from(message)));
   return { messages, idle: deframer.idle };
-}
-
-/** Splits `bytes` at the given cut points (any order, duplicates allowed: empty chunks). */
-function split(bytes: Buffer, cuts: readonly number[]): Buffer[] {
-  const points = [...cuts.map((c) => c % (bytes.length + 1))].sort((a, b) => a - b);
-  const chunks: Buffer[] = [];
-  let at = 0;
-  for (const point of points) {
-    chunks.push(bytes.subarray(at, point));
-    at = point;
-  }
-  chunks.push(bytes.subarray(at));
-  return chunks;
 }
 
 void describe('gRPC message framing', () => {
@@ -39,7 +27,7 @@ void describe('gRPC message framing', () => {
         fc.array(fc.nat(), { maxLength: 40 }),
         (messages, cuts) => {
           const stream = Buffer.concat(messages.map((m) => frameMessage(m)));
-          const result = deframeAll(split(stream, cuts));
+          const result = deframeAll(splitBytes(stream, cuts));
           assert.deepEqual(
             result.messages,
             messages.map((m) => Buffer.from(m)),

@@ -11,9 +11,11 @@ import type { ClientDuplexStream, ServiceError } from '@grpc/grpc-js';
 import { pino } from 'pino';
 import { GRPC_TRANSPORTS } from '../../src/config/schema.js';
 import { startGrpcServer } from '../../src/extproc/grpc-server.js';
+import type { RunningGrpcServer } from '../../src/extproc/grpc-server.js';
+import type { GrpcTransport } from '../../src/config/config.js';
 import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
 import type { ProcessorFactory } from '../../src/extproc/processor-contract.js';
-import { makeSelfSignedIdentity, openTlsIdentity, type TlsIdentity } from '../../src/extproc/tls-identity.js';
+import { makeSelfSignedIdentity, openTlsIdentity, type TlsIdentity, type TlsIdentitySource } from '../../src/extproc/tls-identity.js';
 import { loadWireDefinitions } from '../../src/extproc/wire.js';
 import type { HealthCheckResponse } from '../../src/extproc/wire.js';
 import { fingerprint, secretVolume, servedFingerprint } from '../support/tls-files.js';
@@ -81,18 +83,22 @@ const headers: ProcessingRequest = {
   request_headers: { headers: { headers: [{ key: ':path', raw_value: Buffer.from('/v1/chat/completions') }] } },
 };
 
+function startTlsServer(transport: GrpcTransport, tls: TlsIdentitySource): Promise<RunningGrpcServer> {
+  return startGrpcServer({
+    transport,
+    address: '127.0.0.1:0',
+    processorFactory: continueFactory,
+    health: alwaysServing,
+    logger: silent,
+    tls,
+  });
+}
+
 for (const impl of GRPC_TRANSPORTS) {
   void describe(`${impl}: gRPC listener TLS`, () => {
     void it('serves a self-signed certificate made at start; plaintext clients are refused', async () => {
       const identity = await openTlsIdentity({ mode: 'self-signed' }, silent);
-      const server = await startGrpcServer({
-        transport: impl,
-        address: '127.0.0.1:0',
-        processorFactory: continueFactory,
-        health: alwaysServing,
-        logger: silent,
-        tls: identity,
-      });
+      const server = await startTlsServer(impl, identity);
       const secure = trusting(identity.current(), server.address);
       const plain = new Client(server.address, credentials.createInsecure());
       try {
@@ -116,14 +122,7 @@ for (const impl of GRPC_TRANSPORTS) {
       const identity = await openTlsIdentity({ mode: 'files', certFile: volume.certFile, keyFile: volume.keyFile }, logger, {
         pollIntervalMs: 3_600_000,
       });
-      const server = await startGrpcServer({
-        transport: impl,
-        address: '127.0.0.1:0',
-        processorFactory: continueFactory,
-        health: alwaysServing,
-        logger: silent,
-        tls: identity,
-      });
+      const server = await startTlsServer(impl, identity);
       const port = server.port ?? 0;
       const oldClient = trusting(first, server.address);
       const clients = [oldClient];
