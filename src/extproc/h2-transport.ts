@@ -7,6 +7,7 @@
 import cluster from 'node:cluster';
 import http2 from 'node:http2';
 import type { Http2SecureServer, Http2Server, IncomingHttpHeaders, ServerHttp2Session, ServerHttp2Stream } from 'node:http2';
+import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { frameMessage, GrpcFramingError, MessageDeframer } from './grpc-framing.js';
 import type { GrpcServerOptions, RunningGrpcServer } from './grpc-server.js';
@@ -89,7 +90,11 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
       },
       context,
     );
-    if (processCall.isFinished) return;
+    if (processCall.isFinished) {
+      stream.resume(); // the call is over; discard whatever Envoy still sends
+      stream.on('error', (err) => logger.debug({ err }, 'ext_proc stream error after the call ended'));
+      return;
+    }
     const onMessage = (bytes: Buffer): void => {
       if (!processCall.open) return;
       let request;
@@ -187,15 +192,21 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
   };
 
   const onStream = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void => {
+    const path = headers[':path'];
+    // Every stream needs an 'error' listener (Node emits a peer's reset as one); the three
+    // methods add their own, anything refused here gets this one.
+    const ignoreErrors = (): void => void stream.on('error', (err) => logger.debug({ err, path }, 'HTTP/2 stream error'));
     if (headers[':method'] !== 'POST') {
+      ignoreErrors();
       refuse(stream, 405, GRPC_STATUS.UNIMPLEMENTED, 'gRPC requires POST');
       return;
     }
     if (!isGrpcContentType(headers['content-type'])) {
+      ignoreErrors();
       refuse(stream, 415, GRPC_STATUS.INTERNAL, 'content-type must be application/grpc');
       return;
     }
-    switch (headers[':path']) {
+    switch (path) {
       case PROCESS_PATH:
         serveProcess(stream);
         return;
@@ -206,8 +217,9 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
         serveWatch(stream);
         return;
       default:
+        ignoreErrors();
         stream.resume(); // discard whatever the client sends
-        new GrpcCall(stream).end(GRPC_STATUS.UNIMPLEMENTED, `unknown method ${headers[':path'] ?? ''}`);
+        new GrpcCall(stream).end(GRPC_STATUS.UNIMPLEMENTED, `unknown method ${path ?? ''}`);
     }
   };
 
@@ -238,6 +250,13 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
   // Only new TLS handshakes see a replaced pair; open connections and their streams carry on.
   const unsubscribeTls =
     tls === undefined ? () => {} : tls.onChange((identity) => (server as Http2SecureServer).setSecureContext(identityOptions(identity)));
+  // Connections that never became a session (a TLS handshake that fails or hangs) would hold
+  // server.close() forever: shutdown destroys whatever is left at its deadline.
+  const sockets = new Set<Socket>();
+  server.on('connection', (socket: Socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
   server.on('session', onSession);
   server.on('stream', onStream);
   server.on('sessionError', (err) => logger.debug({ err }, 'HTTP/2 session error'));
@@ -264,7 +283,7 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
     shutdown(graceMs: number): Promise<void> {
       stopping = true;
       health.stopServing();
-      stopped ??= shutdownServer(server, sessions, context.openStreams, graceMs, logger).finally(() => {
+      stopped ??= shutdownServer(server, sessions, sockets, context.openStreams, graceMs, logger).finally(() => {
         unsubscribeTls();
         tls?.close();
       });
@@ -367,6 +386,7 @@ function listen(server: Http2Server | Http2SecureServer, target: ListenTarget): 
 async function shutdownServer(
   server: Http2Server | Http2SecureServer,
   sessions: Set<ServerHttp2Session>,
+  sockets: Set<Socket>,
   openStreams: Set<() => void>,
   graceMs: number,
   logger: Logger,
@@ -385,6 +405,7 @@ async function shutdownServer(
       for (const release of [...openStreams]) release();
       flushTimer = setTimeout(() => {
         for (const session of sessions) session.destroy();
+        for (const socket of sockets) socket.destroy();
         resolve();
       }, RELEASE_FLUSH_MS);
     }, graceMs);
