@@ -23,7 +23,7 @@ import {
   prefixAffinityScore,
   queueDepthScore,
 } from './scorers.js';
-import type { SignalBoard, SignalCell } from './signals.js';
+import type { SignalBoard } from './signals.js';
 
 export interface ScorerWeights {
   readonly queue: number;
@@ -89,12 +89,17 @@ export type PickOutcome =
 /** A model's candidates, compiled once per endpoint view. */
 export class CandidateSet {
   readonly endpoints: Endpoint[] = [];
-  readonly cells: SignalCell[] = [];
+  /** Each candidate's slot in the signal board's columns. */
+  readonly slots: Int32Array;
+  /** The board's layout version the slots were looked up at. */
+  layoutVersion = -1;
   readonly hashes: Uint32Array;
   readonly queueLimits: Float64Array;
   readonly indexOf = new Map<string, number>();
   /** Scratch space for one pick (picks never overlap: one event loop). */
   readonly order: Int32Array;
+  /** False after a pick with a subset hint: `order` must be refilled with every candidate. */
+  orderIsAll = false;
   readonly excluded: Uint8Array;
 
   constructor(pools: readonly PoolView[], board: SignalBoard, policy: (pool: string) => PoolPolicy) {
@@ -105,10 +110,10 @@ export class CandidateSet {
         if (!isRoutable(endpoint) || this.indexOf.has(endpoint.address)) continue;
         this.indexOf.set(endpoint.address, this.endpoints.length);
         this.endpoints.push(endpoint);
-        this.cells.push(board.cell(endpoint.address));
       }
     }
     const n = this.endpoints.length;
+    this.slots = new Int32Array(n);
     this.hashes = new Uint32Array(n);
     this.queueLimits = new Float64Array(n);
     const limits = new Map(pools.map((p) => [p.name, policy(p.name).maxQueueDepth ?? Number.POSITIVE_INFINITY]));
@@ -118,10 +123,17 @@ export class CandidateSet {
     }
     this.order = new Int32Array(n);
     this.excluded = new Uint8Array(n);
+    this.resolveSlots(board);
   }
 
   get size(): number {
     return this.endpoints.length;
+  }
+
+  /** (Re)reads each candidate's slot: at compile time, and after the board released slots. */
+  resolveSlots(board: SignalBoard): void {
+    for (let i = 0; i < this.endpoints.length; i++) this.slots[i] = board.cell(this.endpoints[i].address).slot;
+    this.layoutVersion = board.layoutVersion;
   }
 }
 
@@ -146,6 +158,7 @@ export class Picker {
   candidates(pools: readonly PoolView[]): CandidateSet {
     let set = this.compiled.get(pools);
     if (set === undefined) this.compiled.set(pools, (set = new CandidateSet(pools, this.board, this.options.poolPolicy)));
+    else if (set.layoutVersion !== this.board.layoutVersion) set.resolveSlots(this.board);
     return set;
   }
 
@@ -154,7 +167,9 @@ export class Picker {
     const count = this.filterSubset(set, request.subset);
     if (count === 0) return { kind: 'none' };
     const { weights, boundedLoad } = this.options;
-    const { order, excluded, cells, queueLimits, hashes } = set;
+    const { order, excluded, slots, queueLimits, hashes } = set;
+    // Read after compiling: compiling may add slots, and growing the board replaces its columns.
+    const { inFlight, reporting: reportingColumn, waiting: waitingColumn, running, kvCacheUsage } = this.board.columns;
 
     // Pass 1: ranges for normalisation, the queue-limit filter, mean load, LoRA relevance.
     let minFlight = Infinity;
@@ -166,12 +181,12 @@ export class Picker {
     let loadSum = 0;
     for (let j = 0; j < count; j++) {
       const i = order[j];
-      const cell = cells[i];
-      const flight = cell.inFlight;
+      const s = slots[i];
+      const flight = inFlight[s];
       if (flight < minFlight) minFlight = flight;
       if (flight > maxFlight) maxFlight = flight;
-      if (cell.reporting) {
-        const waiting = cell.waiting;
+      if (reportingColumn[s] === 1) {
+        const waiting = waitingColumn[s];
         reporting++;
         if (waiting < minWaiting) minWaiting = waiting;
         if (waiting > maxWaiting) maxWaiting = waiting;
@@ -179,7 +194,7 @@ export class Picker {
           excluded[i] = 1;
           continue;
         }
-        loadSum += outstandingLoad(flight, waiting, cell.running);
+        loadSum += outstandingLoad(flight, waiting, running[s]);
       } else loadSum += flight;
       excluded[i] = 0;
       eligible++;
@@ -194,11 +209,17 @@ export class Picker {
     const blocks = request.promptBlocks;
     const useAffinity = weights.prefix > 0 && blocks !== undefined && blocks.length > 0 && this.options.keyBlocks > 0;
     const key = useAffinity ? blocks[Math.min(blocks.length, this.options.keyBlocks) - 1] : 0;
-    // The LoRA scorer only speaks for a model that some endpoint reports as an adapter.
+    // The LoRA scorer only speaks for a model that some endpoint reports as an adapter; its
+    // holders are marked in the board's scratch column, so the loop reads a number per candidate.
     const useLora = weights.lora > 0 && this.board.adapters.has(request.model);
+    const holds = useLora ? this.board.markHolders(request.model) : -1;
+    const { adapterMark, adapterCount, maxAdapters: serverMaxAdapters } = this.board.columns;
+    const maxAdaptersPerServer = this.options.maxAdaptersPerServer;
 
     // Pass 2: scores, from a random start so that ties go to a random endpoint.
     const start = Math.floor(this.options.random() * count) % count;
+    const limit = this.k + 1;
+    const topScore = this.topScore;
     let kept = 0;
     let owner = -1;
     let ownerWeight = -1;
@@ -208,26 +229,27 @@ export class Picker {
       const j = start + step < count ? start + step : start + step - count;
       const i = order[j];
       if (excluded[i] === 1) continue;
-      const cell = cells[i];
-      const reports = cell.reporting;
-      let score = weights.inFlight * inFlightScore(cell.inFlight, flightRange);
+      const s = slots[i];
+      const reports = reportingColumn[s] === 1;
+      const flight = inFlight[s];
+      let score = weights.inFlight * inFlightScore(flight, flightRange);
       if (reports) {
-        if (weights.queue > 0) score += weights.queue * queueDepthScore(cell.waiting, waitingRange);
-        if (weights.kvCache > 0) score += weights.kvCache * kvCacheScore(cell.kvCacheUsage);
+        if (weights.queue > 0) score += weights.queue * queueDepthScore(waitingColumn[s], waitingRange);
+        if (weights.kvCache > 0) score += weights.kvCache * kvCacheScore(kvCacheUsage[s]);
       }
       if (useLora) {
-        const maxAdapters = Math.min(this.options.maxAdaptersPerServer, cell.load?.maxAdapters ?? Infinity);
-        score += weights.lora * loraAffinityScore(request.model, reports ? cell.adapters : undefined, maxAdapters);
+        const maxAdapters = Math.min(maxAdaptersPerServer, serverMaxAdapters[s]);
+        score += weights.lora * loraAffinityScore(adapterMark[s] === holds, reports ? adapterCount[s] : undefined, maxAdapters);
       }
       if (useAffinity) {
         // Owners must be known to be within bounds: when any candidate reports metrics, one
         // that does not is never trusted with a prefix.
-        const queued = reports && cell.waiting > ownerMaxQueue;
+        const queued = reports && waitingColumn[s] > ownerMaxQueue;
         if (
           (reports || reporting === 0) &&
           !queued &&
           !isOverloaded(
-            reports ? outstandingLoad(cell.inFlight, cell.waiting, cell.running) : cell.inFlight,
+            reports ? outstandingLoad(flight, waitingColumn[s], running[s]) : flight,
             meanLoad,
             boundedLoad.factor,
             boundedLoad.slack,
@@ -242,7 +264,8 @@ export class Picker {
           }
         }
       }
-      kept = this.keep(kept, i, score, step);
+      // Most candidates do not make the top list: test that before calling.
+      if (kept < limit || score > topScore[limit - 1]) kept = this.keep(kept, i, score, step);
     }
     if (owner >= 0) kept = this.boost(kept, owner, ownerBase + weights.prefix * prefixAffinityScore(true), ownerPosition);
 
@@ -255,9 +278,11 @@ export class Picker {
   private filterSubset(set: CandidateSet, subset: ReadonlySet<string> | undefined): number {
     const order = set.order;
     if (subset === undefined) {
-      for (let i = 0; i < set.size; i++) order[i] = i;
+      if (!set.orderIsAll) for (let i = 0; i < set.size; i++) order[i] = i;
+      set.orderIsAll = true;
       return set.size;
     }
+    set.orderIsAll = false;
     let count = 0;
     if (subset.size < set.size) {
       // Walk the (small) hint, in candidate order so the result does not depend on hint order.
