@@ -23,6 +23,7 @@ import {
   prefixAffinityScore,
   queueDepthScore,
 } from './scorers.js';
+import { Field } from './signals.js';
 import type { SignalBoard } from './signals.js';
 
 export interface ScorerWeights {
@@ -89,11 +90,13 @@ export type PickOutcome =
 /** A model's candidates, compiled once per endpoint view. */
 export class CandidateSet {
   readonly endpoints: Endpoint[] = [];
-  /** Each candidate's slot in the signal board's columns. */
-  readonly slots: Int32Array;
+  /**
+   * Per candidate, two int32s: where its record starts in the board's signals (slot ×
+   * Field.Stride), and its address hash for rendezvous (bit pattern of the uint32).
+   */
+  readonly records: Int32Array;
   /** The board's layout version the slots were looked up at. */
   layoutVersion = -1;
-  readonly hashes: Uint32Array;
   readonly queueLimits: Float64Array;
   readonly indexOf = new Map<string, number>();
   /** Scratch space for one pick (picks never overlap: one event loop). */
@@ -113,12 +116,11 @@ export class CandidateSet {
       }
     }
     const n = this.endpoints.length;
-    this.slots = new Int32Array(n);
-    this.hashes = new Uint32Array(n);
+    this.records = new Int32Array(2 * n);
     this.queueLimits = new Float64Array(n);
     const limits = new Map(pools.map((p) => [p.name, policy(p.name).maxQueueDepth ?? Number.POSITIVE_INFINITY]));
     for (let i = 0; i < n; i++) {
-      this.hashes[i] = hashAddress(this.endpoints[i].address);
+      this.records[2 * i + 1] = hashAddress(this.endpoints[i].address);
       this.queueLimits[i] = limits.get(this.endpoints[i].pool) ?? Number.POSITIVE_INFINITY;
     }
     this.order = new Int32Array(n);
@@ -132,7 +134,7 @@ export class CandidateSet {
 
   /** (Re)reads each candidate's slot: at compile time, and after the board released slots. */
   resolveSlots(board: SignalBoard): void {
-    for (let i = 0; i < this.endpoints.length; i++) this.slots[i] = board.cell(this.endpoints[i].address).slot;
+    for (let i = 0; i < this.endpoints.length; i++) this.records[2 * i] = board.cell(this.endpoints[i].address).slot * Field.Stride;
     this.layoutVersion = board.layoutVersion;
   }
 }
@@ -167,9 +169,11 @@ export class Picker {
     const count = this.filterSubset(set, request.subset);
     if (count === 0) return { kind: 'none' };
     const { weights, boundedLoad } = this.options;
-    const { order, excluded, slots, queueLimits, hashes } = set;
-    // Read after compiling: compiling may add slots, and growing the board replaces its columns.
-    const { inFlight, reporting: reportingColumn, waiting: waitingColumn, running, kvCacheUsage } = this.board.columns;
+    const { order, excluded, records, queueLimits } = set;
+    // Without a subset hint every candidate is visited in order: skip the `order` indirection.
+    const all = count === set.size;
+    // Read after compiling: compiling may add slots, and growing the board replaces the array.
+    let signals = this.board.signals;
 
     // Pass 1: ranges for normalisation, the queue-limit filter, mean load, LoRA relevance.
     let minFlight = Infinity;
@@ -180,13 +184,13 @@ export class Picker {
     let eligible = 0;
     let loadSum = 0;
     for (let j = 0; j < count; j++) {
-      const i = order[j];
-      const s = slots[i];
-      const flight = inFlight[s];
+      const i = all ? j : order[j];
+      const at = records[2 * i];
+      const flight = signals[at + Field.InFlight];
       if (flight < minFlight) minFlight = flight;
       if (flight > maxFlight) maxFlight = flight;
-      if (reportingColumn[s] === 1) {
-        const waiting = waitingColumn[s];
+      if (signals[at + Field.Reporting] === 1) {
+        const waiting = signals[at + Field.Waiting];
         reporting++;
         if (waiting < minWaiting) minWaiting = waiting;
         if (waiting > maxWaiting) maxWaiting = waiting;
@@ -194,7 +198,7 @@ export class Picker {
           excluded[i] = 1;
           continue;
         }
-        loadSum += outstandingLoad(flight, waiting, running[s]);
+        loadSum += outstandingLoad(flight, waiting, signals[at + Field.Running]);
       } else loadSum += flight;
       excluded[i] = 0;
       eligible++;
@@ -202,18 +206,20 @@ export class Picker {
     const shortestQueue = minWaiting;
     if (eligible === 0) return { kind: 'shed', pools: this.poolsOf(set, count), shortestQueue };
 
-    const flightRange = { min: minFlight, max: maxFlight };
-    const waitingRange = { min: minWaiting, max: maxWaiting };
     const meanLoad = loadSum / eligible;
     const ownerMaxQueue = boundedLoad.maxQueue ?? Infinity;
+    const { factor, slack } = boundedLoad;
     const blocks = request.promptBlocks;
     const useAffinity = weights.prefix > 0 && blocks !== undefined && blocks.length > 0 && this.options.keyBlocks > 0;
     const key = useAffinity ? blocks[Math.min(blocks.length, this.options.keyBlocks) - 1] : 0;
     // The LoRA scorer only speaks for a model that some endpoint reports as an adapter; its
-    // holders are marked in the board's scratch column, so the loop reads a number per candidate.
+    // holders are marked in their records, so the loop reads a number per candidate.
     const useLora = weights.lora > 0 && this.board.adapters.has(request.model);
     const holds = useLora ? this.board.markHolders(request.model) : -1;
-    const { adapterMark, adapterCount, maxAdapters: serverMaxAdapters } = this.board.columns;
+    signals = this.board.signals;
+    const flightRange = { min: minFlight, max: maxFlight };
+    const waitingRange = { min: minWaiting, max: maxWaiting };
+    const { inFlight: inFlightWeight, queue: queueWeight, kvCache: kvCacheWeight, lora: loraWeight } = weights;
     const maxAdaptersPerServer = this.options.maxAdaptersPerServer;
 
     // Pass 2: scores, from a random start so that ties go to a random endpoint.
@@ -227,35 +233,31 @@ export class Picker {
     let ownerPosition = 0;
     for (let step = 0; step < count; step++) {
       const j = start + step < count ? start + step : start + step - count;
-      const i = order[j];
+      const i = all ? j : order[j];
       if (excluded[i] === 1) continue;
-      const s = slots[i];
-      const reports = reportingColumn[s] === 1;
-      const flight = inFlight[s];
-      let score = weights.inFlight * inFlightScore(flight, flightRange);
+      const at = records[2 * i];
+      const reports = signals[at + Field.Reporting] === 1;
+      const flight = signals[at + Field.InFlight];
+      let score = inFlightWeight * inFlightScore(flight, flightRange);
       if (reports) {
-        if (weights.queue > 0) score += weights.queue * queueDepthScore(waitingColumn[s], waitingRange);
-        if (weights.kvCache > 0) score += weights.kvCache * kvCacheScore(kvCacheUsage[s]);
+        if (queueWeight > 0) score += queueWeight * queueDepthScore(signals[at + Field.Waiting], waitingRange);
+        if (kvCacheWeight > 0) score += kvCacheWeight * kvCacheScore(signals[at + Field.KvCacheUsage]);
       }
       if (useLora) {
-        const maxAdapters = Math.min(maxAdaptersPerServer, serverMaxAdapters[s]);
-        score += weights.lora * loraAffinityScore(adapterMark[s] === holds, reports ? adapterCount[s] : undefined, maxAdapters);
+        const maxAdapters = Math.min(maxAdaptersPerServer, signals[at + Field.MaxAdapters]);
+        const has = signals[at + Field.AdapterMark] === holds;
+        score += loraWeight * loraAffinityScore(has, reports ? signals[at + Field.AdapterCount] : undefined, maxAdapters);
       }
       if (useAffinity) {
         // Owners must be known to be within bounds: when any candidate reports metrics, one
         // that does not is never trusted with a prefix.
-        const queued = reports && waitingColumn[s] > ownerMaxQueue;
+        const waiting = signals[at + Field.Waiting];
         if (
           (reports || reporting === 0) &&
-          !queued &&
-          !isOverloaded(
-            reports ? outstandingLoad(flight, waitingColumn[s], running[s]) : flight,
-            meanLoad,
-            boundedLoad.factor,
-            boundedLoad.slack,
-          )
+          !(reports && waiting > ownerMaxQueue) &&
+          !isOverloaded(reports ? outstandingLoad(flight, waiting, signals[at + Field.Running]) : flight, meanLoad, factor, slack)
         ) {
-          const w = rendezvousWeight(key, hashes[i]);
+          const w = rendezvousWeight(key, records[2 * i + 1]);
           if (w > ownerWeight) {
             ownerWeight = w;
             owner = i;

@@ -1,6 +1,6 @@
-// Per-endpoint load signals. The numbers the picker reads on every request live in typed-array
-// columns owned by the board, one slot per address (struct of arrays): a pick over 10,000
-// candidates then streams through a few dense arrays instead of visiting 10,000 scattered objects.
+// Per-endpoint load signals. The numbers the picker reads on every request live in one Float64Array
+// owned by the board, a fixed-size record per address (its slot): a pick over 10,000 candidates
+// then streams through one dense array instead of visiting 10,000 scattered objects.
 // Each address also has a SignalCell, the handle the writers use and the home of what the picker
 // never reads (the last report for display, when it was taken, the last error). Two writers, each
 // owning its own signals: the load tracker (our in-flight count) and the metrics scraper (what
@@ -33,66 +33,44 @@ export interface ServerLoad {
 }
 
 /**
- * The picker's inputs, one element per slot. Replaced by a larger copy when the board grows, so
- * read `board.columns` afresh for each pick (after compiling candidates, which may add slots).
+ * The picker's inputs: one record of `Field.Stride` numbers per slot in one Float64Array, so a
+ * candidate's signals share a cache line and the picker's loops index a single array. A const
+ * enum, so the offsets compile to literals in the picker's loops.
  */
-export class SignalColumns {
+export const enum Field {
   /** Requests we routed here that have not finished. */
-  readonly inFlight: Int32Array;
+  InFlight = 0,
   /**
-   * 1 while the metrics state is `fresh` with a report: only then do the numbers below count.
-   * A stale, failing or missing scrape reads 0 here, so it never looks idle.
+   * 1 while the metrics state is `fresh` with a report: only then do the numbers below count. A
+   * stale, failing or missing scrape reads 0 here, so it never looks idle.
    */
-  readonly reporting: Uint8Array;
-  readonly waiting: Float64Array;
-  readonly running: Float64Array;
+  Reporting = 1,
+  Waiting = 2,
+  Running = 3,
   /** NaN when the server does not report it. */
-  readonly kvCacheUsage: Float64Array;
+  KvCacheUsage = 4,
   /** How many LoRA adapters the server runs or loads. */
-  readonly adapterCount: Int32Array;
+  AdapterCount = 5,
   /** The server's own `max_lora`; Infinity when it does not say. */
-  readonly maxAdapters: Float64Array;
+  MaxAdapters = 6,
   /** Scratch for one pick: equals the pick's stamp where the server holds the requested adapter. */
-  readonly adapterMark: Uint32Array;
+  AdapterMark = 7,
+  /** Numbers per record. */
+  Stride = 8,
+}
 
-  constructor(readonly capacity: number, from?: SignalColumns) {
-    this.inFlight = new Int32Array(capacity);
-    this.reporting = new Uint8Array(capacity);
-    this.waiting = new Float64Array(capacity);
-    this.running = new Float64Array(capacity);
-    this.kvCacheUsage = new Float64Array(capacity).fill(Number.NaN);
-    this.adapterCount = new Int32Array(capacity);
-    this.maxAdapters = new Float64Array(capacity).fill(Number.POSITIVE_INFINITY);
-    this.adapterMark = new Uint32Array(capacity);
-    if (from !== undefined) {
-      this.inFlight.set(from.inFlight);
-      this.reporting.set(from.reporting);
-      this.waiting.set(from.waiting);
-      this.running.set(from.running);
-      this.kvCacheUsage.set(from.kvCacheUsage);
-      this.adapterCount.set(from.adapterCount);
-      this.maxAdapters.set(from.maxAdapters);
-      this.adapterMark.set(from.adapterMark);
-    }
-  }
-
-  /** Back to the state of a never-seen address. */
-  reset(slot: number): void {
-    this.inFlight[slot] = 0;
-    this.reporting[slot] = 0;
-    this.waiting[slot] = 0;
-    this.running[slot] = 0;
-    this.kvCacheUsage[slot] = Number.NaN;
-    this.adapterCount[slot] = 0;
-    this.maxAdapters[slot] = Number.POSITIVE_INFINITY;
-    this.adapterMark[slot] = 0;
-  }
+/** A slot's record as it is before anything is known. */
+function resetRecord(signals: Float64Array, slot: number): void {
+  const at = slot * Field.Stride;
+  signals.fill(0, at, at + Field.Stride);
+  signals[at + Field.KvCacheUsage] = Number.NaN;
+  signals[at + Field.MaxAdapters] = Number.POSITIVE_INFINITY;
 }
 
 /** No slot: the cell left the board (its address left the view with nothing in flight). */
 const DETACHED = -1;
 
-/** One address's signals: its slot in the board's columns, and what the picker never reads. */
+/** One address's signals: its record in the board's signals, and what the picker never reads. */
 export class SignalCell {
   private state: MetricsState = 'missing';
   /** Last good report; kept while stale/failing for /debug/endpoints, never used for picking then. */
@@ -110,7 +88,7 @@ export class SignalCell {
   constructor(
     readonly address: string,
     private readonly board: SignalBoard,
-    /** Index into the board's columns; DETACHED once the board dropped the cell. */
+    /** Record number in the board's signals; DETACHED once the board dropped the cell. */
     private slotIndex: number,
   ) {}
 
@@ -120,11 +98,11 @@ export class SignalCell {
 
   /** Requests we routed here that have not finished. */
   get inFlight(): number {
-    return this.slotIndex === DETACHED ? 0 : this.board.columns.inFlight[this.slotIndex];
+    return this.slotIndex === DETACHED ? 0 : this.board.signals[this.slotIndex * Field.Stride + Field.InFlight];
   }
 
   set inFlight(count: number) {
-    if (this.slotIndex !== DETACHED) this.board.columns.inFlight[this.slotIndex] = count;
+    if (this.slotIndex !== DETACHED) this.board.signals[this.slotIndex * Field.Stride + Field.InFlight] = count;
   }
 
   get metricsState(): MetricsState {
@@ -134,7 +112,7 @@ export class SignalCell {
   set metricsState(state: MetricsState) {
     this.state = state;
     const reporting = state === 'fresh' && this.load !== undefined;
-    if (this.slotIndex !== DETACHED) this.board.columns.reporting[this.slotIndex] = reporting ? 1 : 0;
+    if (this.slotIndex !== DETACHED) this.board.signals[this.slotIndex * Field.Stride + Field.Reporting] = reporting ? 1 : 0;
     this.recount(reporting ? this.adapters : EMPTY_SET);
   }
 
@@ -143,7 +121,7 @@ export class SignalCell {
     return this.metricsState === 'fresh' ? this.load : undefined;
   }
 
-  /** Stores a good report's numbers in the columns (the state is set by the caller). */
+  /** Stores a good report's numbers in the board's signals (the state is set by the caller). */
   storeReport(load: ServerLoad): void {
     this.load = load;
     this.adapters =
@@ -151,13 +129,13 @@ export class SignalCell {
         ? EMPTY_SET
         : new Set([...load.runningAdapters, ...load.waitingAdapters]);
     if (this.slotIndex === DETACHED) return;
-    const columns = this.board.columns;
-    const slot = this.slotIndex;
-    columns.waiting[slot] = load.waiting;
-    columns.running[slot] = load.running;
-    columns.kvCacheUsage[slot] = load.kvCacheUsage ?? Number.NaN;
-    columns.adapterCount[slot] = this.adapters.size;
-    columns.maxAdapters[slot] = load.maxAdapters ?? Number.POSITIVE_INFINITY;
+    const signals = this.board.signals;
+    const at = this.slotIndex * Field.Stride;
+    signals[at + Field.Waiting] = load.waiting;
+    signals[at + Field.Running] = load.running;
+    signals[at + Field.KvCacheUsage] = load.kvCacheUsage ?? Number.NaN;
+    signals[at + Field.AdapterCount] = this.adapters.size;
+    signals[at + Field.MaxAdapters] = load.maxAdapters ?? Number.POSITIVE_INFINITY;
   }
 
   /** Called by the board when it drops the cell: the slot goes back to the board for reuse. */
@@ -226,9 +204,15 @@ export class SignalBoard {
   private readonly cells = new Map<string, SignalCell>();
   private readonly freeSlots: number[] = [];
   private used = 0;
+  private capacity = 16;
   private stamp = 0;
   readonly adapters = new AdapterIndex();
-  columns = new SignalColumns(16);
+  /**
+   * The picker's inputs, Field.Stride numbers per slot (the field offsets above). Replaced by a
+   * larger copy when the board grows: read it afresh for each pick, after compiling candidates
+   * (which may add slots).
+   */
+  signals = new Float64Array(this.capacity * Field.Stride);
   /**
    * Counts slot releases: a slot may be reused for another address afterwards, so whoever keeps
    * slot numbers (the picker's compiled candidates) looks them up again when this changes.
@@ -251,7 +235,7 @@ export class SignalBoard {
       if (addresses.has(address) || cell.inFlight > 0) continue;
       const slot = cell.slot;
       cell.detach();
-      this.columns.reset(slot);
+      resetRecord(this.signals, slot);
       this.freeSlots.push(slot);
       this.cells.delete(address);
       this.layoutVersion++;
@@ -263,17 +247,13 @@ export class SignalBoard {
   }
 
   /**
-   * Stamps `columns.adapterMark` at the slots of the reporting endpoints that hold `adapter`;
-   * returns the stamp (each call a new one, so old marks never need clearing).
+   * Writes a new stamp into the AdapterMark field of the reporting endpoints that hold `adapter`
+   * and returns it: each call a new stamp (exact up to 2^53), so old marks never need clearing.
    */
   markHolders(adapter: string): number {
-    if (this.stamp === 0xffffffff) {
-      this.columns.adapterMark.fill(0);
-      this.stamp = 0;
-    }
     const stamp = ++this.stamp;
-    const marks = this.columns.adapterMark;
-    for (const slot of this.adapters.slotsOf(adapter)) marks[slot] = stamp;
+    const signals = this.signals;
+    for (const slot of this.adapters.slotsOf(adapter)) signals[slot * Field.Stride + Field.AdapterMark] = stamp;
     return stamp;
   }
 
@@ -300,9 +280,16 @@ export class SignalBoard {
   }
 
   private takeSlot(): number {
+    // Released slots were reset when released.
     const free = this.freeSlots.pop();
     if (free !== undefined) return free;
-    if (this.used === this.columns.capacity) this.columns = new SignalColumns(this.columns.capacity * 2, this.columns);
+    if (this.used === this.capacity) {
+      this.capacity *= 2;
+      const grown = new Float64Array(this.capacity * Field.Stride);
+      grown.set(this.signals);
+      this.signals = grown;
+    }
+    resetRecord(this.signals, this.used);
     return this.used++;
   }
 }
