@@ -68,5 +68,7 @@ export function isOverloaded(load: number, meanLoad: number, factor: number, sla
  */
 export function outstandingLoad(inFlight: number, waiting: number | undefined, running: number | undefined): number {
   if (waiting === undefined) return inFlight;
-  return Math.max(inFlight, waiting + (running ?? 0));
+  // A comparison rather than Math.max (no NaN or -0 handling to pay for): this runs per candidate.
+  const reported = waiting + (running ?? 0);
+  return reported > inFlight ? reported : inFlight;
 }
