@@ -73,9 +73,7 @@ describe('loraAffinityScore', () => {
     { name: 'metrics unusable: nothing known', adapters: undefined, max: 4, expected: 0 },
   ];
   for (const c of cases) {
-    it(c.name, () =>
-      assert.equal(loraAffinityScore(c.adapters?.includes('sql') ?? false, c.adapters?.length, c.max), c.expected),
-    );
+    it(c.name, () => assert.equal(loraAffinityScore(c.adapters?.includes('sql') ?? false, c.adapters?.length, c.max), c.expected));
   }
 });
 
