@@ -34,8 +34,7 @@ export interface ServerLoad {
 
 /**
  * The picker's inputs: one record of `Field.Stride` numbers per slot in one Float64Array, so a
- * candidate's signals share a cache line and the picker's loops index a single array. A const
- * enum, so the offsets compile to literals in the picker's loops.
+ * candidate's signals share a cache line and the picker's loops index a single array.
  */
 export const enum Field {
   /** Requests we routed here that have not finished. */
