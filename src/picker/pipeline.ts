@@ -1,11 +1,12 @@
 // The picking pipeline: filters, then weighted scorers, then the best 1 + fallbacks distinct
-// endpoints in order. Pure apart from the signal cells it reads and the one random draw per pick
-// that breaks ties; no I/O, no clocks.
+// endpoints in order. Pure apart from the signal records it reads and the one random draw per
+// pick that breaks ties; no I/O, no clocks.
 //
 // Cost: what depends only on the endpoint view (the candidates of a model, de-duplicated, with
-// their signal cells, address hashes and queue limits) is compiled once per view and cached. A
-// pick is then two linear passes over typed arrays and cells with no sort and no allocation that
-// grows with the pool: the top few are kept by insertion into a fixed-size list.
+// where their signal records are, address hashes and queue limits) is compiled once per view and
+// cached. A pick is then two linear passes over typed arrays (the board's records, one per
+// address: signals.ts) with no sort and no allocation that grows with the pool: the top few are
+// kept by insertion into a fixed-size list.
 //
 //   filters  routable (Ready with an address) · the gateway's subset hint · the pool's queue limit
 //   scorers  queue depth · KV-cache use · our in-flight count · prefix affinity · LoRA affinity
