@@ -8,8 +8,13 @@
 //     on its next request);
 //   - llm-extproc's CPU (from /proc) and RSS while the changes flow.
 //
+// llm-extproc runs with the NODE_OPTIONS the Helm chart sets (charts/llm-extproc/values.yaml), so
+// its memory is what a deployment sees, and with metrics scraping off: the pods' addresses have no
+// model servers behind them, and scraping is not what this measures.
+//
 // Flags: --pods N (10000), --pools N (4), --rate N changes/s (50), --seconds N (60),
-// --write (replace the results block in docs/benchmarks.md).
+// --write (replace the results block in docs/benchmarks.md), --heap-snapshot FILE (write a heap
+// snapshot of llm-extproc right after its first sync, for finding what holds memory).
 
 import { fork } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
@@ -19,13 +24,12 @@ import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
-import type { CoreV1Api } from '@kubernetes/client-node';
-import { stringify as toYaml } from 'yaml';
+import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { KubeControlPlane } from '../test/support/kube-control-plane.js';
 import { NODE_NAME } from '../test/support/kube-kubelet.js';
 import { notReadyPod, readyPod } from '../test/support/pod-builders.js';
-import type { PodJson, PodOptions } from '../test/support/pod-builders.js';
+import type { PodOptions } from '../test/support/pod-builders.js';
+import { ApiWriter } from './bench-kube/api-writer.js';
 import { cpuSeconds } from './bench/processes.js';
 import { summarize } from './bench/stats.js';
 import type { Summary } from './bench/stats.js';
@@ -42,6 +46,7 @@ const { values: flags } = parseArgs({
     rate: { type: 'string', default: '50' },
     seconds: { type: 'string', default: '60' },
     write: { type: 'boolean', default: false },
+    'heap-snapshot': { type: 'string' },
   },
 });
 const PODS = Number(flags.pods);
@@ -101,37 +106,50 @@ async function withRetries(what: string, call: () => Promise<unknown>): Promise<
   }
 }
 
-/** The kubelet's status write: a strategic merge patch of phase, conditions, containerStatuses and IPs. */
-async function patchStatus(core: CoreV1Api, name: string, status: PodJson['status']): Promise<void> {
-  await core.patchNamespacedPodStatus(
-    { namespace: NAMESPACE, name, body: { status } },
-    setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
-  );
-}
+/** Setup writes in flight at once: enough to keep the API server busy on two cores, not to swamp it. */
+const CREATE_CONNECTIONS = 32;
 
-async function createPods(core: CoreV1Api, ready: boolean[]): Promise<void> {
-  await pool(PODS, 16, async (i) => {
+async function createPods(writer: ApiWriter, ready: boolean[]): Promise<void> {
+  await pool(PODS, CREATE_CONNECTIONS, async (i) => {
     const built = (ready[i] ? readyPod : notReadyPod)(podOptions(i));
-    await withRetries(`create ${built.metadata.name}`, () =>
-      core.createNamespacedPod({
-        namespace: NAMESPACE,
-        body: {
-          metadata: { name: built.metadata.name, labels: built.metadata.labels },
-          spec: { nodeName: NODE_NAME, automountServiceAccountToken: false, containers: built.spec.containers },
-        },
+    const name = built.metadata.name;
+    await withRetries(`create ${name}`, () =>
+      writer.createPod(NAMESPACE, {
+        metadata: { name, labels: built.metadata.labels },
+        spec: { nodeName: NODE_NAME, automountServiceAccountToken: false, containers: built.spec.containers },
       }),
     );
-    await withRetries(`status of ${built.metadata.name}`, () => patchStatus(core, built.metadata.name, built.status));
+    await withRetries(`status of ${name}`, () => writer.patchPodStatus(NAMESPACE, name, built.status));
     if ((i + 1) % 1000 === 0) process.stderr.write(`bench:kube: ${i + 1} pods created\n`);
   });
 }
 
 interface ChildMessage {
-  type: 'started' | 'synced' | 'seen' | 'memory';
+  type: 'started' | 'synced' | 'seen' | 'memory' | 'snapshot';
   at?: number;
   id?: string;
   rss?: number;
+  peakRss?: number;
   heapUsed?: number;
+  external?: number;
+  cpuSeconds?: number;
+}
+
+interface MemorySample {
+  readonly rssMb: number;
+  /** The process's high-water mark (VmHWM) so far. */
+  readonly peakRssMb: number;
+  readonly heapUsedMb: number;
+  /** Memory outside the JS heap that JS objects hold (buffers, mostly). */
+  readonly externalMb: number;
+  /** llm-extproc's CPU time so far (user + system). */
+  readonly cpuSeconds: number;
+}
+
+/** The NODE_OPTIONS a deployment of the Helm chart runs with. */
+function chartNodeOptions(): string[] {
+  const values = parseYaml(readFileSync(join(repoRoot(), 'charts', 'llm-extproc', 'values.yaml'), 'utf8')) as { nodeOptions?: unknown };
+  return typeof values.nodeOptions === 'string' ? values.nodeOptions.split(/\s+/).filter((o) => o !== '') : [];
 }
 
 class Extproc {
@@ -169,11 +187,24 @@ class Extproc {
     return seen;
   }
 
-  async memory(): Promise<{ rss: number; heapUsed: number }> {
+  async memory(): Promise<MemorySample> {
     const reply = this.next('memory', 30_000);
     this.child.send({ type: 'memory' });
     const m = await reply;
-    return { rss: m.rss ?? Number.NaN, heapUsed: m.heapUsed ?? Number.NaN };
+    const mb = (bytes: number | undefined): number => (bytes ?? Number.NaN) / 2 ** 20;
+    return {
+      rssMb: mb(m.rss),
+      peakRssMb: mb(m.peakRss),
+      heapUsedMb: mb(m.heapUsed),
+      externalMb: mb(m.external),
+      cpuSeconds: m.cpuSeconds ?? Number.NaN,
+    };
+  }
+
+  async heapSnapshot(path: string): Promise<void> {
+    const reply = this.next('snapshot', 300_000);
+    this.child.send({ type: 'snapshot', path });
+    await reply;
   }
 }
 
@@ -186,20 +217,25 @@ interface Results {
   readonly missed: number;
   readonly failedWrites: number;
   readonly cpuPercent: number;
-  readonly rssAfterSyncMb: number;
+  readonly cpuMsPerChange: number;
+  /** The bench's own process (status writer, IPC) while the changes flow. */
+  readonly writerCpuPercent: number;
+  readonly nodeOptions: readonly string[];
+  readonly afterSync: MemorySample;
   readonly rssMaxMb: number;
-  readonly heapMb: number;
+  readonly atEnd: MemorySample;
 }
 
 async function run(): Promise<Results> {
   const plane = await KubeControlPlane.start({ apiserverArgs: ['--max-requests-inflight=1000', '--max-mutating-requests-inflight=500'] });
+  // Open loop: a status write never waits for a free connection (keep-alive keeps the count low).
+  const writer = new ApiWriter({ server: plane.server, ca: plane.ca, token: plane.adminToken, connections: 256 });
   try {
     await plane.createNamespace(NAMESPACE);
-    const core = plane.core();
     // Four in five pods start Ready.
     const ready = Array.from({ length: PODS }, (_, i) => i % 5 !== 0);
     const createStart = now();
-    await createPods(core, ready);
+    await createPods(writer, ready);
     const createSeconds = (now() - createStart) / 1000;
 
     const kubeconfigPath = await plane.writeKubeconfig('bench-kubeconfig.yaml');
@@ -208,6 +244,8 @@ async function run(): Promise<Results> {
       configPath,
       toYaml({
         listen: { grpc: '127.0.0.1:0', http: '127.0.0.1:0' },
+        // The pods' IPs have no model servers behind them: scraping would only measure failing connects.
+        picker: { metrics: { enabled: false } },
         kubernetes: {
           kubeconfigPath,
           pools: Array.from({ length: POOLS }, (_, p) => ({
@@ -222,13 +260,20 @@ async function run(): Promise<Results> {
     );
     const script = join(repoRoot(), 'dist', 'scripts', 'bench-kube', 'extproc-child.js');
     const spawnedAt = now();
-    const child = fork(script, [configPath], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const nodeOptions = chartNodeOptions();
+    const child = fork(script, [configPath], { execArgv: nodeOptions, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     const extproc = new Extproc(child);
     try {
       const synced = await extproc.next('synced');
       const firstSyncMs = (synced.at ?? Number.NaN) - spawnedAt;
       const pid = child.pid ?? -1;
-      const rssAfterSyncMb = (await extproc.memory()).rss / 2 ** 20;
+      const afterSync = await extproc.memory();
+      const snapshotPath = flags['heap-snapshot'];
+      if (snapshotPath !== undefined) {
+        // Writing a snapshot collects garbage first and grows RSS for a while: figures below read high.
+        await extproc.heapSnapshot(snapshotPath);
+        process.stderr.write(`bench:kube: heap snapshot written to ${snapshotPath}\n`);
+      }
 
       // Steady changes: every pod at most once (a shuffled order), open loop at RATE per second.
       const order = Array.from({ length: PODS }, (_, i) => i);
@@ -239,20 +284,21 @@ async function run(): Promise<Results> {
       const total = Math.min(PODS, Math.round(RATE * SECONDS));
       const propagation: number[] = [];
       const apiWrite: number[] = [];
-      let rssMax = rssAfterSyncMb;
+      let rssMax = afterSync.rssMb;
       let sampling = false;
       const sampler = setInterval(() => {
         if (sampling) return;
         sampling = true;
         extproc.memory().then(
           (m) => {
-            rssMax = Math.max(rssMax, m.rss / 2 ** 20);
+            rssMax = Math.max(rssMax, m.rssMb);
             sampling = false;
           },
           (err: unknown) => process.stderr.write(`bench:kube: memory sample failed: ${String(err)}\n`),
         );
       }, 1000);
       const cpuStart = cpuSeconds(pid);
+      const writerCpuStart = process.cpuUsage();
       const wallStart = now();
       const inFlight: Array<Promise<void>> = [];
       let missed = 0;
@@ -271,7 +317,7 @@ async function run(): Promise<Results> {
         inFlight.push(
           (async () => {
             try {
-              await patchStatus(core, name, (turnReady ? readyPod : notReadyPod)(podOptions(i)).status);
+              await writer.patchPodStatus(NAMESPACE, name, (turnReady ? readyPod : notReadyPod)(podOptions(i)).status);
             } catch (err) {
               // An overloaded API server may refuse a write (429, 504): counted, not measured.
               failedWrites++;
@@ -288,9 +334,10 @@ async function run(): Promise<Results> {
       }
       await Promise.all(inFlight);
       const wallSeconds = (now() - wallStart) / 1000;
-      const cpuPercent = ((cpuSeconds(pid) - cpuStart) / wallSeconds) * 100;
+      const extprocCpu = cpuSeconds(pid) - cpuStart;
+      const writerCpu = process.cpuUsage(writerCpuStart);
       clearInterval(sampler);
-      const memory = await extproc.memory();
+      const atEnd = await extproc.memory();
       return {
         createSeconds,
         firstSyncMs,
@@ -299,15 +346,19 @@ async function run(): Promise<Results> {
         changes: total,
         missed,
         failedWrites,
-        cpuPercent,
-        rssAfterSyncMb,
-        rssMaxMb: Math.max(rssMax, memory.rss / 2 ** 20),
-        heapMb: memory.heapUsed / 2 ** 20,
+        cpuPercent: (extprocCpu / wallSeconds) * 100,
+        cpuMsPerChange: (extprocCpu * 1000) / Math.max(1, total - failedWrites),
+        writerCpuPercent: ((writerCpu.user + writerCpu.system) / 1e6 / wallSeconds) * 100,
+        nodeOptions,
+        afterSync,
+        rssMaxMb: Math.max(rssMax, atEnd.rssMb),
+        atEnd,
       };
     } finally {
       child.kill('SIGTERM');
     }
   } finally {
+    writer.close();
     await plane.stop();
   }
 }
@@ -320,7 +371,7 @@ function report(r: Results): string {
     '| what | value |',
     '| --- | --- |',
     `| pods / pools | ${PODS} / ${POOLS} (one namespace, label-selected) |`,
-    `| creating the pods (create + status patch each, 16 in parallel) | ${r.createSeconds.toFixed(0)} s |`,
+    `| creating the pods (create + status patch each, ${CREATE_CONNECTIONS} in parallel, keep-alive) | ${r.createSeconds.toFixed(0)} s |`,
     `| time to first sync (spawn → endpoint cache synced) | ${(r.firstSyncMs / 1000).toFixed(2)} s |`,
     `| status changes | ${r.changes} at ${RATE}/s (${r.failedWrites} refused by the API server, ${r.missed} not seen within 30 s) |`,
     `| machine load average (1 min) at the end | ${loadavg()[0]?.toFixed(1) ?? '?'} |`,
@@ -329,9 +380,13 @@ function report(r: Results): string {
     `| status change → picker can use it, p99 | ${ms(r.propagation.p99)} |`,
     `| status change → picker can use it, max | ${ms(r.propagation.max)} |`,
     `| of which the API write itself (status patch round trip), p50 / p99 | ${ms(r.apiWrite.p50)} / ${ms(r.apiWrite.p99)} |`,
-    `| llm-extproc CPU while changes flow | ${r.cpuPercent.toFixed(1)} % of one core |`,
-    `| llm-extproc RSS after first sync / max while changes flow | ${r.rssAfterSyncMb.toFixed(0)} MB / ${r.rssMaxMb.toFixed(0)} MB |`,
-    `| llm-extproc JS heap used at the end | ${r.heapMb.toFixed(0)} MB |`,
+    `| llm-extproc CPU while changes flow | ${r.cpuPercent.toFixed(1)} % of one core (${r.cpuMsPerChange.toFixed(2)} ms per change) |`,
+    `| the bench's status writer, CPU while changes flow | ${r.writerCpuPercent.toFixed(1)} % of one core |`,
+    `| llm-extproc CPU time to first sync (process start included) | ${r.afterSync.cpuSeconds.toFixed(2)} s |`,
+    `| llm-extproc node options (the Helm chart's) | \`${r.nodeOptions.join(' ')}\` |`,
+    `| llm-extproc RSS after first sync / max while changes flow | ${r.afterSync.rssMb.toFixed(0)} MB / ${r.rssMaxMb.toFixed(0)} MB |`,
+    `| llm-extproc peak RSS (VmHWM, whole run) | ${r.atEnd.peakRssMb.toFixed(0)} MB |`,
+    `| llm-extproc JS heap used / external after sync, and at the end | ${r.afterSync.heapUsedMb.toFixed(0)} / ${r.afterSync.externalMb.toFixed(0)} MB, ${r.atEnd.heapUsedMb.toFixed(0)} / ${r.atEnd.externalMb.toFixed(0)} MB |`,
   ].join('\n');
 }
 

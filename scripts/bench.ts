@@ -5,6 +5,8 @@
 // renderGatewayConfig) in front of one local model server (a separate process):
 //   baseline  the rendered config with the ext_proc filter and its cluster deleted, nothing else changed
 //   tcp       llm-extproc as its own process, reached over TCP loopback (standalone placement)
+//   grpcjs    as tcp, with the gRPC listener on @grpc/grpc-js (`listen.transport: grpc-js`) instead
+//             of the default native node:http2 transport: the A/B of the two transports
 //   uds       llm-extproc as its own process, reached over a Unix domain socket (sidecar placement)
 //   workers   llm-extproc with --workers N (node:cluster), over a Unix domain socket
 //   duplex    as tcp, with the ext_proc filter in FULL_DUPLEX_STREAMED both ways (the InferencePool
@@ -24,7 +26,8 @@
 // --workers N (llm-extproc workers of the `workers` setup, default 2; 1 leaves that setup out),
 // --envoy-concurrency N (Envoy worker threads of every setup, default 2: one per core, as Envoy
 // runs by default; each Envoy worker holds its own connection to llm-extproc), --no-modes (leave
-// out the duplex and tls setups).
+// out the duplex and tls setups), --setups a,b,… (run only these setups besides the baseline, e.g.
+// `--setups tcp,grpcjs` for a quick transport A/B).
 
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -81,6 +84,7 @@ const { values: flags } = parseArgs({
     workers: { type: 'string', default: '2' },
     'envoy-concurrency': { type: 'string', default: '2' },
     'no-modes': { type: 'boolean', default: false },
+    setups: { type: 'string' },
   },
   allowPositionals: false,
 });
@@ -124,6 +128,8 @@ const opts = {
   workers: positiveInt('workers', flags.workers),
   envoyConcurrency: positiveInt('envoy-concurrency', flags['envoy-concurrency']),
   modes: !flags['no-modes'],
+  /** Setups to run besides the baseline; undefined = all. */
+  only: flags.setups === undefined ? undefined : new Set(flags.setups.split(',').map((key) => key.trim())),
 };
 if (opts.write && opts.cpuProf) throw new Error('--write and --cpu-prof do not mix: a profiled server is slower than a real one');
 
@@ -427,15 +433,34 @@ async function main(): Promise<void> {
   const endpointsFile = join(dir, 'endpoints.yaml');
   await writeFile(endpointsFile, poolsYaml([{ name: 'bench', models: [MODEL], endpoints: [{ address: upstreamAddress }] }]));
 
-  log(`starting llm-extproc (TCP, UDS${opts.workers > 1 ? `, UDS with ${opts.workers} workers` : ''}) and their Envoys…`);
-  const tcpServer = await startServer(root, 'llm-extproc-tcp', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir);
-  const udsServer = await startServer(root, 'llm-extproc-uds', `unix://${join(dir, 'grpc.sock')}`, endpointsFile, profileDir);
+  const wanted = (key: SetupKey): boolean => opts.only === undefined || opts.only.has(key);
+  log(`starting llm-extproc setups and their Envoys…`);
   const plans: { key: SetupKey; config: Yaml; server: Server | undefined }[] = [
     { key: 'baseline', config: withoutExtProc(gatewayConfig('127.0.0.1:1', upstreamAddress)), server: undefined },
-    { key: 'tcp', config: gatewayConfig(tcpServer.grpcAddress, upstreamAddress), server: tcpServer },
-    { key: 'uds', config: gatewayConfig(udsServer.grpcAddress, upstreamAddress), server: udsServer },
   ];
-  if (opts.workers > 1) {
+  if (wanted('tcp')) {
+    const tcpServer = await startServer(root, 'llm-extproc-tcp', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir);
+    plans.push({ key: 'tcp', config: gatewayConfig(tcpServer.grpcAddress, upstreamAddress), server: tcpServer });
+  }
+  if (wanted('grpcjs')) {
+    const grpcJsConfig = join(dir, 'grpc-js.yaml');
+    await writeFile(grpcJsConfig, toYaml({ listen: { transport: 'grpc-js' } }));
+    const grpcJsServer = await startServer(
+      root,
+      'llm-extproc-grpcjs',
+      `127.0.0.1:${await freePort()}`,
+      endpointsFile,
+      profileDir,
+      1,
+      grpcJsConfig,
+    );
+    plans.push({ key: 'grpcjs', config: gatewayConfig(grpcJsServer.grpcAddress, upstreamAddress), server: grpcJsServer });
+  }
+  if (wanted('uds')) {
+    const udsServer = await startServer(root, 'llm-extproc-uds', `unix://${join(dir, 'grpc.sock')}`, endpointsFile, profileDir);
+    plans.push({ key: 'uds', config: gatewayConfig(udsServer.grpcAddress, upstreamAddress), server: udsServer });
+  }
+  if (opts.workers > 1 && wanted('workers')) {
     // --cpu-prof would profile only the primary, which does no ext_proc work: not offered here.
     const workersServer = await startServer(
       root,
@@ -447,13 +472,15 @@ async function main(): Promise<void> {
     );
     plans.push({ key: 'workers', config: gatewayConfig(workersServer.grpcAddress, upstreamAddress), server: workersServer });
   }
-  if (opts.modes) {
+  if (opts.modes && wanted('duplex')) {
     const duplexServer = await startServer(root, 'llm-extproc-duplex', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir);
     plans.push({
       key: 'duplex',
       config: gatewayConfig(duplexServer.grpcAddress, upstreamAddress, { bodyModes: 'full-duplex' }),
       server: duplexServer,
     });
+  }
+  if (opts.modes && wanted('tls')) {
     const tlsConfig = join(dir, 'tls.yaml');
     await writeFile(tlsConfig, toYaml({ listen: { tls: { enabled: true } } }));
     const tlsServer = await startServer(root, 'llm-extproc-tls', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir, 1, tlsConfig);

@@ -121,6 +121,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
     config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
   const grpc = await startGrpcServer({
     address: config.listen.grpc,
+    transport: config.listen.transport,
     logger: requestLogger,
     health,
     ...(tls === undefined ? {} : { tls }),

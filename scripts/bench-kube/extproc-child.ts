@@ -5,11 +5,13 @@
 //
 // Messages in:  { type: 'expect', id, pool, state }   (id = namespace/pod)
 // Messages out: { type: 'started', at } once listening, { type: 'synced', at }, { type: 'seen', id, at },
-//               { type: 'memory', rss, heapUsed } on { type: 'memory' }.
+//               { type: 'memory', rss, peakRss, heapUsed, external, cpuSeconds } on { type: 'memory' },
+//               { type: 'snapshot', path } once a heap snapshot is written on { type: 'snapshot', path }.
 // Times are wall-clock milliseconds with sub-millisecond precision (performance.timeOrigin + now()).
 
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
+import { writeHeapSnapshot } from 'node:v8';
 import { pino } from 'pino';
 import { startApp } from '../../src/app.js';
 import { buildConfig } from '../../src/config/config.js';
@@ -20,7 +22,8 @@ interface Expectation {
   readonly state: string;
 }
 
-type Incoming = { type: 'expect'; id: string; pool: string; state: string } | { type: 'memory' } | { type: 'stop' };
+type Incoming =
+  { type: 'expect'; id: string; pool: string; state: string } | { type: 'memory' } | { type: 'snapshot'; path: string } | { type: 'stop' };
 
 function now(): number {
   return performance.timeOrigin + performance.now();
@@ -42,6 +45,20 @@ function stateIn(pool: PoolView | undefined, id: string): string | undefined {
   }
   const found = endpoints[lo];
   return found?.id === id ? found.state : undefined;
+}
+
+function memorySample(): object {
+  const usage = process.memoryUsage();
+  const cpu = process.cpuUsage();
+  // VmHWM: the most resident memory the process has had, in kB (Linux).
+  const peakKb = /VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1];
+  return {
+    rss: usage.rss,
+    peakRss: peakKb === undefined ? Number.NaN : Number(peakKb) * 1024,
+    heapUsed: usage.heapUsed,
+    external: usage.external,
+    cpuSeconds: (cpu.user + cpu.system) / 1e6,
+  };
 }
 
 async function main(): Promise<void> {
@@ -78,8 +95,9 @@ async function main(): Promise<void> {
       // The change may already be in: then this is when we learn it (a late, never early, reading).
       check(now());
     } else if (message.type === 'memory') {
-      const usage = process.memoryUsage();
-      send({ type: 'memory', rss: usage.rss, heapUsed: usage.heapUsed });
+      send({ type: 'memory', ...memorySample() });
+    } else if (message.type === 'snapshot') {
+      send({ type: 'snapshot', path: writeHeapSnapshot(message.path) });
     } else {
       void app.stop().then(() => process.exit(0));
     }

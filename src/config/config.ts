@@ -12,9 +12,11 @@ import { errorMessage } from '../util/error-message.js';
 import type { PickerSettings } from '../picker/settings.js';
 import { PickerConfigError, pickerSettings } from './picker-config.js';
 import { configFileSchema, DEFAULTS, LOG_LEVELS } from './schema.js';
+import type { GRPC_TRANSPORTS } from './schema.js';
 import type { ConfigFile } from './schema.js';
 
 export type LogLevel = (typeof LOG_LEVELS)[number];
+export type GrpcTransport = (typeof GRPC_TRANSPORTS)[number];
 
 export interface Config {
   readonly listen: {
@@ -24,6 +26,8 @@ export interface Config {
     readonly http: string;
     /** TLS on the gRPC listener; absent = plaintext (sidecar, Unix socket). */
     readonly tls?: GrpcTlsConfig;
+    /** Which implementation serves the gRPC listener. */
+    readonly transport: GrpcTransport;
   };
   readonly logLevel: LogLevel;
   readonly source:
@@ -300,7 +304,12 @@ function toConfig(file: ConfigFile, endpointsFile: string | undefined): Config {
   else source = { kind: 'static', path: file.static?.path ?? DEFAULTS.staticPath };
   const tls = tlsConfig(listen.tls);
   return {
-    listen: { grpc: listen.grpc ?? DEFAULTS.grpcAddress, http: listen.http ?? DEFAULTS.httpAddress, ...(tls === undefined ? {} : { tls }) },
+    listen: {
+      grpc: listen.grpc ?? DEFAULTS.grpcAddress,
+      http: listen.http ?? DEFAULTS.httpAddress,
+      transport: listen.transport ?? DEFAULTS.grpcTransport,
+      ...(tls === undefined ? {} : { tls }),
+    },
     logLevel: file.logLevel ?? DEFAULTS.logLevel,
     source,
     routing: {

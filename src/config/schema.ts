@@ -21,11 +21,14 @@ declare module '@sinclair/typebox' {
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export const DESTINATION_FORMATS = ['list', 'single'] as const;
+/** Implementations of the gRPC listener (src/extproc/grpc-server.ts). */
+export const GRPC_TRANSPORTS = ['native', 'grpc-js'] as const;
 
 /** Defaults, shown in the schema (`default`) and applied by config.ts. */
 export const DEFAULTS = {
   grpcAddress: '0.0.0.0:9002',
   httpAddress: '0.0.0.0:9090',
+  grpcTransport: 'native',
   logLevel: 'info',
   staticPath: 'endpoints.yaml',
   targetPort: 8000,
@@ -257,6 +260,13 @@ export const configFileSchema = Mapping(
             NonEmpty({ default: DEFAULTS.httpAddress, description: 'HTTP /metrics, /healthz, /readyz, /debug/endpoints: host:port.' }),
           ),
           tls: Type.Optional(Tls),
+          transport: Type.Optional(
+            StringEnum(GRPC_TRANSPORTS, {
+              default: DEFAULTS.grpcTransport,
+              description:
+                'gRPC implementation: native (our handler on node:http2, least CPU per message) or grpc-js (@grpc/grpc-js, for comparison).',
+            }),
+          ),
         },
         { description: 'Listening addresses.' },
       ),

@@ -474,11 +474,14 @@ class PoolWatch {
 
   /** The pool as last published, rebuilt only if something changed since. */
   view(): ObservedPool {
-    this.published ??= {
-      name: this.definition.name,
-      models: this.definition.models,
-      endpoints: this.names.map((n) => this.endpoints.get(n)).filter((e): e is ObservedEndpoint => e !== undefined),
-    };
+    if (this.published === undefined) {
+      const endpoints: ObservedEndpoint[] = [];
+      for (const name of this.names) {
+        const endpoint = this.endpoints.get(name);
+        if (endpoint !== undefined) endpoints.push(endpoint);
+      }
+      this.published = { name: this.definition.name, models: this.definition.models, endpoints };
+    }
     return this.published;
   }
 

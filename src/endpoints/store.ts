@@ -4,7 +4,7 @@
 
 import type { AttemptFailure, QuarantinePolicy } from './passive-health.js';
 import { PassiveHealth } from './passive-health.js';
-import type { Endpoint, EndpointSink, EndpointView, ObservedPool, PoolView } from './model.js';
+import type { Endpoint, EndpointSink, EndpointView, ObservedEndpoint, ObservedPool, PoolView } from './model.js';
 
 export interface Clock {
   now(): number;
@@ -44,6 +44,14 @@ export class EndpointStore implements EndpointSink {
    * one pool of ten thousand pods rebuilds only that pool's view.
    */
   private poolViews = new WeakMap<ObservedPool, PoolView>();
+  /**
+   * Each replica's Endpoint as last built without quarantine, by the ObservedEndpoint it came from.
+   * Sources keep the ObservedEndpoint of a pod that did not change, so rebuilding a pool for one
+   * changed pod allocates one Endpoint, not one per pod: at thousands of pods per pool those copies
+   * were most of a change's CPU time and garbage. Views stay immutable; an unchanged replica is
+   * simply the same object in consecutive views.
+   */
+  private endpointViews = new WeakMap<ObservedEndpoint, Endpoint>();
   /** Whether the current view may hold Quarantined endpoints (it was built during a quarantine). */
   private currentHasQuarantine = false;
 
@@ -167,13 +175,19 @@ export class EndpointStore implements EndpointSink {
 
   /** A pool's view; with `now`, Ready endpoints under quarantine become Quarantined. */
   private buildPool(observedPool: ObservedPool, now: number | undefined): PoolView {
+    const pool = observedPool.name;
     const endpoints = observedPool.endpoints.map((observed): Endpoint => {
       const quarantine = now !== undefined && observed.state === 'Ready' ? this.health.status(observed.address, now) : undefined;
-      return quarantine === undefined
-        ? { ...observed, pool: observedPool.name }
-        : { ...observed, pool: observedPool.name, state: 'Quarantined', reason: quarantine.reason };
+      if (quarantine !== undefined) return { ...endpointOf(observed, pool), state: 'Quarantined', reason: quarantine.reason };
+      let endpoint = this.endpointViews.get(observed);
+      // The same ObservedEndpoint object could sit in two pools; the cached copy names one.
+      if (endpoint === undefined || endpoint.pool !== pool) {
+        endpoint = endpointOf(observed, pool);
+        this.endpointViews.set(observed, endpoint);
+      }
+      return endpoint;
     });
-    return { name: observedPool.name, models: observedPool.models, endpoints };
+    return { name: pool, models: observedPool.models, endpoints };
   }
 
   private announceReleases(previous: EndpointView): void {
@@ -198,4 +212,9 @@ export class EndpointStore implements EndpointSink {
     if (next === undefined) return;
     this.releaseTimer = this.clock.setTimer(() => this.rebuild(), Math.max(1, next - now));
   }
+}
+
+/** The replica as the rest of the program sees it; only the fields of the model, in one shape. */
+function endpointOf(observed: ObservedEndpoint, pool: string): Endpoint {
+  return { id: observed.id, address: observed.address, state: observed.state, reason: observed.reason, pool };
 }

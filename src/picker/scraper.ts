@@ -4,8 +4,10 @@
 // endpoint's signal cell. A failed scrape marks the cell `failing`, an old one `stale`; neither
 // is ever read as idle. Cycles never overlap, and stop() aborts open fetches and leaves no timer.
 
+import { setMaxListeners } from 'node:events';
 import { isRoutable } from '../endpoints/model.js';
 import type { EndpointView } from '../endpoints/model.js';
+import { MetricsClient, ScrapeHttpError } from './metrics-client.js';
 import { MetricsParseError, parseServerMetrics } from './server-metrics.js';
 import type { MetricsFormat } from './server-metrics.js';
 import { markStaleIfOld, recordScrape, recordScrapeFailure } from './signals.js';
@@ -40,6 +42,7 @@ export class MetricsScraper {
   private running: Promise<void> | undefined;
   private stopped = false;
   private readonly aborter = new AbortController();
+  private readonly client: MetricsClient;
 
   constructor(
     private readonly board: SignalBoard,
@@ -47,7 +50,12 @@ export class MetricsScraper {
     private readonly options: ScraperOptions,
     private readonly observer: ScrapeObserver = {},
     private readonly now: () => number = Date.now,
-  ) {}
+  ) {
+    // Idle connections outlive one interval (so the next scrape reuses them), not much more.
+    // Every scrape in flight listens on the stop signal: as many as `concurrency`, legitimately.
+    setMaxListeners(Math.max(10, options.concurrency + 1), this.aborter.signal);
+    this.client = new MetricsClient({ idleMs: options.intervalMs + options.timeoutMs, maxBytes: MAX_METRICS_PAGE_BYTES });
+  }
 
   /** Scrapes at once, then every interval. */
   start(): void {
@@ -72,6 +80,7 @@ export class MetricsScraper {
     this.timer = undefined;
     this.aborter.abort();
     await this.running;
+    this.client.close();
   }
 
   /** One cycle over the current view (also for tests that want a scrape now). */
@@ -104,32 +113,22 @@ export class MetricsScraper {
     const cell = this.board.cell(target.address);
     let result: ScrapeResult = 'ok';
     try {
-      const signal = AbortSignal.any([this.aborter.signal, AbortSignal.timeout(this.options.timeoutMs)]);
-      const response = await fetch(`http://${target.address}${this.options.path}`, { signal, headers: { accept: 'text/plain' } });
-      if (!response.ok) {
-        await response.body?.cancel();
-        result = 'http_error';
-        recordScrapeFailure(cell, `HTTP ${response.status}`);
-      } else {
-        const text = await response.text();
-        recordScrape(cell, parseServerMetrics(text, target.format), this.now());
-      }
+      const text = await this.client.get(target.address, this.options.path, this.options.timeoutMs, this.aborter.signal);
+      recordScrape(cell, parseServerMetrics(text, target.format), this.now());
     } catch (err) {
       if (this.stopped) return;
-      result = err instanceof MetricsParseError ? 'parse_error' : isTimeout(err) ? 'timeout' : 'connect_error';
-      recordScrapeFailure(
-        cell,
-        result === 'parse_error'
-          ? (err as Error).message
-          : result === 'timeout'
-            ? `no answer within ${this.options.timeoutMs} ms`
-            : 'connection failed',
-      );
+      result = scrapeResultOf(err);
+      recordScrapeFailure(cell, err instanceof ScrapeHttpError || err instanceof MetricsParseError ? err.message : 'connection failed');
     }
     this.observer.scraped?.(result, (performance.now() - started) / 1000);
   }
 }
 
-function isTimeout(err: unknown): boolean {
-  return err instanceof Error && (err.name === 'TimeoutError' || (err.cause instanceof Error && err.cause.name === 'TimeoutError'));
+/** vLLM's page is tens of KB; a page this large is an exporter gone wrong, not load data. */
+const MAX_METRICS_PAGE_BYTES = 8 * 1024 * 1024;
+
+function scrapeResultOf(err: unknown): ScrapeResult {
+  if (err instanceof MetricsParseError) return 'parse_error';
+  if (!(err instanceof ScrapeHttpError)) return 'connect_error';
+  return err.kind === 'too_large' ? 'parse_error' : err.kind;
 }

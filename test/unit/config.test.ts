@@ -44,7 +44,7 @@ describe('buildConfig: defaults', () => {
   for (const { name, fileText } of inputs) {
     it(name, () => {
       const config = buildConfig(fileText, {});
-      assert.deepEqual(config.listen, { grpc: '0.0.0.0:9002', http: '0.0.0.0:9090' });
+      assert.deepEqual(config.listen, { grpc: '0.0.0.0:9002', http: '0.0.0.0:9090', transport: 'native' });
       assert.equal(config.logLevel, 'info');
       assert.deepEqual(config.source, { kind: 'static', path: 'endpoints.yaml' });
       assert.deepEqual(config.routing, {
@@ -66,6 +66,7 @@ describe('buildConfig: file values', () => {
 listen:
   grpc: unix:///run/llm-extproc.sock
   http: 127.0.0.1:9191
+  transport: grpc-js
 logLevel: debug
 static:
   path: /etc/llm-extproc/endpoints.yaml
@@ -83,7 +84,7 @@ shutdownGraceSeconds: 0
 `,
       {},
     );
-    assert.deepEqual(config.listen, { grpc: 'unix:///run/llm-extproc.sock', http: '127.0.0.1:9191' });
+    assert.deepEqual(config.listen, { grpc: 'unix:///run/llm-extproc.sock', http: '127.0.0.1:9191', transport: 'grpc-js' });
     assert.equal(config.logLevel, 'debug');
     assert.deepEqual(config.source, { kind: 'static', path: '/etc/llm-extproc/endpoints.yaml' });
     assert.deepEqual(config.routing, { fallbacks: 0, maxRequestBodyBytes: MiB, maxInspectedBodyBytes: 0, destinationFormat: 'list' });
@@ -117,13 +118,13 @@ describe('buildConfig: environment overrides', () => {
       name: 'LLM_EXTPROC_GRPC_ADDRESS',
       env: { LLM_EXTPROC_GRPC_ADDRESS: 'unix:///tmp/x.sock' },
       pick: (c) => c.listen,
-      expected: { grpc: 'unix:///tmp/x.sock', http: '0.0.0.0:2' },
+      expected: { grpc: 'unix:///tmp/x.sock', http: '0.0.0.0:2', transport: 'native' },
     },
     {
       name: 'LLM_EXTPROC_HTTP_ADDRESS',
       env: { LLM_EXTPROC_HTTP_ADDRESS: '127.0.0.1:0' },
       pick: (c) => c.listen,
-      expected: { grpc: '0.0.0.0:1', http: '127.0.0.1:0' },
+      expected: { grpc: '0.0.0.0:1', http: '127.0.0.1:0', transport: 'native' },
     },
     { name: 'LLM_EXTPROC_LOG_LEVEL', env: { LLM_EXTPROC_LOG_LEVEL: 'trace' }, pick: (c) => c.logLevel, expected: 'trace' },
     {
@@ -171,7 +172,7 @@ describe('buildConfig: environment overrides', () => {
 
   it('an empty LLM_EXTPROC_GRPC_ADDRESS counts as unset, like LLM_EXTPROC_ENDPOINTS_FILE', () => {
     const config = buildConfig(file, { LLM_EXTPROC_GRPC_ADDRESS: '', LLM_EXTPROC_HTTP_ADDRESS: '' });
-    assert.deepEqual(config.listen, { grpc: '0.0.0.0:1', http: '0.0.0.0:2' });
+    assert.deepEqual(config.listen, { grpc: '0.0.0.0:1', http: '0.0.0.0:2', transport: 'native' });
   });
 });
 
@@ -261,6 +262,11 @@ describe('buildConfig: validation errors name the field', () => {
     { name: 'quarantine is a string', fileText: 'quarantine: off\n', message: 'quarantine: expected a mapping' },
     { name: 'listen.grpc is a number', fileText: 'listen:\n  grpc: 9002\n', message: 'listen.grpc: expected a non-empty string' },
     { name: 'listen.http is empty', fileText: 'listen:\n  http: ""\n', message: 'listen.http: expected a non-empty string' },
+    {
+      name: 'listen.transport unknown',
+      fileText: 'listen:\n  transport: grpc\n',
+      message: 'listen.transport: expected native or grpc-js, got "grpc"',
+    },
     {
       name: 'logLevel unknown',
       fileText: 'logLevel: verbose\n',

@@ -3,6 +3,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import http2 from 'node:http2';
+import { connect } from 'node:net';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,6 +17,11 @@ import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/me
 import type { ProcessorFactory, StreamEnd, StreamProcessor } from '../../src/extproc/processor-contract.js';
 import { startGrpcServer } from '../../src/extproc/grpc-server.js';
 import type { HealthSource, RunningGrpcServer } from '../../src/extproc/grpc-server.js';
+import type { GrpcTransport } from '../../src/config/config.js';
+import { GRPC_TRANSPORTS } from '../../src/config/schema.js';
+import { dataFrame, grpcRequestHeaders, headersFrame, rawH2Connect, rstStreamFrame } from '../support/h2-frames.js';
+import { frameMessage } from '../../src/extproc/grpc-framing.js';
+import { waitUntil } from '../support/wait-until.js';
 import { EXT_PROC_SERVICE_NAME, loadWireDefinitions } from '../../src/extproc/wire.js';
 import type { HealthCheckRequest, HealthCheckResponse } from '../../src/extproc/wire.js';
 
@@ -141,11 +148,13 @@ interface Harness {
 }
 
 async function startHarness(
+  impl: GrpcTransport,
   transport: Transport,
   opts: { factory?: ProcessorFactory; health?: HealthSource; logger?: Logger; onStreamError?: (err: Error) => void } = {},
 ): Promise<Harness> {
   const dir = transport === 'unix' ? mkdtempSync(join(tmpdir(), 'llm-extproc-grpc-')) : undefined;
   const server = await startGrpcServer({
+    transport: impl,
     address: dir !== undefined ? `unix://${join(dir, 'ext-proc.sock')}` : '127.0.0.1:0',
     processorFactory: opts.factory ?? recordingFactory(echoReply).factory,
     health: opts.health ?? new FlippableHealth(),
@@ -195,6 +204,27 @@ function openProcessStream(client: Client): OpenStream {
   };
 }
 
+/** A request through plain node:http2, for bytes no gRPC client sends; resolves with the response headers merged with the trailers. */
+function http2Call(address: string, method: string, path: string, body: Buffer): Promise<http2.IncomingHttpHeaders> {
+  const session = address.startsWith('unix://')
+    ? http2.connect('http://localhost', { createConnection: () => connect(address.slice('unix://'.length)) })
+    : http2.connect(`http://${address}`);
+  return new Promise<http2.IncomingHttpHeaders>((resolve, reject) => {
+    let headers: http2.IncomingHttpHeaders = {};
+    session.on('error', reject);
+    const request = session.request(
+      { ':method': method, ':path': path, 'content-type': 'application/grpc', te: 'trailers' },
+      { endStream: body.length === 0 },
+    );
+    request.on('response', (h) => (headers = h));
+    request.on('trailers', (trailers: http2.IncomingHttpHeaders) => (headers = { ...headers, ...trailers }));
+    request.on('close', () => resolve(headers));
+    request.on('error', reject);
+    request.resume();
+    if (body.length > 0) request.end(body);
+  }).finally(() => session.close());
+}
+
 function check(client: Client, service: string): Promise<HealthCheckResponse> {
   return new Promise((resolve, reject) => {
     client.makeUnaryRequest(
@@ -240,276 +270,385 @@ function messageType(name: string): MessageTypeDefinition<object, object> {
   return def;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Process stream, over both transports
+for (const impl of GRPC_TRANSPORTS) {
+  // Every behaviour below must hold for both implementations.
+  // ---------------------------------------------------------------------------------------------
+  // Process stream, over both transports
 
-for (const transport of ['tcp', 'unix'] as const) {
-  void describe(`ext_proc Process stream over ${transport}`, () => {
-    void it('forwards messages in order, writes every reply in order, and finishes half-closed', async () => {
-      // Two replies for the last message prove the edge writes everything process() returns, in order.
-      const recording = recordingFactory((request, index) => {
-        const replies = echoReply(request, index);
-        return request.request_body?.end_of_stream === true ? [...replies, ...echoReply(request, index + 100)] : replies;
+  for (const transport of ['tcp', 'unix'] as const) {
+    void describe(`${impl}: ext_proc Process stream over ${transport}`, () => {
+      void it('forwards messages in order, writes every reply in order, and finishes half-closed', async () => {
+        // Two replies for the last message prove the edge writes everything process() returns, in order.
+        const recording = recordingFactory((request, index) => {
+          const replies = echoReply(request, index);
+          return request.request_body?.end_of_stream === true ? [...replies, ...echoReply(request, index + 100)] : replies;
+        });
+        const harness = await startHarness(impl, transport, { factory: recording.factory });
+        try {
+          const stream = openProcessStream(harness.client);
+          stream.call.write(headersMessage('/v1/chat/completions'));
+          stream.call.write(bodyMessage('{"model":', false));
+          stream.call.write(bodyMessage('"m"}', true));
+          stream.call.end(); // what Envoy does once the HTTP stream is done
+          const status = await stream.status;
+          const processed = await recording.firstStream;
+
+          assert.equal(status.code, GrpcStatus.OK);
+          assert.deepEqual(
+            processed.requests.map((r) => r.request),
+            ['request_headers', 'request_body', 'request_body'],
+          );
+          assert.deepEqual(processed.requests[0]?.request_headers?.headers?.headers?.[0]?.raw_value, Buffer.from('/v1/chat/completions'));
+          assert.deepEqual(
+            processed.requests.slice(1).map((r) => r.request_body?.body?.toString()),
+            ['{"model":', '"m"}'],
+          );
+          assert.deepEqual(
+            stream.replies.map((r) => r.request_body?.response?.body_mutation?.body?.toString() ?? r.response),
+            ['request_headers', 'reply-1:{"model":', 'reply-2:"m"}', 'reply-102:"m"}'],
+          );
+          assert.deepEqual(
+            stream.replies[0]?.request_headers?.response?.header_mutation?.set_headers?.[0]?.header.raw_value,
+            Buffer.from('0'),
+          );
+          assert.deepEqual(processed.log, ['process', 'process', 'process', 'finish:half-closed']);
+        } finally {
+          await harness.close();
+        }
       });
-      const harness = await startHarness(transport, { factory: recording.factory });
-      try {
-        const stream = openProcessStream(harness.client);
-        stream.call.write(headersMessage('/v1/chat/completions'));
-        stream.call.write(bodyMessage('{"model":', false));
-        stream.call.write(bodyMessage('"m"}', true));
-        stream.call.end(); // what Envoy does once the HTTP stream is done
-        const status = await stream.status;
-        const processed = await recording.firstStream;
 
-        assert.equal(status.code, GrpcStatus.OK);
-        assert.deepEqual(
-          processed.requests.map((r) => r.request),
-          ['request_headers', 'request_body', 'request_body'],
+      // Envoy resets a side stream with RST_STREAM alone, or (without the graceful close) with
+      // END_STREAM and RST_STREAM in one write; a raw client sends exactly that.
+      for (const how of ['RST_STREAM alone', 'END_STREAM and RST_STREAM in one write'] as const) {
+        void it(`a reset (${how}) finishes the processor as cancelled, once, and nothing is processed after it`, async () => {
+          const recording = recordingFactory(echoReply);
+          const harness = await startHarness(impl, transport, { factory: recording.factory });
+          const connection = await rawH2Connect(harness.server.address);
+          try {
+            const processMessage = (request: ProcessingRequest): Buffer => frameMessage(processMethod.requestSerialize(request));
+            connection.write(
+              Buffer.concat([
+                headersFrame(1, grpcRequestHeaders(processMethod.path)),
+                dataFrame(1, processMessage(headersMessage('/v1/completions'))),
+              ]),
+            );
+            const processed = await recording.firstStream;
+            await waitUntil(() => (processed.requests.length === 1 ? true : undefined), { description: 'the first message processed' });
+            const late = processMessage(bodyMessage('late', true));
+            connection.write(how === 'RST_STREAM alone' ? rstStreamFrame(1) : Buffer.concat([dataFrame(1, late, true), rstStreamFrame(1)]));
+            const end = await processed.finished;
+            // Shutting down waits for the server side of every stream, so the log below is final.
+            await harness.server.shutdown(1_000);
+
+            assert.equal(end.kind, 'cancelled');
+            assert.equal(processed.ends.length, 1);
+            assert.equal(processed.log.at(-1), 'finish:cancelled');
+            assert.ok(processed.requests.length >= 1 && processed.requests.length <= 2);
+          } finally {
+            connection.close();
+            await harness.close();
+          }
+        });
+      }
+
+      void it('a slow reader holds back the replies without losing or reordering any', async () => {
+        // 24 replies of 512 KiB are far more than the HTTP/2 windows and socket buffers hold while the client does not read.
+        const big = Buffer.alloc(512 * 1024, 'x');
+        const recording = recordingFactory((request, index) =>
+          request.request_headers !== undefined
+            ? echoReply(request, index)
+            : [{ request_body: { response: { body_mutation: { body: Buffer.concat([Buffer.from(`${index}:`), big]) } } } }],
         );
-        assert.deepEqual(processed.requests[0]?.request_headers?.headers?.headers?.[0]?.raw_value, Buffer.from('/v1/chat/completions'));
-        assert.deepEqual(
-          processed.requests.slice(1).map((r) => r.request_body?.body?.toString()),
-          ['{"model":', '"m"}'],
-        );
-        assert.deepEqual(
-          stream.replies.map((r) => r.request_body?.response?.body_mutation?.body?.toString() ?? r.response),
-          ['request_headers', 'reply-1:{"model":', 'reply-2:"m"}', 'reply-102:"m"}'],
-        );
-        assert.deepEqual(
-          stream.replies[0]?.request_headers?.response?.header_mutation?.set_headers?.[0]?.header.raw_value,
-          Buffer.from('0'),
-        );
-        assert.deepEqual(processed.log, ['process', 'process', 'process', 'finish:half-closed']);
+        const harness = await startHarness(impl, transport, { factory: recording.factory });
+        try {
+          const stream = openProcessStream(harness.client);
+          stream.call.pause();
+          stream.call.write(headersMessage('/v1/chat/completions'));
+          for (let i = 0; i < 24; i++) stream.call.write(bodyMessage(`chunk ${i}`, i === 23));
+          const processed = await recording.firstStream;
+          await waitUntil(() => (processed.requests.length >= 1 ? true : undefined), { description: 'processing to start' });
+          stream.call.resume();
+          await stream.replyCount(25);
+          stream.call.end();
+          assert.equal((await stream.status).code, GrpcStatus.OK);
+          const bodies = stream.replies.slice(1).map((r) => r.request_body?.response?.body_mutation?.body ?? Buffer.alloc(0));
+          assert.deepEqual(
+            bodies.map((b) => b.subarray(0, b.indexOf(':') + 1).toString()),
+            Array.from({ length: 24 }, (_, i) => `${i + 1}:`),
+          );
+          assert.ok(bodies.every((b, i) => b.length === big.length + `${i + 1}:`.length));
+          assert.equal(processed.log.at(-1), 'finish:half-closed');
+        } finally {
+          await harness.close();
+        }
+      });
+
+      void it('a message above the size limit ends the stream with RESOURCE_EXHAUSTED before any of it is processed', async () => {
+        const recording = recordingFactory(echoReply);
+        const streamErrors: Error[] = [];
+        const harness = await startHarness(impl, transport, { factory: recording.factory, onStreamError: (err) => streamErrors.push(err) });
+        try {
+          // Only the prefix of a 200 MiB message: the limit is checked before any of it is held.
+          const prefix = Buffer.alloc(5);
+          prefix.writeUInt32BE(200 * 1024 * 1024, 1);
+          const response = await http2Call(harness.server.address, 'POST', processMethod.path, prefix);
+          assert.equal(response['grpc-status'], String(GrpcStatus.RESOURCE_EXHAUSTED));
+          const processed = await recording.firstStream;
+          assert.equal(processed.ends.length, 1);
+          assert.equal(processed.requests.length, 0);
+        } finally {
+          await harness.close();
+        }
+      });
+
+      // grpc-js accepts a flagged message without a grpc-encoding (it decodes it as identity): native only.
+      void it(
+        'a compressed message (no compression was negotiated) ends the stream with an error status, unprocessed',
+        { skip: impl === 'grpc-js' },
+        async () => {
+          const recording = recordingFactory(echoReply);
+          const harness = await startHarness(impl, transport, { factory: recording.factory });
+          try {
+            const framed = frameMessage(processMethod.requestSerialize(headersMessage('/v1/models')));
+            framed[0] = 1; // compressed flag
+            const response = await http2Call(harness.server.address, 'POST', processMethod.path, framed);
+            assert.ok(
+              [String(GrpcStatus.INTERNAL), String(GrpcStatus.UNIMPLEMENTED)].includes(String(response['grpc-status'])),
+              `grpc-status ${String(response['grpc-status'])}`,
+            );
+            const processed = await recording.firstStream;
+            assert.equal(processed.ends.length, 1);
+            assert.equal(processed.requests.length, 0);
+          } finally {
+            await harness.close();
+          }
+        },
+      );
+
+      void it('a throwing processor ends the stream with INTERNAL, finishes it with the error, and logs it', async () => {
+        const boom = new Error('picker exploded at 10.0.0.7');
+        const recording = recordingFactory((request, index) => {
+          if (index === 1) throw boom;
+          return echoReply(request, index);
+        });
+        const captured = captureLogger();
+        const streamErrors: Error[] = [];
+        const harness = await startHarness(impl, transport, {
+          factory: recording.factory,
+          logger: captured.logger,
+          onStreamError: (err) => streamErrors.push(err),
+        });
+        try {
+          const stream = openProcessStream(harness.client);
+          stream.call.write(headersMessage('/v1/chat/completions'));
+          await stream.replyCount(1);
+          stream.call.write(bodyMessage('{}', true));
+          const status = await stream.status;
+          const end = await (await recording.firstStream).finished;
+
+          assert.equal(status.code, GrpcStatus.INTERNAL);
+          assert.ok(!status.details.includes('10.0.0.7'), 'the cause stays in our logs, not in the gRPC status');
+          assert.deepEqual(end, { kind: 'error', error: boom });
+          assert.deepEqual(streamErrors, [boom]);
+          assert.equal(stream.replies.length, 1);
+          const errorLines = captured.lines().filter((line) => line.level === 50);
+          assert.equal(errorLines.length, 1);
+          assert.match(JSON.stringify(errorLines[0]), /picker exploded/);
+        } finally {
+          await harness.close();
+        }
+      });
+    });
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // health
+
+  void describe(`${impl}: grpc.health.v1.Health`, () => {
+    void it('Check follows the health source for "" and for the ext_proc service', async () => {
+      const health = new FlippableHealth();
+      const harness = await startHarness(impl, 'tcp', { health });
+      try {
+        assert.deepEqual(await check(harness.client, ''), { status: 'NOT_SERVING' });
+        assert.deepEqual(await check(harness.client, EXT_PROC_SERVICE_NAME), { status: 'NOT_SERVING' });
+        health.set(true);
+        assert.deepEqual(await check(harness.client, ''), { status: 'SERVING' });
+        assert.deepEqual(await check(harness.client, EXT_PROC_SERVICE_NAME), { status: 'SERVING' });
       } finally {
         await harness.close();
       }
     });
 
-    void it('a client cancel finishes the processor as cancelled, and nothing is processed after it', async () => {
-      const recording = recordingFactory(echoReply);
-      const harness = await startHarness(transport, { factory: recording.factory });
+    void it('answers "liveness" SERVING while not ready, "readiness" like "", and liveness turns NOT_SERVING at shutdown', async () => {
+      const health = new FlippableHealth();
+      const harness = await startHarness(impl, 'tcp', { health });
       try {
-        const stream = openProcessStream(harness.client);
-        stream.call.write(headersMessage('/v1/completions'));
-        await stream.replyCount(1);
-        stream.call.write(bodyMessage('late', true));
-        stream.call.cancel(); // Envoy resets the stream when the HTTP request goes away
-        const end = await (await recording.firstStream).finished;
-        const status = await stream.status;
-        // Shutting down waits for the server side of every stream, so the log below is final.
+        assert.deepEqual(await check(harness.client, 'liveness'), { status: 'SERVING' });
+        assert.deepEqual(await check(harness.client, 'readiness'), { status: 'NOT_SERVING' });
+        health.set(true);
+        assert.deepEqual(await check(harness.client, 'readiness'), { status: 'SERVING' });
+        const live = watch(harness.client, 'liveness');
+        assert.deepEqual(await live.next(), { status: 'SERVING' });
+        const ready = watch(harness.client, 'readiness');
+        assert.deepEqual(await ready.next(), { status: 'SERVING' });
+        health.set(false);
+        assert.deepEqual(await ready.next(), { status: 'NOT_SERVING' });
         await harness.server.shutdown(1_000);
-
-        const processed = await recording.firstStream;
-        assert.equal(end.kind, 'cancelled');
-        assert.equal(status.code, GrpcStatus.CANCELLED);
-        assert.equal(processed.ends.length, 1);
-        assert.equal(processed.log.at(-1), 'finish:cancelled');
-        assert.ok(processed.requests.length >= 1 && processed.requests.length <= 2);
+        assert.deepEqual(await live.next(), { status: 'NOT_SERVING' });
       } finally {
         await harness.close();
       }
     });
 
-    void it('a throwing processor ends the stream with INTERNAL, finishes it with the error, and logs it', async () => {
-      const boom = new Error('picker exploded at 10.0.0.7');
-      const recording = recordingFactory((request, index) => {
-        if (index === 1) throw boom;
-        return echoReply(request, index);
-      });
-      const captured = captureLogger();
-      const streamErrors: Error[] = [];
-      const harness = await startHarness(transport, {
-        factory: recording.factory,
-        logger: captured.logger,
-        onStreamError: (err) => streamErrors.push(err),
-      });
+    void it('Check answers NOT_FOUND for any other service name', async () => {
+      const harness = await startHarness(impl, 'unix');
       try {
-        const stream = openProcessStream(harness.client);
-        stream.call.write(headersMessage('/v1/chat/completions'));
-        await stream.replyCount(1);
-        stream.call.write(bodyMessage('{}', true));
-        const status = await stream.status;
-        const end = await (await recording.firstStream).finished;
-
-        assert.equal(status.code, GrpcStatus.INTERNAL);
-        assert.ok(!status.details.includes('10.0.0.7'), 'the cause stays in our logs, not in the gRPC status');
-        assert.deepEqual(end, { kind: 'error', error: boom });
-        assert.deepEqual(streamErrors, [boom]);
-        assert.equal(stream.replies.length, 1);
-        const errorLines = captured.lines().filter((line) => line.level === 50);
-        assert.equal(errorLines.length, 1);
-        assert.match(JSON.stringify(errorLines[0]), /picker exploded/);
+        await assert.rejects(check(harness.client, 'some.other.Service'), (err: ServiceError) => err.code === GrpcStatus.NOT_FOUND);
       } finally {
         await harness.close();
+      }
+    });
+
+    void it('Watch sends the current status, then each change, and unsubscribes when the client cancels', async () => {
+      const health = new FlippableHealth();
+      const harness = await startHarness(impl, 'tcp', { health });
+      try {
+        const watcher = watch(harness.client, EXT_PROC_SERVICE_NAME);
+        assert.deepEqual(await watcher.next(), { status: 'NOT_SERVING' });
+        assert.equal(health.listenerCount, 1);
+        health.set(true);
+        assert.deepEqual(await watcher.next(), { status: 'SERVING' });
+        health.set(true); // no change: nothing is sent
+        health.set(false);
+        assert.deepEqual(await watcher.next(), { status: 'NOT_SERVING' });
+        watcher.call.cancel();
+        await health.unsubscribed.promise;
+        assert.equal(health.listenerCount, 0);
+      } finally {
+        await harness.close();
+      }
+    });
+
+    void it('Watch on an unknown service reports SERVICE_UNKNOWN and keeps the call open', async () => {
+      const health = new FlippableHealth();
+      const harness = await startHarness(impl, 'tcp', { health });
+      try {
+        const watcher = watch(harness.client, 'some.other.Service');
+        assert.deepEqual(await watcher.next(), { status: 'SERVICE_UNKNOWN' });
+        assert.equal(health.listenerCount, 0);
+        const ended = new Promise<StatusObject>((resolve) => watcher.call.on('status', resolve));
+        // Server shutdown is what ends it (cleanly), not the unknown name.
+        await harness.server.shutdown(1_000);
+        assert.equal((await ended).code, GrpcStatus.OK);
+      } finally {
+        await harness.close();
+      }
+    });
+  });
+
+  // ---------------------------------------------------------------------------------------------
+  // lifecycle
+
+  void describe(`${impl}: gRPC server lifecycle`, () => {
+    void it('shutdown releases streams still open after the grace period with status OK, so Envoy finishes them', async () => {
+      const recording = recordingFactory(echoReply);
+      const harness = await startHarness(impl, 'tcp', { factory: recording.factory });
+      try {
+        const stream = openProcessStream(harness.client);
+        stream.call.write(headersMessage('/v1/models'));
+        await stream.replyCount(1);
+        await harness.server.shutdown(50); // the stream never half-closes
+        const end = await (await recording.firstStream).finished;
+        assert.equal(end.kind, 'released');
+        assert.equal((await stream.status).code, GrpcStatus.OK);
+      } finally {
+        await harness.close();
+      }
+    });
+
+    // grpc-js does not look at the method (a GET is served like a POST): the HTTP check is native only.
+    void it('answers an unknown method with UNIMPLEMENTED and a non-POST request with 405', { skip: impl === 'grpc-js' }, async () => {
+      const harness = await startHarness(impl, 'tcp');
+      try {
+        const unknown = new Promise<ServiceError | null>((resolve) => {
+          harness.client.makeUnaryRequest(
+            '/some.Service/Method',
+            (value: Buffer) => value,
+            (value: Buffer) => value,
+            Buffer.alloc(0),
+            (err: ServiceError | null) => resolve(err),
+          );
+        });
+        assert.equal((await unknown)?.code, GrpcStatus.UNIMPLEMENTED);
+        const response = await http2Call(harness.server.address, 'GET', processMethod.path, Buffer.alloc(0));
+        assert.equal(response[':status'], 405);
+      } finally {
+        await harness.close();
+      }
+    });
+
+    void it('reports the real TCP port and a dialable unix address', async () => {
+      const tcp = await startHarness(impl, 'tcp');
+      const unix = await startHarness(impl, 'unix');
+      try {
+        assert.ok(tcp.server.port !== undefined && tcp.server.port > 0);
+        assert.equal(tcp.server.address, `127.0.0.1:${tcp.server.port}`);
+        assert.equal(unix.server.port, undefined);
+        assert.match(unix.server.address, /^unix:\/\/\/.+ext-proc\.sock$/);
+        assert.deepEqual(await check(unix.client, ''), { status: 'NOT_SERVING' });
+      } finally {
+        await tcp.close();
+        await unix.close();
+      }
+      assert.ok(!existsSync(unix.server.address.slice('unix://'.length)), 'the socket file is removed on shutdown');
+    });
+
+    void it('replaces a unix socket left behind by a dead process, and refuses one that is alive', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'llm-extproc-grpc-'));
+      const socketPath = join(dir, 'ext-proc.sock');
+      try {
+        // A process that dies by SIGKILL cannot remove its socket file.
+        const holder = spawn(
+          process.execPath,
+          ['-e', `require('node:net').createServer().listen(${JSON.stringify(socketPath)}, () => console.log('up'))`],
+          {
+            stdio: ['ignore', 'pipe', 'inherit'],
+          },
+        );
+        await new Promise<void>((resolve) => holder.stdout.once('data', () => resolve()));
+        const live = startGrpcServer({
+          transport: impl,
+          address: `unix://${socketPath}`,
+          processorFactory: recordingFactory(echoReply).factory,
+          health: new FlippableHealth(),
+          logger: silentLogger,
+        });
+        await assert.rejects(live, /in use/);
+        const exited = new Promise<void>((resolve) => holder.once('exit', () => resolve()));
+        holder.kill('SIGKILL');
+        await exited;
+        assert.ok(existsSync(socketPath));
+
+        const server = await startGrpcServer({
+          transport: impl,
+          address: `unix://${socketPath}`,
+          processorFactory: recordingFactory(echoReply).factory,
+          health: new FlippableHealth(),
+          logger: silentLogger,
+        });
+        const client = new Client(server.address, credentials.createInsecure());
+        try {
+          assert.deepEqual(await check(client, ''), { status: 'NOT_SERVING' });
+        } finally {
+          client.close();
+          await server.shutdown(1_000);
+        }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
       }
     });
   });
 }
-
-// ---------------------------------------------------------------------------------------------
-// health
-
-void describe('grpc.health.v1.Health', () => {
-  void it('Check follows the health source for "" and for the ext_proc service', async () => {
-    const health = new FlippableHealth();
-    const harness = await startHarness('tcp', { health });
-    try {
-      assert.deepEqual(await check(harness.client, ''), { status: 'NOT_SERVING' });
-      assert.deepEqual(await check(harness.client, EXT_PROC_SERVICE_NAME), { status: 'NOT_SERVING' });
-      health.set(true);
-      assert.deepEqual(await check(harness.client, ''), { status: 'SERVING' });
-      assert.deepEqual(await check(harness.client, EXT_PROC_SERVICE_NAME), { status: 'SERVING' });
-    } finally {
-      await harness.close();
-    }
-  });
-
-  void it('answers "liveness" SERVING while not ready, "readiness" like "", and liveness turns NOT_SERVING at shutdown', async () => {
-    const health = new FlippableHealth();
-    const harness = await startHarness('tcp', { health });
-    try {
-      assert.deepEqual(await check(harness.client, 'liveness'), { status: 'SERVING' });
-      assert.deepEqual(await check(harness.client, 'readiness'), { status: 'NOT_SERVING' });
-      health.set(true);
-      assert.deepEqual(await check(harness.client, 'readiness'), { status: 'SERVING' });
-      const live = watch(harness.client, 'liveness');
-      assert.deepEqual(await live.next(), { status: 'SERVING' });
-      const ready = watch(harness.client, 'readiness');
-      assert.deepEqual(await ready.next(), { status: 'SERVING' });
-      health.set(false);
-      assert.deepEqual(await ready.next(), { status: 'NOT_SERVING' });
-      await harness.server.shutdown(1_000);
-      assert.deepEqual(await live.next(), { status: 'NOT_SERVING' });
-    } finally {
-      await harness.close();
-    }
-  });
-
-  void it('Check answers NOT_FOUND for any other service name', async () => {
-    const harness = await startHarness('unix');
-    try {
-      await assert.rejects(check(harness.client, 'some.other.Service'), (err: ServiceError) => err.code === GrpcStatus.NOT_FOUND);
-    } finally {
-      await harness.close();
-    }
-  });
-
-  void it('Watch sends the current status, then each change, and unsubscribes when the client cancels', async () => {
-    const health = new FlippableHealth();
-    const harness = await startHarness('tcp', { health });
-    try {
-      const watcher = watch(harness.client, EXT_PROC_SERVICE_NAME);
-      assert.deepEqual(await watcher.next(), { status: 'NOT_SERVING' });
-      assert.equal(health.listenerCount, 1);
-      health.set(true);
-      assert.deepEqual(await watcher.next(), { status: 'SERVING' });
-      health.set(true); // no change: nothing is sent
-      health.set(false);
-      assert.deepEqual(await watcher.next(), { status: 'NOT_SERVING' });
-      watcher.call.cancel();
-      await health.unsubscribed.promise;
-      assert.equal(health.listenerCount, 0);
-    } finally {
-      await harness.close();
-    }
-  });
-
-  void it('Watch on an unknown service reports SERVICE_UNKNOWN and keeps the call open', async () => {
-    const health = new FlippableHealth();
-    const harness = await startHarness('tcp', { health });
-    try {
-      const watcher = watch(harness.client, 'some.other.Service');
-      assert.deepEqual(await watcher.next(), { status: 'SERVICE_UNKNOWN' });
-      assert.equal(health.listenerCount, 0);
-      const ended = new Promise<StatusObject>((resolve) => watcher.call.on('status', resolve));
-      // Server shutdown is what ends it (cleanly), not the unknown name.
-      await harness.server.shutdown(1_000);
-      assert.equal((await ended).code, GrpcStatus.OK);
-    } finally {
-      await harness.close();
-    }
-  });
-});
-
-// ---------------------------------------------------------------------------------------------
-// lifecycle
-
-void describe('gRPC server lifecycle', () => {
-  void it('shutdown releases streams still open after the grace period with status OK, so Envoy finishes them', async () => {
-    const recording = recordingFactory(echoReply);
-    const harness = await startHarness('tcp', { factory: recording.factory });
-    try {
-      const stream = openProcessStream(harness.client);
-      stream.call.write(headersMessage('/v1/models'));
-      await stream.replyCount(1);
-      await harness.server.shutdown(50); // the stream never half-closes
-      const end = await (await recording.firstStream).finished;
-      assert.equal(end.kind, 'released');
-      assert.equal((await stream.status).code, GrpcStatus.OK);
-    } finally {
-      await harness.close();
-    }
-  });
-
-  void it('reports the real TCP port and a dialable unix address', async () => {
-    const tcp = await startHarness('tcp');
-    const unix = await startHarness('unix');
-    try {
-      assert.ok(tcp.server.port !== undefined && tcp.server.port > 0);
-      assert.equal(tcp.server.address, `127.0.0.1:${tcp.server.port}`);
-      assert.equal(unix.server.port, undefined);
-      assert.match(unix.server.address, /^unix:\/\/\/.+ext-proc\.sock$/);
-      assert.deepEqual(await check(unix.client, ''), { status: 'NOT_SERVING' });
-    } finally {
-      await tcp.close();
-      await unix.close();
-    }
-    assert.ok(!existsSync(unix.server.address.slice('unix://'.length)), 'the socket file is removed on shutdown');
-  });
-
-  void it('replaces a unix socket left behind by a dead process, and refuses one that is alive', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'llm-extproc-grpc-'));
-    const socketPath = join(dir, 'ext-proc.sock');
-    try {
-      // A process that dies by SIGKILL cannot remove its socket file.
-      const holder = spawn(
-        process.execPath,
-        ['-e', `require('node:net').createServer().listen(${JSON.stringify(socketPath)}, () => console.log('up'))`],
-        {
-          stdio: ['ignore', 'pipe', 'inherit'],
-        },
-      );
-      await new Promise<void>((resolve) => holder.stdout.once('data', () => resolve()));
-      const live = startGrpcServer({
-        address: `unix://${socketPath}`,
-        processorFactory: recordingFactory(echoReply).factory,
-        health: new FlippableHealth(),
-        logger: silentLogger,
-      });
-      await assert.rejects(live, /in use/);
-      const exited = new Promise<void>((resolve) => holder.once('exit', () => resolve()));
-      holder.kill('SIGKILL');
-      await exited;
-      assert.ok(existsSync(socketPath));
-
-      const server = await startGrpcServer({
-        address: `unix://${socketPath}`,
-        processorFactory: recordingFactory(echoReply).factory,
-        health: new FlippableHealth(),
-        logger: silentLogger,
-      });
-      const client = new Client(server.address, credentials.createInsecure());
-      try {
-        assert.deepEqual(await check(client, ''), { status: 'NOT_SERVING' });
-      } finally {
-        client.close();
-        await server.shutdown(1_000);
-      }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
-});
 
 // ---------------------------------------------------------------------------------------------
 // message shapes

@@ -9,10 +9,13 @@ import { join } from 'node:path';
 import { Client, credentials } from '@grpc/grpc-js';
 import type { ClientDuplexStream, ServiceError } from '@grpc/grpc-js';
 import { pino } from 'pino';
+import { GRPC_TRANSPORTS } from '../../src/config/schema.js';
 import { startGrpcServer } from '../../src/extproc/grpc-server.js';
+import type { RunningGrpcServer } from '../../src/extproc/grpc-server.js';
+import type { GrpcTransport } from '../../src/config/config.js';
 import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
 import type { ProcessorFactory } from '../../src/extproc/processor-contract.js';
-import { makeSelfSignedIdentity, openTlsIdentity, type TlsIdentity } from '../../src/extproc/tls-identity.js';
+import { makeSelfSignedIdentity, openTlsIdentity, type TlsIdentity, type TlsIdentitySource } from '../../src/extproc/tls-identity.js';
 import { loadWireDefinitions } from '../../src/extproc/wire.js';
 import type { HealthCheckResponse } from '../../src/extproc/wire.js';
 import { fingerprint, secretVolume, servedFingerprint } from '../support/tls-files.js';
@@ -80,80 +83,81 @@ const headers: ProcessingRequest = {
   request_headers: { headers: { headers: [{ key: ':path', raw_value: Buffer.from('/v1/chat/completions') }] } },
 };
 
-void describe('gRPC listener TLS', () => {
-  void it('serves a self-signed certificate made at start; plaintext clients are refused', async () => {
-    const identity = await openTlsIdentity({ mode: 'self-signed' }, silent);
-    const server = await startGrpcServer({
-      address: '127.0.0.1:0',
-      processorFactory: continueFactory,
-      health: alwaysServing,
-      logger: silent,
-      tls: identity,
-    });
-    const secure = trusting(identity.current(), server.address);
-    const plain = new Client(server.address, credentials.createInsecure());
-    try {
-      assert.equal(await servedFingerprint('127.0.0.1', server.port ?? 0), fingerprint(identity.current()));
-      assert.deepEqual(await check(secure), { status: 'SERVING' });
-      await assert.rejects(check(plain));
-    } finally {
-      secure.close();
-      plain.close();
-      await server.shutdown(1_000);
-    }
+function startTlsServer(transport: GrpcTransport, tls: TlsIdentitySource): Promise<RunningGrpcServer> {
+  return startGrpcServer({
+    transport,
+    address: '127.0.0.1:0',
+    processorFactory: continueFactory,
+    health: alwaysServing,
+    logger: silent,
+    tls,
   });
+}
 
-  void it('picks up replaced Secret files without a restart; open streams carry on; a mismatched pair is refused', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-tls-'));
-    const [first, second, third] = await Promise.all([makeSelfSignedIdentity(), makeSelfSignedIdentity(), makeSelfSignedIdentity()]);
-    const volume = await secretVolume(join(dir, 'secret'), first);
-    // Polling is slowed to a crawl so the test proves the directory watch reacts to the swap.
-    const logs: string[] = [];
-    const logger = pino({ level: 'info' }, { write: (line: string) => void logs.push(line) });
-    const identity = await openTlsIdentity({ mode: 'files', certFile: volume.certFile, keyFile: volume.keyFile }, logger, {
-      pollIntervalMs: 3_600_000,
+for (const impl of GRPC_TRANSPORTS) {
+  void describe(`${impl}: gRPC listener TLS`, () => {
+    void it('serves a self-signed certificate made at start; plaintext clients are refused', async () => {
+      const identity = await openTlsIdentity({ mode: 'self-signed' }, silent);
+      const server = await startTlsServer(impl, identity);
+      const secure = trusting(identity.current(), server.address);
+      const plain = new Client(server.address, credentials.createInsecure());
+      try {
+        assert.equal(await servedFingerprint('127.0.0.1', server.port ?? 0), fingerprint(identity.current()));
+        assert.deepEqual(await check(secure), { status: 'SERVING' });
+        await assert.rejects(check(plain));
+      } finally {
+        secure.close();
+        plain.close();
+        await server.shutdown(1_000);
+      }
     });
-    const server = await startGrpcServer({
-      address: '127.0.0.1:0',
-      processorFactory: continueFactory,
-      health: alwaysServing,
-      logger: silent,
-      tls: identity,
+
+    void it('picks up replaced Secret files without a restart; open streams carry on; a mismatched pair is refused', async () => {
+      const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-tls-'));
+      const [first, second, third] = await Promise.all([makeSelfSignedIdentity(), makeSelfSignedIdentity(), makeSelfSignedIdentity()]);
+      const volume = await secretVolume(join(dir, 'secret'), first);
+      // Polling is slowed to a crawl so the test proves the directory watch reacts to the swap.
+      const logs: string[] = [];
+      const logger = pino({ level: 'info' }, { write: (line: string) => void logs.push(line) });
+      const identity = await openTlsIdentity({ mode: 'files', certFile: volume.certFile, keyFile: volume.keyFile }, logger, {
+        pollIntervalMs: 3_600_000,
+      });
+      const server = await startTlsServer(impl, identity);
+      const port = server.port ?? 0;
+      const oldClient = trusting(first, server.address);
+      const clients = [oldClient];
+      try {
+        const stream = openStream(oldClient);
+        stream.call.write(headers);
+        assert.ok((await stream.nextReply()).request_headers !== undefined);
+
+        await volume.write(second);
+        await waitUntil(async () => ((await servedFingerprint('127.0.0.1', port)) === fingerprint(second) ? true : undefined), {
+          description: 'the new certificate being served',
+        });
+        const newClient = trusting(second, server.address);
+        clients.push(newClient);
+        assert.deepEqual(await check(newClient), { status: 'SERVING' });
+        // The stream opened under the first certificate is still answered on its old connection.
+        stream.call.write(headers);
+        assert.ok((await stream.nextReply()).request_headers !== undefined);
+        stream.call.end();
+
+        // A certificate without its key (the third's certificate, the second's key) never replaces a good pair.
+        await volume.write({ cert: third.cert, key: second.key });
+        await waitUntil(() => (logs.some((line) => line.includes('not a usable pair')) ? true : undefined), {
+          description: 'the mismatched pair being refused',
+        });
+        assert.equal(await servedFingerprint('127.0.0.1', port), fingerprint(second));
+        await volume.write(third);
+        await waitUntil(async () => ((await servedFingerprint('127.0.0.1', port)) === fingerprint(third) ? true : undefined), {
+          description: 'the third certificate being served',
+        });
+      } finally {
+        for (const client of clients) client.close();
+        await server.shutdown(1_000);
+        await rm(dir, { recursive: true, force: true });
+      }
     });
-    const port = server.port ?? 0;
-    const oldClient = trusting(first, server.address);
-    const clients = [oldClient];
-    try {
-      const stream = openStream(oldClient);
-      stream.call.write(headers);
-      assert.ok((await stream.nextReply()).request_headers !== undefined);
-
-      await volume.write(second);
-      await waitUntil(async () => ((await servedFingerprint('127.0.0.1', port)) === fingerprint(second) ? true : undefined), {
-        description: 'the new certificate being served',
-      });
-      const newClient = trusting(second, server.address);
-      clients.push(newClient);
-      assert.deepEqual(await check(newClient), { status: 'SERVING' });
-      // The stream opened under the first certificate is still answered on its old connection.
-      stream.call.write(headers);
-      assert.ok((await stream.nextReply()).request_headers !== undefined);
-      stream.call.end();
-
-      // A certificate without its key (the third's certificate, the second's key) never replaces a good pair.
-      await volume.write({ cert: third.cert, key: second.key });
-      await waitUntil(() => (logs.some((line) => line.includes('not a usable pair')) ? true : undefined), {
-        description: 'the mismatched pair being refused',
-      });
-      assert.equal(await servedFingerprint('127.0.0.1', port), fingerprint(second));
-      await volume.write(third);
-      await waitUntil(async () => ((await servedFingerprint('127.0.0.1', port)) === fingerprint(third) ? true : undefined), {
-        description: 'the third certificate being served',
-      });
-    } finally {
-      for (const client of clients) client.close();
-      await server.shutdown(1_000);
-      await rm(dir, { recursive: true, force: true });
-    }
   });
-});
+}

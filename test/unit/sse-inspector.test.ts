@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { SseInspector } from '../../src/inspect/sse-inspector.js';
 import type { BodyVerdict } from '../../src/inspect/verdict.js';
+import { splitBytes } from '../support/split-bytes.js';
 
 function chunk(content: string): string {
   return `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content } }] })}\n\n`;
@@ -282,18 +283,6 @@ function expected(events: readonly ModelEvent[]): { kind: 'ok' | 'stream_incompl
   return { kind: events.some((e) => e.t === 'done') ? 'ok' : 'stream_incomplete' };
 }
 
-function split(bytes: Buffer, cuts: readonly number[]): Buffer[] {
-  const points = [...new Set(cuts.map((c) => (bytes.length === 0 ? 0 : c % (bytes.length + 1))))].sort((a, b) => a - b);
-  const parts: Buffer[] = [];
-  let start = 0;
-  for (const p of points) {
-    parts.push(bytes.subarray(start, p));
-    start = p;
-  }
-  parts.push(bytes.subarray(start));
-  return parts;
-}
-
 void describe('SseInspector: property', () => {
   void it('any split of a stream gives the same verdict as the whole, and the one the model predicts', () => {
     fc.assert(
@@ -305,7 +294,7 @@ void describe('SseInspector: property', () => {
           const bytes = encode(events, eol);
           const whole = inspect(bytes);
           const wholeVerdict = whole.finish();
-          const pieces = inspect(...split(bytes, cuts));
+          const pieces = inspect(...splitBytes(bytes, cuts));
           const piecesVerdict = pieces.finish();
 
           assert.deepEqual(piecesVerdict, wholeVerdict);

@@ -1,0 +1,418 @@
+// The gRPC edge on node:http2, without grpc-js (`listen.transport: native`, the default). gRPC over
+// HTTP/2 is small for what we serve: a POST per call, `content-type: application/grpc`,
+// length-prefixed messages in DATA frames (grpc-framing.ts), a status in trailers. This module
+// routes each stream to the Process call (process-call.ts) or the health service
+// (health-service.ts), decodes and encodes with the hot-path codec (wire.ts), and keeps the
+// HTTP/2 sessions healthy; it decides nothing about what to answer.
+import cluster from 'node:cluster';
+import http2 from 'node:http2';
+import type { Http2SecureServer, Http2Server, IncomingHttpHeaders, ServerHttp2Session, ServerHttp2Stream } from 'node:http2';
+import type { Socket } from 'node:net';
+import type { Logger } from 'pino';
+import { frameMessage, GrpcFramingError, MessageDeframer } from './grpc-framing.js';
+import type { GrpcServerOptions, RunningGrpcServer } from './grpc-server.js';
+import { GRPC_STATUS, statusTrailers } from './grpc-status.js';
+import { HealthService } from './health-service.js';
+import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
+import type { ListenTarget } from './listen-address.js';
+import { CONSTANT_REPLIES } from './constant-replies.js';
+import type { ProcessingResponse } from './messages.js';
+import { asError, ProcessCall, processCallContext } from './process-call.js';
+import { KEEPALIVE_INTERVAL_MS, KEEPALIVE_TIMEOUT_MS, MAX_RECEIVE_MESSAGE_BYTES, RELEASE_FLUSH_MS } from './transport-settings.js';
+import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from './wire.js';
+import type { HealthCheckRequest, HealthCheckResponse } from './wire.js';
+
+const PROCESS_PATH = `/${EXT_PROC_SERVICE_NAME}/Process`;
+const CHECK_PATH = `/${HEALTH_SERVICE_NAME}/Check`;
+const WATCH_PATH = `/${HEALTH_SERVICE_NAME}/Watch`;
+
+const MiB = 1024 * 1024;
+/**
+ * Per-stream receive window. A buffered body is one message: with the protocol's 64 KiB default
+ * Envoy would wait for a WINDOW_UPDATE round trip every 64 KiB of a 5 MB body. Finite, so a
+ * paused stream (backpressure) still stops Envoy sending.
+ */
+const STREAM_WINDOW_BYTES = 16 * MiB;
+/** Connection receive window: room for several large bodies at once on Envoy's one connection. */
+const CONNECTION_WINDOW_BYTES = 128 * MiB;
+
+/**
+ * HTTP/2 settings for Envoy as the only client: every HTTP request is a stream on the same few
+ * connections (no concurrency cap), large windows (above), and header limits well above what
+ * Envoy's ext_proc client sends, so no request dies on a header-size setting.
+ */
+const SERVER_OPTIONS: http2.ServerOptions = {
+  settings: {
+    maxConcurrentStreams: 2 ** 32 - 1,
+    initialWindowSize: STREAM_WINDOW_BYTES,
+    maxHeaderListSize: 1 * MiB,
+  },
+  maxHeaderListPairs: 4096,
+  // In MB; nghttp2 refuses new streams (ENHANCE_YOUR_CALM) past it. Large bodies in flight on one
+  // connection need far more than the 10 MB default; Envoy's buffer limits are the real bound.
+  maxSessionMemory: 64 * 1024,
+  // Envoy pings an idle connection; answering pings is nghttp2's job and never refused here.
+};
+
+const RESPONSE_HEADERS = { ':status': 200, 'content-type': 'application/grpc' } as const;
+const OK_TRAILERS = statusTrailers(GRPC_STATUS.OK);
+
+export async function startNativeServer(opts: GrpcServerOptions): Promise<RunningGrpcServer> {
+  const logger = opts.logger.child({ component: 'grpc-server' });
+  const definitions = loadWireDefinitions();
+  const processMethod = definitions.externalProcessor.Process;
+  const { Check, Watch } = definitions.health;
+  // The constant "continue" replies are framed once; everything else is encoded and framed per reply.
+  const framedConstants = new Map<ProcessingResponse, Buffer>(
+    CONSTANT_REPLIES.map((reply) => [reply, frameMessage(processMethod.responseSerialize(reply))]),
+  );
+  const frameReply = (reply: ProcessingResponse): Buffer =>
+    framedConstants.get(reply) ?? frameMessage(processMethod.responseSerialize(reply));
+  const health = new HealthService(opts.health);
+  const context = processCallContext(opts, logger);
+  const sessions = new Set<ServerHttp2Session>();
+  let stopping = false;
+
+  const serveProcess = (stream: ServerHttp2Stream): void => {
+    const call = new GrpcCall(stream);
+    const deframer = new MessageDeframer(MAX_RECEIVE_MESSAGE_BYTES);
+    const processCall: ProcessCall = new ProcessCall(
+      {
+        write: (reply) => call.write(frameReply(reply)),
+        pauseUntilDrain: () => {
+          stream.pause();
+          stream.once('drain', () => {
+            if (processCall.open) stream.resume();
+          });
+        },
+        endOk: () => call.end(GRPC_STATUS.OK),
+        endError: (code, details) => call.end(GRPC_STATUS[code], details),
+      },
+      context,
+    );
+    if (processCall.isFinished) {
+      stream.resume(); // the call is over; discard whatever Envoy still sends
+      stream.on('error', (err) => logger.debug({ err }, 'ext_proc stream error after the call ended'));
+      return;
+    }
+    const onMessage = (bytes: Buffer): void => {
+      if (!processCall.open) return;
+      let request;
+      try {
+        request = processMethod.requestDeserialize(bytes);
+      } catch (thrown) {
+        const error = asError(thrown);
+        logger.warn({ err: error }, 'undecodable ext_proc message; ending the stream with INTERNAL');
+        processCall.fail(error);
+        return;
+      }
+      processCall.message(request);
+    };
+    stream.on('data', (chunk: Buffer) => {
+      if (!processCall.open) return;
+      try {
+        deframer.push(chunk, onMessage);
+      } catch (thrown) {
+        if (!(thrown instanceof GrpcFramingError)) throw thrown;
+        logger.warn({ err: thrown }, 'unreadable ext_proc frame; ending the stream');
+        processCall.fail(thrown, thrown.code, thrown.message);
+      }
+    });
+    stream.on('end', () => {
+      if (!processCall.open) return;
+      processCall.open = false; // Envoy sends nothing more, and we have answered everything it sent
+      if (!deframer.idle) {
+        processCall.fail(new Error('ext_proc stream ended inside a message'), 'INTERNAL', 'stream ended inside a message');
+        return;
+      }
+      // An Envoy that resets without the graceful close sends END_STREAM and RST_STREAM in one
+      // write. Node delivers 'end' first (on a tick) and marks the stream aborted while still
+      // handling the same read, so one macrotask later a reset that came with the end of input is
+      // known; a reset arriving in a later read follows a real half-close and changes nothing.
+      setImmediate(() => {
+        if (processCall.isFinished) return;
+        if (stream.aborted) processCall.cancelled();
+        else processCall.halfClosed();
+      });
+    });
+    stream.on('aborted', () => processCall.cancelled());
+    // After a cancel Node also reports the reset as a stream error; the call is finished by then.
+    stream.on('error', (err) => processCall.transportFailed(err, logger));
+    // Safety net: whatever way the stream goes (session destroyed, keepalive timeout), finish once.
+    stream.on('close', () => processCall.cancelled());
+  };
+
+  /** Reads the one request message of a unary or server-streaming call. */
+  const readRequest = (stream: ServerHttp2Stream, call: GrpcCall, onRequest: (request: HealthCheckRequest) => void): void => {
+    const deframer = new MessageDeframer(MiB);
+    let received = false;
+    stream.on('data', (chunk: Buffer) => {
+      if (received) return;
+      try {
+        deframer.push(chunk, (bytes) => {
+          if (received) return;
+          received = true;
+          onRequest(Check.requestDeserialize(bytes));
+        });
+      } catch (thrown) {
+        received = true;
+        const error = asError(thrown);
+        call.end(thrown instanceof GrpcFramingError ? GRPC_STATUS[thrown.code] : GRPC_STATUS.INTERNAL, error.message);
+      }
+    });
+    stream.on('end', () => {
+      if (!received) call.end(GRPC_STATUS.INTERNAL, 'no request message');
+    });
+    stream.on('error', (err) => logger.debug({ err }, 'health call failed'));
+  };
+
+  const serveCheck = (stream: ServerHttp2Stream): void => {
+    const call = new GrpcCall(stream);
+    readRequest(stream, call, (request) => {
+      const answer = health.check(request);
+      if (!answer.found) {
+        call.end(GRPC_STATUS.NOT_FOUND, answer.details);
+        return;
+      }
+      call.write(frameMessage(Check.responseSerialize(answer.response)));
+      call.end(GRPC_STATUS.OK);
+    });
+  };
+
+  const serveWatch = (stream: ServerHttp2Stream): void => {
+    const call = new GrpcCall(stream);
+    readRequest(stream, call, (request) => {
+      const watch = health.watch(
+        request,
+        (response: HealthCheckResponse) => void call.write(frameMessage(Watch.responseSerialize(response))),
+        () => call.end(GRPC_STATUS.OK),
+      );
+      stream.on('close', () => watch.stop());
+    });
+  };
+
+  const onStream = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void => {
+    const path = headers[':path'];
+    // Every stream needs an 'error' listener (Node emits a peer's reset as one); the three
+    // methods add their own, anything refused here gets this one.
+    const ignoreErrors = (): void => void stream.on('error', (err) => logger.debug({ err, path }, 'HTTP/2 stream error'));
+    if (headers[':method'] !== 'POST') {
+      ignoreErrors();
+      refuse(stream, 405, GRPC_STATUS.UNIMPLEMENTED, 'gRPC requires POST');
+      return;
+    }
+    if (!isGrpcContentType(headers['content-type'])) {
+      ignoreErrors();
+      refuse(stream, 415, GRPC_STATUS.INTERNAL, 'content-type must be application/grpc');
+      return;
+    }
+    switch (path) {
+      case PROCESS_PATH:
+        serveProcess(stream);
+        return;
+      case CHECK_PATH:
+        serveCheck(stream);
+        return;
+      case WATCH_PATH:
+        serveWatch(stream);
+        return;
+      default:
+        ignoreErrors();
+        stream.resume(); // discard whatever the client sends
+        new GrpcCall(stream).end(GRPC_STATUS.UNIMPLEMENTED, `unknown method ${path ?? ''}`);
+    }
+  };
+
+  const onSession = (session: ServerHttp2Session): void => {
+    sessions.add(session);
+    if (stopping) {
+      session.close();
+      return;
+    }
+    try {
+      session.setLocalWindowSize(CONNECTION_WINDOW_BYTES);
+    } catch (err) {
+      logger.debug({ err }, 'could not widen the HTTP/2 connection window');
+    }
+    const keepalive = startKeepalive(session, logger);
+    session.on('close', () => {
+      clearInterval(keepalive);
+      sessions.delete(session);
+    });
+    session.on('error', (err) => logger.debug({ err }, 'HTTP/2 session error'));
+  };
+
+  const tls = opts.tls;
+  const server: Http2Server | Http2SecureServer =
+    tls === undefined
+      ? http2.createServer(SERVER_OPTIONS)
+      : http2.createSecureServer({ ...SERVER_OPTIONS, ...identityOptions(tls.current()), allowHTTP1: false });
+  // Only new TLS handshakes see a replaced pair; open connections and their streams carry on.
+  const unsubscribeTls =
+    tls === undefined ? () => {} : tls.onChange((identity) => (server as Http2SecureServer).setSecureContext(identityOptions(identity)));
+  // Connections that never became a session (a TLS handshake that fails or hangs) would hold
+  // server.close() forever: shutdown destroys whatever is left at its deadline.
+  const sockets = new Set<Socket>();
+  server.on('connection', (socket: Socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
+  server.on('session', onSession);
+  server.on('stream', onStream);
+  server.on('sessionError', (err) => logger.debug({ err }, 'HTTP/2 session error'));
+
+  const target = parseAddress(opts.address);
+  // Cluster workers share the primary's listening socket (the primary removed a stale file before
+  // forking); a worker probing it would find it live and refuse to start.
+  if (target.kind === 'unix' && !cluster.isWorker) await removeStaleSocket(target.path, logger);
+  let port: number;
+  try {
+    port = await listen(server, target);
+  } catch (err) {
+    unsubscribeTls();
+    tls?.close();
+    throw new Error(`cannot listen on ${opts.address}: ${asError(err).message}`, { cause: err });
+  }
+  const address = dialAddress(target, port);
+  logger.info({ address, tls: tls !== undefined, transport: 'native' }, 'gRPC server listening');
+
+  let stopped: Promise<void> | undefined;
+  return {
+    address,
+    ...(target.kind === 'tcp' ? { port } : {}),
+    shutdown(graceMs: number): Promise<void> {
+      stopping = true;
+      health.stopServing();
+      stopped ??= shutdownServer(server, sessions, sockets, context.openStreams, graceMs, logger).finally(() => {
+        unsubscribeTls();
+        tls?.close();
+      });
+      return stopped;
+    },
+  };
+}
+
+/**
+ * The response side of one gRPC call on an HTTP/2 stream: headers go out with the first message
+ * (so an error before any message is a trailers-only response, as gRPC expects), the status in
+ * trailers. Writes after the stream closed are dropped: the peer is gone.
+ */
+class GrpcCall {
+  private headersSent = false;
+  private ended = false;
+  private trailers: Record<string, string> = OK_TRAILERS;
+
+  constructor(private readonly stream: ServerHttp2Stream) {}
+
+  /** False when the stream's write buffer is full. */
+  write(frame: Buffer): boolean {
+    const stream = this.stream;
+    if (this.ended || stream.destroyed || stream.closed) return true;
+    if (!this.headersSent) {
+      this.headersSent = true;
+      stream.respond(RESPONSE_HEADERS, { waitForTrailers: true });
+      stream.once('wantTrailers', () => this.sendTrailers());
+    }
+    return stream.write(frame);
+  }
+
+  end(code: number, message?: string): void {
+    const stream = this.stream;
+    if (this.ended || stream.destroyed || stream.closed) return;
+    this.ended = true;
+    this.trailers = code === GRPC_STATUS.OK && message === undefined ? OK_TRAILERS : statusTrailers(code, message);
+    if (this.headersSent) {
+      stream.end(); // then 'wantTrailers'
+      return;
+    }
+    stream.respond({ ...RESPONSE_HEADERS, ...this.trailers }, { endStream: true });
+  }
+
+  private sendTrailers(): void {
+    if (this.stream.destroyed || this.stream.closed) return;
+    this.stream.sendTrailers(this.trailers);
+  }
+}
+
+/** A plain HTTP refusal for what is not a gRPC call at all (wrong method or content type). */
+function refuse(stream: ServerHttp2Stream, httpStatus: number, grpcStatus: number, message: string): void {
+  stream.resume();
+  stream.respond({ ':status': httpStatus, 'content-type': 'text/plain; charset=utf-8', ...statusTrailers(grpcStatus, message) });
+  stream.end(message);
+}
+
+function isGrpcContentType(contentType: string | undefined): boolean {
+  if (contentType === undefined || !contentType.startsWith('application/grpc')) return false;
+  const rest = contentType.slice('application/grpc'.length);
+  return rest === '' || rest.startsWith('+') || rest.startsWith(';');
+}
+
+function identityOptions(identity: { cert: Buffer; key: Buffer }): { cert: Buffer; key: Buffer } {
+  return { cert: identity.cert, key: identity.key };
+}
+
+/** Pings the peer every KEEPALIVE_INTERVAL_MS; a peer that does not answer within KEEPALIVE_TIMEOUT_MS is gone. */
+function startKeepalive(session: ServerHttp2Session, logger: Logger): NodeJS.Timeout {
+  const interval = setInterval(() => {
+    if (session.closed || session.destroyed) return;
+    const timeout = setTimeout(() => {
+      logger.warn('HTTP/2 peer did not answer a keepalive ping; closing the connection');
+      session.destroy();
+    }, KEEPALIVE_TIMEOUT_MS);
+    timeout.unref();
+    const sent = session.ping((err) => {
+      clearTimeout(timeout);
+      if (err !== null) logger.debug({ err }, 'keepalive ping failed');
+    });
+    if (!sent) clearTimeout(timeout); // too many unanswered pings are already out; the next round retries
+  }, KEEPALIVE_INTERVAL_MS);
+  interval.unref();
+  return interval;
+}
+
+function listen(server: Http2Server | Http2SecureServer, target: ListenTarget): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    const listening = (): void => {
+      server.off('error', reject);
+      const bound = server.address();
+      resolve(typeof bound === 'object' && bound !== null ? bound.port : 0);
+    };
+    if (target.kind === 'unix') server.listen({ path: target.path }, listening);
+    else server.listen({ host: target.host.replace(/^\[|\]$/g, ''), port: target.port }, listening);
+  });
+}
+
+async function shutdownServer(
+  server: Http2Server | Http2SecureServer,
+  sessions: Set<ServerHttp2Session>,
+  sockets: Set<Socket>,
+  openStreams: Set<() => void>,
+  graceMs: number,
+  logger: Logger,
+): Promise<void> {
+  // Stop accepting connections; the callback runs once every connection has closed.
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+  // GOAWAY: no new streams; each session closes once its open streams are done.
+  for (const session of sessions) session.close();
+  let graceTimer: NodeJS.Timeout | undefined;
+  let flushTimer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<void>((resolve) => {
+    graceTimer = setTimeout(() => {
+      if (openStreams.size > 0) {
+        logger.warn({ graceMs, streams: openStreams.size }, 'ext_proc streams still open after the grace period; releasing them to Envoy');
+      }
+      for (const release of [...openStreams]) release();
+      flushTimer = setTimeout(() => {
+        for (const session of sessions) session.destroy();
+        for (const socket of sockets) socket.destroy();
+        resolve();
+      }, RELEASE_FLUSH_MS);
+    }, graceMs);
+  });
+  await Promise.race([closed, deadline]);
+  clearTimeout(graceTimer);
+  clearTimeout(flushTimer);
+  await closed;
+  logger.info('gRPC server stopped');
+}

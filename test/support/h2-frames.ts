@@ -1,0 +1,82 @@
+// An HTTP/2 client that writes frames exactly as given, for what no gRPC client can be told to
+// do: reset a stream the way Envoy does (RST_STREAM alone, or END_STREAM and RST_STREAM in one
+// write), or send frames the protocol forbids. Headers go out as HPACK literals (no table, no
+// Huffman); whatever the server sends back is kept as raw bytes and not interpreted.
+import { connect } from 'node:net';
+import type { Socket } from 'node:net';
+
+const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+export const FRAME = Object.freeze({ DATA: 0, HEADERS: 1, RST_STREAM: 3, SETTINGS: 4 });
+export const FLAG = Object.freeze({ END_STREAM: 0x1, END_HEADERS: 0x4 });
+export const NGHTTP2_CANCEL = 8;
+
+export function frame(type: number, flags: number, streamId: number, payload: Buffer = Buffer.alloc(0)): Buffer {
+  const header = Buffer.alloc(9);
+  header.writeUIntBE(payload.length, 0, 3);
+  header[3] = type;
+  header[4] = flags;
+  header.writeUInt32BE(streamId, 5);
+  return Buffer.concat([header, payload]);
+}
+
+/** A HEADERS frame (END_HEADERS) of literal fields without indexing. */
+export function headersFrame(streamId: number, fields: ReadonlyArray<readonly [string, string]>, endStream = false): Buffer {
+  const block = Buffer.concat(fields.map(([name, value]) => Buffer.concat([Buffer.from([0]), hpackString(name), hpackString(value)])));
+  return frame(FRAME.HEADERS, FLAG.END_HEADERS | (endStream ? FLAG.END_STREAM : 0), streamId, block);
+}
+
+export function dataFrame(streamId: number, data: Buffer, endStream = false): Buffer {
+  return frame(FRAME.DATA, endStream ? FLAG.END_STREAM : 0, streamId, data);
+}
+
+export function rstStreamFrame(streamId: number, code = NGHTTP2_CANCEL): Buffer {
+  const payload = Buffer.alloc(4);
+  payload.writeUInt32BE(code);
+  return frame(FRAME.RST_STREAM, 0, streamId, payload);
+}
+
+/** The request headers of a gRPC call to `path`. */
+export function grpcRequestHeaders(path: string, authority = 'localhost'): Array<[string, string]> {
+  return [
+    [':method', 'POST'],
+    [':scheme', 'http'],
+    [':path', path],
+    [':authority', authority],
+    ['content-type', 'application/grpc'],
+    ['te', 'trailers'],
+  ];
+}
+
+export interface RawH2Connection {
+  /** Writes the bytes in one socket write (so the server reads them together). */
+  write(bytes: Buffer): void;
+  /** Everything the server sent so far. */
+  received(): Buffer;
+  close(): void;
+}
+
+/** Connects over plaintext TCP or a Unix socket (`unix:///path`) and sends the preface and empty SETTINGS. */
+export function rawH2Connect(address: string): Promise<RawH2Connection> {
+  return new Promise((resolve, reject) => {
+    const socket: Socket = address.startsWith('unix://')
+      ? connect(address.slice('unix://'.length))
+      : connect(Number(address.slice(address.lastIndexOf(':') + 1)), address.slice(0, address.lastIndexOf(':')));
+    const chunks: Buffer[] = [];
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+    socket.once('error', reject);
+    socket.once('connect', () => {
+      socket.write(Buffer.concat([PREFACE, frame(FRAME.SETTINGS, 0, 0)]));
+      resolve({
+        write: (bytes) => void socket.write(bytes),
+        received: () => Buffer.concat(chunks),
+        close: () => void socket.destroy(),
+      });
+    });
+  });
+}
+
+function hpackString(text: string): Buffer {
+  const bytes = Buffer.from(text, 'latin1');
+  if (bytes.length >= 127) throw new Error('raw HPACK helper: strings of 127 bytes or more are not supported');
+  return Buffer.concat([Buffer.from([bytes.length]), bytes]);
+}
