@@ -1,6 +1,6 @@
 // In-flight request counts per endpoint address: the load signal we know without asking anyone.
 // Owned by the data path; a request holds its slot from routing until its ext_proc stream ends,
-// whatever the outcome. The counts live in the shared signal cells the picker reads.
+// whatever the outcome. The counts live in the signal board's records, which the picker reads.
 
 import { SignalBoard } from './signals.js';
 

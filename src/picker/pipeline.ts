@@ -1,11 +1,12 @@
 // The picking pipeline: filters, then weighted scorers, then the best 1 + fallbacks distinct
-// endpoints in order. Pure apart from the signal cells it reads and the one random draw per pick
-// that breaks ties; no I/O, no clocks.
+// endpoints in order. Pure apart from the signal records it reads and the one random draw per
+// pick that breaks ties; no I/O, no clocks.
 //
 // Cost: what depends only on the endpoint view (the candidates of a model, de-duplicated, with
-// their signal cells, address hashes and queue limits) is compiled once per view and cached. A
-// pick is then two linear passes over typed arrays and cells with no sort and no allocation that
-// grows with the pool: the top few are kept by insertion into a fixed-size list.
+// where their signal records are, address hashes and queue limits) is compiled once per view and
+// cached. A pick is then two linear passes over typed arrays (the board's records, one per
+// address: signals.ts) with no sort and no allocation that grows with the pool: the top few are
+// kept by insertion into a fixed-size list.
 //
 //   filters  routable (Ready with an address) · the gateway's subset hint · the pool's queue limit
 //   scorers  queue depth · KV-cache use · our in-flight count · prefix affinity · LoRA affinity
@@ -23,7 +24,8 @@ import {
   prefixAffinityScore,
   queueDepthScore,
 } from './scorers.js';
-import type { SignalBoard, SignalCell } from './signals.js';
+import { Field } from './signals.js';
+import type { SignalBoard } from './signals.js';
 
 export interface ScorerWeights {
   readonly queue: number;
@@ -89,12 +91,19 @@ export type PickOutcome =
 /** A model's candidates, compiled once per endpoint view. */
 export class CandidateSet {
   readonly endpoints: Endpoint[] = [];
-  readonly cells: SignalCell[] = [];
-  readonly hashes: Uint32Array;
+  /**
+   * Per candidate, two int32s: where its record starts in the board's signals (slot ×
+   * Field.Stride), and its address hash for rendezvous (bit pattern of the uint32).
+   */
+  readonly records: Int32Array;
+  /** The board's layout version the slots were looked up at. */
+  layoutVersion = -1;
   readonly queueLimits: Float64Array;
   readonly indexOf = new Map<string, number>();
   /** Scratch space for one pick (picks never overlap: one event loop). */
   readonly order: Int32Array;
+  /** False after a pick with a subset hint: `order` must be refilled with every candidate. */
+  orderIsAll = false;
   readonly excluded: Uint8Array;
 
   constructor(pools: readonly PoolView[], board: SignalBoard, policy: (pool: string) => PoolPolicy) {
@@ -105,23 +114,29 @@ export class CandidateSet {
         if (!isRoutable(endpoint) || this.indexOf.has(endpoint.address)) continue;
         this.indexOf.set(endpoint.address, this.endpoints.length);
         this.endpoints.push(endpoint);
-        this.cells.push(board.cell(endpoint.address));
       }
     }
     const n = this.endpoints.length;
-    this.hashes = new Uint32Array(n);
+    this.records = new Int32Array(2 * n);
     this.queueLimits = new Float64Array(n);
     const limits = new Map(pools.map((p) => [p.name, policy(p.name).maxQueueDepth ?? Number.POSITIVE_INFINITY]));
     for (let i = 0; i < n; i++) {
-      this.hashes[i] = hashAddress(this.endpoints[i].address);
+      this.records[2 * i + 1] = hashAddress(this.endpoints[i].address);
       this.queueLimits[i] = limits.get(this.endpoints[i].pool) ?? Number.POSITIVE_INFINITY;
     }
     this.order = new Int32Array(n);
     this.excluded = new Uint8Array(n);
+    this.resolveSlots(board);
   }
 
   get size(): number {
     return this.endpoints.length;
+  }
+
+  /** (Re)reads each candidate's slot: at compile time, and after the board released slots. */
+  resolveSlots(board: SignalBoard): void {
+    for (let i = 0; i < this.endpoints.length; i++) this.records[2 * i] = board.cell(this.endpoints[i].address).slot * Field.Stride;
+    this.layoutVersion = board.layoutVersion;
   }
 }
 
@@ -146,6 +161,7 @@ export class Picker {
   candidates(pools: readonly PoolView[]): CandidateSet {
     let set = this.compiled.get(pools);
     if (set === undefined) this.compiled.set(pools, (set = new CandidateSet(pools, this.board, this.options.poolPolicy)));
+    else if (set.layoutVersion !== this.board.layoutVersion) set.resolveSlots(this.board);
     return set;
   }
 
@@ -154,7 +170,11 @@ export class Picker {
     const count = this.filterSubset(set, request.subset);
     if (count === 0) return { kind: 'none' };
     const { weights, boundedLoad } = this.options;
-    const { order, excluded, cells, queueLimits, hashes } = set;
+    const { order, excluded, records, queueLimits } = set;
+    // Without a subset hint every candidate is visited in order: skip the `order` indirection.
+    const all = count === set.size;
+    // Read after compiling: compiling may add slots, and growing the board replaces the array.
+    let signals = this.board.signals;
 
     // Pass 1: ranges for normalisation, the queue-limit filter, mean load, LoRA relevance.
     let minFlight = Infinity;
@@ -165,13 +185,13 @@ export class Picker {
     let eligible = 0;
     let loadSum = 0;
     for (let j = 0; j < count; j++) {
-      const i = order[j];
-      const cell = cells[i];
-      const flight = cell.inFlight;
+      const i = all ? j : order[j];
+      const at = records[2 * i];
+      const flight = signals[at + Field.InFlight];
       if (flight < minFlight) minFlight = flight;
       if (flight > maxFlight) maxFlight = flight;
-      if (cell.reporting) {
-        const waiting = cell.waiting;
+      if (signals[at + Field.Reporting] === 1) {
+        const waiting = signals[at + Field.Waiting];
         reporting++;
         if (waiting < minWaiting) minWaiting = waiting;
         if (waiting > maxWaiting) maxWaiting = waiting;
@@ -179,7 +199,7 @@ export class Picker {
           excluded[i] = 1;
           continue;
         }
-        loadSum += outstandingLoad(flight, waiting, cell.running);
+        loadSum += outstandingLoad(flight, waiting, signals[at + Field.Running]);
       } else loadSum += flight;
       excluded[i] = 0;
       eligible++;
@@ -187,18 +207,26 @@ export class Picker {
     const shortestQueue = minWaiting;
     if (eligible === 0) return { kind: 'shed', pools: this.poolsOf(set, count), shortestQueue };
 
-    const flightRange = { min: minFlight, max: maxFlight };
-    const waitingRange = { min: minWaiting, max: maxWaiting };
     const meanLoad = loadSum / eligible;
     const ownerMaxQueue = boundedLoad.maxQueue ?? Infinity;
+    const { factor, slack } = boundedLoad;
     const blocks = request.promptBlocks;
     const useAffinity = weights.prefix > 0 && blocks !== undefined && blocks.length > 0 && this.options.keyBlocks > 0;
     const key = useAffinity ? blocks[Math.min(blocks.length, this.options.keyBlocks) - 1] : 0;
-    // The LoRA scorer only speaks for a model that some endpoint reports as an adapter.
+    // The LoRA scorer only speaks for a model that some endpoint reports as an adapter; its
+    // holders are marked in their records, so the loop reads a number per candidate.
     const useLora = weights.lora > 0 && this.board.adapters.has(request.model);
+    const holds = useLora ? this.board.markHolders(request.model) : -1;
+    signals = this.board.signals;
+    const flightRange = { min: minFlight, max: maxFlight };
+    const waitingRange = { min: minWaiting, max: maxWaiting };
+    const { inFlight: inFlightWeight, queue: queueWeight, kvCache: kvCacheWeight, lora: loraWeight } = weights;
+    const maxAdaptersPerServer = this.options.maxAdaptersPerServer;
 
     // Pass 2: scores, from a random start so that ties go to a random endpoint.
     const start = Math.floor(this.options.random() * count) % count;
+    const limit = this.k + 1;
+    const topScore = this.topScore;
     let kept = 0;
     let owner = -1;
     let ownerWeight = -1;
@@ -206,34 +234,31 @@ export class Picker {
     let ownerPosition = 0;
     for (let step = 0; step < count; step++) {
       const j = start + step < count ? start + step : start + step - count;
-      const i = order[j];
+      const i = all ? j : order[j];
       if (excluded[i] === 1) continue;
-      const cell = cells[i];
-      const reports = cell.reporting;
-      let score = weights.inFlight * inFlightScore(cell.inFlight, flightRange);
+      const at = records[2 * i];
+      const reports = signals[at + Field.Reporting] === 1;
+      const flight = signals[at + Field.InFlight];
+      let score = inFlightWeight * inFlightScore(flight, flightRange);
       if (reports) {
-        if (weights.queue > 0) score += weights.queue * queueDepthScore(cell.waiting, waitingRange);
-        if (weights.kvCache > 0) score += weights.kvCache * kvCacheScore(cell.kvCacheUsage);
+        if (queueWeight > 0) score += queueWeight * queueDepthScore(signals[at + Field.Waiting], waitingRange);
+        if (kvCacheWeight > 0) score += kvCacheWeight * kvCacheScore(signals[at + Field.KvCacheUsage]);
       }
       if (useLora) {
-        const maxAdapters = Math.min(this.options.maxAdaptersPerServer, cell.load?.maxAdapters ?? Infinity);
-        score += weights.lora * loraAffinityScore(request.model, reports ? cell.adapters : undefined, maxAdapters);
+        const maxAdapters = Math.min(maxAdaptersPerServer, signals[at + Field.MaxAdapters]);
+        const has = signals[at + Field.AdapterMark] === holds;
+        score += loraWeight * loraAffinityScore(has, reports ? signals[at + Field.AdapterCount] : undefined, maxAdapters);
       }
       if (useAffinity) {
         // Owners must be known to be within bounds: when any candidate reports metrics, one
         // that does not is never trusted with a prefix.
-        const queued = reports && cell.waiting > ownerMaxQueue;
+        const waiting = signals[at + Field.Waiting];
         if (
           (reports || reporting === 0) &&
-          !queued &&
-          !isOverloaded(
-            reports ? outstandingLoad(cell.inFlight, cell.waiting, cell.running) : cell.inFlight,
-            meanLoad,
-            boundedLoad.factor,
-            boundedLoad.slack,
-          )
+          !(reports && waiting > ownerMaxQueue) &&
+          !isOverloaded(reports ? outstandingLoad(flight, waiting, signals[at + Field.Running]) : flight, meanLoad, factor, slack)
         ) {
-          const w = rendezvousWeight(key, hashes[i]);
+          const w = rendezvousWeight(key, records[2 * i + 1]);
           if (w > ownerWeight) {
             ownerWeight = w;
             owner = i;
@@ -242,7 +267,8 @@ export class Picker {
           }
         }
       }
-      kept = this.keep(kept, i, score, step);
+      // Most candidates do not make the top list: test that before calling.
+      if (kept < limit || score > topScore[limit - 1]) kept = this.keep(kept, i, score, step);
     }
     if (owner >= 0) kept = this.boost(kept, owner, ownerBase + weights.prefix * prefixAffinityScore(true), ownerPosition);
 
@@ -255,9 +281,11 @@ export class Picker {
   private filterSubset(set: CandidateSet, subset: ReadonlySet<string> | undefined): number {
     const order = set.order;
     if (subset === undefined) {
-      for (let i = 0; i < set.size; i++) order[i] = i;
+      if (!set.orderIsAll) for (let i = 0; i < set.size; i++) order[i] = i;
+      set.orderIsAll = true;
       return set.size;
     }
+    set.orderIsAll = false;
     let count = 0;
     if (subset.size < set.size) {
       // Walk the (small) hint, in candidate order so the result does not depend on hint order.

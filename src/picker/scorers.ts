@@ -14,7 +14,9 @@ export function lowerIsBetter(value: number | undefined, range: Range): number {
   if (value === undefined || !Number.isFinite(value)) return 0;
   const span = range.max - range.min;
   if (span <= 0) return 1;
-  return Math.min(1, Math.max(0, (range.max - value) / span));
+  const score = (range.max - value) / span;
+  // Clamped to [0, 1] by comparisons, not Math.min/max: this runs per candidate on every pick.
+  return score >= 1 ? 1 : score > 0 ? score : 0;
 }
 
 /** Model-server queue (`num_requests_waiting`): shorter queues first. */
@@ -25,7 +27,7 @@ export function queueDepthScore(waiting: number | undefined, range: Range): numb
 /** KV-cache utilisation 0..1 (absolute, not relative: 30 % used is as good alone as among others). */
 export function kvCacheScore(usage: number | undefined): number {
   if (usage === undefined || !Number.isFinite(usage)) return 0;
-  return 1 - Math.min(1, Math.max(0, usage));
+  return usage >= 1 ? 0 : usage > 0 ? 1 - usage : 1;
 }
 
 /** Our own in-flight count: always known, so it keeps working when scraping is off or failing. */
@@ -39,17 +41,16 @@ export function prefixAffinityScore(isOwner: boolean): number {
 }
 
 /**
- * LoRA affinity for a request naming `adapter`: a server that already has it (running or loading)
- * scores 1, one with a free adapter slot 0.5 (it can load it without evicting), a full one or one
- * we know nothing about (`adapters` undefined: metrics unusable) 0. `maxAdapters` is the configured
- * limit, or the server's own max_lora when smaller.
+ * LoRA affinity for a request naming an adapter: a server that already has it (`has`: running or
+ * loading) scores 1, one with a free adapter slot 0.5 (it can load it without evicting), a full one
+ * or one we know nothing about (`adapterCount` undefined: metrics unusable) 0. `adapterCount` is
+ * how many adapters the server holds; `maxAdapters` is the configured limit, or the server's own
+ * max_lora when smaller.
  */
-export function loraAffinityScore(adapter: string, adapters: ReadonlySet<string> | undefined, maxAdapters: number): number {
-  if (adapters === undefined) return 0;
-  const size = adapters.size;
-  // Most servers hold no adapter: skip the hash look-up for them.
-  if (size > 0 && adapters.has(adapter)) return 1;
-  return size < maxAdapters ? 0.5 : 0;
+export function loraAffinityScore(has: boolean, adapterCount: number | undefined, maxAdapters: number): number {
+  if (adapterCount === undefined) return 0;
+  if (has) return 1;
+  return adapterCount < maxAdapters ? 0.5 : 0;
 }
 
 /**
@@ -67,5 +68,7 @@ export function isOverloaded(load: number, meanLoad: number, factor: number, sla
  */
 export function outstandingLoad(inFlight: number, waiting: number | undefined, running: number | undefined): number {
   if (waiting === undefined) return inFlight;
-  return Math.max(inFlight, waiting + (running ?? 0));
+  // A comparison rather than Math.max (no NaN or -0 handling to pay for): this runs per candidate.
+  const reported = waiting + (running ?? 0);
+  return reported > inFlight ? reported : inFlight;
 }

@@ -1,7 +1,10 @@
-// Per-endpoint load signals, kept in one mutable cell per address so the hot path reads plain
-// fields instead of looking addresses up in maps: the compiled candidate list (pipeline.ts) holds
-// the cell of each candidate. Two writers, each owning its own fields: the load tracker (our
-// in-flight count) and the metrics scraper (what the model server reports about itself).
+// Per-endpoint load signals. The numbers the picker reads on every request live in one Float64Array
+// owned by the board, a fixed-size record per address (its slot): a pick over 10,000 candidates
+// then streams through one dense array instead of visiting 10,000 scattered objects.
+// Each address also has a SignalCell, the handle the writers use and the home of what the picker
+// never reads (the last report for display, when it was taken, the last error). Two writers, each
+// owning its own signals: the load tracker (our in-flight count) and the metrics scraper (what
+// the model server reports about itself).
 
 /** Why an endpoint's model-server metrics cannot be used right now. */
 export type MetricsState =
@@ -29,26 +32,53 @@ export interface ServerLoad {
   readonly maxAdapters: number | undefined;
 }
 
-export class SignalCell {
+/**
+ * The picker's inputs: one record of `Field.Stride` numbers per slot in one Float64Array, so a
+ * candidate's signals share a cache line and the picker's loops index a single array.
+ */
+export const enum Field {
   /** Requests we routed here that have not finished. */
-  inFlight = 0;
-  private state: MetricsState = 'missing';
+  InFlight = 0,
   /**
-   * `metricsState === 'fresh'`, kept as a plain field with the report's numbers beside it so the
-   * picker's inner loop reads numbers, not objects (it runs over every candidate on every request).
+   * 1 while the metrics state is `fresh` with a report: only then do the numbers below count. A
+   * stale, failing or missing scrape reads 0 here, so it never looks idle.
    */
-  reporting = false;
-  waiting = 0;
-  running = 0;
+  Reporting = 1,
+  Waiting = 2,
+  Running = 3,
   /** NaN when the server does not report it. */
-  kvCacheUsage = Number.NaN;
+  KvCacheUsage = 4,
+  /** How many LoRA adapters the server runs or loads. */
+  AdapterCount = 5,
+  /** The server's own `max_lora`; Infinity when it does not say. */
+  MaxAdapters = 6,
+  /** Scratch for one pick: equals the pick's stamp where the server holds the requested adapter. */
+  AdapterMark = 7,
+  /** Numbers per record. */
+  Stride = 8,
+}
+
+/** A slot's record as it is before anything is known. */
+function resetRecord(signals: Float64Array, slot: number): void {
+  const at = slot * Field.Stride;
+  signals.fill(0, at, at + Field.Stride);
+  signals[at + Field.KvCacheUsage] = Number.NaN;
+  signals[at + Field.MaxAdapters] = Number.POSITIVE_INFINITY;
+}
+
+/** No slot: the cell left the board (its address left the view with nothing in flight). */
+const DETACHED = -1;
+
+/** One address's signals: its record in the board's signals, and what the picker never reads. */
+export class SignalCell {
+  private state: MetricsState = 'missing';
   /** Last good report; kept while stale/failing for /debug/endpoints, never used for picking then. */
   load: ServerLoad | undefined = undefined;
   /** When `load` was scraped (ms since epoch), 0 = never. */
   scrapedAt = 0;
   /** Short reason of the last failed scrape. */
   lastError = '';
-  /** `runningAdapters ∪ waitingAdapters`, for O(1) LoRA look-ups. */
+  /** `runningAdapters ∪ waitingAdapters` of the last report. */
   adapters: ReadonlySet<string> = EMPTY_SET;
 
   /** The adapters this cell has counted in the board's index (only while reporting). */
@@ -56,8 +86,23 @@ export class SignalCell {
 
   constructor(
     readonly address: string,
-    private readonly index: AdapterIndex = new AdapterIndex(),
+    private readonly board: SignalBoard,
+    /** Record number in the board's signals; DETACHED once the board dropped the cell. */
+    private slotIndex: number,
   ) {}
+
+  get slot(): number {
+    return this.slotIndex;
+  }
+
+  /** Requests we routed here that have not finished. */
+  get inFlight(): number {
+    return this.slotIndex === DETACHED ? 0 : this.board.signals[this.slotIndex * Field.Stride + Field.InFlight];
+  }
+
+  set inFlight(count: number) {
+    if (this.slotIndex !== DETACHED) this.board.signals[this.slotIndex * Field.Stride + Field.InFlight] = count;
+  }
 
   get metricsState(): MetricsState {
     return this.state;
@@ -65,48 +110,81 @@ export class SignalCell {
 
   set metricsState(state: MetricsState) {
     this.state = state;
-    this.reporting = state === 'fresh' && this.load !== undefined;
-    this.recount();
-  }
-
-  /** Keeps the board's adapter index equal to the adapters of reporting cells. */
-  recount(): void {
-    const now = this.reporting ? this.adapters : EMPTY_SET;
-    if (now === this.counted) return;
-    for (const adapter of this.counted) this.index.remove(adapter);
-    for (const adapter of now) this.index.add(adapter);
-    this.counted = now;
+    const reporting = state === 'fresh' && this.load !== undefined;
+    if (this.slotIndex !== DETACHED) this.board.signals[this.slotIndex * Field.Stride + Field.Reporting] = reporting ? 1 : 0;
+    this.recount(reporting ? this.adapters : EMPTY_SET);
   }
 
   /** The server's report, only when fresh: a stale, failing or missing scrape never reads as idle. */
   usableLoad(): ServerLoad | undefined {
     return this.metricsState === 'fresh' ? this.load : undefined;
   }
+
+  /** Stores a good report's numbers in the board's signals (the state is set by the caller). */
+  storeReport(load: ServerLoad): void {
+    this.load = load;
+    this.adapters =
+      load.runningAdapters.length + load.waitingAdapters.length === 0
+        ? EMPTY_SET
+        : new Set([...load.runningAdapters, ...load.waitingAdapters]);
+    if (this.slotIndex === DETACHED) return;
+    const signals = this.board.signals;
+    const at = this.slotIndex * Field.Stride;
+    signals[at + Field.Waiting] = load.waiting;
+    signals[at + Field.Running] = load.running;
+    signals[at + Field.KvCacheUsage] = load.kvCacheUsage ?? Number.NaN;
+    signals[at + Field.AdapterCount] = this.adapters.size;
+    signals[at + Field.MaxAdapters] = load.maxAdapters ?? Number.POSITIVE_INFINITY;
+  }
+
+  /** Called by the board when it drops the cell: the slot goes back to the board for reuse. */
+  detach(): void {
+    this.metricsState = 'missing';
+    this.slotIndex = DETACHED;
+  }
+
+  /** Keeps the board's adapter index equal to the adapters of reporting cells. */
+  private recount(now: ReadonlySet<string>): void {
+    if (now === this.counted) return;
+    for (const adapter of this.counted) this.board.adapters.remove(adapter, this.slotIndex);
+    if (this.slotIndex !== DETACHED) for (const adapter of now) this.board.adapters.add(adapter, this.slotIndex);
+    this.counted = this.slotIndex === DETACHED ? EMPTY_SET : now;
+  }
 }
 
 const EMPTY_SET: ReadonlySet<string> = new Set();
 
 /**
- * How many reporting endpoints run or load each adapter: lets the picker tell in O(1) whether a
- * requested model is a LoRA adapter anyone has, instead of asking every candidate.
+ * Which reporting endpoints (by slot) run or load each adapter: lets the picker tell in O(1)
+ * whether a requested model is a LoRA adapter anyone has, and mark its holders without asking
+ * every candidate.
  */
 export class AdapterIndex {
-  private readonly counts = new Map<string, number>();
+  private readonly holders = new Map<string, Set<number>>();
 
-  add(adapter: string): void {
-    this.counts.set(adapter, (this.counts.get(adapter) ?? 0) + 1);
+  add(adapter: string, slot: number): void {
+    let slots = this.holders.get(adapter);
+    if (slots === undefined) this.holders.set(adapter, (slots = new Set()));
+    slots.add(slot);
   }
 
-  remove(adapter: string): void {
-    const next = (this.counts.get(adapter) ?? 0) - 1;
-    if (next > 0) this.counts.set(adapter, next);
-    else this.counts.delete(adapter);
+  remove(adapter: string, slot: number): void {
+    const slots = this.holders.get(adapter);
+    if (slots === undefined) return;
+    slots.delete(slot);
+    if (slots.size === 0) this.holders.delete(adapter);
   }
 
   has(adapter: string): boolean {
-    return this.counts.has(adapter);
+    return this.holders.has(adapter);
+  }
+
+  slotsOf(adapter: string): ReadonlySet<number> {
+    return this.holders.get(adapter) ?? NO_SLOTS;
   }
 }
+
+const NO_SLOTS: ReadonlySet<number> = new Set();
 
 export interface SignalSnapshot {
   readonly inFlight: number;
@@ -123,11 +201,26 @@ export interface SignalSnapshot {
 /** The cells, by address. Cells live as long as the address is in the view or has requests in flight. */
 export class SignalBoard {
   private readonly cells = new Map<string, SignalCell>();
+  private readonly freeSlots: number[] = [];
+  private used = 0;
+  private capacity = 16;
+  private stamp = 0;
   readonly adapters = new AdapterIndex();
+  /**
+   * The picker's inputs, Field.Stride numbers per slot (the field offsets above). Replaced by a
+   * larger copy when the board grows: read it afresh for each pick, after compiling candidates
+   * (which may add slots).
+   */
+  signals = new Float64Array(this.capacity * Field.Stride);
+  /**
+   * Counts slot releases: a slot may be reused for another address afterwards, so whoever keeps
+   * slot numbers (the picker's compiled candidates) looks them up again when this changes.
+   */
+  layoutVersion = 0;
 
   cell(address: string): SignalCell {
     let cell = this.cells.get(address);
-    if (cell === undefined) this.cells.set(address, (cell = new SignalCell(address, this.adapters)));
+    if (cell === undefined) this.cells.set(address, (cell = new SignalCell(address, this, this.takeSlot())));
     return cell;
   }
 
@@ -139,13 +232,28 @@ export class SignalBoard {
   retainOnly(addresses: ReadonlySet<string>): void {
     for (const [address, cell] of this.cells) {
       if (addresses.has(address) || cell.inFlight > 0) continue;
-      cell.metricsState = 'missing';
+      const slot = cell.slot;
+      cell.detach();
+      resetRecord(this.signals, slot);
+      this.freeSlots.push(slot);
       this.cells.delete(address);
+      this.layoutVersion++;
     }
   }
 
   all(): IterableIterator<SignalCell> {
     return this.cells.values();
+  }
+
+  /**
+   * Writes a new stamp into the AdapterMark field of the reporting endpoints that hold `adapter`
+   * and returns it: each call a new stamp (exact up to 2^53), so old marks never need clearing.
+   */
+  markHolders(adapter: string): number {
+    const stamp = ++this.stamp;
+    const signals = this.signals;
+    for (const slot of this.adapters.slotsOf(adapter)) signals[slot * Field.Stride + Field.AdapterMark] = stamp;
+    return stamp;
   }
 
   /** For /debug/endpoints. */
@@ -169,20 +277,27 @@ export class SignalBoard {
       ...(cell.lastError === '' ? {} : { lastError: cell.lastError }),
     };
   }
+
+  private takeSlot(): number {
+    // Released slots were reset when released.
+    const free = this.freeSlots.pop();
+    if (free !== undefined) return free;
+    if (this.used === this.capacity) {
+      this.capacity *= 2;
+      const grown = new Float64Array(this.capacity * Field.Stride);
+      grown.set(this.signals);
+      this.signals = grown;
+    }
+    resetRecord(this.signals, this.used);
+    return this.used++;
+  }
 }
 
 /** Stores a good scrape in the cell. */
 export function recordScrape(cell: SignalCell, load: ServerLoad, at: number): void {
-  cell.load = load;
-  cell.waiting = load.waiting;
-  cell.running = load.running;
-  cell.kvCacheUsage = load.kvCacheUsage ?? Number.NaN;
+  cell.storeReport(load);
   cell.scrapedAt = at;
   cell.lastError = '';
-  cell.adapters =
-    load.runningAdapters.length + load.waitingAdapters.length === 0
-      ? EMPTY_SET
-      : new Set([...load.runningAdapters, ...load.waitingAdapters]);
   cell.metricsState = 'fresh';
 }
 

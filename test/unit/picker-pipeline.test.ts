@@ -561,6 +561,31 @@ describe('LoadTracker', () => {
     });
   }
 
+  it('counts survive the board growing its signal records', () => {
+    const tracker = new LoadTracker();
+    const many = Array.from({ length: 100 }, (_, i) => `10.0.1.${i}:80`);
+    many.forEach((address, i) => {
+      for (let n = 0; n < i % 5; n++) tracker.acquire(address);
+    });
+    assert.deepEqual(
+      many.map((address) => tracker.inFlight(address)),
+      many.map((_, i) => i % 5),
+    );
+  });
+
+  it('an address that left the board does not lend its record to the next one', () => {
+    const board = new SignalBoard();
+    const p = picker(board, { weights: IN_FLIGHT, fallbacks: 1 });
+    const pools = [poolOf('p', [ep('a:1'), ep('b:1')])];
+    p.pick(pools, { model: 'm' });
+    // a:1 leaves the view with nothing in flight; a new address takes over its record.
+    board.retainOnly(new Set(['b:1']));
+    board.cell('z:9').inFlight = 7;
+    board.cell('b:1').inFlight = 1;
+    // A pick over the old view still sees a:1 as idle, not with z:9's seven requests.
+    assert.deepEqual(addresses(p.pick(pools, { model: 'm' })), ['a:1', 'b:1']);
+  });
+
   it('drives the picker through the shared cells: the busy replica goes last', () => {
     const tracker = new LoadTracker();
     const p = picker(tracker.board, { weights: IN_FLIGHT, fallbacks: 1 });
