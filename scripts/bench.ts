@@ -1,7 +1,7 @@
 // `npm run bench`: the latency llm-extproc adds to every request and every streamed chunk,
 // measured against the same Envoy without the ext_proc filter.
 //
-// Three setups run side by side, each with its own real Envoy (our shipped config from
+// Setups run side by side, each with its own real Envoy (our shipped config from
 // renderGatewayConfig) in front of one local model server (a separate process):
 //   baseline  the rendered config with the ext_proc filter and its cluster deleted, nothing else changed
 //   tcp       llm-extproc as its own process, reached over TCP loopback (standalone placement)

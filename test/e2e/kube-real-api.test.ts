@@ -130,11 +130,15 @@ async function probeUntil(
   allowed: readonly string[],
   model = MODEL,
 ): Promise<void> {
-  for (let i = 0; i < 200; i++) {
+  // Bounded by time, not by a count: a pod that just became Ready is not preferred until its
+  // first metrics scrape (one interval) while its peers report load, and a loaded machine can
+  // serve many requests within that interval.
+  const deadline = Date.now() + STATE_TIMEOUT_MS;
+  for (let i = 0; Date.now() < deadline; i++) {
     const counts = await probe(gateway, servers, `${tag}-${i}`, 1, allowed, model);
     if (counts[target] === 1) return;
   }
-  assert.fail(`no request reached ${target}`);
+  assert.fail(`no request reached ${target} within ${STATE_TIMEOUT_MS} ms`);
 }
 
 function assertJsonError(response: ClientResponse, context: string): { code: string } {

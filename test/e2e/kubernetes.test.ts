@@ -207,15 +207,21 @@ async function probe(cluster: Cluster, tag: string, count: number, allowed: read
   return counts;
 }
 
-/** Sends requests until one reaches `target` (at most `max`); each must be a 200 from one of `allowed`. */
-async function probeUntilServedBy(cluster: Cluster, tag: string, target: PodKey, allowed: readonly PodKey[], max = 200): Promise<void> {
-  for (let i = 0; i < max; i++) {
+/**
+ * Sends requests until one reaches `target` (for up to `withinMs`); each must be a 200 from one of
+ * `allowed`. Bounded by time, not a count: a pod that just became Ready is not preferred until its
+ * first metrics scrape while its peers report load, and a loaded machine serves many requests
+ * within one scrape interval.
+ */
+async function probeUntilServedBy(cluster: Cluster, tag: string, target: PodKey, allowed: readonly PodKey[], withinMs = 30_000): Promise<void> {
+  const deadline = Date.now() + withinMs;
+  for (let i = 0; Date.now() < deadline; i++) {
     const id = `${tag}-${i}`;
     const response = await cluster.gateway.send(chat(id));
     assert.equal(response.status, 200, `probe ${id}: ${response.text()}`);
     if (checkResponse(cluster, id, response, allowed) === target) return;
   }
-  assert.fail(`none of ${max} requests reached pod ${target}`);
+  assert.fail(`no request reached pod ${target} within ${withinMs} ms`);
 }
 
 interface Outcome {
