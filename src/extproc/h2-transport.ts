@@ -113,7 +113,13 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
       try {
         deframer.push(chunk, onMessage);
       } catch (thrown) {
-        if (!(thrown instanceof GrpcFramingError)) throw thrown;
+        // Rethrowing from a 'data' listener would crash the process: anything else ends this stream.
+        if (!(thrown instanceof GrpcFramingError)) {
+          const error = asError(thrown);
+          logger.error({ err: error }, 'handling an ext_proc message failed; ending the stream with INTERNAL');
+          processCall.fail(error);
+          return;
+        }
         logger.warn({ err: thrown }, 'unreadable ext_proc frame; ending the stream');
         processCall.fail(thrown, thrown.code, thrown.message);
       }

@@ -86,7 +86,15 @@ export class ProcessCall {
       return;
     }
     let roomLeft = true;
-    for (const response of responses) roomLeft = this.sink.write(response) && roomLeft;
+    try {
+      for (const response of responses) roomLeft = this.sink.write(response) && roomLeft;
+    } catch (thrown) {
+      // A reply the encoder rejects (a processor bug) costs this stream, never the process.
+      const error = asError(thrown);
+      this.context.logger.error({ err: error, messageKind: request.request }, 'writing a reply failed; ending the stream with INTERNAL');
+      this.fail(error);
+      return;
+    }
     // Envoy is not reading our replies fast enough: stop reading its messages until it does.
     if (!roomLeft) this.sink.pauseUntilDrain();
   }

@@ -458,6 +458,35 @@ for (const impl of GRPC_TRANSPORTS) {
           await harness.close();
         }
       });
+
+      void it('a reply that cannot be encoded ends the stream with INTERNAL and finishes it once; the server keeps serving', async () => {
+        // A processor bug (a reply the protobuf encoder rejects) must cost one request, not the process.
+        const unencodable = { request_headers: 'not a message' } as unknown as ProcessingResponse;
+        const recording = recordingFactory((request, index) => (index === 1 ? [unencodable] : echoReply(request, index)));
+        const streamErrors: Error[] = [];
+        const harness = await startHarness(impl, transport, { factory: recording.factory, onStreamError: (err) => streamErrors.push(err) });
+        try {
+          const stream = openProcessStream(harness.client);
+          stream.call.write(headersMessage('/v1/chat/completions'));
+          await stream.replyCount(1);
+          stream.call.write(bodyMessage('{}', true));
+          const status = await stream.status;
+          const processed = await recording.firstStream;
+          await processed.finished;
+
+          assert.equal(status.code, GrpcStatus.INTERNAL);
+          assert.equal(processed.ends.length, 1);
+          assert.equal(stream.replies.length, 1);
+          // The next request is served as usual.
+          const next = openProcessStream(harness.client);
+          next.call.write(headersMessage('/v1/models'));
+          next.call.end();
+          assert.equal((await next.status).code, GrpcStatus.OK);
+          assert.equal(next.replies.length, 1);
+        } finally {
+          await harness.close();
+        }
+      });
     });
   }
 
