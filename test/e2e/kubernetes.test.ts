@@ -213,7 +213,13 @@ async function probe(cluster: Cluster, tag: string, count: number, allowed: read
  * first metrics scrape while its peers report load, and a loaded machine serves many requests
  * within one scrape interval.
  */
-async function probeUntilServedBy(cluster: Cluster, tag: string, target: PodKey, allowed: readonly PodKey[], withinMs = 30_000): Promise<void> {
+async function probeUntilServedBy(
+  cluster: Cluster,
+  tag: string,
+  target: PodKey,
+  allowed: readonly PodKey[],
+  withinMs = 30_000,
+): Promise<void> {
   const deadline = Date.now() + withinMs;
   for (let i = 0; Date.now() < deadline; i++) {
     const id = `${tag}-${i}`;
