@@ -75,7 +75,8 @@ export class MessageDeframer {
         continue;
       }
       const take = Math.min(missing, end - at);
-      this.parts.push(chunk.subarray(at, at + take));
+      // A prefix that ends the chunk leaves nothing to take: an empty view would pin the chunk.
+      if (take > 0) this.parts.push(chunk.subarray(at, at + take));
       this.collected += take;
       at += take;
       if (this.collected < this.expected) return;

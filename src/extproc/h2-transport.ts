@@ -80,6 +80,7 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
       {
         write: (reply) => call.write(frameReply(reply)),
         pauseUntilDrain: () => {
+          if (stream.isPaused()) return; // already waiting for the one 'drain' that resumes it
           stream.pause();
           stream.once('drain', () => {
             if (processCall.open) stream.resume();
