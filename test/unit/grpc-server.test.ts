@@ -277,44 +277,41 @@ for (const impl of GRPC_TRANSPORTS) {
 
   for (const transport of ['tcp', 'unix'] as const) {
     void describe(`${impl}: ext_proc Process stream over ${transport}`, () => {
-      void it('forwards messages in order, writes every reply in order, and finishes half-closed', async () => {
+      void it('forwards messages in order, writes every reply in order, and finishes half-closed', async (t) => {
         // Two replies for the last message prove the edge writes everything process() returns, in order.
         const recording = recordingFactory((request, index) => {
           const replies = echoReply(request, index);
           return request.request_body?.end_of_stream === true ? [...replies, ...echoReply(request, index + 100)] : replies;
         });
         const harness = await startHarness(impl, transport, { factory: recording.factory });
-        try {
-          const stream = openProcessStream(harness.client);
-          stream.call.write(headersMessage('/v1/chat/completions'));
-          stream.call.write(bodyMessage('{"model":', false));
-          stream.call.write(bodyMessage('"m"}', true));
-          stream.call.end(); // what Envoy does once the HTTP stream is done
-          const status = await stream.status;
-          const processed = await recording.firstStream;
+        t.after(() => harness.close());
+        const stream = openProcessStream(harness.client);
+        stream.call.write(headersMessage('/v1/chat/completions'));
+        stream.call.write(bodyMessage('{"model":', false));
+        stream.call.write(bodyMessage('"m"}', true));
+        stream.call.end(); // what Envoy does once the HTTP stream is done
+        const status = await stream.status;
+        const processed = await recording.firstStream;
 
-          assert.equal(status.code, GrpcStatus.OK);
-          assert.deepEqual(
-            processed.requests.map((r) => r.request),
-            ['request_headers', 'request_body', 'request_body'],
-          );
-          assert.deepEqual(processed.requests[0]?.request_headers?.headers?.headers?.[0]?.raw_value, Buffer.from('/v1/chat/completions'));
-          assert.deepEqual(
-            processed.requests.slice(1).map((r) => r.request_body?.body?.toString()),
-            ['{"model":', '"m"}'],
-          );
-          assert.deepEqual(
-            stream.replies.map((r) => r.request_body?.response?.body_mutation?.body?.toString() ?? r.response),
-            ['request_headers', 'reply-1:{"model":', 'reply-2:"m"}', 'reply-102:"m"}'],
-          );
-          assert.deepEqual(
-            stream.replies[0]?.request_headers?.response?.header_mutation?.set_headers?.[0]?.header.raw_value,
-            Buffer.from('0'),
-          );
-          assert.deepEqual(processed.log, ['process', 'process', 'process', 'finish:half-closed']);
-        } finally {
-          await harness.close();
-        }
+        assert.equal(status.code, GrpcStatus.OK);
+        assert.deepEqual(
+          processed.requests.map((r) => r.request),
+          ['request_headers', 'request_body', 'request_body'],
+        );
+        assert.deepEqual(processed.requests[0]?.request_headers?.headers?.headers?.[0]?.raw_value, Buffer.from('/v1/chat/completions'));
+        assert.deepEqual(
+          processed.requests.slice(1).map((r) => r.request_body?.body?.toString()),
+          ['{"model":', '"m"}'],
+        );
+        assert.deepEqual(
+          stream.replies.map((r) => r.request_body?.response?.body_mutation?.body?.toString() ?? r.response),
+          ['request_headers', 'reply-1:{"model":', 'reply-2:"m"}', 'reply-102:"m"}'],
+        );
+        assert.deepEqual(
+          stream.replies[0]?.request_headers?.response?.header_mutation?.set_headers?.[0]?.header.raw_value,
+          Buffer.from('0'),
+        );
+        assert.deepEqual(processed.log, ['process', 'process', 'process', 'finish:half-closed']);
       });
 
       // Envoy resets a side stream with RST_STREAM alone, or (without the graceful close) with
@@ -351,7 +348,7 @@ for (const impl of GRPC_TRANSPORTS) {
         });
       }
 
-      void it('a slow reader holds back the replies without losing or reordering any', async () => {
+      void it('a slow reader holds back the replies without losing or reordering any', async (t) => {
         // 24 replies of 512 KiB are far more than the HTTP/2 windows and socket buffers hold while the client does not read.
         const big = Buffer.alloc(512 * 1024, 'x');
         const recording = recordingFactory((request, index) =>
@@ -360,45 +357,39 @@ for (const impl of GRPC_TRANSPORTS) {
             : [{ request_body: { response: { body_mutation: { body: Buffer.concat([Buffer.from(`${index}:`), big]) } } } }],
         );
         const harness = await startHarness(impl, transport, { factory: recording.factory });
-        try {
-          const stream = openProcessStream(harness.client);
-          stream.call.pause();
-          stream.call.write(headersMessage('/v1/chat/completions'));
-          for (let i = 0; i < 24; i++) stream.call.write(bodyMessage(`chunk ${i}`, i === 23));
-          const processed = await recording.firstStream;
-          await waitUntil(() => (processed.requests.length >= 1 ? true : undefined), { description: 'processing to start' });
-          stream.call.resume();
-          await stream.replyCount(25);
-          stream.call.end();
-          assert.equal((await stream.status).code, GrpcStatus.OK);
-          const bodies = stream.replies.slice(1).map((r) => r.request_body?.response?.body_mutation?.body ?? Buffer.alloc(0));
-          assert.deepEqual(
-            bodies.map((b) => b.subarray(0, b.indexOf(':') + 1).toString()),
-            Array.from({ length: 24 }, (_, i) => `${i + 1}:`),
-          );
-          assert.ok(bodies.every((b, i) => b.length === big.length + `${i + 1}:`.length));
-          assert.equal(processed.log.at(-1), 'finish:half-closed');
-        } finally {
-          await harness.close();
-        }
+        t.after(() => harness.close());
+        const stream = openProcessStream(harness.client);
+        stream.call.pause();
+        stream.call.write(headersMessage('/v1/chat/completions'));
+        for (let i = 0; i < 24; i++) stream.call.write(bodyMessage(`chunk ${i}`, i === 23));
+        const processed = await recording.firstStream;
+        await waitUntil(() => (processed.requests.length >= 1 ? true : undefined), { description: 'processing to start' });
+        stream.call.resume();
+        await stream.replyCount(25);
+        stream.call.end();
+        assert.equal((await stream.status).code, GrpcStatus.OK);
+        const bodies = stream.replies.slice(1).map((r) => r.request_body?.response?.body_mutation?.body ?? Buffer.alloc(0));
+        assert.deepEqual(
+          bodies.map((b) => b.subarray(0, b.indexOf(':') + 1).toString()),
+          Array.from({ length: 24 }, (_, i) => `${i + 1}:`),
+        );
+        assert.ok(bodies.every((b, i) => b.length === big.length + `${i + 1}:`.length));
+        assert.equal(processed.log.at(-1), 'finish:half-closed');
       });
 
-      void it('a message above the size limit ends the stream with RESOURCE_EXHAUSTED before any of it is processed', async () => {
+      void it('a message above the size limit ends the stream with RESOURCE_EXHAUSTED before any of it is processed', async (t) => {
         const recording = recordingFactory(echoReply);
         const streamErrors: Error[] = [];
         const harness = await startHarness(impl, transport, { factory: recording.factory, onStreamError: (err) => streamErrors.push(err) });
-        try {
-          // Only the prefix of a 200 MiB message: the limit is checked before any of it is held.
-          const prefix = Buffer.alloc(5);
-          prefix.writeUInt32BE(200 * 1024 * 1024, 1);
-          const response = await http2Call(harness.server.address, 'POST', processMethod.path, prefix);
-          assert.equal(response['grpc-status'], String(GrpcStatus.RESOURCE_EXHAUSTED));
-          const processed = await recording.firstStream;
-          assert.equal(processed.ends.length, 1);
-          assert.equal(processed.requests.length, 0);
-        } finally {
-          await harness.close();
-        }
+        t.after(() => harness.close());
+        // Only the prefix of a 200 MiB message: the limit is checked before any of it is held.
+        const prefix = Buffer.alloc(5);
+        prefix.writeUInt32BE(200 * 1024 * 1024, 1);
+        const response = await http2Call(harness.server.address, 'POST', processMethod.path, prefix);
+        assert.equal(response['grpc-status'], String(GrpcStatus.RESOURCE_EXHAUSTED));
+        const processed = await recording.firstStream;
+        assert.equal(processed.ends.length, 1);
+        assert.equal(processed.requests.length, 0);
       });
 
       // grpc-js accepts a flagged message without a grpc-encoding (it decodes it as identity): native only.
@@ -459,33 +450,30 @@ for (const impl of GRPC_TRANSPORTS) {
         }
       });
 
-      void it('a reply that cannot be encoded ends the stream with INTERNAL and finishes it once; the server keeps serving', async () => {
+      void it('a reply that cannot be encoded ends the stream with INTERNAL and finishes it once; the server keeps serving', async (t) => {
         // A processor bug (a reply the protobuf encoder rejects) must cost one request, not the process.
         const unencodable = { request_headers: 'not a message' } as unknown as ProcessingResponse;
         const recording = recordingFactory((request, index) => (index === 1 ? [unencodable] : echoReply(request, index)));
         const streamErrors: Error[] = [];
         const harness = await startHarness(impl, transport, { factory: recording.factory, onStreamError: (err) => streamErrors.push(err) });
-        try {
-          const stream = openProcessStream(harness.client);
-          stream.call.write(headersMessage('/v1/chat/completions'));
-          await stream.replyCount(1);
-          stream.call.write(bodyMessage('{}', true));
-          const status = await stream.status;
-          const processed = await recording.firstStream;
-          await processed.finished;
+        t.after(() => harness.close());
+        const stream = openProcessStream(harness.client);
+        stream.call.write(headersMessage('/v1/chat/completions'));
+        await stream.replyCount(1);
+        stream.call.write(bodyMessage('{}', true));
+        const status = await stream.status;
+        const processed = await recording.firstStream;
+        await processed.finished;
 
-          assert.equal(status.code, GrpcStatus.INTERNAL);
-          assert.equal(processed.ends.length, 1);
-          assert.equal(stream.replies.length, 1);
-          // The next request is served as usual.
-          const next = openProcessStream(harness.client);
-          next.call.write(headersMessage('/v1/models'));
-          next.call.end();
-          assert.equal((await next.status).code, GrpcStatus.OK);
-          assert.equal(next.replies.length, 1);
-        } finally {
-          await harness.close();
-        }
+        assert.equal(status.code, GrpcStatus.INTERNAL);
+        assert.equal(processed.ends.length, 1);
+        assert.equal(stream.replies.length, 1);
+        // The next request is served as usual.
+        const next = openProcessStream(harness.client);
+        next.call.write(headersMessage('/v1/models'));
+        next.call.end();
+        assert.equal((await next.status).code, GrpcStatus.OK);
+        assert.equal(next.replies.length, 1);
       });
     });
   }
@@ -494,84 +482,69 @@ for (const impl of GRPC_TRANSPORTS) {
   // health
 
   void describe(`${impl}: grpc.health.v1.Health`, () => {
-    void it('Check follows the health source for "" and for the ext_proc service', async () => {
+    void it('Check follows the health source for "" and for the ext_proc service', async (t) => {
       const health = new FlippableHealth();
       const harness = await startHarness(impl, 'tcp', { health });
-      try {
-        assert.deepEqual(await check(harness.client, ''), { status: 'NOT_SERVING' });
-        assert.deepEqual(await check(harness.client, EXT_PROC_SERVICE_NAME), { status: 'NOT_SERVING' });
-        health.set(true);
-        assert.deepEqual(await check(harness.client, ''), { status: 'SERVING' });
-        assert.deepEqual(await check(harness.client, EXT_PROC_SERVICE_NAME), { status: 'SERVING' });
-      } finally {
-        await harness.close();
-      }
+      t.after(() => harness.close());
+      assert.deepEqual(await check(harness.client, ''), { status: 'NOT_SERVING' });
+      assert.deepEqual(await check(harness.client, EXT_PROC_SERVICE_NAME), { status: 'NOT_SERVING' });
+      health.set(true);
+      assert.deepEqual(await check(harness.client, ''), { status: 'SERVING' });
+      assert.deepEqual(await check(harness.client, EXT_PROC_SERVICE_NAME), { status: 'SERVING' });
     });
 
-    void it('answers "liveness" SERVING while not ready, "readiness" like "", and liveness turns NOT_SERVING at shutdown', async () => {
+    void it('answers "liveness" SERVING while not ready, "readiness" like "", and liveness turns NOT_SERVING at shutdown', async (t) => {
       const health = new FlippableHealth();
       const harness = await startHarness(impl, 'tcp', { health });
-      try {
-        assert.deepEqual(await check(harness.client, 'liveness'), { status: 'SERVING' });
-        assert.deepEqual(await check(harness.client, 'readiness'), { status: 'NOT_SERVING' });
-        health.set(true);
-        assert.deepEqual(await check(harness.client, 'readiness'), { status: 'SERVING' });
-        const live = watch(harness.client, 'liveness');
-        assert.deepEqual(await live.next(), { status: 'SERVING' });
-        const ready = watch(harness.client, 'readiness');
-        assert.deepEqual(await ready.next(), { status: 'SERVING' });
-        health.set(false);
-        assert.deepEqual(await ready.next(), { status: 'NOT_SERVING' });
-        await harness.server.shutdown(1_000);
-        assert.deepEqual(await live.next(), { status: 'NOT_SERVING' });
-      } finally {
-        await harness.close();
-      }
+      t.after(() => harness.close());
+      assert.deepEqual(await check(harness.client, 'liveness'), { status: 'SERVING' });
+      assert.deepEqual(await check(harness.client, 'readiness'), { status: 'NOT_SERVING' });
+      health.set(true);
+      assert.deepEqual(await check(harness.client, 'readiness'), { status: 'SERVING' });
+      const live = watch(harness.client, 'liveness');
+      assert.deepEqual(await live.next(), { status: 'SERVING' });
+      const ready = watch(harness.client, 'readiness');
+      assert.deepEqual(await ready.next(), { status: 'SERVING' });
+      health.set(false);
+      assert.deepEqual(await ready.next(), { status: 'NOT_SERVING' });
+      await harness.server.shutdown(1_000);
+      assert.deepEqual(await live.next(), { status: 'NOT_SERVING' });
     });
 
-    void it('Check answers NOT_FOUND for any other service name', async () => {
+    void it('Check answers NOT_FOUND for any other service name', async (t) => {
       const harness = await startHarness(impl, 'unix');
-      try {
-        await assert.rejects(check(harness.client, 'some.other.Service'), (err: ServiceError) => err.code === GrpcStatus.NOT_FOUND);
-      } finally {
-        await harness.close();
-      }
+      t.after(() => harness.close());
+      await assert.rejects(check(harness.client, 'some.other.Service'), (err: ServiceError) => err.code === GrpcStatus.NOT_FOUND);
     });
 
-    void it('Watch sends the current status, then each change, and unsubscribes when the client cancels', async () => {
+    void it('Watch sends the current status, then each change, and unsubscribes when the client cancels', async (t) => {
       const health = new FlippableHealth();
       const harness = await startHarness(impl, 'tcp', { health });
-      try {
-        const watcher = watch(harness.client, EXT_PROC_SERVICE_NAME);
-        assert.deepEqual(await watcher.next(), { status: 'NOT_SERVING' });
-        assert.equal(health.listenerCount, 1);
-        health.set(true);
-        assert.deepEqual(await watcher.next(), { status: 'SERVING' });
-        health.set(true); // no change: nothing is sent
-        health.set(false);
-        assert.deepEqual(await watcher.next(), { status: 'NOT_SERVING' });
-        watcher.call.cancel();
-        await health.unsubscribed.promise;
-        assert.equal(health.listenerCount, 0);
-      } finally {
-        await harness.close();
-      }
+      t.after(() => harness.close());
+      const watcher = watch(harness.client, EXT_PROC_SERVICE_NAME);
+      assert.deepEqual(await watcher.next(), { status: 'NOT_SERVING' });
+      assert.equal(health.listenerCount, 1);
+      health.set(true);
+      assert.deepEqual(await watcher.next(), { status: 'SERVING' });
+      health.set(true); // no change: nothing is sent
+      health.set(false);
+      assert.deepEqual(await watcher.next(), { status: 'NOT_SERVING' });
+      watcher.call.cancel();
+      await health.unsubscribed.promise;
+      assert.equal(health.listenerCount, 0);
     });
 
-    void it('Watch on an unknown service reports SERVICE_UNKNOWN and keeps the call open', async () => {
+    void it('Watch on an unknown service reports SERVICE_UNKNOWN and keeps the call open', async (t) => {
       const health = new FlippableHealth();
       const harness = await startHarness(impl, 'tcp', { health });
-      try {
-        const watcher = watch(harness.client, 'some.other.Service');
-        assert.deepEqual(await watcher.next(), { status: 'SERVICE_UNKNOWN' });
-        assert.equal(health.listenerCount, 0);
-        const ended = new Promise<StatusObject>((resolve) => watcher.call.on('status', resolve));
-        // Server shutdown is what ends it (cleanly), not the unknown name.
-        await harness.server.shutdown(1_000);
-        assert.equal((await ended).code, GrpcStatus.OK);
-      } finally {
-        await harness.close();
-      }
+      t.after(() => harness.close());
+      const watcher = watch(harness.client, 'some.other.Service');
+      assert.deepEqual(await watcher.next(), { status: 'SERVICE_UNKNOWN' });
+      assert.equal(health.listenerCount, 0);
+      const ended = new Promise<StatusObject>((resolve) => watcher.call.on('status', resolve));
+      // Server shutdown is what ends it (cleanly), not the unknown name.
+      await harness.server.shutdown(1_000);
+      assert.equal((await ended).code, GrpcStatus.OK);
     });
   });
 
@@ -579,41 +552,35 @@ for (const impl of GRPC_TRANSPORTS) {
   // lifecycle
 
   void describe(`${impl}: gRPC server lifecycle`, () => {
-    void it('shutdown releases streams still open after the grace period with status OK, so Envoy finishes them', async () => {
+    void it('shutdown releases streams still open after the grace period with status OK, so Envoy finishes them', async (t) => {
       const recording = recordingFactory(echoReply);
       const harness = await startHarness(impl, 'tcp', { factory: recording.factory });
-      try {
-        const stream = openProcessStream(harness.client);
-        stream.call.write(headersMessage('/v1/models'));
-        await stream.replyCount(1);
-        await harness.server.shutdown(50); // the stream never half-closes
-        const end = await (await recording.firstStream).finished;
-        assert.equal(end.kind, 'released');
-        assert.equal((await stream.status).code, GrpcStatus.OK);
-      } finally {
-        await harness.close();
-      }
+      t.after(() => harness.close());
+      const stream = openProcessStream(harness.client);
+      stream.call.write(headersMessage('/v1/models'));
+      await stream.replyCount(1);
+      await harness.server.shutdown(50); // the stream never half-closes
+      const end = await (await recording.firstStream).finished;
+      assert.equal(end.kind, 'released');
+      assert.equal((await stream.status).code, GrpcStatus.OK);
     });
 
     // grpc-js does not look at the method (a GET is served like a POST): the HTTP check is native only.
-    void it('answers an unknown method with UNIMPLEMENTED and a non-POST request with 405', { skip: impl === 'grpc-js' }, async () => {
+    void it('answers an unknown method with UNIMPLEMENTED and a non-POST request with 405', { skip: impl === 'grpc-js' }, async (t) => {
       const harness = await startHarness(impl, 'tcp');
-      try {
-        const unknown = new Promise<ServiceError | null>((resolve) => {
-          harness.client.makeUnaryRequest(
-            '/some.Service/Method',
-            (value: Buffer) => value,
-            (value: Buffer) => value,
-            Buffer.alloc(0),
-            (err: ServiceError | null) => resolve(err),
-          );
-        });
-        assert.equal((await unknown)?.code, GrpcStatus.UNIMPLEMENTED);
-        const response = await http2Call(harness.server.address, 'GET', processMethod.path, Buffer.alloc(0));
-        assert.equal(response[':status'], 405);
-      } finally {
-        await harness.close();
-      }
+      t.after(() => harness.close());
+      const unknown = new Promise<ServiceError | null>((resolve) => {
+        harness.client.makeUnaryRequest(
+          '/some.Service/Method',
+          (value: Buffer) => value,
+          (value: Buffer) => value,
+          Buffer.alloc(0),
+          (err: ServiceError | null) => resolve(err),
+        );
+      });
+      assert.equal((await unknown)?.code, GrpcStatus.UNIMPLEMENTED);
+      const response = await http2Call(harness.server.address, 'GET', processMethod.path, Buffer.alloc(0));
+      assert.equal(response[':status'], 405);
     });
 
     void it('reports the real TCP port and a dialable unix address', async () => {
