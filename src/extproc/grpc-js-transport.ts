@@ -18,7 +18,8 @@ import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.j
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
 import { ProcessCall, processCallContext } from './process-call.js';
 import type { ProcessCallContext } from './process-call.js';
-import type { TlsIdentity, TlsIdentitySource } from './tls-identity.js';
+import type { TlsIdentitySource } from './tls-identity.js';
+import { secureContextOptions } from './tls-identity.js';
 import { KEEPALIVE_INTERVAL_MS, KEEPALIVE_TIMEOUT_MS, MAX_RECEIVE_MESSAGE_BYTES, RELEASE_FLUSH_MS } from './transport-settings.js';
 import { loadWireDefinitions } from './wire.js';
 import type { HealthCheckRequest, HealthCheckResponse } from './wire.js';
@@ -161,8 +162,8 @@ class ReloadingServerCredentials extends ServerCredentials {
   private readonly unsubscribe: () => void;
 
   constructor(private readonly source: TlsIdentitySource) {
-    super({ requestCert: false }, contextOptions(source.current()));
-    this.unsubscribe = source.onChange((identity) => this.updateSecureContextOptions(contextOptions(identity)));
+    super({ requestCert: false }, secureContextOptions(source.current()));
+    this.unsubscribe = source.onChange((identity) => this.updateSecureContextOptions(secureContextOptions(identity)));
   }
 
   close(): void {
@@ -173,10 +174,6 @@ class ReloadingServerCredentials extends ServerCredentials {
   override _equals(other: ServerCredentials): boolean {
     return other === this;
   }
-}
-
-function contextOptions(identity: TlsIdentity): { cert: Buffer; key: Buffer } {
-  return { cert: identity.cert, key: identity.key };
 }
 
 // ---------------------------------------------------------------------------------------------

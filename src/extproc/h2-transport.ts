@@ -13,6 +13,7 @@ import { frameMessage, GrpcFramingError, MessageDeframer } from './grpc-framing.
 import type { GrpcServerOptions, RunningGrpcServer } from './grpc-server.js';
 import { GRPC_STATUS, statusTrailers } from './grpc-status.js';
 import { HealthService } from './health-service.js';
+import { secureContextOptions } from './tls-identity.js';
 import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
 import type { ListenTarget } from './listen-address.js';
 import { CONSTANT_REPLIES } from './constant-replies.js';
@@ -253,10 +254,12 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
   const server: Http2Server | Http2SecureServer =
     tls === undefined
       ? http2.createServer(SERVER_OPTIONS)
-      : http2.createSecureServer({ ...SERVER_OPTIONS, ...identityOptions(tls.current()), allowHTTP1: false });
+      : http2.createSecureServer({ ...SERVER_OPTIONS, ...secureContextOptions(tls.current()), allowHTTP1: false });
   // Only new TLS handshakes see a replaced pair; open connections and their streams carry on.
   const unsubscribeTls =
-    tls === undefined ? () => {} : tls.onChange((identity) => (server as Http2SecureServer).setSecureContext(identityOptions(identity)));
+    tls === undefined
+      ? () => {}
+      : tls.onChange((identity) => (server as Http2SecureServer).setSecureContext(secureContextOptions(identity)));
   // Connections that never became a session (a TLS handshake that fails or hangs) would hold
   // server.close() forever: shutdown destroys whatever is left at its deadline.
   const sockets = new Set<Socket>();
@@ -352,10 +355,6 @@ function isGrpcContentType(contentType: string | undefined): boolean {
   if (contentType === undefined || !contentType.startsWith('application/grpc')) return false;
   const rest = contentType.slice('application/grpc'.length);
   return rest === '' || rest.startsWith('+') || rest.startsWith(';');
-}
-
-function identityOptions(identity: { cert: Buffer; key: Buffer }): { cert: Buffer; key: Buffer } {
-  return { cert: identity.cert, key: identity.key };
 }
 
 /** Pings the peer every KEEPALIVE_INTERVAL_MS; a peer that does not answer within KEEPALIVE_TIMEOUT_MS is gone. */

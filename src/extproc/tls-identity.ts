@@ -18,6 +18,11 @@ export interface TlsIdentity {
   readonly key: Buffer;
 }
 
+/** The pair as TLS context options (a fresh object: TLS servers keep what they are given). */
+export function secureContextOptions(identity: TlsIdentity): { cert: Buffer; key: Buffer } {
+  return { cert: identity.cert, key: identity.key };
+}
+
 export interface TlsIdentitySource {
   /** The pair to serve now (always a valid one: a bad replacement is refused and logged). */
   current(): TlsIdentity;
