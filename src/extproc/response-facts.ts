@@ -1,10 +1,11 @@
 // Facts about one response, computed once from its headers, Envoy's attributes (when the gateway
 // asks for them) and forwarded metadata. Pure.
 
+import type { EnvoyReplyFacts } from '../errors/envoy-reply.js';
 import { ERROR_CODE_HEADER } from '../errors/render.js';
 import type { HttpHeaders, ProcessingRequest } from './messages.js';
 import { DESTINATION_METADATA_NAMESPACE, SERVED_ENDPOINT_KEY } from './protocol-names.js';
-import { attributeNumber, attributeString, headerLookup, metadataValue } from './wire-values.js';
+import { attributeNumber, attributeString, headerValue, metadataValue } from './wire-values.js';
 
 /** What the response headers (and Envoy's attributes, when configured) say about the answer. */
 export interface ResponseFacts {
@@ -22,17 +23,18 @@ export interface ResponseFacts {
 }
 
 export function responseFacts(message: ProcessingRequest, headersMessage: HttpHeaders): ResponseFacts {
-  const headers = headerLookup(headersMessage.headers);
-  const encoding = (headers.get('content-encoding') ?? 'identity').trim().toLowerCase();
-  const length = Number(headers.get('content-length') ?? NaN);
+  const headers = headersMessage.headers;
+  const encoding = headerValue(headers, 'content-encoding');
+  const lengthHeader = headerValue(headers, 'content-length');
+  const length = Number(lengthHeader ?? NaN);
   const attributes = message.attributes;
   return {
-    status: Number(headers.get(':status') ?? '0'),
-    contentType: headers.get('content-type') ?? '',
-    compressed: encoding !== '' && encoding !== 'identity',
+    status: Number(headerValue(headers, ':status') ?? '0'),
+    contentType: headerValue(headers, 'content-type') ?? '',
+    compressed: encoding !== undefined && isCompressed(encoding),
     contentLength: Number.isFinite(length) ? length : undefined,
-    hasContentLength: headers.has('content-length'),
-    ours: headers.has(ERROR_CODE_HEADER),
+    hasContentLength: lengthHeader !== undefined,
+    ours: headerValue(headers, ERROR_CODE_HEADER) !== undefined,
     codeDetails: attributeString(attributes, 'response.code_details'),
     flags: attributeNumber(attributes, 'response.flags'),
     servedAddress:
@@ -42,12 +44,17 @@ export function responseFacts(message: ProcessingRequest, headersMessage: HttpHe
   };
 }
 
-/** The attributes as EnvoyReplyFacts wants them (absent, not undefined). */
-export function definedFacts(facts: ResponseFacts): { codeDetails?: string; flags?: number } {
-  return {
-    ...(facts.codeDetails === undefined ? {} : { codeDetails: facts.codeDetails }),
-    ...(facts.flags === undefined ? {} : { flags: facts.flags }),
-  };
+/** What classifying the answer as Envoy's own reply needs (attributes absent, not undefined). */
+export function envoyReplyFacts(facts: ResponseFacts): EnvoyReplyFacts {
+  const out: EnvoyReplyFacts = { status: facts.status };
+  if (facts.codeDetails !== undefined) out.codeDetails = facts.codeDetails;
+  if (facts.flags !== undefined) out.flags = facts.flags;
+  return out;
+}
+
+function isCompressed(contentEncoding: string): boolean {
+  const encoding = contentEncoding.trim().toLowerCase();
+  return encoding !== '' && encoding !== 'identity';
 }
 
 function nonEmpty(value: string | undefined): string | undefined {

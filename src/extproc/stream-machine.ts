@@ -31,14 +31,14 @@ import {
 } from './replies.js';
 import { localReplyResult, upstreamStatusResult } from './request-result.js';
 import type { RequestResult } from './request-result.js';
-import { definedFacts, responseFacts } from './response-facts.js';
+import { envoyReplyFacts, responseFacts } from './response-facts.js';
 import type { ResponseFacts } from './response-facts.js';
 import type { RoutedRequest } from './routing.js';
 import { StepBuilder, exchangeOf, pathOnly, requestOf } from './stream-state.js';
 import type { BodyWatch, Exchange, MachineContext, PendingOutcome, RequestFacts, Served, Step, StreamState } from './stream-state.js';
 import { streamModes } from './stream-modes.js';
 import type { StreamModes } from './stream-modes.js';
-import { headerLookup, headerMutation, metadataNamespaces, metadataValue } from './wire-values.js';
+import { headerMutation, headerValue, metadataNamespaces, metadataValue } from './wire-values.js';
 
 /** Bytes of an unexplained error body we read to classify it; Envoy's texts are far shorter. */
 const ERROR_TEXT_BYTES = 4096;
@@ -120,12 +120,12 @@ function brokenMidStream(out: StepBuilder, served: Served): void {
 
 function requestHeaders(ctx: MachineContext, out: StepBuilder, state: StreamState, message: ProcessingRequest): void {
   if (state.kind !== 'AwaitingRequestHeaders') throw protocolViolation('request headers', state);
-  const headers = headerLookup(message.request_headers?.headers);
+  const headers = message.request_headers?.headers;
   const request: RequestFacts = {
     modes: streamModes(message.protocol_config),
-    method: headers.get(':method') ?? '',
-    path: headers.get(':path') ?? '',
-    requestId: headers.get('x-request-id') ?? '',
+    method: headerValue(headers, ':method') ?? '',
+    path: headerValue(headers, ':path') ?? '',
+    requestId: headerValue(headers, 'x-request-id') ?? '',
     subset: subsetHint(message),
   };
   const path = pathOnly(request.path);
@@ -149,7 +149,7 @@ function requestHeaders(ctx: MachineContext, out: StepBuilder, state: StreamStat
     out.reject(request, err);
     return;
   }
-  const declaredLength = Number(headers.get('content-length') ?? '0');
+  const declaredLength = Number(headerValue(headers, 'content-length') ?? '0');
   if (declaredLength > ctx.maxRequestBodyBytes) {
     out.reject(request, tooLarge(ctx, declaredLength));
     return;
@@ -277,12 +277,13 @@ function responseHeaders(ctx: MachineContext, out: StepBuilder, state: StreamSta
   const facts = responseFacts(message, message.response_headers ?? {});
   const modes = exchange.request.modes;
 
-  const local = classifyEnvoyReply({ status: facts.status, ...definedFacts(facts) });
+  const replyFacts = envoyReplyFacts(facts);
+  const local = classifyEnvoyReply(replyFacts);
   if (local !== undefined) {
     replaceWithEnvoyFailure(out, exchange, local.kind, local.detail, facts.servedAddress);
     return;
   }
-  if (isEnvoyLocalReply({ status: facts.status, ...definedFacts(facts) })) {
+  if (isEnvoyLocalReply(replyFacts)) {
     // Another filter's deliberate answer (401, 403, 429...): its status and body are the message.
     const served: Served = { exchange, servedBy: undefined, status: facts.status };
     out.finish(exchange.request, exchange, localReplyResult(facts.status), served);

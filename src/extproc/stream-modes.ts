@@ -43,12 +43,31 @@ export function streamModes(config: ProtocolConfiguration | undefined): StreamMo
   if (config === undefined) return DEFAULT_MODES;
   const requestMode = config.request_body_mode ?? 'NONE';
   const responseMode = config.response_body_mode ?? 'NONE';
-  return {
-    request: requestDelivery(requestMode, config.send_body_without_waiting_for_header_response === true),
+  const early = config.send_body_without_waiting_for_header_response === true;
+  // Every stream announces one of a few combinations: each is built once and shared (frozen).
+  const slot = (MODE_INDEX[requestMode] * BODY_SEND_MODES + MODE_INDEX[responseMode]) * 2 + (early ? 1 : 0);
+  const known = Number.isInteger(slot) ? KNOWN_MODES[slot] : undefined;
+  if (known !== undefined) return known;
+  const modes: StreamModes = Object.freeze({
+    request: requestDelivery(requestMode, early),
     response: responseDelivery(responseMode),
     announced: `request ${requestMode}, response ${responseMode}`,
-  };
+  });
+  // A mode outside the enum (a newer Envoy, through the reflection codec) is not cached.
+  if (Number.isInteger(slot)) KNOWN_MODES[slot] = modes;
+  return modes;
 }
+
+const MODE_INDEX: Readonly<Record<BodySendMode, number>> = {
+  NONE: 0,
+  STREAMED: 1,
+  BUFFERED: 2,
+  BUFFERED_PARTIAL: 3,
+  FULL_DUPLEX_STREAMED: 4,
+  GRPC: 5,
+};
+const BODY_SEND_MODES = Object.keys(MODE_INDEX).length;
+const KNOWN_MODES: (StreamModes | undefined)[] = [];
 
 function requestDelivery(mode: BodySendMode, early: boolean): RequestBodyDelivery {
   switch (mode) {

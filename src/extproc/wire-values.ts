@@ -3,17 +3,24 @@
 
 import type { HeaderMap, HeaderMutation, HeaderValueOption, ProtoStruct, ProtoValue } from './messages.js';
 
-/** Header names are lower-case on the wire (HTTP/2 and Envoy normalise them). */
-export function headerLookup(map: HeaderMap | undefined): Map<string, string> {
-  const out = new Map<string, string>();
-  for (const header of map?.headers ?? []) {
+/**
+ * One header's value, or undefined when absent; repeated headers are joined with commas. Header
+ * names are lower-case on the wire (HTTP/2 and Envoy normalise them). A message is read for a
+ * handful of headers, so each lookup scans the list and only the values asked for are decoded.
+ */
+export function headerValue(map: HeaderMap | undefined, key: string): string | undefined {
+  const headers = map?.headers;
+  if (headers === undefined) return undefined;
+  let found: string | undefined;
+  for (let i = 0; i < headers.length; i++) {
+    const header = headers[i];
+    if (header.key !== key) continue;
     // Envoy sends values in raw_value; `value` is only a fallback for other clients.
     const value =
       header.raw_value !== undefined && header.raw_value.length > 0 ? header.raw_value.toString('latin1') : (header.value ?? '');
-    const existing = out.get(header.key);
-    out.set(header.key, existing === undefined ? value : `${existing},${value}`);
+    found = found === undefined ? value : `${found},${value}`;
   }
-  return out;
+  return found;
 }
 
 /** Overwrite (never append) a header; Envoy reads only raw_value in mutations. */

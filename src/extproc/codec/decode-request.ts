@@ -20,7 +20,15 @@ import type {
   ProtoValue,
   BodySendMode,
 } from '../messages.js';
-import { Reader, Unsupported, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT } from './wire-format.js';
+import { ERROR_CODE_HEADER } from '../../errors/render.js';
+import {
+  DESTINATION_HEADER,
+  DESTINATION_METADATA_NAMESPACE,
+  SERVED_ENDPOINT_KEY,
+  SUBSET_HINT_KEY,
+  SUBSET_HINT_NAMESPACE,
+} from '../protocol-names.js';
+import { Reader, StringTable, Unsupported, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT } from './wire-format.js';
 
 type RequestKind = NonNullable<ProcessingRequest['request']>;
 
@@ -35,6 +43,51 @@ const REQUEST_FIELDS: readonly (RequestKind | undefined)[] = [
   'request_trailers',
   'response_trailers',
 ];
+
+/**
+ * Strings nearly every message carries: the header names Envoy and model servers send, and the
+ * attribute, metadata and value strings of Envoy's ext_proc filter. Decoded as shared constants.
+ */
+const KNOWN_STRINGS = new StringTable([
+  ':authority',
+  ':method',
+  ':path',
+  ':scheme',
+  ':status',
+  'accept',
+  'accept-encoding',
+  'authorization',
+  'cache-control',
+  'connection',
+  'content-encoding',
+  'content-length',
+  'content-type',
+  'date',
+  'host',
+  'server',
+  'transfer-encoding',
+  'user-agent',
+  'vary',
+  'x-envoy-expected-rq-timeout-ms',
+  'x-envoy-internal',
+  'x-envoy-upstream-service-time',
+  'x-forwarded-for',
+  'x-forwarded-proto',
+  'x-request-id',
+  'application/json',
+  'text/event-stream',
+  'envoy.filters.http.ext_proc',
+  'response.code_details',
+  'response.flags',
+  'upstream.address',
+  'via_upstream',
+  ERROR_CODE_HEADER,
+  DESTINATION_HEADER,
+  DESTINATION_METADATA_NAMESPACE,
+  SERVED_ENDPOINT_KEY,
+  SUBSET_HINT_KEY,
+  SUBSET_HINT_NAMESPACE,
+]);
 
 const BODY_SEND_MODES: readonly BodySendMode[] = ['NONE', 'STREAMED', 'BUFFERED', 'BUFFERED_PARTIAL', 'FULL_DUPLEX_STREAMED', 'GRPC'];
 
@@ -132,7 +185,7 @@ function decodeHeaderValue(r: Reader, end: number): HeaderValue {
     const tag = r.uint32(end);
     switch (tag) {
       case (1 << 3) | WIRE_LEN:
-        out.key = r.string(end);
+        out.key = r.knownString(end, KNOWN_STRINGS);
         break;
       case (2 << 3) | WIRE_LEN:
         out.value = r.string(end);
@@ -240,7 +293,7 @@ function decodeStructMapEntry(r: Reader, end: number, into: Record<string, Proto
   let value: ProtoStruct | undefined;
   while (r.pos < end) {
     const tag = r.uint32(end);
-    if (tag === ((1 << 3) | WIRE_LEN)) key = r.string(end);
+    if (tag === ((1 << 3) | WIRE_LEN)) key = r.knownString(end, KNOWN_STRINGS);
     else if (tag === ((2 << 3) | WIRE_LEN)) value = decodeStruct(r, r.lengthEnd(end));
     else skipUnknown(r, tag, end, 2);
   }
@@ -259,7 +312,7 @@ function decodeStruct(r: Reader, end: number): ProtoStruct {
       let value: ProtoValue | undefined;
       while (r.pos < entryEnd) {
         const entryTag = r.uint32(entryEnd);
-        if (entryTag === ((1 << 3) | WIRE_LEN)) key = r.string(entryEnd);
+        if (entryTag === ((1 << 3) | WIRE_LEN)) key = r.knownString(entryEnd, KNOWN_STRINGS);
         else if (entryTag === ((2 << 3) | WIRE_LEN)) value = decodeValue(r, r.lengthEnd(entryEnd));
         else skipUnknown(r, entryTag, entryEnd, 2);
       }
@@ -298,7 +351,7 @@ function decodeValue(r: Reader, end: number): ProtoValue {
         break;
       case (3 << 3) | WIRE_LEN:
         member('stringValue');
-        out.stringValue = r.string(end);
+        out.stringValue = r.knownString(end, KNOWN_STRINGS);
         break;
       case (4 << 3) | WIRE_VARINT:
         member('boolValue');

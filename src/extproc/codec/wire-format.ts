@@ -76,13 +76,32 @@ export class Reader {
   }
 
   string(end: number): string {
-    const stop = this.lengthEnd(end);
+    return this.stringAt(this.lengthEnd(end));
+  }
+
+  /** The UTF-8 string from pos to stop (the length prefix already read). */
+  private stringAt(stop: number): string {
     const out =
       stop - this.pos <= SHORT_STRING
         ? (shortAscii(this.buf, this.pos, stop) ?? this.buf.toString('utf8', this.pos, stop))
         : this.buf.toString('utf8', this.pos, stop);
     this.pos = stop;
     return out;
+  }
+
+  /**
+   * A string that is most likely one of `known` (header names, attribute and metadata keys): the
+   * table's own string when the bytes match one, so nothing is allocated and property and Map
+   * lookups with it find an already internalized string; else as string() decodes it.
+   */
+  knownString(end: number, known: StringTable): string {
+    const stop = this.lengthEnd(end);
+    const found = known.find(this.buf, this.pos, stop);
+    if (found !== undefined) {
+      this.pos = stop;
+      return found;
+    }
+    return this.stringAt(stop);
   }
 
   bool(end: number): boolean {
@@ -117,6 +136,32 @@ export class Reader {
         throw new Unsupported(`wire type ${wireType}`);
     }
     if (this.pos > end) throw new Unsupported('truncated fixed-size field');
+  }
+}
+
+/** A fixed set of ASCII strings, found by their bytes without decoding them. */
+export class StringTable {
+  /** By byte length: the candidates of that length, their bytes and the string. */
+  private readonly byLength: { readonly bytes: Buffer; readonly text: string }[][] = [];
+
+  constructor(strings: Iterable<string>) {
+    for (const text of strings) {
+      const bytes = Buffer.from(text, 'latin1');
+      if (bytes.toString('ascii') !== text) throw new Error(`not ASCII: ${text}`);
+      (this.byLength[bytes.length] ??= []).push({ bytes, text });
+    }
+  }
+
+  find(buf: Buffer, start: number, stop: number): string | undefined {
+    const candidates = this.byLength[stop - start];
+    if (candidates === undefined) return undefined;
+    for (const candidate of candidates) {
+      const bytes = candidate.bytes;
+      let i = 0;
+      while (i < bytes.length && bytes[i] === buf[start + i]) i++;
+      if (i === bytes.length) return candidate.text;
+    }
+    return undefined;
   }
 }
 
