@@ -299,8 +299,8 @@ const runStreams = (target: Server, count: number): void => drive(target, count,
 
 // Warm-up: let the JIT settle on both paths.
 for (const target of servers) {
-  runRequests(target, Math.min(requests, 5000));
-  runStreams(target, Math.min(streams, 100));
+  runRequests(target, 10_000);
+  runStreams(target, 100);
 }
 
 const perRequest = servers.map((): number[] => []);

@@ -12,9 +12,32 @@ export const CONTINUE_RESPONSE_HEADERS: ProcessingResponse = Object.freeze({
 });
 export const CONTINUE_RESPONSE_BODY: ProcessingResponse = Object.freeze({ response_body: Object.freeze({ response: Object.freeze({}) }) });
 
+/** Continue, and have Envoy buffer the request body for us (STREAMED or NONE request bodies). */
+export const ASK_FOR_BUFFERED_REQUEST_BODY: ProcessingResponse = Object.freeze({
+  request_headers: Object.freeze({ response: Object.freeze({}) }),
+  mode_override: Object.freeze({ request_body_mode: 'BUFFERED' }),
+});
+
 export const CONSTANT_REPLIES: readonly ProcessingResponse[] = [
   CONTINUE_REQUEST_HEADERS,
   CONTINUE_REQUEST_BODY,
   CONTINUE_RESPONSE_HEADERS,
   CONTINUE_RESPONSE_BODY,
+  ASK_FOR_BUFFERED_REQUEST_BODY,
 ];
+
+/**
+ * Replies that are not constant but repeat (the routing reply of one destination list): built
+ * once, never changed, and sent many times. `wire.ts` encodes each of them once.
+ */
+const REUSED_REPLIES = new WeakSet<ProcessingResponse>();
+
+/** Marks a reply as built once and sent many times; it must never change afterwards. */
+export function reusedReply(reply: ProcessingResponse): ProcessingResponse {
+  REUSED_REPLIES.add(reply);
+  return reply;
+}
+
+export function isReusedReply(reply: ProcessingResponse): boolean {
+  return REUSED_REPLIES.has(reply);
+}

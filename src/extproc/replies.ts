@@ -3,8 +3,10 @@
 
 import type { GatewayError } from '../errors/gateway-error.js';
 import { renderError } from '../errors/render.js';
-import type { HeaderMutation, ProcessingResponse, ProtoStruct } from './messages.js';
-import { headerMutation } from './wire-values.js';
+import { reusedReply } from './constant-replies.js';
+import type { HeaderMutation, ProcessingResponse } from './messages.js';
+import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE } from './protocol-names.js';
+import { headerMutation, metadataNamespaces } from './wire-values.js';
 
 /** Envoy's limit for one `streamed_response` chunk in FULL_DUPLEX_STREAMED mode. */
 export const MAX_STREAMED_CHUNK_BYTES = 64 * 1024;
@@ -42,23 +44,30 @@ export function immediateJson(body: unknown, details: string): ProcessingRespons
   };
 }
 
-export function requestHeadersReply(
-  mutation: HeaderMutation | undefined,
-  metadata: ProtoStruct | undefined,
-  askForBufferedBody = false,
-): ProcessingResponse {
-  return {
-    request_headers: { response: mutation === undefined ? {} : { header_mutation: mutation } },
-    ...(metadata === undefined ? {} : { dynamic_metadata: metadata }),
-    ...(askForBufferedBody ? { mode_override: { request_body_mode: 'BUFFERED' } } : {}),
-  };
-}
+/** Routing replies by phase, primary and metadata value; bounded (a pod churn can mint many lists). */
+const ROUTING_REPLIES = new Map<string, ProcessingResponse>();
+const MAX_ROUTING_REPLIES = 4096;
 
-export function requestBodyReply(mutation: HeaderMutation | undefined, metadata: ProtoStruct | undefined): ProcessingResponse {
-  return {
-    request_body: { response: mutation === undefined ? {} : { header_mutation: mutation } },
-    ...(metadata === undefined ? {} : { dynamic_metadata: metadata }),
-  };
+/**
+ * Hands Envoy our pick, in the reply to the request headers or to the request body: the primary
+ * in the destination header (which ORIGINAL_DST clusters and header-based overrides parse as one
+ * address) and `metadataValue` (the whole list, or the primary alone) in the `envoy.lb` metadata
+ * override_host reads. A destination list repeats from request to request, so each reply is
+ * built once and reused (wire.ts then encodes it once).
+ */
+export function routingReply(phase: 'request_headers' | 'request_body', primary: string, metadataValue: string): ProcessingResponse {
+  const key = `${phase}\u0000${primary}\u0000${metadataValue}`;
+  let reply = ROUTING_REPLIES.get(key);
+  if (reply === undefined) {
+    if (ROUTING_REPLIES.size >= MAX_ROUTING_REPLIES) ROUTING_REPLIES.clear();
+    const response = { response: { header_mutation: headerMutation([[DESTINATION_HEADER, primary]]) } };
+    const dynamic_metadata = metadataNamespaces({ [DESTINATION_METADATA_NAMESPACE]: { [DESTINATION_HEADER]: metadataValue } });
+    reply = reusedReply(
+      phase === 'request_headers' ? { request_headers: response, dynamic_metadata } : { request_body: response, dynamic_metadata },
+    );
+    ROUTING_REPLIES.set(key, reply);
+  }
+  return reply;
 }
 
 export function responseHeadersReply(mutation?: HeaderMutation, bufferBody?: 'BUFFERED' | 'BUFFERED_PARTIAL'): ProcessingResponse {

@@ -14,18 +14,23 @@ import { isJsonContentType, isSseContentType } from '../inspect/content-type.js'
 import { inspectJsonBody } from '../inspect/json-body.js';
 import { SseInspector } from '../inspect/sse-inspector.js';
 import type { BodyVerdict } from '../inspect/verdict.js';
-import { CONTINUE_REQUEST_BODY, CONTINUE_REQUEST_HEADERS, CONTINUE_RESPONSE_BODY, CONTINUE_RESPONSE_HEADERS } from './constant-replies.js';
-import type { HttpBody, ProcessingRequest, ProcessingResponse, ProtoStruct } from './messages.js';
+import {
+  ASK_FOR_BUFFERED_REQUEST_BODY,
+  CONTINUE_REQUEST_BODY,
+  CONTINUE_REQUEST_HEADERS,
+  CONTINUE_RESPONSE_BODY,
+  CONTINUE_RESPONSE_HEADERS,
+} from './constant-replies.js';
+import type { HttpBody, ProcessingRequest, ProcessingResponse } from './messages.js';
 import { readInferenceRequest } from './openai-request.js';
 import type { StreamEnd } from './processor-contract.js';
-import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from './protocol-names.js';
+import { SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from './protocol-names.js';
 import {
   immediateError,
   immediateJson,
   replaceBodyChunk,
-  requestBodyReply,
-  requestHeadersReply,
   responseHeadersReply,
+  routingReply,
   streamedBody,
   streamedChunks,
 } from './replies.js';
@@ -38,7 +43,7 @@ import { StepBuilder, exchangeOf, pathOnly, requestOf } from './stream-state.js'
 import type { BodyWatch, Exchange, MachineContext, PendingOutcome, RequestFacts, Served, Step, StreamState } from './stream-state.js';
 import { streamModes } from './stream-modes.js';
 import type { StreamModes } from './stream-modes.js';
-import { headerMutation, headerValue, metadataNamespaces, metadataValue } from './wire-values.js';
+import { headerMutation, headerValue, metadataValue } from './wire-values.js';
 
 /** Bytes of an unexplained error body we read to classify it; Envoy's texts are far shorter. */
 const ERROR_TEXT_BYTES = 4096;
@@ -156,7 +161,7 @@ function requestHeaders(ctx: MachineContext, out: StepBuilder, state: StreamStat
   }
   const delivery = request.modes.request;
   if (delivery === 'envoy-buffers') out.reply(CONTINUE_REQUEST_HEADERS);
-  else if (delivery === 'ask-for-buffered') out.reply(requestHeadersReply(undefined, undefined, true));
+  else if (delivery === 'ask-for-buffered') out.reply(ASK_FOR_BUFFERED_REQUEST_BODY);
   // collect-*: the header reply waits for the body, because it carries the routing.
   out.become({
     kind: 'CollectingRequestBody',
@@ -247,19 +252,18 @@ function route(
   // The metadata carries the whole list for override_host (first is primary, the rest are walked
   // on retries) unless the gateway reads exactly one address; the header always carries the
   // primary alone, which ORIGINAL_DST clusters and header-based overrides parse as one address.
-  const metadata = destinationMetadata(ctx.destinationFormat === 'list' ? routed.destinations.join(',') : primary);
-  const mutation = headerMutation([[DESTINATION_HEADER, primary]]);
+  const metadataValue = ctx.destinationFormat === 'list' ? routed.destinations.join(',') : primary;
   switch (request.modes.request) {
     case 'envoy-buffers':
     case 'ask-for-buffered':
-      out.reply(requestBodyReply(mutation, metadata));
+      out.reply(routingReply('request_body', primary, metadataValue));
       break;
     case 'collect-streamed':
-      out.reply(requestHeadersReply(mutation, metadata));
+      out.reply(routingReply('request_headers', primary, metadataValue));
       for (let i = 0; i < state.chunks.length; i++) out.reply(CONTINUE_REQUEST_BODY);
       break;
     case 'collect-duplex':
-      out.reply(requestHeadersReply(mutation, metadata));
+      out.reply(routingReply('request_headers', primary, metadataValue));
       out.replies(streamedChunks('request', state.chunks, !trailersFollow));
       break;
   }
@@ -783,8 +787,4 @@ function subsetHint(message: ProcessingRequest): ReadonlySet<string> | undefined
       .map((a) => a.trim())
       .filter((a) => a !== ''),
   );
-}
-
-function destinationMetadata(value: string): ProtoStruct {
-  return metadataNamespaces({ [DESTINATION_METADATA_NAMESPACE]: { [DESTINATION_HEADER]: value } });
 }

@@ -10,7 +10,7 @@ import { loadSync } from '@grpc/proto-loader';
 import type { AnyDefinition, MethodDefinition, Options, PackageDefinition, ServiceDefinition } from '@grpc/proto-loader';
 import { fastRequestDeserializer, fastResponseSerializer } from './codec/fast-codec.js';
 import type { CodecCounters } from './codec/fast-codec.js';
-import { CONSTANT_REPLIES } from './constant-replies.js';
+import { CONSTANT_REPLIES, isReusedReply } from './constant-replies.js';
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
 
 /** Fully-qualified gRPC service names, as they appear in paths and health checks. */
@@ -104,13 +104,27 @@ function withFastCodec(
   };
 }
 
-/** Serializes the constant "continue" replies once; everything else is encoded per message. */
+/**
+ * Serializes the constant "continue" replies once, and each reused reply (constant-replies.ts)
+ * the first time it is sent; everything else is encoded per message.
+ */
 function withCachedReplies(
   def: MethodDefinition<ProcessingRequest, ProcessingResponse>,
 ): MethodDefinition<ProcessingRequest, ProcessingResponse> {
   const serialize = def.responseSerialize;
   const cached = new Map<ProcessingResponse, Buffer>(CONSTANT_REPLIES.map((reply) => [reply, serialize(reply)]));
-  return { ...def, responseSerialize: (value) => cached.get(value) ?? serialize(value) };
+  const reused = new WeakMap<ProcessingResponse, Buffer>();
+  return {
+    ...def,
+    responseSerialize: (value) => {
+      const constant = cached.get(value);
+      if (constant !== undefined) return constant;
+      if (!isReusedReply(value)) return serialize(value);
+      let bytes = reused.get(value);
+      if (bytes === undefined) reused.set(value, (bytes = serialize(value)));
+      return bytes;
+    },
+  };
 }
 
 function findProtoRoot(startDir: string): string {

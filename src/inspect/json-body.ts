@@ -2,6 +2,7 @@
 // stream, on a body the processor already had to buffer; the slower diagnosis only runs when the
 // body is broken.
 
+import { isWellFormedJson } from './json-syntax.js';
 import { OK_VERDICT } from './verdict.js';
 import type { BodyVerdict } from './verdict.js';
 
@@ -12,6 +13,8 @@ function truncated(detail: string): BodyVerdict {
 }
 
 export function inspectJsonBody(body: Buffer): BodyVerdict {
+  // Nearly every answer is well-formed: say so from its bytes, without decoding or parsing it.
+  if (isWellFormedJson(body)) return OK_VERDICT;
   const text = body.toString('utf8');
   if (text.trim() === '') return truncated(body.length === 0 ? 'body is empty' : `body is only whitespace (${body.length} bytes)`);
   try {
