@@ -106,7 +106,8 @@ export class StoreRouting implements Routing {
     const endpoints = outcome.endpoints;
     // Load is charged to the primary: it is where Envoy sends the request unless it cannot connect.
     this.load.acquire(endpoints[0].address);
-    const destinations = Array.from({ length: 1 + this.options.fallbacks }, (_, i) => endpoints[i % endpoints.length].address);
+    const destinations = new Array<string>(1 + this.options.fallbacks);
+    for (let i = 0; i < destinations.length; i++) destinations[i] = endpoints[i % endpoints.length].address;
     return { model, endpoints, destinations };
   }
 

@@ -113,6 +113,7 @@ function stringEnd(bytes: Uint8Array, i: number): number {
   const n = bytes.length;
   i++;
   for (;;) {
+    while (i < n && PLAIN_IN_STRING[bytes[i]] === 1) i++;
     if (i >= n) return -1;
     const c = bytes[i];
     if (c === QUOTE) return i + 1;
@@ -132,6 +133,9 @@ function stringEnd(bytes: Uint8Array, i: number): number {
     i++;
   }
 }
+
+/** Bytes that stand for themselves inside a string: all but controls, the quote and the backslash. */
+const PLAIN_IN_STRING = new Uint8Array(256).map((_, c) => (c >= 0x20 && c !== QUOTE && c !== BACKSLASH ? 1 : 0));
 
 function isHex(c: number | undefined): boolean {
   return c !== undefined && ((c >= ZERO && c <= NINE) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66));

@@ -6,6 +6,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { ENDPOINT_STATES } from '../endpoints/model.js';
 import type { EndpointView, PoolView } from '../endpoints/model.js';
 import type { BreakVerdict } from '../endpoints/replica-probe.js';
+import { CounterCells } from './counter-cells.js';
 import { CountingHistogram } from './counting-histogram.js';
 import { EventLoopDelayMetric } from './event-loop-delay.js';
 
@@ -14,18 +15,25 @@ export type AttemptOutcome = 'success' | 'failure';
 export class Metrics {
   readonly registry = new Registry();
 
-  private readonly requests = new Counter({
+  // Counted on every request: the counts gather in cells and reach the counters when collected.
+  private readonly requestCells = new CounterCells(['model', 'result']);
+  private readonly attemptCells = new CounterCells(['endpoint', 'pool', 'outcome', 'reason']);
+  private openStreams = 0;
+
+  private readonly requests: Counter<'model' | 'result'> = new Counter({
     name: 'llm_extproc_requests_total',
     help: 'Requests seen, by model and result (ok, or the error code the client received).',
     labelNames: ['model', 'result'] as const,
     registers: [this.registry],
+    collect: () => this.requestCells.flushTo(this.requests),
   });
 
-  private readonly attempts = new Counter({
+  private readonly attempts: Counter<'pool' | 'endpoint' | 'outcome' | 'reason'> = new Counter({
     name: 'llm_extproc_upstream_attempts_total',
     help: 'Attempts against model-server endpoints, by outcome and failure reason.',
     labelNames: ['pool', 'endpoint', 'outcome', 'reason'] as const,
     registers: [this.registry],
+    collect: () => this.attemptCells.flushTo(this.attempts),
   });
 
   private readonly quarantines = new Counter({
@@ -51,10 +59,11 @@ export class Metrics {
     registers: [this.registry],
   });
 
-  private readonly inFlight = new Gauge({
+  private readonly inFlight: Gauge = new Gauge({
     name: 'llm_extproc_in_flight_requests',
     help: 'ext_proc streams (requests) open now, counted from the stream start, before routing, until the stream ends.',
     registers: [this.registry],
+    collect: () => this.inFlight.set(this.openStreams),
   });
 
   private readonly messageSeconds = new CountingHistogram(
@@ -142,13 +151,13 @@ export class Metrics {
   }
 
   requestFinished(model: string, result: string): void {
-    this.requests.inc({ model, result });
+    this.requestCells.add(model, result);
   }
 
   attempt(pool: string, endpoint: string, outcome: AttemptOutcome, reason: string): void {
-    const labels = { pool, endpoint, outcome, reason };
-    this.attempts.inc(labels);
-    this.rememberSeries(endpoint, `a\u0000${pool}\u0000${outcome}\u0000${reason}`, labels);
+    if (this.attemptCells.add(endpoint, pool, outcome, reason)) {
+      this.rememberSeries(endpoint, `a\u0000${pool}\u0000${outcome}\u0000${reason}`, { pool, endpoint, outcome, reason });
+    }
   }
 
   quarantined(pool: string, endpoint: string): void {
@@ -161,11 +170,11 @@ export class Metrics {
   }
 
   requestStarted(): void {
-    this.inFlight.inc();
+    this.openStreams++;
   }
 
   requestEnded(): void {
-    this.inFlight.dec();
+    this.openStreams--;
   }
 
   messageHandled(message: string, seconds: number): void {
@@ -230,6 +239,7 @@ export class Metrics {
           else this.quarantines.remove(labels as { pool: string; endpoint: string });
         }
         this.seriesByEndpoint.delete(endpoint);
+        this.attemptCells.dropFirst(endpoint);
       }
     }
     this.endpoints.reset();
