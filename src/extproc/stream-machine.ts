@@ -248,22 +248,17 @@ function route(
     return;
   }
   out.notice({ kind: 'routed', routed });
-  const primary = routed.destinations[0] ?? '';
-  // The metadata carries the whole list for override_host (first is primary, the rest are walked
-  // on retries) unless the gateway reads exactly one address; the header always carries the
-  // primary alone, which ORIGINAL_DST clusters and header-based overrides parse as one address.
-  const metadataValue = ctx.destinationFormat === 'list' ? routed.destinations.join(',') : primary;
   switch (request.modes.request) {
     case 'envoy-buffers':
     case 'ask-for-buffered':
-      out.reply(routingReply('request_body', primary, metadataValue));
+      out.reply(routingReply('request_body', routed.destinations, ctx.destinationFormat));
       break;
     case 'collect-streamed':
-      out.reply(routingReply('request_headers', primary, metadataValue));
+      out.reply(routingReply('request_headers', routed.destinations, ctx.destinationFormat));
       for (let i = 0; i < state.chunks.length; i++) out.reply(CONTINUE_REQUEST_BODY);
       break;
     case 'collect-duplex':
-      out.reply(routingReply('request_headers', primary, metadataValue));
+      out.reply(routingReply('request_headers', routed.destinations, ctx.destinationFormat));
       out.replies(streamedChunks('request', state.chunks, !trailersFollow));
       break;
   }
