@@ -45,29 +45,24 @@ export function streamModes(config: ProtocolConfiguration | undefined): StreamMo
   const responseMode = config.response_body_mode ?? 'NONE';
   const early = config.send_body_without_waiting_for_header_response === true;
   // Every stream announces one of a few combinations: each is built once and shared (frozen).
-  const slot = (MODE_INDEX[requestMode] * BODY_SEND_MODES + MODE_INDEX[responseMode]) * 2 + (early ? 1 : 0);
-  const known = Number.isInteger(slot) ? KNOWN_MODES[slot] : undefined;
+  let byResponse = KNOWN_MODES.get(requestMode);
+  if (byResponse === undefined) KNOWN_MODES.set(requestMode, (byResponse = new Map<BodySendMode, ModesByEarlyBody>()));
+  let pair = byResponse.get(responseMode);
+  if (pair === undefined) byResponse.set(responseMode, (pair = [undefined, undefined]));
+  const known = pair[early ? 1 : 0];
   if (known !== undefined) return known;
   const modes: StreamModes = Object.freeze({
     request: requestDelivery(requestMode, early),
     response: responseDelivery(responseMode),
     announced: `request ${requestMode}, response ${responseMode}`,
   });
-  // A mode outside the enum (a newer Envoy, through the reflection codec) is not cached.
-  if (Number.isInteger(slot)) KNOWN_MODES[slot] = modes;
+  pair[early ? 1 : 0] = modes;
   return modes;
 }
 
-const MODE_INDEX: Readonly<Record<BodySendMode, number>> = {
-  NONE: 0,
-  STREAMED: 1,
-  BUFFERED: 2,
-  BUFFERED_PARTIAL: 3,
-  FULL_DUPLEX_STREAMED: 4,
-  GRPC: 5,
-};
-const BODY_SEND_MODES = Object.keys(MODE_INDEX).length;
-const KNOWN_MODES: (StreamModes | undefined)[] = [];
+/** By request mode, response mode, then [without, with] early request bodies. */
+type ModesByEarlyBody = [StreamModes | undefined, StreamModes | undefined];
+const KNOWN_MODES = new Map<BodySendMode, Map<BodySendMode, ModesByEarlyBody>>();
 
 function requestDelivery(mode: BodySendMode, early: boolean): RequestBodyDelivery {
   switch (mode) {
