@@ -1,0 +1,52 @@
+// A routing reply is built once per destination list and sent many times: its wire bytes must be
+// those of a freshly built equal reply, and lists that differ must never share a reply.
+
+import assert from 'node:assert/strict';
+import { it } from 'node:test';
+import { routingReply } from '../../src/extproc/replies.js';
+import { loadWireDefinitions } from '../../src/extproc/wire.js';
+
+const A = '10.0.0.1:8000';
+const B = '10.0.0.2:8000';
+
+it('reuses the reply of a destination list and encodes it like a fresh copy', () => {
+  const { Process } = loadWireDefinitions().externalProcessor;
+  const first = routingReply('request_body', [A, B, A], 'list');
+  assert.equal(routingReply('request_body', [A, B, A], 'list'), first);
+  const fresh = structuredClone(first);
+  assert.deepEqual(Process.responseSerialize(first), Process.responseSerialize(fresh));
+  assert.deepEqual(Process.responseSerialize(first), Process.responseSerialize(first));
+  assert.deepEqual(Process.responseDeserialize(Process.responseSerialize(first)), {
+    request_body: {
+      response: {
+        header_mutation: {
+          set_headers: [{ header: { key: 'x-gateway-destination-endpoint', raw_value: Buffer.from(A) }, append: { value: false } }],
+        },
+      },
+    },
+    dynamic_metadata: {
+      fields: {
+        'envoy.lb': {
+          structValue: { fields: { 'x-gateway-destination-endpoint': { stringValue: `${A},${B},${A}`, kind: 'stringValue' } } },
+          kind: 'structValue',
+        },
+      },
+    },
+    response: 'request_body',
+  });
+});
+
+it('keeps apart replies that differ in phase, order, length or format', () => {
+  const replies = [
+    routingReply('request_body', [A, B, A], 'list'),
+    routingReply('request_headers', [A, B, A], 'list'),
+    routingReply('request_body', [B, A, B], 'list'),
+    routingReply('request_body', [A, B], 'list'),
+    routingReply('request_body', [A, B, A], 'single'),
+  ];
+  assert.equal(new Set(replies).size, replies.length);
+  const metadata = (reply: (typeof replies)[number]) => reply.dynamic_metadata?.fields?.['envoy.lb']?.structValue?.fields;
+  assert.deepEqual(metadata(replies[3]), { 'x-gateway-destination-endpoint': { stringValue: `${A},${B}` } });
+  assert.deepEqual(metadata(replies[4]), { 'x-gateway-destination-endpoint': { stringValue: A } });
+  assert.equal(routingReply('request_body', [A, B, A], 'single'), routingReply('request_body', [A, A, B], 'single'));
+});
