@@ -451,7 +451,15 @@ async function main(): Promise<void> {
     if (!wanted(key)) continue;
     const transportConfig = join(dir, `${transport}.yaml`);
     await writeFile(transportConfig, toYaml({ listen: { transport } }));
-    const server = await startServer(root, `llm-extproc-${key}`, `127.0.0.1:${await freePort()}`, endpointsFile, profileDir, 1, transportConfig);
+    const server = await startServer(
+      root,
+      `llm-extproc-${key}`,
+      `127.0.0.1:${await freePort()}`,
+      endpointsFile,
+      profileDir,
+      1,
+      transportConfig,
+    );
     plans.push({ key, config: gatewayConfig(server.grpcAddress, upstreamAddress), server });
   }
   if (wanted('uds')) {

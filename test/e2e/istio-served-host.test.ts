@@ -162,7 +162,10 @@ void describe("Istio's default picker authority (the cluster name, `outbound|…
       });
       const envoy = await startEnvoy({ configYaml: toYaml(config), name: `istio-authority-${transport}` });
       try {
-        const response = await send(envoy.listenerPort('llm_gateway'), { path: '/v1/chat/completions', body: { model: 'm', messages: [] } });
+        const response = await send(envoy.listenerPort('llm_gateway'), {
+          path: '/v1/chat/completions',
+          body: { model: 'm', messages: [] },
+        });
         if (served) {
           assert.equal(response.status, 200, response.text());
           assert.equal(opened.length, 1, 'the ext_proc stream reached llm-extproc');

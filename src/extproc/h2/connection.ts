@@ -388,9 +388,7 @@ export class H2Connection {
       } catch (err) {
         this.options.onProtocolEvent?.('stream end handler threw', { err, stream: stream.id });
         stream.reset(ErrorCode.INTERNAL_ERROR);
-        continue;
       }
-      if (stream.localEnded && !stream.closed) this.closeStream(stream, { kind: 'done' });
     }
   }
 
@@ -460,6 +458,7 @@ export class H2Connection {
     }
     if (payload.length % 6 !== 0) throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, 'SETTINGS payload not a multiple of 6');
     this.settingsReceived = true;
+    let windowGrew = false;
     for (let at = 0; at < payload.length; at += 6) {
       const id = payload.readUInt16BE(at);
       const value = payload.readUInt32BE(at + 2);
@@ -471,7 +470,7 @@ export class H2Connection {
           stream.sendWindow += delta;
           if (stream.sendWindow > MAX_WINDOW_SIZE) throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, 'stream window above 2^31-1');
         }
-        if (delta > 0) this.resumeBlocked();
+        windowGrew ||= delta > 0;
       } else if (id === Setting.MAX_FRAME_SIZE) {
         if (value < DEFAULT_MAX_FRAME_SIZE || value > MAX_FRAME_SIZE_LIMIT) {
           throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, `SETTINGS_MAX_FRAME_SIZE ${value} out of range`);
@@ -483,7 +482,10 @@ export class H2Connection {
       // HEADER_TABLE_SIZE: our encoder never indexes, so the peer's table size never matters.
       // MAX_CONCURRENT_STREAMS limits pushes, which we never make. Unknown settings are ignored.
     }
+    // The ACK goes before any data the new window lets out: a peer (nghttp2) applies a larger
+    // window of its own only once it sees our ACK, and would count earlier data against the old one.
     this.queue(SETTINGS_ACK);
+    if (windowGrew) this.resumeBlocked();
   }
 
   private onPing(flags: number, streamId: number, payload: Buffer): void {
@@ -682,4 +684,3 @@ export class H2Connection {
     else this.queue(encodeRstStream(streamId, code));
   }
 }
-

@@ -91,7 +91,10 @@ export class FrameReader {
     while (end - at >= FRAME_HEADER_BYTES) {
       const length = (data[at] << 16) | (data[at + 1] << 8) | data[at + 2];
       if (length > this.maxFrameSize) {
-        throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, `frame of ${length} bytes exceeds SETTINGS_MAX_FRAME_SIZE ${this.maxFrameSize}`);
+        throw new ConnectionError(
+          ErrorCode.FRAME_SIZE_ERROR,
+          `frame of ${length} bytes exceeds SETTINGS_MAX_FRAME_SIZE ${this.maxFrameSize}`,
+        );
       }
       if (end - at < FRAME_HEADER_BYTES + length) break;
       const type = data[at + 3];
