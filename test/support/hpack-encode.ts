@@ -9,7 +9,7 @@ export const HUFFMAN_EOS = 256;
 /** The Huffman codes of `symbols` (0–255, or 256 for EOS) as a string of '0' and '1'. */
 export function huffmanBits(symbols: Iterable<number>): string {
   let bits = '';
-  for (const symbol of symbols) bits += HUFFMAN_CODES[symbol]!.toString(2).padStart(HUFFMAN_CODE_LENGTHS[symbol]!, '0');
+  for (const symbol of symbols) bits += HUFFMAN_CODES[symbol].toString(2).padStart(HUFFMAN_CODE_LENGTHS[symbol], '0');
   return bits;
 }
 

@@ -89,7 +89,7 @@ const REQUEST_TABLES: ReadonlyArray<{ table: Fields; size: number }> = [
 ];
 
 function requestSteps(blocks: readonly string[]): Step[] {
-  return blocks.map((block, i) => ({ block, fields: REQUEST_FIELDS[i]!, ...REQUEST_TABLES[i]! }));
+  return blocks.map((block, i) => ({ block, fields: REQUEST_FIELDS[i], ...REQUEST_TABLES[i] }));
 }
 
 // C.5 and C.6 likewise, with a 256-octet table that evicts.
@@ -147,7 +147,7 @@ const RESPONSE_STEPS: ReadonlyArray<Omit<Step, 'block'>> = [
 ];
 
 function responseSteps(blocks: readonly string[]): Step[] {
-  return blocks.map((block, i) => ({ block, ...RESPONSE_STEPS[i]! }));
+  return blocks.map((block, i) => ({ block, ...RESPONSE_STEPS[i] }));
 }
 
 describe('HPACK decoder: RFC 7541 Appendix C examples', () => {
@@ -466,15 +466,15 @@ function collectHeaderBlocks(
     while (pending.length >= 9) {
       const length = pending.readUIntBE(0, 3);
       if (pending.length < 9 + length) return;
-      const type = pending[3]!;
-      const flags = pending[4]!;
+      const type = pending[3];
+      const flags = pending[4];
       const streamId = pending.readUInt32BE(5) & 0x7fffffff;
       let payload = pending.subarray(9, 9 + length);
       pending = pending.subarray(9 + length);
       if (type === FRAME_SETTINGS && (flags & FLAG_ACK) === 0) socket.write(settingsFrame(FLAG_ACK, []));
       if (type === FRAME_HEADERS) {
         assert.equal(open, undefined, 'HEADERS while a header block is still open');
-        const padLength = (flags & FLAG_PADDED) !== 0 ? payload[0]! : 0;
+        const padLength = (flags & FLAG_PADDED) !== 0 ? payload[0] : 0;
         payload = payload.subarray((flags & FLAG_PADDED) !== 0 ? 1 : 0, payload.length - padLength);
         if ((flags & FLAG_PRIORITY) !== 0) payload = payload.subarray(5);
         open = { streamId, fragments: [payload] };
@@ -599,7 +599,7 @@ describe('HPACK decoder against nghttp2 (node:http2 client)', () => {
     });
     await arrived;
 
-    const expectedByStream = new Map(streams.map((stream, i) => [stream.id, requests[i]!.expected]));
+    const expectedByStream = new Map(streams.map((stream, i) => [stream.id, requests[i].expected]));
     const decoder = new HpackDecoder({ maxTableSize: tableSize });
     let sawEviction = false;
     let previousOldest: [string, string] | undefined;
@@ -614,7 +614,7 @@ describe('HPACK decoder against nghttp2 (node:http2 client)', () => {
     }
     // The test is only as strong as what nghttp2 did: it must have started with a size update
     // (001xxxxx), indexed enough fields to evict some, and split a block into CONTINUATIONs.
-    assert.equal(blocks[0]!.block[0]! & 0xe0, 0x20, 'first block starts with a dynamic table size update');
+    assert.equal(blocks[0].block[0] & 0xe0, 0x20, 'first block starts with a dynamic table size update');
     assert.ok(sawEviction, 'the dynamic table evicted entries');
     assert.ok(
       blocks.some((b) => b.frames > 1),

@@ -62,8 +62,8 @@ function buildMachine(): HuffmanMachine {
   const children = new Int32Array(512).fill(0x7fffffff);
   let innerNodes = 1;
   for (let symbol = 0; symbol <= EOS; symbol++) {
-    const code = HUFFMAN_CODES[symbol]!;
-    const length = HUFFMAN_CODE_LENGTHS[symbol]!;
+    const code = HUFFMAN_CODES[symbol];
+    const length = HUFFMAN_CODE_LENGTHS[symbol];
     let node = 0;
     for (let bit = length - 1; bit >= 0; bit--) {
       const slot = node * 2 + ((code >>> bit) & 1);
@@ -84,7 +84,7 @@ function buildMachine(): HuffmanMachine {
       let node = state;
       let entry = 0;
       for (let bit = 3; bit >= 0; bit--) {
-        const child = children[node * 2 + ((nibble >>> bit) & 1)]!;
+        const child = children[node * 2 + ((nibble >>> bit) & 1)];
         if (child >= 0) {
           node = child;
           continue;
@@ -123,8 +123,8 @@ export function decodeHuffman(src: Uint8Array, start: number, end: number): stri
   let state = 0;
   let length = 0;
   for (let i = start; i < end; i++) {
-    const byte = src[i]!;
-    let entry = transitions[(state << 4) | (byte >>> 4)]!;
+    const byte = src[i];
+    let entry = transitions[(state << 4) | (byte >>> 4)];
     if ((entry & (EMITS | FAILS)) !== 0) {
       if ((entry & FAILS) !== 0) throw new HuffmanError('Huffman-coded string contains EOS');
       out[length++] = (entry >>> 8) & 0xff;
