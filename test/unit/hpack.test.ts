@@ -406,6 +406,13 @@ describe('Huffman decoding', () => {
     );
   });
 
+  it('decodes a 100 KB Huffman-coded value (beyond the reused scratch buffer) and a short one after it', () => {
+    const decoder = new HpackDecoder();
+    const long = 'b~'.repeat(50_000);
+    assert.deepEqual(decoder.decode(blockWithHuffmanValue(huffmanEncode(Buffer.from(long, 'latin1')))), [['x', long]]);
+    assert.deepEqual(decoder.decode(blockWithHuffmanValue(huffmanEncode(Buffer.from('short', 'latin1')))), [['x', 'short']]);
+  });
+
   it('decodes every one of the 256 symbols, whose codes run from 5 to 30 bits', () => {
     const all = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
     assert.deepEqual(new HpackDecoder().decode(blockWithHuffmanValue(huffmanEncode(all))), [['x', all.toString('latin1')]]);

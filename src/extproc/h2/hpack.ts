@@ -166,8 +166,8 @@ class DynamicTable {
     const values = new Array<string>(capacity).fill('');
     for (let i = 0; i < this.count; i++) {
       const slot = (this.oldest + i) & this.mask;
-      names[i] = this.names[slot]!;
-      values[i] = this.values[slot]!;
+      names[i] = this.names[slot];
+      values[i] = this.values[slot];
     }
     this.names = names;
     this.values = values;
@@ -178,7 +178,10 @@ class DynamicTable {
 
 export interface HpackDecoderOptions {
   /** Our SETTINGS_HEADER_TABLE_SIZE: the dynamic table starts at this size and a size update may
-   *  not exceed it. Default 4096. */
+   *  not exceed it. Default 4096, the protocol's initial value. Below 4096 there is a window: until
+   *  the peer has our SETTINGS its encoder may fill 4096 octets (RFC 9113 §4.3.1), and a reference
+   *  to an entry we evicted early throws HpackError (never a wrong field: the entries we keep are
+   *  the newest, indexed alike on both sides). */
   readonly maxTableSize?: number;
   /** Bound on the decoded list: sum of name + value octets + 32 per field (RFC 9113 §6.5.2).
    *  Default 1 MiB. */
@@ -270,7 +273,7 @@ export class HpackDecoder {
     }
     this.src = EMPTY;
     if (listBytes > this.maxListBytes) {
-      throw new HeaderListTooLargeError(`header list of at least ${listBytes} octets exceeds the limit ${this.maxListBytes}`);
+      throw new HeaderListTooLargeError(`header list of ${listBytes} octets exceeds the limit ${this.maxListBytes}`);
     }
     return fields;
   }
@@ -381,10 +384,16 @@ const COLON = 0x3a;
  * with CR, LF, NUL or a char above U+00FF (which latin1 cannot carry).
  */
 export function encodeHeaderBlock(fields: ReadonlyArray<readonly [string, string]>): Buffer {
-  // Each field: one opcode octet, two lengths of at most 1 + 5 octets (< 2^31), and the strings.
-  let bound = 0;
-  for (const [name, value] of fields) bound += name.length + value.length + 13;
-  const out = Buffer.allocUnsafe(bound);
+  // Two passes, sizing then writing, so the result is allocated at its exact length: a Buffer view
+  // (`subarray`) costs as much as the whole encoding of a typical response.
+  let size = 0;
+  for (const [name, value] of fields) {
+    const known = STATIC_BY_NAME.get(name);
+    if (known === undefined) size += 1 + stringLength(name) + stringLength(value);
+    else if (known.valueIndex.has(value)) size += 1;
+    else size += integerLength(4, known.index) + stringLength(value);
+  }
+  const out = Buffer.allocUnsafe(size);
   let pos = 0;
   for (const [name, value] of fields) {
     const known = STATIC_BY_NAME.get(name);
@@ -404,7 +413,24 @@ export function encodeHeaderBlock(fields: ReadonlyArray<readonly [string, string
     }
     pos = writeValue(out, pos, value, name);
   }
-  return out.subarray(0, pos);
+  return out;
+}
+
+/** The octets of a §5.2 string literal without Huffman coding. */
+function stringLength(text: string): number {
+  return integerLength(7, text.length) + text.length;
+}
+
+/** The octets §5.1 takes for `value` after a `prefixBits` prefix. */
+function integerLength(prefixBits: number, value: number): number {
+  let length = 1;
+  let rest = value - ((1 << prefixBits) - 1);
+  if (rest < 0) return length;
+  do {
+    length++;
+    rest = Math.floor(rest / 0x80);
+  } while (rest > 0);
+  return length;
 }
 
 /** §5.1: `value` in the low `prefixBits` of an octet whose high bits are `pattern`. */

@@ -110,15 +110,18 @@ function buildMachine(): HuffmanMachine {
 
 const MACHINE = buildMachine();
 
-// Decoded bytes are gathered here and turned into one string per call. Five bits is the shortest
-// code, so `n` input bytes decode to at most 8n/5 symbols; it grows to the largest string seen.
-let scratch = Buffer.allocUnsafe(256);
+// Decoded octets are gathered here and turned into one string per call. Five bits is the shortest
+// code, so `n` input octets decode to at most 8n/5 symbols. The buffer grows to the largest string
+// seen up to a cap; a rare larger string gets a buffer of its own rather than pinning megabytes.
+const SCRATCH_CAP = 64 * 1024;
+let scratch = Buffer.allocUnsafe(1024);
 
 /** Decodes the Huffman-coded octets src[start, end) into a latin1 string; throws HuffmanError. */
 export function decodeHuffman(src: Uint8Array, start: number, end: number): string {
   const bound = Math.ceil(((end - start) * 8) / 5);
-  if (scratch.length < bound) scratch = Buffer.allocUnsafe(Math.max(bound, scratch.length * 2));
-  const out = scratch;
+  if (scratch.length < bound && bound <= SCRATCH_CAP)
+    scratch = Buffer.allocUnsafe(Math.min(Math.max(bound, scratch.length * 2), SCRATCH_CAP));
+  const out = bound <= scratch.length ? scratch : Buffer.allocUnsafe(bound);
   const { transitions } = MACHINE;
   let state = 0;
   let length = 0;
