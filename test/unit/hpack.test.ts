@@ -620,9 +620,12 @@ describe('HPACK decoder against nghttp2 (node:http2 client)', () => {
       previousOldest = oldest;
     }
     // The test is only as strong as what nghttp2 did: it must have started with a size update
-    // (001xxxxx), indexed enough fields to evict some, and split a block into CONTINUATIONs.
+    // (001xxxxx), indexed enough fields to evict some, split a block into CONTINUATIONs, and
+    // Huffman-coded strings.
     assert.equal(blocks[0].block[0] & 0xe0, 0x20, 'first block starts with a dynamic table size update');
     assert.ok(sawEviction, 'the dynamic table evicted entries');
+    assert.ok(requests.some((r) => r.expected.some(([name]) => name === 'x-tenant')));
+    assert.ok(!blocks.some((b) => b.block.includes('x-tenant', 0, 'latin1')), 'names went Huffman-coded');
     assert.ok(
       blocks.some((b) => b.frames > 1),
       'a header block came in CONTINUATION frames',
