@@ -15,7 +15,7 @@
 import { isRoutable } from '../endpoints/model.js';
 import type { Endpoint, PoolView } from '../endpoints/model.js';
 import { candidateLoad, isExcluded, LoadAggregates } from './aggregates.js';
-import { hashAddress, rendezvousWeight } from './rendezvous.js';
+import { hashAddress, mixedRendezvousWeight, mixEndpointHash } from './rendezvous.js';
 import {
   inFlightScore,
   isOverloaded,
@@ -95,7 +95,7 @@ export class CandidateSet {
   readonly endpoints: Endpoint[] = [];
   /**
    * Per candidate, two int32s: where its record starts in the board's signals (slot ×
-   * Field.Stride), and its address hash for rendezvous (bit pattern of the uint32).
+   * Field.Stride), and its address hash for rendezvous, premixed (mixEndpointHash).
    */
   readonly records: Int32Array;
   /** The board's layout version the slots were looked up at. */
@@ -134,7 +134,7 @@ export class CandidateSet {
     this.counted = new Float64Array(Mirror.Stride * n);
     const limits = new Map(pools.map((p) => [p.name, policy(p.name).maxQueueDepth ?? Number.POSITIVE_INFINITY]));
     for (let i = 0; i < n; i++) {
-      this.records[2 * i + 1] = hashAddress(this.endpoints[i].address);
+      this.records[2 * i + 1] = mixEndpointHash(hashAddress(this.endpoints[i].address));
       this.queueLimits[i] = limits.get(this.endpoints[i].pool) ?? Number.POSITIVE_INFINITY;
     }
     this.order = new Int32Array(n);
@@ -417,16 +417,19 @@ export class Picker {
         score += loraWeight * loraAffinityScore(has, reports ? signals[at + Field.AdapterCount] : undefined, maxAdapters);
       }
       if (useAffinity) {
-        // Owners must be known to be within bounds: when any candidate reports metrics, one
-        // that does not is never trusted with a prefix.
-        const waiting = signals[at + Field.Waiting];
-        if (
-          (reports || reporting === 0) &&
-          !(reports && waiting > ownerMaxQueue) &&
-          !isOverloaded(reports ? outstandingLoad(flight, waiting, signals[at + Field.Running]) : flight, meanLoad, factor, slack)
-        ) {
-          const w = rendezvousWeight(key, records[2 * i + 1]);
-          if (w > ownerWeight) {
+        // The owner is the highest weight among the candidates within bounds. The weight is
+        // cheap and rarely beats the best so far, so it is tested first: the bounds test, whose
+        // outcome is a coin toss the branch predictor cannot learn, then runs for a few only.
+        const w = mixedRendezvousWeight(key, records[2 * i + 1]);
+        if (w > ownerWeight) {
+          // Owners must be known to be within bounds: when any candidate reports metrics, one
+          // that does not is never trusted with a prefix.
+          const waiting = signals[at + Field.Waiting];
+          if (
+            (reports || reporting === 0) &&
+            !(reports && waiting > ownerMaxQueue) &&
+            !isOverloaded(reports ? outstandingLoad(flight, waiting, signals[at + Field.Running]) : flight, meanLoad, factor, slack)
+          ) {
             ownerWeight = w;
             owner = i;
             ownerBase = score;

@@ -1,0 +1,199 @@
+// The picker's per-model aggregates (ranges, reporting and eligible counts, the load sum, queue-limit
+// exclusions), kept up to date from the signal board's change log, always equal a pass over the
+// candidates from scratch: after any sequence of in-flight changes, scrapes, scrape failures,
+// staleness, endpoints leaving and coming back, and the board growing.
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import type { Endpoint, PoolView } from '../../src/endpoints/model.js';
+import { CountedExtremes } from '../../src/picker/aggregates.js';
+import { LoadTracker } from '../../src/picker/load-tracker.js';
+import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS, Picker } from '../../src/picker/pipeline.js';
+import type { CandidateSet } from '../../src/picker/pipeline.js';
+import { markStaleIfOld, recordScrape, recordScrapeFailure, SignalBoard } from '../../src/picker/signals.js';
+
+/** -0 and 0 are the same extreme (no score can tell them apart). */
+const same = (a: number, b: number): boolean => a === b || (Number.isNaN(a) && Number.isNaN(b));
+
+describe('CountedExtremes', () => {
+  it('min and max equal those of the multiset after any adds and removes (NaN never counts)', () => {
+    const value = fc.oneof(fc.integer({ min: -3, max: 3 }), fc.double(), fc.constantFrom(Number.NaN, -0, Infinity, -Infinity));
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.boolean(), value, fc.nat()), { maxLength: 80 }), (ops) => {
+        const extremes = new CountedExtremes();
+        const bag: number[] = [];
+        for (const [add, v, pick] of ops) {
+          if (add || bag.length === 0) {
+            extremes.add(v);
+            bag.push(v);
+          } else {
+            const [removed] = bag.splice(pick % bag.length, 1);
+            extremes.remove(removed);
+          }
+          const counted = bag.filter((x) => !Number.isNaN(x));
+          assert.ok(same(extremes.min, counted.length === 0 ? Infinity : Math.min(...counted)));
+          assert.ok(same(extremes.max, counted.length === 0 ? -Infinity : Math.max(...counted)));
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
+const ADDRESSES = Array.from({ length: 8 }, (_, i) => `10.0.0.${i + 1}:8000`);
+const ep = (address: string, pool: string): Endpoint => ({ id: address, address, state: 'Ready', reason: '', pool });
+/** Two pools (one with a queue limit), one address listed in both: the first listing counts. */
+const POOLS: PoolView[] = [
+  { name: 'limited', models: ['m'], endpoints: ADDRESSES.slice(0, 5).map((a) => ep(a, 'limited')) },
+  { name: 'open', models: ['m'], endpoints: ADDRESSES.slice(4).map((a) => ep(a, 'open')) },
+];
+const LIMIT = 6;
+
+/** The aggregates as a pass over the candidates from scratch computes them, in candidate order. */
+function fromScratch(board: SignalBoard, set: CandidateSet) {
+  let minFlight = Infinity;
+  let maxFlight = -Infinity;
+  let minWaiting = Infinity;
+  let maxWaiting = -Infinity;
+  let reporting = 0;
+  let eligible = 0;
+  let loadSum = 0;
+  const excluded: number[] = [];
+  for (const endpoint of set.endpoints) {
+    const cell = board.peek(endpoint.address);
+    const flight = cell?.inFlight ?? 0;
+    const load = cell?.usableLoad();
+    if (flight < minFlight) minFlight = flight;
+    if (flight > maxFlight) maxFlight = flight;
+    if (load === undefined) {
+      excluded.push(0);
+      eligible++;
+      loadSum += flight;
+      continue;
+    }
+    reporting++;
+    if (load.waiting < minWaiting) minWaiting = load.waiting;
+    if (load.waiting > maxWaiting) maxWaiting = load.waiting;
+    const limit = endpoint.pool === 'limited' ? LIMIT : Infinity;
+    if (load.waiting >= limit) {
+      excluded.push(1);
+      continue;
+    }
+    excluded.push(0);
+    eligible++;
+    const reported = load.waiting + load.running;
+    loadSum += reported > flight ? reported : flight;
+  }
+  return { minFlight, maxFlight, minWaiting, maxWaiting, reporting, eligible, loadSum, excluded };
+}
+
+function incremental(set: CandidateSet) {
+  const a = set.aggregates;
+  return {
+    minFlight: a.inFlight.min,
+    maxFlight: a.inFlight.max,
+    minWaiting: a.waiting.min,
+    maxWaiting: a.waiting.max,
+    reporting: a.reporting,
+    eligible: a.eligible,
+    loadSum: a.loadSum ?? set.sumLoads(),
+    excluded: [...set.excluded],
+  };
+}
+
+/** Scraped gauges: counts mostly, but any float must keep the aggregates exact. */
+const gauge = fc.oneof(
+  { weight: 6, arbitrary: fc.integer({ min: 0, max: 12 }) },
+  { weight: 2, arbitrary: fc.double({ min: 0, max: 12, noNaN: true }) },
+  { weight: 1, arbitrary: fc.constantFrom(Number.NaN, Infinity, -0, 2 ** 40 + 0.5, 1e300) },
+);
+const address = fc.constantFrom(...ADDRESSES);
+const op = fc.oneof(
+  fc.record({ kind: fc.constant('acquire' as const), address }),
+  fc.record({ kind: fc.constant('release' as const), address }),
+  fc.record({ kind: fc.constant('scrape' as const), address, waiting: gauge, running: gauge }),
+  fc.record({ kind: fc.constant('failure' as const), address }),
+  fc.record({ kind: fc.constant('stale' as const), address }),
+  // Endpoints leave the view (their cells go unless requests are in flight) and come back.
+  fc.record({ kind: fc.constant('churn' as const), keep: fc.subarray(ADDRESSES) }),
+  // Other models' endpoints: the board grows (its signals array is replaced).
+  fc.record({ kind: fc.constant('grow' as const), count: fc.integer({ min: 1, max: 40 }) }),
+  // More changes than the change log holds between two picks: it starts over.
+  fc.record({ kind: fc.constant('burst' as const), address, writes: fc.integer({ min: 1000, max: 1300 }) }),
+  fc.record({ kind: fc.constant('pick' as const) }),
+);
+
+describe('incremental pick aggregates', () => {
+  it('equal a from-scratch pass after any sequence of signal changes, churn and growth', () => {
+    fc.assert(
+      fc.property(fc.array(op, { minLength: 1, maxLength: 60 }), (ops) => {
+        const board = new SignalBoard();
+        const tracker = new LoadTracker(board);
+        const picker = new Picker(board, {
+          weights: DEFAULT_WEIGHTS,
+          fallbacks: 2,
+          boundedLoad: DEFAULT_BOUNDED_LOAD,
+          keyBlocks: 4,
+          maxAdaptersPerServer: 2,
+          poolPolicy: (pool) => (pool === 'limited' ? { maxQueueDepth: LIMIT } : {}),
+          random: () => 0.5,
+        });
+        let others = 0;
+        let now = 0;
+        for (const o of ops) {
+          now += 1000;
+          switch (o.kind) {
+            case 'acquire':
+              tracker.acquire(o.address);
+              break;
+            case 'release':
+              tracker.release(o.address);
+              break;
+            case 'scrape':
+              recordScrape(
+                board.cell(o.address),
+                {
+                  waiting: o.waiting,
+                  running: o.running,
+                  kvCacheUsage: 0.5,
+                  runningAdapters: [],
+                  waitingAdapters: [],
+                  maxAdapters: undefined,
+                },
+                now,
+              );
+              break;
+            case 'failure':
+              recordScrapeFailure(board.cell(o.address), 'refused');
+              break;
+            case 'stale':
+              markStaleIfOld(board.cell(o.address), now, 500);
+              break;
+            case 'churn':
+              board.retainOnly(new Set(o.keep));
+              break;
+            case 'grow':
+              for (let i = 0; i < o.count; i++) board.cell(`10.1.${others >> 8}.${others++ & 255}:8000`);
+              break;
+            case 'burst':
+              for (let i = 0; i < o.writes; i++) board.cell(o.address).inFlight = i % 5;
+              break;
+            case 'pick': {
+              const outcome = picker.pick(POOLS, { model: 'm' });
+              assert.notEqual(outcome.kind, 'none');
+              break;
+            }
+          }
+          const set = picker.candidates(POOLS);
+          set.sync(board);
+          const got = incremental(set);
+          const want = fromScratch(board, set);
+          for (const key of ['minFlight', 'maxFlight', 'minWaiting', 'maxWaiting', 'reporting', 'eligible', 'loadSum'] as const)
+            assert.ok(same(got[key], want[key]), `${key}: incremental ${got[key]}, from scratch ${want[key]} after ${JSON.stringify(o)}`);
+          assert.deepEqual(got.excluded, want.excluded);
+        }
+      }),
+      { numRuns: 200 },
+    );
+  });
+});
