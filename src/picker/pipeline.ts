@@ -114,6 +114,17 @@ export class CandidateSet {
   private readonly counted: Float64Array;
   /** Candidate index by board slot (−1: not a candidate), as of `layoutVersion`. */
   private indexBySlot = new Int32Array(0);
+  /**
+   * Per candidate, the load part of its score (in-flight, queue, KV cache: loadScore), valid for
+   * the ranges in `scoredRanges` and for every candidate not listed in `rescore`.
+   */
+  readonly loadScores: Float64Array;
+  /** minFlight, maxFlight, minWaiting, maxWaiting that `loadScores` were computed for (NaN: none yet). */
+  readonly scoredRanges = new Float64Array(4).fill(Number.NaN);
+  /** Candidates whose signals changed since their load score was computed (each listed once). */
+  readonly rescore: Int32Array;
+  rescoreCount = 0;
+  private readonly listed: Uint8Array;
   /** How far into the board's change log `aggregates` is (−1: not yet counted). */
   private syncedEpoch = -1;
   private syncedCount = 0;
@@ -139,6 +150,9 @@ export class CandidateSet {
     }
     this.order = new Int32Array(n);
     this.excluded = new Uint8Array(n);
+    this.loadScores = new Float64Array(n);
+    this.rescore = new Int32Array(n);
+    this.listed = new Uint8Array(n);
     this.resolveSlots(board);
   }
 
@@ -171,6 +185,7 @@ export class CandidateSet {
     if (from < 0 || board.changeCount - from > this.size) {
       this.aggregates.clear();
       for (let i = 0; i < this.size; i++) this.count(i, signals);
+      this.scoredRanges.fill(Number.NaN);
     } else {
       const indexBySlot = this.indexBySlot;
       for (let k = from; k < board.changeCount; k++) {
@@ -188,10 +203,20 @@ export class CandidateSet {
           this.queueLimits[i],
         );
         this.count(i, signals);
+        if (this.listed[i] === 0) {
+          this.listed[i] = 1;
+          this.rescore[this.rescoreCount++] = i;
+        }
       }
     }
     this.syncedEpoch = board.changeEpoch;
     this.syncedCount = board.changeCount;
+  }
+
+  /** Empties the rescore list (its candidates have their load scores again). */
+  rescored(): void {
+    for (let r = 0; r < this.rescoreCount; r++) this.listed[this.rescore[r]] = 0;
+    this.rescoreCount = 0;
   }
 
   /** The eligible candidates' load sum, in candidate order (as a pass over them adds it up). */
@@ -234,6 +259,13 @@ const enum Mirror {
   Stride = 4,
 }
 
+/**
+ * From this many candidates on, a pick without a subset hint keeps its aggregates and load scores
+ * up to date instead of recomputing them (measured: below a few hundred candidates, replaying
+ * signal changes through the counted multisets costs more than a pass over every candidate).
+ */
+const INCREMENTAL_FROM = 256;
+
 /** What pass 1 learns about the candidates of one pick (one reused instance per picker). */
 class Summary {
   minFlight = Infinity;
@@ -257,6 +289,20 @@ class Scoring {
   meanLoad = 0;
   ownerMaxQueue = Infinity;
   start = 0;
+}
+
+/**
+ * The part of a candidate's score that depends on its load signals and the candidates' ranges
+ * only: the in-flight, queue and KV-cache scorers, weighted and added in this order (the pick adds
+ * LoRA and prefix affinity after, so the sum is the same to the last bit however it is reached).
+ */
+function loadScore(weights: ScorerWeights, signals: Float64Array, at: number, flightRange: Range, waitingRange: Range): number {
+  let score = weights.inFlight * inFlightScore(signals[at + Field.InFlight], flightRange);
+  if (signals[at + Field.Reporting] === 1) {
+    if (weights.queue > 0) score += weights.queue * queueDepthScore(signals[at + Field.Waiting], waitingRange);
+    if (weights.kvCache > 0) score += weights.kvCache * kvCacheScore(signals[at + Field.KvCacheUsage]);
+  }
+  return score;
 }
 
 /**
@@ -336,8 +382,11 @@ export class Picker {
     const count = this.filterSubset(set, request.subset);
     if (count === 0) return { kind: 'none' };
     const { weights, boundedLoad } = this.options;
+    // Large sets without a subset hint keep pass 1 and the load scores from pick to pick; small
+    // ones (and subsets, whose ranges are their own) compute them afresh, which costs them less.
+    const incremental = count === set.size && count >= INCREMENTAL_FROM;
     // Read after compiling: compiling may add slots, and growing the board replaces the array.
-    const summary = count === set.size ? this.aggregated(set) : summarise(set, count, this.board.signals, this.summary);
+    const summary = incremental ? this.aggregated(set) : summarise(set, count, this.board.signals, this.summary);
     if (summary.eligible === 0) return { kind: 'shed', pools: this.poolsOf(set, count), shortestQueue: summary.minWaiting };
 
     const scoring = this.scoring;
@@ -352,7 +401,7 @@ export class Picker {
     scoring.ownerMaxQueue = boundedLoad.maxQueue ?? Infinity;
     // From a random start, so that ties go to a random endpoint.
     scoring.start = Math.floor(this.options.random() * count) % count;
-    const kept = this.rank(set, count, summary, scoring);
+    const kept = this.rank(set, count, summary, scoring, incremental ? this.loadScores(set, summary) : undefined);
 
     const picked: Endpoint[] = [];
     for (let r = 0; r < kept && r < this.k; r++) picked.push(set.endpoints[this.topIndex[r]]);
@@ -375,21 +424,54 @@ export class Picker {
   }
 
   /**
-   * Pass 2: every eligible candidate's score, the best k + 1 kept in order, and the prefix owner
-   * boosted. Returns how many are kept. A function of its own (as is pass 1) so that V8 optimises
-   * each loop with complete type feedback: with one function holding both loops, a pool large
-   * enough to enter the first loop's on-stack-replacement code on every call deoptimised there on
-   * every call.
+   * Every candidate's load score (pass 2's bulk), kept from pick to pick: only the candidates
+   * whose signals changed are scored again, unless a range moved (then every score does).
    */
-  private rank(set: CandidateSet, count: number, summary: Summary, scoring: Scoring): number {
+  private loadScores(set: CandidateSet, summary: Summary): Float64Array {
+    const { weights } = this.options;
+    const signals = this.board.signals;
+    const { records, loadScores, scoredRanges: ranges } = set;
+    const flightRange: Range = { min: summary.minFlight, max: summary.maxFlight };
+    const waitingRange: Range = { min: summary.minWaiting, max: summary.maxWaiting };
+    if (
+      ranges[0] !== flightRange.min ||
+      ranges[1] !== flightRange.max ||
+      ranges[2] !== waitingRange.min ||
+      ranges[3] !== waitingRange.max
+    ) {
+      for (let i = 0; i < set.size; i++) loadScores[i] = loadScore(weights, signals, records[2 * i], flightRange, waitingRange);
+      ranges[0] = flightRange.min;
+      ranges[1] = flightRange.max;
+      ranges[2] = waitingRange.min;
+      ranges[3] = waitingRange.max;
+    } else {
+      for (let r = 0; r < set.rescoreCount; r++) {
+        const i = set.rescore[r];
+        loadScores[i] = loadScore(weights, signals, records[2 * i], flightRange, waitingRange);
+      }
+    }
+    set.rescored();
+    return loadScores;
+  }
+
+  /**
+   * Pass 2: every eligible candidate's score (its load score plus LoRA affinity), the best k + 1
+   * kept in order, and the prefix owner boosted. Returns how many are kept. A function of its own
+   * (as is pass 1) so that V8 optimises each loop with complete type feedback: with one function
+   * holding both loops, a pool large enough to enter the first loop's on-stack-replacement code
+   * on every call deoptimised there on every call.
+   */
+  private rank(set: CandidateSet, count: number, summary: Summary, scoring: Scoring, loadScores: Float64Array | undefined): number {
     const { weights, boundedLoad, maxAdaptersPerServer } = this.options;
     const { order, excluded, records } = set;
     const all = count === set.size;
     const signals = this.board.signals;
+    const reporting = summary.reporting;
+    // Without kept load scores (a small set, a subset hint) they are computed here, over these ranges.
+    const fresh = loadScores === undefined;
     const flightRange: Range = { min: summary.minFlight, max: summary.maxFlight };
     const waitingRange: Range = { min: summary.minWaiting, max: summary.maxWaiting };
-    const reporting = summary.reporting;
-    const { inFlight: inFlightWeight, queue: queueWeight, kvCache: kvCacheWeight, lora: loraWeight } = weights;
+    const loraWeight = weights.lora;
     const { factor, slack } = boundedLoad;
     const { useAffinity, useLora, key, holds, meanLoad, ownerMaxQueue, start } = scoring;
     const limit = this.k + 1;
@@ -404,32 +486,26 @@ export class Picker {
       const i = all ? j : order[j];
       if (excluded[i] === 1) continue;
       const at = records[2 * i];
-      const reports = signals[at + Field.Reporting] === 1;
-      const flight = signals[at + Field.InFlight];
-      let score = inFlightWeight * inFlightScore(flight, flightRange);
-      if (reports) {
-        if (queueWeight > 0) score += queueWeight * queueDepthScore(signals[at + Field.Waiting], waitingRange);
-        if (kvCacheWeight > 0) score += kvCacheWeight * kvCacheScore(signals[at + Field.KvCacheUsage]);
-      }
+      let score = fresh ? loadScore(weights, signals, at, flightRange, waitingRange) : loadScores[i];
       if (useLora) {
+        const reports = signals[at + Field.Reporting] === 1;
         const maxAdapters = Math.min(maxAdaptersPerServer, signals[at + Field.MaxAdapters]);
         const has = signals[at + Field.AdapterMark] === holds;
         score += loraWeight * loraAffinityScore(has, reports ? signals[at + Field.AdapterCount] : undefined, maxAdapters);
       }
       if (useAffinity) {
-        // The owner is the highest weight among the candidates within bounds. The weight is
-        // cheap and rarely beats the best so far, so it is tested first: the bounds test, whose
-        // outcome is a coin toss the branch predictor cannot learn, then runs for a few only.
-        const w = mixedRendezvousWeight(key, records[2 * i + 1]);
-        if (w > ownerWeight) {
-          // Owners must be known to be within bounds: when any candidate reports metrics, one
-          // that does not is never trusted with a prefix.
-          const waiting = signals[at + Field.Waiting];
-          if (
-            (reports || reporting === 0) &&
-            !(reports && waiting > ownerMaxQueue) &&
-            !isOverloaded(reports ? outstandingLoad(flight, waiting, signals[at + Field.Running]) : flight, meanLoad, factor, slack)
-          ) {
+        // Owners must be known to be within bounds: when any candidate reports metrics, one
+        // that does not is never trusted with a prefix.
+        const reports = signals[at + Field.Reporting] === 1;
+        const flight = signals[at + Field.InFlight];
+        const waiting = signals[at + Field.Waiting];
+        if (
+          (reports || reporting === 0) &&
+          !(reports && waiting > ownerMaxQueue) &&
+          !isOverloaded(reports ? outstandingLoad(flight, waiting, signals[at + Field.Running]) : flight, meanLoad, factor, slack)
+        ) {
+          const w = mixedRendezvousWeight(key, records[2 * i + 1]);
+          if (w > ownerWeight) {
             ownerWeight = w;
             owner = i;
             ownerBase = score;
