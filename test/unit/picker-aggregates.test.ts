@@ -1,7 +1,7 @@
 // The picker's per-model aggregates (ranges, reporting and eligible counts, the load sum, queue-limit
-// exclusions), kept up to date from the signal board's change log, always equal a pass over the
-// candidates from scratch: after any sequence of in-flight changes, scrapes, scrape failures,
-// staleness, endpoints leaving and coming back, and the board growing.
+// exclusions) and per-candidate load scores, kept up to date from the signal board's change log,
+// always equal a pass over the candidates from scratch: after any sequence of in-flight changes,
+// scrapes, scrape failures, staleness, endpoints leaving and coming back, and the board growing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
@@ -10,6 +10,7 @@ import { CountedExtremes } from '../../src/picker/aggregates.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';
 import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS, Picker } from '../../src/picker/pipeline.js';
 import type { CandidateSet } from '../../src/picker/pipeline.js';
+import { inFlightScore, kvCacheScore, queueDepthScore } from '../../src/picker/scorers.js';
 import { markStaleIfOld, recordScrape, recordScrapeFailure, SignalBoard } from '../../src/picker/signals.js';
 
 /** -0 and 0 are the same extreme (no score can tell them apart). */
@@ -40,12 +41,13 @@ describe('CountedExtremes', () => {
   });
 });
 
-const ADDRESSES = Array.from({ length: 8 }, (_, i) => `10.0.0.${i + 1}:8000`);
+// Enough candidates for the picker to keep its aggregates and load scores from pick to pick.
+const ADDRESSES = Array.from({ length: 300 }, (_, i) => `10.0.${i >> 8}.${i & 255}:8000`);
 const ep = (address: string, pool: string): Endpoint => ({ id: address, address, state: 'Ready', reason: '', pool });
 /** Two pools (one with a queue limit), one address listed in both: the first listing counts. */
 const POOLS: PoolView[] = [
-  { name: 'limited', models: ['m'], endpoints: ADDRESSES.slice(0, 5).map((a) => ep(a, 'limited')) },
-  { name: 'open', models: ['m'], endpoints: ADDRESSES.slice(4).map((a) => ep(a, 'open')) },
+  { name: 'limited', models: ['m'], endpoints: ADDRESSES.slice(0, 150).map((a) => ep(a, 'limited')) },
+  { name: 'open', models: ['m'], endpoints: ADDRESSES.slice(149).map((a) => ep(a, 'open')) },
 ];
 const LIMIT = 6;
 
@@ -107,11 +109,23 @@ const gauge = fc.oneof(
   { weight: 2, arbitrary: fc.double({ min: 0, max: 12, noNaN: true }) },
   { weight: 1, arbitrary: fc.constantFrom(Number.NaN, Infinity, -0, 2 ** 40 + 0.5, 1e300) },
 );
-const address = fc.constantFrom(...ADDRESSES);
+// Most changes hit a few candidates, so that extremes leave and come back.
+const address = fc.oneof(fc.constantFrom(...ADDRESSES.slice(0, 2), ...ADDRESSES.slice(148, 150)), fc.constantFrom(...ADDRESSES));
 const op = fc.oneof(
-  fc.record({ kind: fc.constant('acquire' as const), address }),
-  fc.record({ kind: fc.constant('release' as const), address }),
-  fc.record({ kind: fc.constant('scrape' as const), address, waiting: gauge, running: gauge }),
+  { weight: 4, arbitrary: fc.record({ kind: fc.constant('acquire' as const), address }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant('release' as const), address }) },
+  // A request on every endpoint, or one fewer on each: the least loaded changes.
+  fc.record({ kind: fc.constantFrom('acquire all' as const, 'release all' as const) }),
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      kind: fc.constant('scrape' as const),
+      address,
+      waiting: gauge,
+      running: gauge,
+      kvCache: fc.option(fc.double({ min: -0.5, max: 1.5 })),
+    }),
+  },
   fc.record({ kind: fc.constant('failure' as const), address }),
   fc.record({ kind: fc.constant('stale' as const), address }),
   // Endpoints leave the view (their cells go unless requests are in flight) and come back.
@@ -120,7 +134,6 @@ const op = fc.oneof(
   fc.record({ kind: fc.constant('grow' as const), count: fc.integer({ min: 1, max: 40 }) }),
   // More changes than the change log holds between two picks: it starts over.
   fc.record({ kind: fc.constant('burst' as const), address, writes: fc.integer({ min: 1000, max: 1300 }) }),
-  fc.record({ kind: fc.constant('pick' as const) }),
 );
 
 describe('incremental pick aggregates', () => {
@@ -148,6 +161,12 @@ describe('incremental pick aggregates', () => {
               break;
             case 'release':
               tracker.release(o.address);
+              break;
+            case 'acquire all':
+              for (const a of ADDRESSES) tracker.acquire(a);
+              break;
+            case 'release all':
+              for (const a of ADDRESSES) tracker.release(a);
               break;
             case 'scrape':
               recordScrape(
@@ -178,22 +197,36 @@ describe('incremental pick aggregates', () => {
             case 'burst':
               for (let i = 0; i < o.writes; i++) board.cell(o.address).inFlight = i % 5;
               break;
-            case 'pick': {
-              const outcome = picker.pick(POOLS, { model: 'm' });
-              assert.notEqual(outcome.kind, 'none');
-              break;
-            }
           }
+          // A pick after every change: it brings the aggregates and load scores up to date.
+          assert.notEqual(picker.pick(POOLS, { model: 'm' }).kind, 'none');
           const set = picker.candidates(POOLS);
-          set.sync(board);
           const got = incremental(set);
           const want = fromScratch(board, set);
           for (const key of ['minFlight', 'maxFlight', 'minWaiting', 'maxWaiting', 'reporting', 'eligible', 'loadSum'] as const)
             assert.ok(same(got[key], want[key]), `${key}: incremental ${got[key]}, from scratch ${want[key]} after ${JSON.stringify(o)}`);
           assert.deepEqual(got.excluded, want.excluded);
+          if (want.eligible > 0) {
+            // The load scores the pick used: each as the scorers compute it from scratch.
+            const flightRange = { min: want.minFlight, max: want.maxFlight };
+            const waitingRange = { min: want.minWaiting, max: want.maxWaiting };
+            set.endpoints.forEach((endpoint, i) => {
+              const cell = board.peek(endpoint.address);
+              const load = cell?.usableLoad();
+              let score = DEFAULT_WEIGHTS.inFlight * inFlightScore(cell?.inFlight ?? 0, flightRange);
+              if (load !== undefined) {
+                score += DEFAULT_WEIGHTS.queue * queueDepthScore(load.waiting, waitingRange);
+                score += DEFAULT_WEIGHTS.kvCache * kvCacheScore(load.kvCacheUsage);
+              }
+              assert.ok(
+                same(set.loadScores[i], score),
+                `load score of ${endpoint.address}: kept ${set.loadScores[i]}, from scratch ${score}`,
+              );
+            });
+          }
         }
       }),
-      { numRuns: 200 },
+      { numRuns: 300 },
     );
   });
 });
