@@ -4,9 +4,14 @@
 //
 // Cost: what depends only on the endpoint view (the candidates of a model, de-duplicated, with
 // where their signal records are, address hashes and queue limits) is compiled once per view and
-// cached. A pick is then two linear passes over typed arrays (the board's records, one per
-// address: signals.ts) with no sort and no allocation that grows with the pool: the top few are
-// kept by insertion into a fixed-size list.
+// cached. What depends on the signals too is kept up to date rather than recomputed: the board logs
+// which records changed, and before a pick the model's candidate set replays those changes into
+// its aggregates (ranges, mean load, queue-limit exclusions: aggregates.ts) and rescores only the
+// changed candidates' load scores (all of them when a range moved). A pick is then one linear pass
+// over typed arrays that adds LoRA and prefix affinity to the kept scores, with no sort and no
+// allocation that grows with the pool: the top few are kept by insertion into a fixed-size list.
+// Small sets and picks with a subset hint (whose ranges are the subset's) compute it all afresh:
+// a pass for the aggregates, then the scoring pass.
 //
 //   filters  routable (Ready with an address) · the gateway's subset hint · the pool's queue limit
 //   scorers  queue depth · KV-cache use · our in-flight count · prefix affinity · LoRA affinity
@@ -261,10 +266,12 @@ const enum Mirror {
 
 /**
  * From this many candidates on, a pick without a subset hint keeps its aggregates and load scores
- * up to date instead of recomputing them (measured: below a few hundred candidates, replaying
- * signal changes through the counted multisets costs more than a pass over every candidate).
+ * up to date instead of recomputing them (measured: below about a hundred candidates, with signals
+ * changing between picks, replaying the changes through the counted multisets costs more than a
+ * pass over every candidate;
+ * `npm run build && node dist/scripts/bench-pick-ab.js --baseline <checkout> --churn` shows it).
  */
-const INCREMENTAL_FROM = 256;
+const INCREMENTAL_FROM = 128;
 
 /** What pass 1 learns about the candidates of one pick (one reused instance per picker). */
 class Summary {
