@@ -13,6 +13,18 @@ import type { CandidateSet } from '../../src/picker/pipeline.js';
 import { inFlightScore, kvCacheScore, queueDepthScore } from '../../src/picker/scorers.js';
 import { markStaleIfOld, recordScrape, recordScrapeFailure, SignalBoard } from '../../src/picker/signals.js';
 
+function newPicker(board: SignalBoard, random: () => number = () => 0.5): Picker {
+  return new Picker(board, {
+    weights: DEFAULT_WEIGHTS,
+    fallbacks: 2,
+    boundedLoad: DEFAULT_BOUNDED_LOAD,
+    keyBlocks: 4,
+    maxAdaptersPerServer: 2,
+    poolPolicy: (pool) => (pool === 'limited' ? { maxQueueDepth: LIMIT } : {}),
+    random,
+  });
+}
+
 /** -0 and 0 are the same extreme (no score can tell them apart). */
 const same = (a: number, b: number): boolean => a === b || (Number.isNaN(a) && Number.isNaN(b));
 
@@ -124,6 +136,7 @@ const op = fc.oneof(
       waiting: gauge,
       running: gauge,
       kvCache: fc.option(fc.double({ min: -0.5, max: 1.5 })),
+      adapter: fc.boolean(),
     }),
   },
   fc.record({ kind: fc.constant('failure' as const), address }),
@@ -136,68 +149,74 @@ const op = fc.oneof(
   fc.record({ kind: fc.constant('burst' as const), address, writes: fc.integer({ min: 1000, max: 1300 }) }),
 );
 
+type Op = typeof op extends fc.Arbitrary<infer T> ? T : never;
+
+/** A board and what writes to it, as the server has them. */
+interface World {
+  readonly board: SignalBoard;
+  readonly tracker: LoadTracker;
+  /** Addresses of other models created so far. */
+  others: number;
+  now: number;
+}
+
+function change(w: World, o: Op): void {
+  w.now += 1000;
+  switch (o.kind) {
+    case 'acquire':
+      w.tracker.acquire(o.address);
+      break;
+    case 'release':
+      w.tracker.release(o.address);
+      break;
+    case 'acquire all':
+      for (const a of ADDRESSES) w.tracker.acquire(a);
+      break;
+    case 'release all':
+      for (const a of ADDRESSES) w.tracker.release(a);
+      break;
+    case 'scrape':
+      recordScrape(
+        w.board.cell(o.address),
+        {
+          waiting: o.waiting,
+          running: o.running,
+          kvCacheUsage: o.kvCache ?? undefined,
+          runningAdapters: o.adapter ? ['sql'] : [],
+          waitingAdapters: [],
+          maxAdapters: undefined,
+        },
+        w.now,
+      );
+      break;
+    case 'failure':
+      recordScrapeFailure(w.board.cell(o.address), 'refused');
+      break;
+    case 'stale':
+      markStaleIfOld(w.board.cell(o.address), w.now, 500);
+      break;
+    case 'churn':
+      w.board.retainOnly(new Set(o.keep));
+      break;
+    case 'grow':
+      for (let i = 0; i < o.count; i++) w.board.cell(`10.1.${w.others >> 8}.${w.others++ & 255}:8000`);
+      break;
+    case 'burst':
+      for (let i = 0; i < o.writes; i++) w.board.cell(o.address).inFlight = i % 5;
+      break;
+  }
+}
+
 describe('incremental pick aggregates', () => {
   it('equal a from-scratch pass after any sequence of signal changes, churn and growth', () => {
     fc.assert(
       fc.property(fc.array(op, { minLength: 1, maxLength: 60 }), (ops) => {
         const board = new SignalBoard();
         const tracker = new LoadTracker(board);
-        const picker = new Picker(board, {
-          weights: DEFAULT_WEIGHTS,
-          fallbacks: 2,
-          boundedLoad: DEFAULT_BOUNDED_LOAD,
-          keyBlocks: 4,
-          maxAdaptersPerServer: 2,
-          poolPolicy: (pool) => (pool === 'limited' ? { maxQueueDepth: LIMIT } : {}),
-          random: () => 0.5,
-        });
-        let others = 0;
-        let now = 0;
+        const picker = newPicker(board);
+        const world = { board, tracker, others: 0, now: 0 };
         for (const o of ops) {
-          now += 1000;
-          switch (o.kind) {
-            case 'acquire':
-              tracker.acquire(o.address);
-              break;
-            case 'release':
-              tracker.release(o.address);
-              break;
-            case 'acquire all':
-              for (const a of ADDRESSES) tracker.acquire(a);
-              break;
-            case 'release all':
-              for (const a of ADDRESSES) tracker.release(a);
-              break;
-            case 'scrape':
-              recordScrape(
-                board.cell(o.address),
-                {
-                  waiting: o.waiting,
-                  running: o.running,
-                  kvCacheUsage: 0.5,
-                  runningAdapters: [],
-                  waitingAdapters: [],
-                  maxAdapters: undefined,
-                },
-                now,
-              );
-              break;
-            case 'failure':
-              recordScrapeFailure(board.cell(o.address), 'refused');
-              break;
-            case 'stale':
-              markStaleIfOld(board.cell(o.address), now, 500);
-              break;
-            case 'churn':
-              board.retainOnly(new Set(o.keep));
-              break;
-            case 'grow':
-              for (let i = 0; i < o.count; i++) board.cell(`10.1.${others >> 8}.${others++ & 255}:8000`);
-              break;
-            case 'burst':
-              for (let i = 0; i < o.writes; i++) board.cell(o.address).inFlight = i % 5;
-              break;
-          }
+          change(world, o);
           // A pick after every change: it brings the aggregates and load scores up to date.
           assert.notEqual(picker.pick(POOLS, { model: 'm' }).kind, 'none');
           const set = picker.candidates(POOLS);
@@ -227,6 +246,46 @@ describe('incremental pick aggregates', () => {
         }
       }),
       { numRuns: 300 },
+    );
+  });
+});
+
+describe('picks with kept aggregates and load scores', () => {
+  it('are the picks computed afresh, after any sequence of signal changes', () => {
+    // The same endpoints twice: as they are (kept aggregates), and with one more endpoint that a
+    // subset hint leaves out (everything afresh, over the same candidates in the same order).
+    const ghost = ep('10.9.9.9:8000', 'open');
+    const withGhost: PoolView[] = [POOLS[0], { ...POOLS[1], endpoints: [...POOLS[1].endpoints, ghost] }];
+    const everyone = new Set(ADDRESSES);
+    const request = fc.record({
+      model: fc.constantFrom('m', 'sql'),
+      promptBlocks: fc.option(fc.array(fc.integer(), { minLength: 1, maxLength: 6 }), { nil: undefined }),
+    });
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(op, request, fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true })), { minLength: 1, maxLength: 40 }),
+        (steps) => {
+          const world = (board: SignalBoard): World => ({ board, tracker: new LoadTracker(board), others: 0, now: 0 });
+          const kept = world(new SignalBoard());
+          const fresh = world(new SignalBoard());
+          let draw = 0;
+          const keptPicker = newPicker(kept.board, () => draw);
+          const freshPicker = newPicker(fresh.board, () => draw);
+          for (const [o, r, d] of steps) {
+            change(kept, o);
+            change(fresh, o);
+            draw = d;
+            const a = keptPicker.pick(POOLS, r);
+            const b = freshPicker.pick(withGhost, { ...r, subset: everyone });
+            assert.deepEqual(
+              a.kind === 'picked' ? a.endpoints.map((e) => e.address) : a,
+              b.kind === 'picked' ? b.endpoints.map((e) => e.address) : b,
+              `after ${JSON.stringify(o)}`,
+            );
+          }
+        },
+      ),
+      { numRuns: 150 },
     );
   });
 });
