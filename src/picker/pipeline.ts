@@ -111,7 +111,10 @@ export class CandidateSet {
   readonly order: Int32Array;
   /** False after a pick with a subset hint: `order` must be refilled with every candidate. */
   orderIsAll = false;
-  /** Per candidate, 1 while over its pool's queue limit (kept up to date by `sync`). */
+  /**
+   * Per candidate, 1 while over its pool's queue limit: kept up to date by `sync`, and written for
+   * its candidates by a pick with a subset hint (the same function of the same signals).
+   */
   readonly excluded: Uint8Array;
   /** Pass 1 over every candidate, kept up to date from the board's change log by `sync`. */
   readonly aggregates = new LoadAggregates();

@@ -224,7 +224,7 @@ export class SignalBoard {
    */
   layoutVersion = 0;
   /**
-   * The change log: slots whose InFlight, Reporting, Waiting or Running may have changed, in
+   * The change log: slots whose InFlight, Reporting, Waiting, Running or KV-cache use may have changed, in
    * order, so that a reader keeping aggregates over some slots (the picker's candidate sets)
    * replays the changes it has not seen instead of re-reading every record. Bounded: when full it
    * starts over under a new epoch, and a reader from an older epoch re-reads everything.
