@@ -5,8 +5,9 @@
 // renderGatewayConfig) in front of one local model server (a separate process):
 //   baseline  the rendered config with the ext_proc filter and its cluster deleted, nothing else changed
 //   tcp       llm-extproc as its own process, reached over TCP loopback (standalone placement)
-//   grpcjs    as tcp, with the gRPC listener on @grpc/grpc-js (`listen.transport: grpc-js`) instead
-//             of the default native node:http2 transport: the A/B of the two transports
+//   nodehttp2 as tcp, with the gRPC listener on node:http2 (`listen.transport: node-http2`) instead
+//             of our own HTTP/2 connection (the default, `native`): a transport A/B
+//   grpcjs    as tcp, with the gRPC listener on @grpc/grpc-js (`listen.transport: grpc-js`): the other A/B
 //   uds       llm-extproc as its own process, reached over a Unix domain socket (sidecar placement)
 //   workers   llm-extproc with --workers N (node:cluster), over a Unix domain socket
 //   duplex    as tcp, with the ext_proc filter in FULL_DUPLEX_STREAMED both ways (the InferencePool
@@ -27,7 +28,7 @@
 // --envoy-concurrency N (Envoy worker threads of every setup, default 2: one per core, as Envoy
 // runs by default; each Envoy worker holds its own connection to llm-extproc), --no-modes (leave
 // out the duplex and tls setups), --setups a,b,… (run only these setups besides the baseline, e.g.
-// `--setups tcp,grpcjs` for a quick transport A/B).
+// `--setups tcp,nodehttp2,grpcjs` for a quick transport A/B).
 
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -442,19 +443,24 @@ async function main(): Promise<void> {
     const tcpServer = await startServer(root, 'llm-extproc-tcp', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir);
     plans.push({ key: 'tcp', config: gatewayConfig(tcpServer.grpcAddress, upstreamAddress), server: tcpServer });
   }
-  if (wanted('grpcjs')) {
-    const grpcJsConfig = join(dir, 'grpc-js.yaml');
-    await writeFile(grpcJsConfig, toYaml({ listen: { transport: 'grpc-js' } }));
-    const grpcJsServer = await startServer(
+  // The transport A/B: the same server with another `listen.transport`, over TCP like `tcp`.
+  for (const [key, transport] of [
+    ['nodehttp2', 'node-http2'],
+    ['grpcjs', 'grpc-js'],
+  ] as const) {
+    if (!wanted(key)) continue;
+    const transportConfig = join(dir, `${transport}.yaml`);
+    await writeFile(transportConfig, toYaml({ listen: { transport } }));
+    const server = await startServer(
       root,
-      'llm-extproc-grpcjs',
+      `llm-extproc-${key}`,
       `127.0.0.1:${await freePort()}`,
       endpointsFile,
       profileDir,
       1,
-      grpcJsConfig,
+      transportConfig,
     );
-    plans.push({ key: 'grpcjs', config: gatewayConfig(grpcJsServer.grpcAddress, upstreamAddress), server: grpcJsServer });
+    plans.push({ key, config: gatewayConfig(server.grpcAddress, upstreamAddress), server });
   }
   if (wanted('uds')) {
     const udsServer = await startServer(root, 'llm-extproc-uds', `unix://${join(dir, 'grpc.sock')}`, endpointsFile, profileDir);

@@ -14,6 +14,7 @@ import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS, Picker } from '../../src/picker/
 import type { PickRequest } from '../../src/picker/pipeline.js';
 import { promptBlockHashes } from '../../src/picker/prompt-hash.js';
 import { recordScrape, SignalBoard } from '../../src/picker/signals.js';
+import type { ServerLoad } from '../../src/picker/signals.js';
 import { repoRoot } from '../repo-root.js';
 import { replaceBetweenMarkers } from './stats.js';
 
@@ -51,7 +52,7 @@ function sortEveryCandidate(
 }
 
 /** A deterministic generator, so every run measures the same fleet and requests. */
-function lcg(seed: number): () => number {
+export function lcg(seed: number): () => number {
   let s = seed >>> 0;
   return () => {
     s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
@@ -59,33 +60,44 @@ function lcg(seed: number): () => number {
   };
 }
 
-function setup(n: number): { picker: Picker; board: SignalBoard; pools: PoolView[]; requests: PickRequest[] } {
+/** What the bench fleet is built with: this checkout's picker, or another's (scripts/bench-pick-ab.ts). */
+export interface PickerLibrary {
+  readonly Picker: typeof Picker;
+  readonly SignalBoard: typeof SignalBoard;
+  readonly recordScrape: typeof recordScrape;
+  readonly promptBlockHashes: typeof promptBlockHashes;
+  readonly DEFAULT_WEIGHTS: typeof DEFAULT_WEIGHTS;
+  readonly DEFAULT_BOUNDED_LOAD: typeof DEFAULT_BOUNDED_LOAD;
+}
+
+const THIS_PICKER: PickerLibrary = { Picker, SignalBoard, recordScrape, promptBlockHashes, DEFAULT_WEIGHTS, DEFAULT_BOUNDED_LOAD };
+
+export interface BenchFleet {
+  readonly picker: Picker;
+  readonly board: SignalBoard;
+  readonly pools: PoolView[];
+  readonly requests: PickRequest[];
+  /** The generator the fleet and the picker's tie-breaks draw from. */
+  readonly rand: () => number;
+}
+
+/** n ready endpoints, each with a fresh report, and 256 requests (every fourth for a LoRA adapter). */
+export function benchFleet(n: number, lib: PickerLibrary = THIS_PICKER): BenchFleet {
   const rand = lcg(n);
-  const board = new SignalBoard();
+  const board = new lib.SignalBoard();
   const endpoints: Endpoint[] = [];
   for (let i = 0; i < n; i++) {
     const address = `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}:8000`;
     endpoints.push({ id: `pod-${i}`, address, state: 'Ready', reason: '', pool: 'bench' });
     const cell = board.cell(address);
     cell.inFlight = Math.floor(rand() * 8);
-    recordScrape(
-      cell,
-      {
-        waiting: Math.floor(rand() * 20),
-        running: Math.floor(rand() * 32),
-        kvCacheUsage: rand(),
-        runningAdapters: rand() < 0.3 ? ['sql-lora'] : [],
-        waitingAdapters: [],
-        maxAdapters: 4,
-      },
-      0,
-    );
+    lib.recordScrape(cell, benchReport(rand), 0);
   }
   const pools: PoolView[] = [{ name: 'bench', models: ['llama', 'sql-lora'], endpoints }];
-  const picker = new Picker(board, {
-    weights: DEFAULT_WEIGHTS,
+  const picker = new lib.Picker(board, {
+    weights: lib.DEFAULT_WEIGHTS,
     fallbacks: 2,
-    boundedLoad: DEFAULT_BOUNDED_LOAD,
+    boundedLoad: lib.DEFAULT_BOUNDED_LOAD,
     keyBlocks: 8,
     maxAdaptersPerServer: 4,
     poolPolicy: () => ({ maxQueueDepth: 18 }),
@@ -93,7 +105,7 @@ function setup(n: number): { picker: Picker; board: SignalBoard; pools: PoolView
   });
   const requests: PickRequest[] = Array.from({ length: 256 }, (_, i) => ({
     model: i % 4 === 0 ? 'sql-lora' : 'llama',
-    promptBlocks: promptBlockHashes(
+    promptBlocks: lib.promptBlockHashes(
       {
         messages: [
           { role: 'system', content: `tenant ${i % 32} system prompt `.repeat(40) },
@@ -103,7 +115,19 @@ function setup(n: number): { picker: Picker; board: SignalBoard; pools: PoolView
       { blockChars: 128, maxBlocks: 16 },
     ),
   }));
-  return { picker, board, pools, requests };
+  return { picker, board, pools, requests, rand };
+}
+
+/** A bench endpoint's model-server report. */
+export function benchReport(rand: () => number): ServerLoad {
+  return {
+    waiting: Math.floor(rand() * 20),
+    running: Math.floor(rand() * 32),
+    kvCacheUsage: rand(),
+    runningAdapters: rand() < 0.3 ? ['sql-lora'] : [],
+    waitingAdapters: [],
+    maxAdapters: 4,
+  };
 }
 
 /**
@@ -130,7 +154,7 @@ function timed(count: number, budgetMs: number, run: (i: number) => void): Float
 }
 
 export function measurePick(n: number, budgetMs = 400): PickTiming {
-  const { picker, board, pools, requests } = setup(n);
+  const { picker, board, pools, requests } = benchFleet(n);
   // Warm-up: compile the candidate set and let the JIT settle.
   for (let i = 0; i < Math.max(200, 200_000 / n); i++) picker.pick(pools, requests[i % requests.length]);
   const samples = timed(50, budgetMs, (i) => {

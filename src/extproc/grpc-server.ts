@@ -1,7 +1,8 @@
 // The gRPC edge's entry point: serves Envoy's ext_proc Process stream and grpc.health.v1 on one
-// listener, through one of two interchangeable transports with the same behaviour —
-//   native   our own gRPC-over-HTTP/2 handler on node:http2 (h2-transport.ts), the default;
-//   grpc-js  @grpc/grpc-js's server (grpc-js-transport.ts), kept selectable for A/B comparison.
+// listener, through one of three interchangeable transports with the same behaviour —
+//   native      our own HTTP/2 connection on net/tls sockets (direct-transport.ts, h2/), the default;
+//   node-http2  the same gRPC handling on node:http2 (h2-transport.ts), kept for A/B comparison;
+//   grpc-js     @grpc/grpc-js's server (grpc-js-transport.ts), kept for A/B comparison.
 // What each stream means (process-call.ts) and what health answers (health-service.ts) are
 // shared; the transports only move bytes.
 import type { Logger } from 'pino';
@@ -11,7 +12,8 @@ import type { GrpcTransport } from '../config/config.js';
 import { DEFAULTS } from '../config/schema.js';
 import type { HealthSource } from './health-service.js';
 import { startGrpcJsServer } from './grpc-js-transport.js';
-import { startNativeServer } from './h2-transport.js';
+import { startDirectServer } from './direct-transport.js';
+import { startNodeHttp2Server } from './h2-transport.js';
 
 export type { HealthSource } from './health-service.js';
 
@@ -47,5 +49,12 @@ export interface RunningGrpcServer {
 }
 
 export function startGrpcServer(opts: GrpcServerOptions): Promise<RunningGrpcServer> {
-  return (opts.transport ?? DEFAULTS.grpcTransport) === 'grpc-js' ? startGrpcJsServer(opts) : startNativeServer(opts);
+  switch (opts.transport ?? DEFAULTS.grpcTransport) {
+    case 'grpc-js':
+      return startGrpcJsServer(opts);
+    case 'node-http2':
+      return startNodeHttp2Server(opts);
+    case 'native':
+      return startDirectServer(opts);
+  }
 }

@@ -1,4 +1,5 @@
-// The gRPC edge on node:http2, without grpc-js (`listen.transport: native`, the default). gRPC over
+// The gRPC edge on node:http2, without grpc-js (`listen.transport: node-http2`, kept to compare
+// with our own HTTP/2 connection, direct-transport.ts, which replaced it as the default). gRPC over
 // HTTP/2 is small for what we serve: a POST per call, `content-type: application/grpc`,
 // length-prefixed messages in DATA frames (grpc-framing.ts), a status in trailers. This module
 // routes each stream to the Process call (process-call.ts) or the health service
@@ -58,7 +59,7 @@ const SERVER_OPTIONS: http2.ServerOptions = {
 const RESPONSE_HEADERS = { ':status': 200, 'content-type': 'application/grpc' } as const;
 const OK_TRAILERS = statusTrailers(GRPC_STATUS.OK);
 
-export async function startNativeServer(opts: GrpcServerOptions): Promise<RunningGrpcServer> {
+export async function startNodeHttp2Server(opts: GrpcServerOptions): Promise<RunningGrpcServer> {
   const logger = opts.logger.child({ component: 'grpc-server' });
   const definitions = loadWireDefinitions();
   const processMethod = definitions.externalProcessor.Process;
@@ -284,7 +285,7 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
     throw new Error(`cannot listen on ${opts.address}: ${asError(err).message}`, { cause: err });
   }
   const address = dialAddress(target, port);
-  logger.info({ address, tls: tls !== undefined, transport: 'native' }, 'gRPC server listening');
+  logger.info({ address, tls: tls !== undefined, transport: 'node-http2' }, 'gRPC server listening');
 
   let stopped: Promise<void> | undefined;
   return {

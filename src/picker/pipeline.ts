@@ -4,9 +4,14 @@
 //
 // Cost: what depends only on the endpoint view (the candidates of a model, de-duplicated, with
 // where their signal records are, address hashes and queue limits) is compiled once per view and
-// cached. A pick is then two linear passes over typed arrays (the board's records, one per
-// address: signals.ts) with no sort and no allocation that grows with the pool: the top few are
-// kept by insertion into a fixed-size list.
+// cached. What depends on the signals too is kept up to date rather than recomputed: the board logs
+// which records changed, and before a pick the model's candidate set replays those changes into
+// its aggregates (ranges, mean load, queue-limit exclusions: aggregates.ts) and rescores only the
+// changed candidates' load scores (all of them when a range moved). A pick is then one linear pass
+// over typed arrays that adds LoRA and prefix affinity to the kept scores, with no sort and no
+// allocation that grows with the pool: the top few are kept by insertion into a fixed-size list.
+// Small sets and picks with a subset hint (whose ranges are the subset's) compute it all afresh:
+// a pass for the aggregates, then the scoring pass.
 //
 //   filters  routable (Ready with an address) · the gateway's subset hint · the pool's queue limit
 //   scorers  queue depth · KV-cache use · our in-flight count · prefix affinity · LoRA affinity
@@ -14,7 +19,8 @@
 
 import { isRoutable } from '../endpoints/model.js';
 import type { Endpoint, PoolView } from '../endpoints/model.js';
-import { hashAddress, rendezvousWeight } from './rendezvous.js';
+import { candidateLoad, isExcluded, LoadAggregates } from './aggregates.js';
+import { hashAddress, mixedRendezvousWeight, mixEndpointHash } from './rendezvous.js';
 import {
   inFlightScore,
   isOverloaded,
@@ -24,6 +30,7 @@ import {
   prefixAffinityScore,
   queueDepthScore,
 } from './scorers.js';
+import type { Range } from './scorers.js';
 import { Field } from './signals.js';
 import type { SignalBoard } from './signals.js';
 
@@ -93,7 +100,7 @@ export class CandidateSet {
   readonly endpoints: Endpoint[] = [];
   /**
    * Per candidate, two int32s: where its record starts in the board's signals (slot ×
-   * Field.Stride), and its address hash for rendezvous (bit pattern of the uint32).
+   * Field.Stride), and its address hash for rendezvous, premixed (mixEndpointHash).
    */
   readonly records: Int32Array;
   /** The board's layout version the slots were looked up at. */
@@ -104,7 +111,31 @@ export class CandidateSet {
   readonly order: Int32Array;
   /** False after a pick with a subset hint: `order` must be refilled with every candidate. */
   orderIsAll = false;
+  /**
+   * Per candidate, 1 while over its pool's queue limit: kept up to date by `sync`, and written for
+   * its candidates by a pick with a subset hint (the same function of the same signals).
+   */
   readonly excluded: Uint8Array;
+  /** Pass 1 over every candidate, kept up to date from the board's change log by `sync`. */
+  readonly aggregates = new LoadAggregates();
+  /** Per candidate, the signals `aggregates` counts it with (Mirror.Stride numbers each). */
+  private readonly counted: Float64Array;
+  /** Candidate index by board slot (−1: not a candidate), as of `layoutVersion`. */
+  private indexBySlot = new Int32Array(0);
+  /**
+   * Per candidate, the load part of its score (in-flight, queue, KV cache: loadScore), valid for
+   * the ranges in `scoredRanges` and for every candidate not listed in `rescore`.
+   */
+  readonly loadScores: Float64Array;
+  /** minFlight, maxFlight, minWaiting, maxWaiting that `loadScores` were computed for (NaN: none yet). */
+  readonly scoredRanges = new Float64Array(4).fill(Number.NaN);
+  /** Candidates whose signals changed since their load score was computed (each listed once). */
+  readonly rescore: Int32Array;
+  rescoreCount = 0;
+  private readonly listed: Uint8Array;
+  /** How far into the board's change log `aggregates` is (−1: not yet counted). */
+  private syncedEpoch = -1;
+  private syncedCount = 0;
 
   constructor(pools: readonly PoolView[], board: SignalBoard, policy: (pool: string) => PoolPolicy) {
     for (const pool of pools) {
@@ -119,13 +150,17 @@ export class CandidateSet {
     const n = this.endpoints.length;
     this.records = new Int32Array(2 * n);
     this.queueLimits = new Float64Array(n);
+    this.counted = new Float64Array(Mirror.Stride * n);
     const limits = new Map(pools.map((p) => [p.name, policy(p.name).maxQueueDepth ?? Number.POSITIVE_INFINITY]));
     for (let i = 0; i < n; i++) {
-      this.records[2 * i + 1] = hashAddress(this.endpoints[i].address);
+      this.records[2 * i + 1] = mixEndpointHash(hashAddress(this.endpoints[i].address));
       this.queueLimits[i] = limits.get(this.endpoints[i].pool) ?? Number.POSITIVE_INFINITY;
     }
     this.order = new Int32Array(n);
     this.excluded = new Uint8Array(n);
+    this.loadScores = new Float64Array(n);
+    this.rescore = new Int32Array(n);
+    this.listed = new Uint8Array(n);
     this.resolveSlots(board);
   }
 
@@ -135,12 +170,199 @@ export class CandidateSet {
 
   /** (Re)reads each candidate's slot: at compile time, and after the board released slots. */
   resolveSlots(board: SignalBoard): void {
-    for (let i = 0; i < this.endpoints.length; i++) this.records[2 * i] = board.cell(this.endpoints[i].address).slot * Field.Stride;
+    let slots = 0;
+    for (let i = 0; i < this.endpoints.length; i++) {
+      const slot = board.cell(this.endpoints[i].address).slot;
+      this.records[2 * i] = slot * Field.Stride;
+      if (slot >= slots) slots = slot + 1;
+    }
+    this.indexBySlot = new Int32Array(slots).fill(-1);
+    for (let i = 0; i < this.endpoints.length; i++) this.indexBySlot[this.records[2 * i] / Field.Stride] = i;
     this.layoutVersion = board.layoutVersion;
+    this.syncedEpoch = -1;
+  }
+
+  /**
+   * Brings `aggregates` and `excluded` up to date with the board: replays the change log since
+   * the last sync, or counts every candidate afresh when that is as cheap (or the log started over).
+   */
+  sync(board: SignalBoard): void {
+    if (this.layoutVersion !== board.layoutVersion) this.resolveSlots(board);
+    const signals = board.signals;
+    const from = this.syncedEpoch === board.changeEpoch ? this.syncedCount : -1;
+    if (from < 0 || board.changeCount - from > this.size) {
+      this.aggregates.clear();
+      for (let i = 0; i < this.size; i++) this.count(i, signals);
+      this.scoredRanges.fill(Number.NaN);
+    } else {
+      const indexBySlot = this.indexBySlot;
+      for (let k = from; k < board.changeCount; k++) {
+        const slot = board.changedSlot(k);
+        const i = slot < indexBySlot.length ? indexBySlot[slot] : -1;
+        if (i < 0) continue;
+        const c = Mirror.Stride * i;
+        const counted = this.counted;
+        this.aggregates.apply(
+          -1,
+          counted[c + Mirror.InFlight],
+          counted[c + Mirror.Reporting] === 1,
+          counted[c + Mirror.Waiting],
+          counted[c + Mirror.Running],
+          this.queueLimits[i],
+        );
+        this.count(i, signals);
+        if (this.listed[i] === 0) {
+          this.listed[i] = 1;
+          this.rescore[this.rescoreCount++] = i;
+        }
+      }
+    }
+    this.syncedEpoch = board.changeEpoch;
+    this.syncedCount = board.changeCount;
+  }
+
+  /** Empties the rescore list (its candidates have their load scores again). */
+  rescored(): void {
+    for (let r = 0; r < this.rescoreCount; r++) this.listed[this.rescore[r]] = 0;
+    this.rescoreCount = 0;
+  }
+
+  /** The eligible candidates' load sum, in candidate order (as a pass over them adds it up). */
+  sumLoads(): number {
+    let sum = 0;
+    const counted = this.counted;
+    for (let i = 0; i < this.size; i++) {
+      if (this.excluded[i] === 1) continue;
+      const c = Mirror.Stride * i;
+      sum += candidateLoad(
+        counted[c + Mirror.InFlight],
+        counted[c + Mirror.Reporting] === 1,
+        counted[c + Mirror.Waiting],
+        counted[c + Mirror.Running],
+      );
+    }
+    return sum;
+  }
+
+  /** Counts candidate `i` in the aggregates with its current signals. */
+  private count(i: number, signals: Float64Array): void {
+    const at = this.records[2 * i];
+    const c = Mirror.Stride * i;
+    const counted = this.counted;
+    const inFlight = (counted[c + Mirror.InFlight] = signals[at + Field.InFlight]);
+    const reporting = (counted[c + Mirror.Reporting] = signals[at + Field.Reporting]) === 1;
+    const waiting = (counted[c + Mirror.Waiting] = signals[at + Field.Waiting]);
+    const running = (counted[c + Mirror.Running] = signals[at + Field.Running]);
+    this.aggregates.apply(1, inFlight, reporting, waiting, running, this.queueLimits[i]);
+    this.excluded[i] = isExcluded(reporting, waiting, this.queueLimits[i]) ? 1 : 0;
   }
 }
 
+/** Layout of `CandidateSet.counted`: the signals a candidate's aggregates were counted with. */
+const enum Mirror {
+  InFlight = 0,
+  Reporting = 1,
+  Waiting = 2,
+  Running = 3,
+  Stride = 4,
+}
+
+/**
+ * From this many candidates on, a pick without a subset hint keeps its aggregates and load scores
+ * up to date instead of recomputing them (measured: below about a hundred candidates, with signals
+ * changing between picks, replaying the changes through the counted multisets costs more than a
+ * pass over every candidate;
+ * `npm run build && node dist/scripts/bench-pick-ab.js --baseline <checkout> --churn` shows it).
+ */
+const INCREMENTAL_FROM = 128;
+
+/** What pass 1 learns about the candidates of one pick (one reused instance per picker). */
+class Summary {
+  minFlight = Infinity;
+  maxFlight = -Infinity;
+  /** Among candidates that report metrics (excluded ones included). */
+  minWaiting = Infinity;
+  maxWaiting = -Infinity;
+  reporting = 0;
+  /** Not excluded by their pool's queue limit. */
+  eligible = 0;
+  /** Outstanding load summed over the eligible. */
+  loadSum = 0;
+}
+
+/** The per-request inputs of pass 2 (one reused instance per picker). */
+class Scoring {
+  useAffinity = false;
+  key = 0;
+  useLora = false;
+  holds = -1;
+  meanLoad = 0;
+  ownerMaxQueue = Infinity;
+  start = 0;
+}
+
+/**
+ * The part of a candidate's score that depends on its load signals and the candidates' ranges
+ * only: the in-flight, queue and KV-cache scorers, weighted and added in this order (the pick adds
+ * LoRA and prefix affinity after, so the sum is the same to the last bit however it is reached).
+ */
+function loadScore(weights: ScorerWeights, signals: Float64Array, at: number, flightRange: Range, waitingRange: Range): number {
+  let score = weights.inFlight * inFlightScore(signals[at + Field.InFlight], flightRange);
+  if (signals[at + Field.Reporting] === 1) {
+    if (weights.queue > 0) score += weights.queue * queueDepthScore(signals[at + Field.Waiting], waitingRange);
+    if (weights.kvCache > 0) score += weights.kvCache * kvCacheScore(signals[at + Field.KvCacheUsage]);
+  }
+  return score;
+}
+
+/**
+ * Pass 1: ranges for normalisation, the queue-limit filter (into `set.excluded`), mean load,
+ * reporting count.
+ */
+function summarise(set: CandidateSet, count: number, signals: Float64Array, out: Summary): Summary {
+  const { order, excluded, records, queueLimits } = set;
+  // Without a subset hint every candidate is visited in order: skip the `order` indirection.
+  const all = count === set.size;
+  let minFlight = Infinity;
+  let maxFlight = -Infinity;
+  let minWaiting = Infinity;
+  let maxWaiting = -Infinity;
+  let reporting = 0;
+  let eligible = 0;
+  let loadSum = 0;
+  for (let j = 0; j < count; j++) {
+    const i = all ? j : order[j];
+    const at = records[2 * i];
+    const flight = signals[at + Field.InFlight];
+    if (flight < minFlight) minFlight = flight;
+    if (flight > maxFlight) maxFlight = flight;
+    if (signals[at + Field.Reporting] === 1) {
+      const waiting = signals[at + Field.Waiting];
+      reporting++;
+      if (waiting < minWaiting) minWaiting = waiting;
+      if (waiting > maxWaiting) maxWaiting = waiting;
+      if (isExcluded(true, waiting, queueLimits[i])) {
+        excluded[i] = 1;
+        continue;
+      }
+      loadSum += candidateLoad(flight, true, waiting, signals[at + Field.Running]);
+    } else loadSum += flight;
+    excluded[i] = 0;
+    eligible++;
+  }
+  out.minFlight = minFlight;
+  out.maxFlight = maxFlight;
+  out.minWaiting = minWaiting;
+  out.maxWaiting = maxWaiting;
+  out.reporting = reporting;
+  out.eligible = eligible;
+  out.loadSum = loadSum;
+  return out;
+}
+
 export class Picker {
+  private readonly summary = new Summary();
+  private readonly scoring = new Scoring();
   private readonly compiled = new WeakMap<readonly PoolView[], CandidateSet>();
   private readonly k: number;
   private readonly topIndex: Int32Array;
@@ -170,61 +392,98 @@ export class Picker {
     const count = this.filterSubset(set, request.subset);
     if (count === 0) return { kind: 'none' };
     const { weights, boundedLoad } = this.options;
-    const { order, excluded, records, queueLimits } = set;
-    // Without a subset hint every candidate is visited in order: skip the `order` indirection.
-    const all = count === set.size;
+    // Large sets without a subset hint keep pass 1 and the load scores from pick to pick; small
+    // ones (and subsets, whose ranges are their own) compute them afresh, which costs them less.
+    const incremental = count === set.size && count >= INCREMENTAL_FROM;
     // Read after compiling: compiling may add slots, and growing the board replaces the array.
-    let signals = this.board.signals;
+    const summary = incremental ? this.aggregated(set) : summarise(set, count, this.board.signals, this.summary);
+    if (summary.eligible === 0) return { kind: 'shed', pools: this.poolsOf(set, count), shortestQueue: summary.minWaiting };
 
-    // Pass 1: ranges for normalisation, the queue-limit filter, mean load, LoRA relevance.
-    let minFlight = Infinity;
-    let maxFlight = -Infinity;
-    let minWaiting = Infinity;
-    let maxWaiting = -Infinity;
-    let reporting = 0;
-    let eligible = 0;
-    let loadSum = 0;
-    for (let j = 0; j < count; j++) {
-      const i = all ? j : order[j];
-      const at = records[2 * i];
-      const flight = signals[at + Field.InFlight];
-      if (flight < minFlight) minFlight = flight;
-      if (flight > maxFlight) maxFlight = flight;
-      if (signals[at + Field.Reporting] === 1) {
-        const waiting = signals[at + Field.Waiting];
-        reporting++;
-        if (waiting < minWaiting) minWaiting = waiting;
-        if (waiting > maxWaiting) maxWaiting = waiting;
-        if (waiting >= queueLimits[i]) {
-          excluded[i] = 1;
-          continue;
-        }
-        loadSum += outstandingLoad(flight, waiting, signals[at + Field.Running]);
-      } else loadSum += flight;
-      excluded[i] = 0;
-      eligible++;
-    }
-    const shortestQueue = minWaiting;
-    if (eligible === 0) return { kind: 'shed', pools: this.poolsOf(set, count), shortestQueue };
-
-    const meanLoad = loadSum / eligible;
-    const ownerMaxQueue = boundedLoad.maxQueue ?? Infinity;
-    const { factor, slack } = boundedLoad;
+    const scoring = this.scoring;
     const blocks = request.promptBlocks;
-    const useAffinity = weights.prefix > 0 && blocks !== undefined && blocks.length > 0 && this.options.keyBlocks > 0;
-    const key = useAffinity ? blocks[Math.min(blocks.length, this.options.keyBlocks) - 1] : 0;
+    scoring.useAffinity = weights.prefix > 0 && blocks !== undefined && blocks.length > 0 && this.options.keyBlocks > 0;
+    scoring.key = scoring.useAffinity && blocks !== undefined ? blocks[Math.min(blocks.length, this.options.keyBlocks) - 1] : 0;
     // The LoRA scorer only speaks for a model that some endpoint reports as an adapter; its
     // holders are marked in their records, so the loop reads a number per candidate.
-    const useLora = weights.lora > 0 && this.board.adapters.has(request.model);
-    const holds = useLora ? this.board.markHolders(request.model) : -1;
-    signals = this.board.signals;
-    const flightRange = { min: minFlight, max: maxFlight };
-    const waitingRange = { min: minWaiting, max: maxWaiting };
-    const { inFlight: inFlightWeight, queue: queueWeight, kvCache: kvCacheWeight, lora: loraWeight } = weights;
-    const maxAdaptersPerServer = this.options.maxAdaptersPerServer;
+    scoring.useLora = weights.lora > 0 && this.board.adapters.has(request.model);
+    scoring.holds = scoring.useLora ? this.board.markHolders(request.model) : -1;
+    scoring.meanLoad = summary.loadSum / summary.eligible;
+    scoring.ownerMaxQueue = boundedLoad.maxQueue ?? Infinity;
+    // From a random start, so that ties go to a random endpoint.
+    scoring.start = Math.floor(this.options.random() * count) % count;
+    const kept = this.rank(set, count, summary, scoring, incremental ? this.loadScores(set, summary) : undefined);
 
-    // Pass 2: scores, from a random start so that ties go to a random endpoint.
-    const start = Math.floor(this.options.random() * count) % count;
+    const picked: Endpoint[] = [];
+    for (let r = 0; r < kept && r < this.k; r++) picked.push(set.endpoints[this.topIndex[r]]);
+    return { kind: 'picked', endpoints: picked };
+  }
+
+  /** Pass 1 without a pass: the set's aggregates, brought up to date. */
+  private aggregated(set: CandidateSet): Summary {
+    set.sync(this.board);
+    const { aggregates } = set;
+    const out = this.summary;
+    out.minFlight = aggregates.inFlight.min;
+    out.maxFlight = aggregates.inFlight.max;
+    out.minWaiting = aggregates.waiting.min;
+    out.maxWaiting = aggregates.waiting.max;
+    out.reporting = aggregates.reporting;
+    out.eligible = aggregates.eligible;
+    out.loadSum = aggregates.loadSum ?? set.sumLoads();
+    return out;
+  }
+
+  /**
+   * Every candidate's load score (pass 2's bulk), kept from pick to pick: only the candidates
+   * whose signals changed are scored again, unless a range moved (then every score does).
+   */
+  private loadScores(set: CandidateSet, summary: Summary): Float64Array {
+    const { weights } = this.options;
+    const signals = this.board.signals;
+    const { records, loadScores, scoredRanges: ranges } = set;
+    const flightRange: Range = { min: summary.minFlight, max: summary.maxFlight };
+    const waitingRange: Range = { min: summary.minWaiting, max: summary.maxWaiting };
+    if (
+      ranges[0] !== flightRange.min ||
+      ranges[1] !== flightRange.max ||
+      ranges[2] !== waitingRange.min ||
+      ranges[3] !== waitingRange.max
+    ) {
+      for (let i = 0; i < set.size; i++) loadScores[i] = loadScore(weights, signals, records[2 * i], flightRange, waitingRange);
+      ranges[0] = flightRange.min;
+      ranges[1] = flightRange.max;
+      ranges[2] = waitingRange.min;
+      ranges[3] = waitingRange.max;
+    } else {
+      for (let r = 0; r < set.rescoreCount; r++) {
+        const i = set.rescore[r];
+        loadScores[i] = loadScore(weights, signals, records[2 * i], flightRange, waitingRange);
+      }
+    }
+    set.rescored();
+    return loadScores;
+  }
+
+  /**
+   * Pass 2: every eligible candidate's score (its load score plus LoRA affinity), the best k + 1
+   * kept in order, and the prefix owner boosted. Returns how many are kept. A function of its own
+   * (as is pass 1) so that V8 optimises each loop with complete type feedback: with one function
+   * holding both loops, a pool large enough to enter the first loop's on-stack-replacement code
+   * on every call deoptimised there on every call.
+   */
+  private rank(set: CandidateSet, count: number, summary: Summary, scoring: Scoring, loadScores: Float64Array | undefined): number {
+    const { weights, boundedLoad, maxAdaptersPerServer } = this.options;
+    const { order, excluded, records } = set;
+    const all = count === set.size;
+    const signals = this.board.signals;
+    const reporting = summary.reporting;
+    // Without kept load scores (a small set, a subset hint) they are computed here, over these ranges.
+    const fresh = loadScores === undefined;
+    const flightRange: Range = { min: summary.minFlight, max: summary.maxFlight };
+    const waitingRange: Range = { min: summary.minWaiting, max: summary.maxWaiting };
+    const loraWeight = weights.lora;
+    const { factor, slack } = boundedLoad;
+    const { useAffinity, useLora, key, holds, meanLoad, ownerMaxQueue, start } = scoring;
     const limit = this.k + 1;
     const topScore = this.topScore;
     let kept = 0;
@@ -237,14 +496,9 @@ export class Picker {
       const i = all ? j : order[j];
       if (excluded[i] === 1) continue;
       const at = records[2 * i];
-      const reports = signals[at + Field.Reporting] === 1;
-      const flight = signals[at + Field.InFlight];
-      let score = inFlightWeight * inFlightScore(flight, flightRange);
-      if (reports) {
-        if (queueWeight > 0) score += queueWeight * queueDepthScore(signals[at + Field.Waiting], waitingRange);
-        if (kvCacheWeight > 0) score += kvCacheWeight * kvCacheScore(signals[at + Field.KvCacheUsage]);
-      }
+      let score = fresh ? loadScore(weights, signals, at, flightRange, waitingRange) : loadScores[i];
       if (useLora) {
+        const reports = signals[at + Field.Reporting] === 1;
         const maxAdapters = Math.min(maxAdaptersPerServer, signals[at + Field.MaxAdapters]);
         const has = signals[at + Field.AdapterMark] === holds;
         score += loraWeight * loraAffinityScore(has, reports ? signals[at + Field.AdapterCount] : undefined, maxAdapters);
@@ -252,13 +506,15 @@ export class Picker {
       if (useAffinity) {
         // Owners must be known to be within bounds: when any candidate reports metrics, one
         // that does not is never trusted with a prefix.
+        const reports = signals[at + Field.Reporting] === 1;
+        const flight = signals[at + Field.InFlight];
         const waiting = signals[at + Field.Waiting];
         if (
           (reports || reporting === 0) &&
           !(reports && waiting > ownerMaxQueue) &&
           !isOverloaded(reports ? outstandingLoad(flight, waiting, signals[at + Field.Running]) : flight, meanLoad, factor, slack)
         ) {
-          const w = rendezvousWeight(key, records[2 * i + 1]);
+          const w = mixedRendezvousWeight(key, records[2 * i + 1]);
           if (w > ownerWeight) {
             ownerWeight = w;
             owner = i;
@@ -271,10 +527,7 @@ export class Picker {
       if (kept < limit || score > topScore[limit - 1]) kept = this.keep(kept, i, score, step);
     }
     if (owner >= 0) kept = this.boost(kept, owner, ownerBase + weights.prefix * prefixAffinityScore(true), ownerPosition);
-
-    const picked: Endpoint[] = [];
-    for (let r = 0; r < kept && r < this.k; r++) picked.push(set.endpoints[this.topIndex[r]]);
-    return { kind: 'picked', endpoints: picked };
+    return kept;
   }
 
   /** Fills `set.order` with the candidates allowed by the subset hint; returns how many. */

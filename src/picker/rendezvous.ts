@@ -15,7 +15,17 @@ export function hashAddress(address: string): number {
  * different endpoints are independent and uniformly spread. Pure integer maths, no allocation.
  */
 export function rendezvousWeight(key: number, endpointHash: number): number {
-  let h = (key ^ Math.imul(endpointHash, 0x9e3779b1)) >>> 0;
+  return mixedRendezvousWeight(key, mixEndpointHash(endpointHash));
+}
+
+/** The endpoint's half of its weight, which depends on no key: computed once per view by the picker. */
+export function mixEndpointHash(endpointHash: number): number {
+  return Math.imul(endpointHash, 0x9e3779b1);
+}
+
+/** `rendezvousWeight(key, h)` given `mixEndpointHash(h)`. */
+export function mixedRendezvousWeight(key: number, mixedHash: number): number {
+  let h = (key ^ mixedHash) >>> 0;
   h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
   h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
   // Every step is a bijection, so for one key distinct endpoint hashes never tie.

@@ -101,7 +101,9 @@ export class SignalCell {
   }
 
   set inFlight(count: number) {
-    if (this.slotIndex !== DETACHED) this.board.signals[this.slotIndex * Field.Stride + Field.InFlight] = count;
+    if (this.slotIndex === DETACHED) return;
+    this.board.signals[this.slotIndex * Field.Stride + Field.InFlight] = count;
+    this.board.noteChange(this.slotIndex);
   }
 
   get metricsState(): MetricsState {
@@ -111,7 +113,10 @@ export class SignalCell {
   set metricsState(state: MetricsState) {
     this.state = state;
     const reporting = state === 'fresh' && this.load !== undefined;
-    if (this.slotIndex !== DETACHED) this.board.signals[this.slotIndex * Field.Stride + Field.Reporting] = reporting ? 1 : 0;
+    if (this.slotIndex !== DETACHED) {
+      this.board.signals[this.slotIndex * Field.Stride + Field.Reporting] = reporting ? 1 : 0;
+      this.board.noteChange(this.slotIndex);
+    }
     this.recount(reporting ? this.adapters : EMPTY_SET);
   }
 
@@ -135,6 +140,7 @@ export class SignalCell {
     signals[at + Field.KvCacheUsage] = load.kvCacheUsage ?? Number.NaN;
     signals[at + Field.AdapterCount] = this.adapters.size;
     signals[at + Field.MaxAdapters] = load.maxAdapters ?? Number.POSITIVE_INFINITY;
+    this.board.noteChange(this.slotIndex);
   }
 
   /** Called by the board when it drops the cell: the slot goes back to the board for reuse. */
@@ -217,6 +223,16 @@ export class SignalBoard {
    * slot numbers (the picker's compiled candidates) looks them up again when this changes.
    */
   layoutVersion = 0;
+  /**
+   * The change log: slots whose InFlight, Reporting, Waiting, Running or KV-cache use may have changed, in
+   * order, so that a reader keeping aggregates over some slots (the picker's candidate sets)
+   * replays the changes it has not seen instead of re-reading every record. Bounded: when full it
+   * starts over under a new epoch, and a reader from an older epoch re-reads everything.
+   */
+  private changes = new Int32Array(1024);
+  /** Entries in the change log this epoch. */
+  changeCount = 0;
+  changeEpoch = 0;
 
   cell(address: string): SignalCell {
     let cell = this.cells.get(address);
@@ -239,6 +255,28 @@ export class SignalBoard {
       this.cells.delete(address);
       this.layoutVersion++;
     }
+  }
+
+  /** Appends to the change log (signal writers call it after writing a slot's record). */
+  noteChange(slot: number): void {
+    if (this.changeCount === this.changes.length) {
+      // Grow while the log is short next to the board (readers replay it rather than re-read
+      // every record); past that, start over: readers re-read, at most once per log's worth of writes.
+      if (this.changes.length < 4 * this.capacity) {
+        const grown = new Int32Array(2 * this.changes.length);
+        grown.set(this.changes);
+        this.changes = grown;
+      } else {
+        this.changeCount = 0;
+        this.changeEpoch++;
+      }
+    }
+    this.changes[this.changeCount++] = slot;
+  }
+
+  /** The slot of change log entry `k` (0 ≤ k < changeCount). */
+  changedSlot(k: number): number {
+    return this.changes[k];
   }
 
   all(): IterableIterator<SignalCell> {

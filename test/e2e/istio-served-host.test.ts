@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { pino } from 'pino';
 import { stringify as toYaml } from 'yaml';
+import { GRPC_TRANSPORTS } from '../../src/config/schema.js';
 import { GATEWAY_PROFILES, SERVED_ENDPOINT_KEY } from '../../src/envoy-config/gateway-profiles.js';
 import { startGrpcServer, type RunningGrpcServer } from '../../src/extproc/grpc-server.js';
 import type { ProcessingRequest, ProcessingResponse, ProtoStruct } from '../../src/extproc/messages.js';
@@ -134,36 +135,51 @@ void describe('Istio: what the picker receives about the served host', () => {
   });
 });
 
-void describe("Istio's default picker authority", () => {
-  void it('is the cluster name, which Node HTTP/2 refuses: without the EnvoyFilter patch every request fails closed', async () => {
-    const model = await startModelServer({ id: 'unreached', models: ['m'] });
-    const opened: number[] = [];
-    const grpc = await startGrpcServer({
-      address: '127.0.0.1:0',
-      health: { isServing: () => true, onChange: () => () => {} },
-      logger: pino({ level: 'silent' }),
-      processorFactory: () => {
-        opened.push(1);
-        return { process: (request) => scriptedReply(request, model.address), finish: () => {} };
-      },
+void describe("Istio's default picker authority (the cluster name, `outbound|…`)", () => {
+  // Our own HTTP/2 accepts any authority; nghttp2 (node:http2, and grpc-js on it) refuses the `|`
+  // with RST_STREAM PROTOCOL_ERROR, so there the EnvoyFilter patch in docs/gateways.md is required.
+  for (const transport of GRPC_TRANSPORTS) {
+    const served = transport === 'native';
+    void it(`${transport}: ${served ? 'served without the EnvoyFilter patch' : 'refused: without the EnvoyFilter patch every request fails closed'}`, async () => {
+      const model = await startModelServer({ id: 'istio-default-authority', models: ['m'] });
+      const opened: number[] = [];
+      const grpc = await startGrpcServer({
+        address: '127.0.0.1:0',
+        transport,
+        health: { isServing: () => true, onChange: () => () => {} },
+        logger: pino({ level: 'silent' }),
+        processorFactory: () => {
+          opened.push(1);
+          return { process: (request) => scriptedReply(request, model.address), finish: () => {} };
+        },
+      });
+      const config = GATEWAY_PROFILES.istio.render({
+        listener: { address: '127.0.0.1', port: 0 },
+        admin: { address: '127.0.0.1', port: 0 },
+        extProc: grpc.address,
+        pickerTls: { kind: 'plaintext' },
+        backends: [model.address],
+      });
+      const envoy = await startEnvoy({ configYaml: toYaml(config), name: `istio-authority-${transport}` });
+      try {
+        const response = await send(envoy.listenerPort('llm_gateway'), {
+          path: '/v1/chat/completions',
+          body: { model: 'm', messages: [] },
+        });
+        if (served) {
+          assert.equal(response.status, 200, response.text());
+          assert.equal(opened.length, 1, 'the ext_proc stream reached llm-extproc');
+          assert.equal(model.requests.length, 1, 'routed to the picked endpoint');
+        } else {
+          assert.equal(response.status, 500, response.text());
+          assert.equal(opened.length, 0, 'no ext_proc stream ever reached llm-extproc');
+          assert.equal(model.requests.length, 0, 'fail closed: nothing routed');
+        }
+      } finally {
+        await envoy.stop();
+        await grpc.shutdown(0);
+        await model.close();
+      }
     });
-    const config = GATEWAY_PROFILES.istio.render({
-      listener: { address: '127.0.0.1', port: 0 },
-      admin: { address: '127.0.0.1', port: 0 },
-      extProc: grpc.address,
-      pickerTls: { kind: 'plaintext' },
-      backends: [model.address],
-    });
-    const envoy = await startEnvoy({ configYaml: toYaml(config), name: 'istio-authority' });
-    try {
-      const response = await send(envoy.listenerPort('llm_gateway'), { path: '/v1/chat/completions', body: { model: 'm', messages: [] } });
-      assert.equal(response.status, 500, response.text());
-      assert.equal(opened.length, 0, 'no ext_proc stream ever reached llm-extproc');
-      assert.equal(model.requests.length, 0, 'fail closed: nothing routed');
-    } finally {
-      await envoy.stop();
-      await grpc.shutdown(0);
-      await model.close();
-    }
-  });
+  }
 });

@@ -6,7 +6,7 @@ import { connect } from 'node:net';
 import type { Socket } from 'node:net';
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
-export const FRAME = Object.freeze({ DATA: 0, HEADERS: 1, RST_STREAM: 3, SETTINGS: 4 });
+export const FRAME = Object.freeze({ DATA: 0, HEADERS: 1, RST_STREAM: 3, SETTINGS: 4, GOAWAY: 7 });
 export const FLAG = Object.freeze({ END_STREAM: 0x1, END_HEADERS: 0x4 });
 export const NGHTTP2_CANCEL = 8;
 
@@ -52,6 +52,10 @@ export interface RawH2Connection {
   write(bytes: Buffer): void;
   /** Everything the server sent so far. */
   received(): Buffer;
+  /** Resolves once the server has closed the connection. */
+  closed(): Promise<void>;
+  /** Resolves when what the server sent so far satisfies `condition` (checked on every read); rejects if it closes first. */
+  until(condition: (received: Buffer) => boolean): Promise<void>;
   close(): void;
 }
 
@@ -61,22 +65,59 @@ export function rawH2Connect(address: string): Promise<RawH2Connection> {
     const socket: Socket = address.startsWith('unix://')
       ? connect(address.slice('unix://'.length))
       : connect(Number(address.slice(address.lastIndexOf(':') + 1)), address.slice(0, address.lastIndexOf(':')));
-    const chunks: Buffer[] = [];
-    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
     socket.once('error', reject);
     socket.once('connect', () => {
       socket.write(Buffer.concat([PREFACE, frame(FRAME.SETTINGS, 0, 0)]));
-      resolve({
-        write: (bytes) => void socket.write(bytes),
-        received: () => Buffer.concat(chunks),
-        close: () => void socket.destroy(),
-      });
+      resolve(rawConnection(socket));
     });
   });
+}
+
+/** Wraps a connected socket; nothing is written on it. */
+export function rawConnection(socket: Socket): RawH2Connection {
+  const chunks: Buffer[] = [];
+  socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+  const closed = new Promise<void>((done) => socket.once('close', () => done()));
+  const received = (): Buffer => Buffer.concat(chunks);
+  return {
+    write: (bytes) => void socket.write(bytes),
+    received,
+    closed: () => closed,
+    until: (condition) =>
+      new Promise((resolve, reject) => {
+        const check = (): void => {
+          if (!condition(received())) return;
+          socket.off('data', check);
+          resolve();
+        };
+        socket.on('data', check);
+        void closed.then(() => reject(new Error('the server closed the connection first')));
+        check();
+      }),
+    close: () => void socket.destroy(),
+  };
 }
 
 function hpackString(text: string): Buffer {
   const bytes = Buffer.from(text, 'latin1');
   if (bytes.length >= 127) throw new Error('raw HPACK helper: strings of 127 bytes or more are not supported');
   return Buffer.concat([Buffer.from([bytes.length]), bytes]);
+}
+
+/** The frames in bytes a server sent (a trailing partial frame is left out). */
+export function parseFrames(bytes: Buffer): Array<{ type: number; flags: number; streamId: number; payload: Buffer }> {
+  const frames = [];
+  let at = 0;
+  while (bytes.length - at >= 9) {
+    const length = bytes.readUIntBE(at, 3);
+    if (bytes.length - at < 9 + length) break;
+    frames.push({
+      type: bytes[at + 3],
+      flags: bytes[at + 4],
+      streamId: bytes.readUInt32BE(at + 5) & 0x7fffffff,
+      payload: bytes.subarray(at + 9, at + 9 + length),
+    });
+    at += 9 + length;
+  }
+  return frames;
 }

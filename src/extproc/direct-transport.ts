@@ -1,0 +1,415 @@
+// The gRPC edge on our own HTTP/2 connection (h2/connection.ts) over plain `net`/`tls` sockets
+// (`listen.transport: native`, the default). gRPC over HTTP/2 is small for what we serve: a POST
+// per call, `content-type: application/grpc`, length-prefixed messages in DATA frames
+// (grpc-framing.ts), a status in trailers. This module routes each stream to the Process call
+// (process-call.ts) or the health service (health-service.ts), decodes and encodes with the
+// hot-path codec (wire.ts), and keeps the connections healthy; it decides nothing about what to
+// answer.
+import cluster from 'node:cluster';
+import { createServer as createNetServer } from 'node:net';
+import type { Server as NetServer, Socket } from 'node:net';
+import { createServer as createTlsServer } from 'node:tls';
+import type { Server as TlsServer } from 'node:tls';
+import type { Logger } from 'pino';
+import { frameMessage, GrpcFramingError, MessageDeframer } from './grpc-framing.js';
+import type { GrpcServerOptions, RunningGrpcServer } from './grpc-server.js';
+import { GRPC_STATUS, statusTrailers } from './grpc-status.js';
+import { H2Connection } from './h2/connection.js';
+import type { H2Stream, StreamClose } from './h2/connection.js';
+import { ErrorCode } from './h2/frames.js';
+import { encodeHeaderBlock } from './h2/hpack.js';
+import { HealthService } from './health-service.js';
+import { secureContextOptions } from './tls-identity.js';
+import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
+import type { ListenTarget } from './listen-address.js';
+import { CONSTANT_REPLIES } from './constant-replies.js';
+import type { ProcessingResponse } from './messages.js';
+import { asError, ProcessCall, processCallContext } from './process-call.js';
+import { KEEPALIVE_INTERVAL_MS, KEEPALIVE_TIMEOUT_MS, MAX_RECEIVE_MESSAGE_BYTES, RELEASE_FLUSH_MS } from './transport-settings.js';
+import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from './wire.js';
+import type { HealthCheckRequest, HealthCheckResponse } from './wire.js';
+
+const PROCESS_PATH = `/${EXT_PROC_SERVICE_NAME}/Process`;
+const CHECK_PATH = `/${HEALTH_SERVICE_NAME}/Check`;
+const WATCH_PATH = `/${HEALTH_SERVICE_NAME}/Watch`;
+
+const MiB = 1024 * 1024;
+/**
+ * Per-stream receive window. A buffered body is one message: with the protocol's 64 KiB default
+ * Envoy would wait for a WINDOW_UPDATE round trip every 64 KiB of a 5 MB body.
+ */
+const STREAM_WINDOW_BYTES = 16 * MiB;
+/** Connection receive window: room for several large bodies at once on Envoy's one connection. */
+const CONNECTION_WINDOW_BYTES = 128 * MiB;
+/** Far above what Envoy's ext_proc client sends, so no request dies on a header-size limit. */
+const MAX_HEADER_LIST_BYTES = 1 * MiB;
+
+type Fields = ReadonlyArray<readonly [string, string]>;
+const RESPONSE_FIELDS: Fields = [
+  [':status', '200'],
+  ['content-type', 'application/grpc'],
+];
+const RESPONSE_HEADERS = encodeHeaderBlock(RESPONSE_FIELDS);
+const OK_TRAILERS = encodeHeaderBlock(statusFields(GRPC_STATUS.OK));
+
+function statusFields(code: number, message?: string): Fields {
+  return Object.entries(statusTrailers(code, message));
+}
+
+export async function startDirectServer(opts: GrpcServerOptions): Promise<RunningGrpcServer> {
+  const logger = opts.logger.child({ component: 'grpc-server' });
+  const definitions = loadWireDefinitions();
+  const processMethod = definitions.externalProcessor.Process;
+  const { Check, Watch } = definitions.health;
+  // The constant "continue" replies are framed once; everything else is encoded and framed per reply.
+  const framedConstants = new Map<ProcessingResponse, Buffer>(
+    CONSTANT_REPLIES.map((reply) => [reply, frameMessage(processMethod.responseSerialize(reply))]),
+  );
+  const frameReply = (reply: ProcessingResponse): Buffer =>
+    framedConstants.get(reply) ?? frameMessage(processMethod.responseSerialize(reply));
+  const health = new HealthService(opts.health);
+  const context = processCallContext(opts, logger);
+  const connections = new Set<H2Connection>();
+  let stopping = false;
+
+  const serveProcess = (stream: H2Stream, connection: H2Connection): void => {
+    const call = new GrpcCall(stream);
+    const deframer = new MessageDeframer(MAX_RECEIVE_MESSAGE_BYTES);
+    const processCall: ProcessCall = new ProcessCall(
+      {
+        write: (reply) => call.write(frameReply(reply)),
+        pauseUntilDrain: () => connection.pauseUntilDrain(),
+        endOk: () => call.end(GRPC_STATUS.OK),
+        endError: (code, details) => call.end(GRPC_STATUS[code], details),
+      },
+      context,
+    );
+    if (processCall.isFinished) return; // ended with INTERNAL; what Envoy still sends is dropped
+    const onMessage = (bytes: Buffer): void => {
+      if (!processCall.open) return;
+      let request;
+      try {
+        request = processMethod.requestDeserialize(bytes);
+      } catch (thrown) {
+        const error = asError(thrown);
+        logger.warn({ err: error }, 'undecodable ext_proc message; ending the stream with INTERNAL');
+        processCall.fail(error);
+        return;
+      }
+      processCall.message(request);
+    };
+    stream.handlers = {
+      onData: (chunk) => {
+        if (!processCall.open) return;
+        try {
+          deframer.push(chunk, onMessage);
+        } catch (thrown) {
+          if (!(thrown instanceof GrpcFramingError)) {
+            const error = asError(thrown);
+            logger.error({ err: error }, 'handling an ext_proc message failed; ending the stream with INTERNAL');
+            processCall.fail(error);
+            return;
+          }
+          logger.warn({ err: thrown }, 'unreadable ext_proc frame; ending the stream');
+          processCall.fail(thrown, thrown.code, thrown.message);
+        }
+      },
+      // Told after the whole read it came in: an END_STREAM that came with a RST_STREAM (Envoy's
+      // abrupt close) has already closed the stream as reset and never gets here.
+      onEnd: () => {
+        if (!processCall.open) return;
+        processCall.open = false; // Envoy sends nothing more, and we have answered everything it sent
+        if (!deframer.idle) {
+          processCall.fail(new Error('ext_proc stream ended inside a message'), 'INTERNAL', 'stream ended inside a message');
+          return;
+        }
+        processCall.halfClosed();
+      },
+      onClose: (close) => {
+        const failure = streamFailure(close);
+        if (failure === undefined) processCall.cancelled();
+        else processCall.transportFailed(failure, logger);
+      },
+    };
+  };
+
+  /** Reads the one request message of a unary or server-streaming call. */
+  const readRequest = (stream: H2Stream, call: GrpcCall, onRequest: (request: HealthCheckRequest) => void): void => {
+    const deframer = new MessageDeframer(MiB);
+    let received = false;
+    stream.handlers = {
+      onData: (chunk) => {
+        if (received) return;
+        try {
+          deframer.push(chunk, (bytes) => {
+            if (received) return;
+            received = true;
+            onRequest(Check.requestDeserialize(bytes));
+          });
+        } catch (thrown) {
+          received = true;
+          const error = asError(thrown);
+          call.end(thrown instanceof GrpcFramingError ? GRPC_STATUS[thrown.code] : GRPC_STATUS.INTERNAL, error.message);
+        }
+      },
+      onEnd: () => {
+        if (!received) call.end(GRPC_STATUS.INTERNAL, 'no request message');
+      },
+      onClose: (close) => {
+        call.onClose?.();
+        const failure = streamFailure(close);
+        if (failure !== undefined) logger.debug({ err: failure }, 'health call failed');
+      },
+    };
+  };
+
+  const serveCheck = (stream: H2Stream): void => {
+    const call = new GrpcCall(stream);
+    readRequest(stream, call, (request) => {
+      const answer = health.check(request);
+      if (!answer.found) {
+        call.end(GRPC_STATUS.NOT_FOUND, answer.details);
+        return;
+      }
+      call.write(frameMessage(Check.responseSerialize(answer.response)));
+      call.end(GRPC_STATUS.OK);
+    });
+  };
+
+  const serveWatch = (stream: H2Stream): void => {
+    const call = new GrpcCall(stream);
+    readRequest(stream, call, (request) => {
+      const watch = health.watch(
+        request,
+        (response: HealthCheckResponse) => void call.write(frameMessage(Watch.responseSerialize(response))),
+        () => call.end(GRPC_STATUS.OK),
+      );
+      call.onClose = () => watch.stop();
+    });
+  };
+
+  const onStream = (stream: H2Stream, headers: Fields, connection: H2Connection): void => {
+    let method: string | undefined;
+    let path: string | undefined;
+    let contentType: string | undefined;
+    for (const [name, value] of headers) {
+      if (name === ':method') method = value;
+      else if (name === ':path') path = value;
+      else if (name === 'content-type') contentType = value;
+    }
+    if (method !== 'POST') {
+      refuse(stream, 405, GRPC_STATUS.UNIMPLEMENTED, 'gRPC requires POST');
+      return;
+    }
+    if (!isGrpcContentType(contentType)) {
+      refuse(stream, 415, GRPC_STATUS.INTERNAL, 'content-type must be application/grpc');
+      return;
+    }
+    switch (path) {
+      case PROCESS_PATH:
+        serveProcess(stream, connection);
+        return;
+      case CHECK_PATH:
+        serveCheck(stream);
+        return;
+      case WATCH_PATH:
+        serveWatch(stream);
+        return;
+      default:
+        new GrpcCall(stream).end(GRPC_STATUS.UNIMPLEMENTED, `unknown method ${path ?? ''}`);
+    }
+  };
+
+  const onProtocolEvent = (event: string, details: Record<string, unknown>): void => logger.debug(details, `HTTP/2 ${event}`);
+
+  const serveConnection = (socket: Socket): void => {
+    if (stopping) {
+      socket.destroy();
+      return;
+    }
+    const connection: H2Connection = new H2Connection(socket, {
+      streamWindow: STREAM_WINDOW_BYTES,
+      connectionWindow: CONNECTION_WINDOW_BYTES,
+      maxHeaderListBytes: MAX_HEADER_LIST_BYTES,
+      onStream: (stream, headers) => onStream(stream, headers, connection),
+      onProtocolEvent,
+    });
+    connections.add(connection);
+    const keepalive = startKeepalive(connection, logger);
+    connection.onClose(() => {
+      clearInterval(keepalive);
+      connections.delete(connection);
+    });
+  };
+
+  const tls = opts.tls;
+  const server: NetServer | TlsServer =
+    tls === undefined
+      ? createNetServer(serveConnection)
+      : createTlsServer({ ...secureContextOptions(tls.current()), ALPNProtocols: ['h2'] }, serveConnection);
+  // Only new TLS handshakes see a replaced pair; open connections and their streams carry on.
+  const unsubscribeTls =
+    tls === undefined ? () => {} : tls.onChange((identity) => (server as TlsServer).setSecureContext(secureContextOptions(identity)));
+  // Connections that never became HTTP/2 (a TLS handshake that fails or hangs) would hold
+  // server.close() forever: shutdown destroys whatever is left at its deadline.
+  const sockets = new Set<Socket>();
+  server.on('connection', (socket: Socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
+  server.on('tlsClientError', (err) => logger.debug({ err }, 'TLS handshake failed'));
+
+  const target = parseAddress(opts.address);
+  // Cluster workers share the primary's listening socket (the primary removed a stale file before
+  // forking); a worker probing it would find it live and refuse to start.
+  if (target.kind === 'unix' && !cluster.isWorker) await removeStaleSocket(target.path, logger);
+  let port: number;
+  try {
+    port = await listen(server, target);
+  } catch (err) {
+    unsubscribeTls();
+    tls?.close();
+    throw new Error(`cannot listen on ${opts.address}: ${asError(err).message}`, { cause: err });
+  }
+  const address = dialAddress(target, port);
+  logger.info({ address, tls: tls !== undefined, transport: 'native' }, 'gRPC server listening');
+
+  let stopped: Promise<void> | undefined;
+  return {
+    address,
+    ...(target.kind === 'tcp' ? { port } : {}),
+    shutdown(graceMs: number): Promise<void> {
+      stopping = true;
+      health.stopServing();
+      stopped ??= shutdownServer(server, connections, sockets, context.openStreams, graceMs, logger).finally(() => {
+        unsubscribeTls();
+        tls?.close();
+      });
+      return stopped;
+    },
+  };
+}
+
+/** A peer's reset other than CANCEL, or our own reset: the stream failed rather than being cancelled. */
+function streamFailure(close: StreamClose): Error | undefined {
+  if (close.kind === 'reset' && close.code !== ErrorCode.CANCEL && close.code !== ErrorCode.NO_ERROR) {
+    return new Error(`stream reset by the peer (HTTP/2 error code ${close.code})`);
+  }
+  if (close.kind === 'local-reset') return new Error(`stream reset by us (HTTP/2 error code ${close.code})`);
+  return undefined;
+}
+
+/**
+ * The response side of one gRPC call: headers go out with the first message (so an error before
+ * any message is a trailers-only response, as gRPC expects), the status in trailers. Writes after
+ * the stream closed are dropped: the peer is gone.
+ */
+class GrpcCall {
+  private ended = false;
+  /** Runs when the stream closes, however (a health watch stops). */
+  onClose: (() => void) | undefined;
+
+  constructor(private readonly stream: H2Stream) {}
+
+  /** False when the connection's write buffer is full. */
+  write(frame: Buffer): boolean {
+    const stream = this.stream;
+    if (this.ended || stream.closed) return true;
+    if (!stream.headersSent) stream.respond(RESPONSE_HEADERS);
+    return stream.write(frame);
+  }
+
+  end(code: number, message?: string): void {
+    const stream = this.stream;
+    if (this.ended || stream.closed) return;
+    this.ended = true;
+    const plainOk = code === GRPC_STATUS.OK && message === undefined;
+    if (stream.headersSent) {
+      stream.end(plainOk ? OK_TRAILERS : encodeHeaderBlock(statusFields(code, message)));
+      return;
+    }
+    stream.respond(encodeHeaderBlock([...RESPONSE_FIELDS, ...statusFields(code, message)]), true);
+  }
+}
+
+/** A plain HTTP refusal for what is not a gRPC call at all (wrong method or content type). */
+function refuse(stream: H2Stream, httpStatus: number, grpcStatus: number, message: string): void {
+  stream.respond(
+    encodeHeaderBlock([
+      [':status', String(httpStatus)],
+      ['content-type', 'text/plain; charset=utf-8'],
+      ...statusFields(grpcStatus, message),
+    ]),
+  );
+  stream.write(Buffer.from(message, 'utf8'));
+  stream.end();
+}
+
+function isGrpcContentType(contentType: string | undefined): boolean {
+  if (contentType === undefined || !contentType.startsWith('application/grpc')) return false;
+  const rest = contentType.slice('application/grpc'.length);
+  return rest === '' || rest.startsWith('+') || rest.startsWith(';');
+}
+
+/** Pings the peer every KEEPALIVE_INTERVAL_MS; a peer that does not answer within KEEPALIVE_TIMEOUT_MS is gone. */
+function startKeepalive(connection: H2Connection, logger: Logger): NodeJS.Timeout {
+  const interval = setInterval(() => {
+    if (connection.isClosed) return;
+    const timeout = setTimeout(() => {
+      logger.warn('HTTP/2 peer did not answer a keepalive ping; closing the connection');
+      connection.destroy();
+    }, KEEPALIVE_TIMEOUT_MS);
+    timeout.unref();
+    // False: the previous ping is still unanswered, and its own timeout decides.
+    if (!connection.ping(() => clearTimeout(timeout))) clearTimeout(timeout);
+  }, KEEPALIVE_INTERVAL_MS);
+  interval.unref();
+  return interval;
+}
+
+function listen(server: NetServer | TlsServer, target: ListenTarget): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    const listening = (): void => {
+      server.off('error', reject);
+      const bound = server.address();
+      resolve(typeof bound === 'object' && bound !== null ? bound.port : 0);
+    };
+    if (target.kind === 'unix') server.listen({ path: target.path }, listening);
+    else server.listen({ host: target.host.replace(/^\[|\]$/g, ''), port: target.port }, listening);
+  });
+}
+
+async function shutdownServer(
+  server: NetServer | TlsServer,
+  connections: Set<H2Connection>,
+  sockets: Set<Socket>,
+  openStreams: Set<() => void>,
+  graceMs: number,
+  logger: Logger,
+): Promise<void> {
+  // Stop accepting connections; the callback runs once every connection has closed.
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+  // GOAWAY: no new streams; each connection closes once its open streams are done.
+  for (const connection of connections) connection.close();
+  let graceTimer: NodeJS.Timeout | undefined;
+  let flushTimer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<void>((resolve) => {
+    graceTimer = setTimeout(() => {
+      if (openStreams.size > 0) {
+        logger.warn({ graceMs, streams: openStreams.size }, 'ext_proc streams still open after the grace period; releasing them to Envoy');
+      }
+      for (const release of [...openStreams]) release();
+      flushTimer = setTimeout(() => {
+        for (const connection of connections) connection.destroy();
+        for (const socket of sockets) socket.destroy();
+        resolve();
+      }, RELEASE_FLUSH_MS);
+    }, graceMs);
+  });
+  await Promise.race([closed, deadline]);
+  clearTimeout(graceTimer);
+  clearTimeout(flushTimer);
+  await closed;
+  logger.info('gRPC server stopped');
+}

@@ -1,0 +1,686 @@
+// The server side of one HTTP/2 connection (RFC 9113), written directly on the socket: the
+// preface and SETTINGS, streams and their states, flow control both ways, PING, GOAWAY, and the
+// errors that end a stream or the connection. It knows nothing of gRPC: it hands each new stream
+// and its header fields to `onStream` and moves DATA both ways.
+//
+// Why our own and not node:http2: for Envoy's ext_proc stream (small messages, one request per
+// stream, every reply awaited) node:http2's per-stream Duplex and its callbacks through nghttp2
+// cost more CPU than Envoy spends on the whole HTTP request (docs/benchmarks.md, "transport
+// floor"). This connection does only what a gRPC server needs: no server push, no priorities, one
+// write per batch of replies.
+//
+// Writes are batched: frames queue during a turn of the event loop and go out in one socket write
+// from a microtask, so the replies to every message of one read leave together.
+import type { Socket } from 'node:net';
+import { HeaderListTooLargeError, HpackDecoder } from './hpack.js';
+import {
+  CONNECTION_PREFACE,
+  ConnectionError,
+  DEFAULT_MAX_FRAME_SIZE,
+  DEFAULT_WINDOW_SIZE,
+  encodeDataFrames,
+  encodeGoaway,
+  encodeHeadersFrames,
+  encodePing,
+  encodeRstStream,
+  encodeSettings,
+  encodeWindowUpdate,
+  ErrorCode,
+  Flag,
+  FrameReader,
+  FrameType,
+  MAX_FRAME_SIZE_LIMIT,
+  MAX_WINDOW_SIZE,
+  SETTINGS_ACK,
+  Setting,
+  unpad,
+} from './frames.js';
+
+export interface H2ConnectionOptions {
+  /** Receive window we grant each stream (SETTINGS_INITIAL_WINDOW_SIZE). */
+  readonly streamWindow: number;
+  /** Receive window we grant the connection. */
+  readonly connectionWindow: number;
+  /** Largest decoded header list we accept per stream (SETTINGS_MAX_HEADER_LIST_SIZE). */
+  readonly maxHeaderListBytes: number;
+  /** A new stream and its request header fields. Set `stream.handlers` before returning. */
+  readonly onStream: (stream: H2Stream, headers: ReadonlyArray<readonly [string, string]>) => void;
+  /** Something worth a debug line: a peer's protocol error, a refused stream. */
+  readonly onProtocolEvent?: (event: string, details: Record<string, unknown>) => void;
+}
+
+/** How a stream ended, told to its handlers exactly once. */
+export type StreamClose =
+  /** Both sides sent END_STREAM (or we ended and told the peer to stop with NO_ERROR). */
+  | { readonly kind: 'done' }
+  /** The peer reset it (RST_STREAM with `code`). */
+  | { readonly kind: 'reset'; readonly code: number }
+  /** We reset it. */
+  | { readonly kind: 'local-reset'; readonly code: number }
+  /** The connection went away with the stream still open. */
+  | { readonly kind: 'connection-lost' };
+
+export interface H2StreamHandlers {
+  /** A non-empty piece of the request body. */
+  onData(chunk: Buffer): void;
+  /** The peer sent END_STREAM. Deferred to the end of the read it came in, so a reset in the same read wins. */
+  onEnd(): void;
+  onClose(close: StreamClose): void;
+}
+
+const EMPTY = Buffer.alloc(0);
+const IGNORE: H2StreamHandlers = { onData: () => undefined, onEnd: () => undefined, onClose: () => undefined };
+
+/** One stream, as its gRPC call sees it. */
+export class H2Stream {
+  handlers: H2StreamHandlers = IGNORE;
+  /** We sent END_STREAM (or reset). */
+  localEnded = false;
+  /** The peer sent END_STREAM. */
+  remoteEnded = false;
+  closed = false;
+  headersSent = false;
+  /** Bytes we may still send before the peer grants more (may go negative on a SETTINGS change). */
+  sendWindow: number;
+  /** Bytes the peer may still send us before we grant more. */
+  receiveWindow: number;
+  /** Received bytes not yet granted back. */
+  receiveConsumed = 0;
+  /** DATA waiting for window, and the end that must follow it (trailers, or null: an empty DATA). */
+  private blocked: Buffer[] | undefined;
+  private blockedEnd: Uint8Array | null | undefined;
+
+  constructor(
+    private readonly connection: H2Connection,
+    readonly id: number,
+    sendWindow: number,
+    receiveWindow: number,
+  ) {
+    this.sendWindow = sendWindow;
+    this.receiveWindow = receiveWindow;
+  }
+
+  /** Sends the response header block; `endStream` for a headers-only (trailers-only) response. */
+  respond(block: Uint8Array, endStream = false): void {
+    if (this.localEnded || this.closed) return;
+    this.headersSent = true;
+    this.connection.queue(encodeHeadersFrames(this.id, block, this.connection.peerMaxFrameSize, endStream));
+    if (endStream) this.endedLocally();
+  }
+
+  /** Sends body bytes; false when the connection's write buffer is full (the caller should pause). */
+  write(data: Uint8Array): boolean {
+    if (this.localEnded || this.closed || data.length === 0) return !this.connection.congested;
+    if (this.blocked !== undefined) this.blocked.push(Buffer.from(data));
+    else this.sendData(data);
+    return !this.connection.congested;
+  }
+
+  /** Ends our side with a trailer block, or without trailers (an empty DATA frame), after any DATA still waiting for window. */
+  end(trailers?: Uint8Array): void {
+    if (this.localEnded || this.closed) return;
+    if (this.blocked !== undefined) {
+      this.blockedEnd = trailers ?? null;
+      this.localEnded = true;
+      return;
+    }
+    this.sendEnd(trailers ?? null);
+  }
+
+  private sendEnd(trailers: Uint8Array | null): void {
+    const { peerMaxFrameSize } = this.connection;
+    this.connection.queue(
+      trailers === null
+        ? encodeDataFrames(this.id, EMPTY, peerMaxFrameSize, true)
+        : encodeHeadersFrames(this.id, trailers, peerMaxFrameSize, true),
+    );
+    this.endedLocally();
+  }
+
+  /** Resets the stream (RST_STREAM with `code`). */
+  reset(code: number): void {
+    if (this.closed) return;
+    this.connection.queue(encodeRstStream(this.id, code));
+    this.connection.closeStream(this, { kind: 'local-reset', code });
+  }
+
+  /** Sends what the windows allow now; queues the rest until WINDOW_UPDATE. False when some had to wait. */
+  private sendData(data: Uint8Array): boolean {
+    const connection = this.connection;
+    const allowed = Math.min(this.sendWindow, connection.sendWindow);
+    if (allowed >= data.length) {
+      this.sendWindow -= data.length;
+      connection.sendWindow -= data.length;
+      connection.queue(encodeDataFrames(this.id, data, connection.peerMaxFrameSize, false));
+      return true;
+    }
+    const now = Math.max(0, allowed);
+    if (now > 0) {
+      this.sendWindow -= now;
+      connection.sendWindow -= now;
+      connection.queue(encodeDataFrames(this.id, data.subarray(0, now), connection.peerMaxFrameSize, false));
+    }
+    this.blocked = [Buffer.from(data.subarray(now))];
+    connection.blockedStreams.add(this);
+    return false;
+  }
+
+  /** The windows grew: send what waits, then the end if it was held back. */
+  resumeBlocked(): void {
+    const waiting = this.blocked;
+    if (waiting === undefined || this.closed) return;
+    this.blocked = undefined;
+    this.connection.blockedStreams.delete(this);
+    for (let i = 0; i < waiting.length; i++) {
+      if (!this.sendData(waiting[i])) {
+        // Out of window again: what is left waits behind the part sendData just held back, in order.
+        // (The cast: TypeScript keeps `blocked` narrowed to undefined across the call that set it.)
+        (this.blocked as Buffer[] | undefined)?.push(...waiting.slice(i + 1));
+        return;
+      }
+    }
+    const end = this.blockedEnd;
+    if (end !== undefined) {
+      this.blockedEnd = undefined;
+      this.sendEnd(end);
+    }
+  }
+
+  private endedLocally(): void {
+    this.localEnded = true;
+    if (this.remoteEnded) {
+      this.connection.closeStream(this, { kind: 'done' });
+      return;
+    }
+    // A complete response before the whole request: ask the peer to stop sending, without error
+    // (RFC 9113 §8.1), and forget the stream.
+    this.connection.queue(encodeRstStream(this.id, ErrorCode.NO_ERROR));
+    this.connection.closeStream(this, { kind: 'done' });
+  }
+}
+
+const PREFACE_BYTES = CONNECTION_PREFACE.length;
+/** Header blocks above this (all fragments) end the connection before they are decoded. */
+const HEADER_BLOCK_FACTOR = 2;
+
+export class H2Connection {
+  /** The peer's SETTINGS_MAX_FRAME_SIZE: the largest frame we may send. */
+  peerMaxFrameSize = DEFAULT_MAX_FRAME_SIZE;
+  /** Connection-level send window. */
+  sendWindow = DEFAULT_WINDOW_SIZE;
+  /** The socket's buffer is full: writers should pause until it drains. */
+  congested = false;
+  readonly blockedStreams = new Set<H2Stream>();
+  private readonly streams = new Map<number, H2Stream>();
+  private peerInitialWindow = DEFAULT_WINDOW_SIZE;
+  private readonly reader = new FrameReader(DEFAULT_MAX_FRAME_SIZE);
+  private readonly decoder: HpackDecoder;
+  private preface: Buffer | undefined = Buffer.alloc(0);
+  private settingsReceived = false;
+  private lastStreamId = 0;
+  private receiveConsumed = 0;
+  /** A header block in CONTINUATION frames: its stream, flags and fragments so far. */
+  private continuationStream = 0;
+  private continuationFlags = 0;
+  private continuationParts: Buffer[] = [];
+  private continuationBytes = 0;
+  /** Streams whose END_STREAM came in the current read (told after the read: a reset in it wins). */
+  private endedInRead: H2Stream[] = [];
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
+  private flushScheduled = false;
+  private pausedForDrain = false;
+  private goawaySent = false;
+  private destroyed = false;
+  private pingAck: (() => void) | undefined;
+  private readonly closeListeners: Array<() => void> = [];
+
+  constructor(
+    private readonly socket: Socket,
+    private readonly options: H2ConnectionOptions,
+  ) {
+    this.decoder = new HpackDecoder({ maxListBytes: options.maxHeaderListBytes });
+    socket.setNoDelay(true);
+    // Our SETTINGS may go before the client's preface arrives (RFC 9113 §3.4).
+    this.queue(
+      encodeSettings([
+        [Setting.INITIAL_WINDOW_SIZE, options.streamWindow],
+        [Setting.MAX_HEADER_LIST_SIZE, options.maxHeaderListBytes],
+      ]),
+    );
+    if (options.connectionWindow > DEFAULT_WINDOW_SIZE) this.queue(encodeWindowUpdate(0, options.connectionWindow - DEFAULT_WINDOW_SIZE));
+    socket.on('data', this.onSocketData);
+    socket.on('drain', this.onDrain);
+    socket.on('error', (err) => this.options.onProtocolEvent?.('socket error', { err }));
+    socket.on('close', this.onSocketClose);
+  }
+
+  get streamCount(): number {
+    return this.streams.size;
+  }
+
+  get isClosed(): boolean {
+    return this.destroyed;
+  }
+
+  onClose(listener: () => void): void {
+    this.closeListeners.push(listener);
+  }
+
+  /** Graceful close: GOAWAY, finish the open streams, then close. New streams are refused. */
+  close(): void {
+    if (this.destroyed) return;
+    if (!this.goawaySent) {
+      this.goawaySent = true;
+      this.queue(encodeGoaway(this.lastStreamId, ErrorCode.NO_ERROR));
+    }
+    if (this.streams.size === 0) this.endSocket();
+  }
+
+  /** Closes at once: every open stream is lost. */
+  destroy(): void {
+    if (this.destroyed) return;
+    this.socket.destroy();
+  }
+
+  /** Sends a PING; `onAck` runs when it is answered. False when one is already outstanding. */
+  ping(onAck: () => void): boolean {
+    if (this.destroyed || this.pingAck !== undefined) return false;
+    this.pingAck = onAck;
+    this.queue(encodePing(Buffer.alloc(8), false));
+    return true;
+  }
+
+  /** Stop reading the peer until our queued writes drain (the peer is not reading our replies). */
+  pauseUntilDrain(): void {
+    if (!this.congested || this.pausedForDrain) return;
+    this.pausedForDrain = true;
+    this.socket.pause();
+  }
+
+  queue(frame: Buffer): void {
+    if (this.destroyed) return;
+    this.pending.push(frame);
+    this.pendingBytes += frame.length;
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      queueMicrotask(this.flush);
+    }
+  }
+
+  private readonly flush = (): void => {
+    this.flushScheduled = false;
+    if (this.destroyed || this.pending.length === 0) return;
+    const out = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending, this.pendingBytes);
+    this.pending = [];
+    this.pendingBytes = 0;
+    if (!this.socket.write(out)) this.congested = true;
+  };
+
+  private readonly onDrain = (): void => {
+    this.congested = false;
+    if (this.pausedForDrain) {
+      this.pausedForDrain = false;
+      this.socket.resume();
+    }
+  };
+
+  /** Forgets a stream and tells its handlers how it ended. */
+  closeStream(stream: H2Stream, close: StreamClose): void {
+    if (stream.closed) return;
+    stream.closed = true;
+    stream.localEnded = true;
+    this.streams.delete(stream.id);
+    this.blockedStreams.delete(stream);
+    try {
+      stream.handlers.onClose(close);
+    } catch (err) {
+      this.options.onProtocolEvent?.('stream close handler threw', { err, stream: stream.id });
+    }
+    if (this.goawaySent && this.streams.size === 0) this.endSocket();
+  }
+
+  private endSocket(): void {
+    this.flush();
+    this.socket.end();
+  }
+
+  private readonly onSocketClose = (): void => {
+    this.destroyed = true;
+    this.pending = [];
+    for (const stream of [...this.streams.values()]) this.closeStream(stream, { kind: 'connection-lost' });
+    for (const listener of this.closeListeners) listener();
+  };
+
+  private readonly onSocketData = (chunk: Buffer): void => {
+    if (this.destroyed) return;
+    try {
+      let data = chunk;
+      if (this.preface !== undefined) {
+        const seen = Buffer.concat([this.preface, chunk]);
+        const compared = Math.min(seen.length, PREFACE_BYTES);
+        if (!seen.subarray(0, compared).equals(CONNECTION_PREFACE.subarray(0, compared))) {
+          throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'not an HTTP/2 connection preface');
+        }
+        if (seen.length < PREFACE_BYTES) {
+          this.preface = seen;
+          return;
+        }
+        this.preface = undefined;
+        data = seen.subarray(PREFACE_BYTES);
+      }
+      this.reader.push(data, this.onFrame);
+    } catch (err) {
+      this.failConnection(err);
+    }
+    this.tellEnds();
+    this.grantConnectionWindow();
+  };
+
+  private tellEnds(): void {
+    if (this.endedInRead.length === 0) return;
+    const ended = this.endedInRead;
+    this.endedInRead = [];
+    for (const stream of ended) {
+      if (stream.closed) continue;
+      try {
+        stream.handlers.onEnd();
+      } catch (err) {
+        this.options.onProtocolEvent?.('stream end handler threw', { err, stream: stream.id });
+        stream.reset(ErrorCode.INTERNAL_ERROR);
+      }
+    }
+  }
+
+  private failConnection(err: unknown): void {
+    const code = err instanceof ConnectionError ? err.code : ErrorCode.INTERNAL_ERROR;
+    const message = err instanceof Error ? err.message : String(err);
+    this.options.onProtocolEvent?.('connection error', { code, message });
+    if (!this.goawaySent) {
+      this.goawaySent = true;
+      this.queue(encodeGoaway(this.lastStreamId, code, message));
+    }
+    this.flush();
+    this.destroyed = true;
+    this.socket.destroySoon(); // after the GOAWAY is written
+    for (const stream of [...this.streams.values()]) this.closeStream(stream, { kind: 'connection-lost' });
+  }
+
+  private readonly onFrame = (type: number, flags: number, streamId: number, payload: Buffer): void => {
+    if (this.continuationStream !== 0 && type !== FrameType.CONTINUATION) {
+      throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'expected CONTINUATION');
+    }
+    if (!this.settingsReceived && type !== FrameType.SETTINGS) {
+      throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'the first frame must be SETTINGS');
+    }
+    switch (type) {
+      case FrameType.DATA:
+        this.onData(flags, streamId, payload);
+        return;
+      case FrameType.HEADERS:
+        this.onHeaders(flags, streamId, payload);
+        return;
+      case FrameType.CONTINUATION:
+        this.onContinuation(flags, streamId, payload);
+        return;
+      case FrameType.RST_STREAM:
+        this.onRstStream(streamId, payload);
+        return;
+      case FrameType.SETTINGS:
+        this.onSettings(flags, streamId, payload);
+        return;
+      case FrameType.PING:
+        this.onPing(flags, streamId, payload);
+        return;
+      case FrameType.WINDOW_UPDATE:
+        this.onWindowUpdate(streamId, payload);
+        return;
+      case FrameType.GOAWAY:
+        if (streamId !== 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'GOAWAY on a stream');
+        // The peer opens no more streams; the ones open carry on.
+        return;
+      case FrameType.PRIORITY:
+        if (streamId === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'PRIORITY on stream 0');
+        if (payload.length !== 5) this.resetIdleOrOpen(streamId, ErrorCode.FRAME_SIZE_ERROR);
+        return; // priorities mean nothing to a server that answers in arrival order
+      case FrameType.PUSH_PROMISE:
+        throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'a client cannot push');
+      default:
+        return; // unknown frame types are ignored (RFC 9113 §4.1)
+    }
+  };
+
+  private onSettings(flags: number, streamId: number, payload: Buffer): void {
+    if (streamId !== 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'SETTINGS on a stream');
+    if ((flags & Flag.ACK) !== 0) {
+      if (payload.length !== 0) throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, 'SETTINGS ack with a payload');
+      return;
+    }
+    if (payload.length % 6 !== 0) throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, 'SETTINGS payload not a multiple of 6');
+    this.settingsReceived = true;
+    let windowGrew = false;
+    for (let at = 0; at < payload.length; at += 6) {
+      const id = payload.readUInt16BE(at);
+      const value = payload.readUInt32BE(at + 2);
+      if (id === Setting.INITIAL_WINDOW_SIZE) {
+        if (value > MAX_WINDOW_SIZE) throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, 'SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1');
+        const delta = value - this.peerInitialWindow;
+        this.peerInitialWindow = value;
+        for (const stream of this.streams.values()) {
+          stream.sendWindow += delta;
+          if (stream.sendWindow > MAX_WINDOW_SIZE) throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, 'stream window above 2^31-1');
+        }
+        windowGrew ||= delta > 0;
+      } else if (id === Setting.MAX_FRAME_SIZE) {
+        if (value < DEFAULT_MAX_FRAME_SIZE || value > MAX_FRAME_SIZE_LIMIT) {
+          throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, `SETTINGS_MAX_FRAME_SIZE ${value} out of range`);
+        }
+        this.peerMaxFrameSize = value;
+      } else if (id === Setting.ENABLE_PUSH) {
+        if (value > 1) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'SETTINGS_ENABLE_PUSH not 0 or 1');
+      }
+      // HEADER_TABLE_SIZE: our encoder never indexes, so the peer's table size never matters.
+      // MAX_CONCURRENT_STREAMS limits pushes, which we never make. Unknown settings are ignored.
+    }
+    // The ACK goes before any data the new window lets out: a peer (nghttp2) applies a larger
+    // window of its own only once it sees our ACK, and would count earlier data against the old one.
+    this.queue(SETTINGS_ACK);
+    if (windowGrew) this.resumeBlocked();
+  }
+
+  private onPing(flags: number, streamId: number, payload: Buffer): void {
+    if (streamId !== 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'PING on a stream');
+    if (payload.length !== 8) throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, 'PING payload not 8 bytes');
+    if ((flags & Flag.ACK) === 0) {
+      this.queue(encodePing(payload, true));
+      return;
+    }
+    const ack = this.pingAck;
+    this.pingAck = undefined;
+    ack?.();
+  }
+
+  private onWindowUpdate(streamId: number, payload: Buffer): void {
+    if (payload.length !== 4) throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, 'WINDOW_UPDATE payload not 4 bytes');
+    const increment = payload.readUInt32BE(0) & 0x7fffffff;
+    if (streamId === 0) {
+      if (increment === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'WINDOW_UPDATE of 0');
+      this.sendWindow += increment;
+      if (this.sendWindow > MAX_WINDOW_SIZE) throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, 'connection window above 2^31-1');
+      this.resumeBlocked();
+      return;
+    }
+    const stream = this.streams.get(streamId);
+    if (stream === undefined) {
+      if (streamId > this.lastStreamId) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'WINDOW_UPDATE on an idle stream');
+      return; // a stream we closed; the peer had not heard yet
+    }
+    if (increment === 0) {
+      stream.reset(ErrorCode.PROTOCOL_ERROR);
+      return;
+    }
+    stream.sendWindow += increment;
+    if (stream.sendWindow > MAX_WINDOW_SIZE) {
+      stream.reset(ErrorCode.FLOW_CONTROL_ERROR);
+      return;
+    }
+    stream.resumeBlocked();
+  }
+
+  private resumeBlocked(): void {
+    for (const stream of [...this.blockedStreams]) {
+      if (this.sendWindow <= 0) return;
+      stream.resumeBlocked();
+    }
+  }
+
+  private onRstStream(streamId: number, payload: Buffer): void {
+    if (streamId === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'RST_STREAM on stream 0');
+    if (payload.length !== 4) throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, 'RST_STREAM payload not 4 bytes');
+    if (streamId > this.lastStreamId) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'RST_STREAM on an idle stream');
+    const stream = this.streams.get(streamId);
+    if (stream !== undefined) this.closeStream(stream, { kind: 'reset', code: payload.readUInt32BE(0) });
+  }
+
+  private onData(flags: number, streamId: number, payload: Buffer): void {
+    if (streamId === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'DATA on stream 0');
+    // Flow control counts the whole payload, padding included (RFC 9113 §6.9.1).
+    this.receiveConsumed += payload.length;
+    if (this.receiveConsumed > this.options.connectionWindow) {
+      throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, 'peer sent beyond the connection window');
+    }
+    const stream = this.streams.get(streamId);
+    if (stream === undefined) {
+      if (streamId > this.lastStreamId) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'DATA on an idle stream');
+      return; // a stream we closed or reset; its data is dropped (and its window counted above)
+    }
+    if (stream.remoteEnded) {
+      stream.reset(ErrorCode.STREAM_CLOSED);
+      return;
+    }
+    stream.receiveWindow -= payload.length;
+    if (stream.receiveWindow < 0) {
+      stream.reset(ErrorCode.FLOW_CONTROL_ERROR);
+      return;
+    }
+    stream.receiveConsumed += payload.length;
+    const data = unpad(payload, flags, FrameType.DATA);
+    if (data.length > 0) {
+      try {
+        stream.handlers.onData(data);
+      } catch (err) {
+        this.options.onProtocolEvent?.('stream data handler threw', { err, stream: streamId });
+        stream.reset(ErrorCode.INTERNAL_ERROR);
+        return;
+      }
+    }
+    if ((flags & Flag.END_STREAM) !== 0) {
+      this.remoteEnd(stream);
+      return;
+    }
+    // Grant the stream's window back once half of it is used: we consume as we read.
+    if (!stream.closed && stream.receiveConsumed >= this.options.streamWindow / 2) {
+      this.queue(encodeWindowUpdate(streamId, stream.receiveConsumed));
+      stream.receiveWindow += stream.receiveConsumed;
+      stream.receiveConsumed = 0;
+    }
+  }
+
+  private grantConnectionWindow(): void {
+    if (this.destroyed || this.receiveConsumed < this.options.connectionWindow / 2) return;
+    this.queue(encodeWindowUpdate(0, this.receiveConsumed));
+    this.receiveConsumed = 0;
+  }
+
+  private onHeaders(flags: number, streamId: number, payload: Buffer): void {
+    if (streamId === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'HEADERS on stream 0');
+    const fragment = unpad(payload, flags, FrameType.HEADERS);
+    if ((flags & Flag.END_HEADERS) !== 0) {
+      this.onHeaderBlock(flags, streamId, fragment);
+      return;
+    }
+    this.continuationStream = streamId;
+    this.continuationFlags = flags;
+    this.continuationParts = [Buffer.from(fragment)];
+    this.continuationBytes = fragment.length;
+  }
+
+  private onContinuation(flags: number, streamId: number, payload: Buffer): void {
+    if (streamId === 0 || streamId !== this.continuationStream) {
+      throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'CONTINUATION without its HEADERS');
+    }
+    this.continuationBytes += payload.length;
+    if (this.continuationBytes > HEADER_BLOCK_FACTOR * this.options.maxHeaderListBytes) {
+      throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, 'header block too large');
+    }
+    this.continuationParts.push(Buffer.from(payload));
+    if ((flags & Flag.END_HEADERS) === 0) return;
+    const block = Buffer.concat(this.continuationParts, this.continuationBytes);
+    const headersFlags = this.continuationFlags;
+    this.continuationStream = 0;
+    this.continuationParts = [];
+    this.continuationBytes = 0;
+    this.onHeaderBlock(headersFlags, streamId, block);
+  }
+
+  private onHeaderBlock(flags: number, streamId: number, block: Buffer): void {
+    let fields: Array<[string, string]> | undefined;
+    try {
+      fields = this.decoder.decode(block);
+    } catch (err) {
+      // Too large, but decoded whole: the table is in sync and only this stream is refused.
+      if (!(err instanceof HeaderListTooLargeError)) {
+        throw new ConnectionError(ErrorCode.COMPRESSION_ERROR, err instanceof Error ? err.message : 'undecodable header block');
+      }
+    }
+    const endStream = (flags & Flag.END_STREAM) !== 0;
+    const existing = this.streams.get(streamId);
+    if (existing !== undefined) {
+      // Trailers: they must end the stream (RFC 9113 §8.1).
+      if (existing.remoteEnded || !endStream) {
+        existing.reset(existing.remoteEnded ? ErrorCode.STREAM_CLOSED : ErrorCode.PROTOCOL_ERROR);
+        return;
+      }
+      this.remoteEnd(existing);
+      return;
+    }
+    if (streamId <= this.lastStreamId) {
+      // A stream we already closed: nothing to do but say so (its header block was decoded above).
+      this.queue(encodeRstStream(streamId, ErrorCode.STREAM_CLOSED));
+      return;
+    }
+    if (streamId % 2 === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'client stream with an even id');
+    this.lastStreamId = streamId;
+    if (this.goawaySent) {
+      this.queue(encodeRstStream(streamId, ErrorCode.REFUSED_STREAM));
+      return;
+    }
+    if (fields === undefined) {
+      this.options.onProtocolEvent?.('header list too large', { stream: streamId });
+      this.queue(encodeRstStream(streamId, ErrorCode.ENHANCE_YOUR_CALM));
+      return;
+    }
+    const stream = new H2Stream(this, streamId, this.peerInitialWindow, this.options.streamWindow);
+    this.streams.set(streamId, stream);
+    try {
+      this.options.onStream(stream, fields);
+    } catch (err) {
+      this.options.onProtocolEvent?.('stream handler threw', { err, stream: streamId });
+      stream.reset(ErrorCode.INTERNAL_ERROR);
+      return;
+    }
+    if (endStream) this.remoteEnd(stream);
+  }
+
+  private remoteEnd(stream: H2Stream): void {
+    if (stream.closed || stream.remoteEnded) return;
+    stream.remoteEnded = true;
+    this.endedInRead.push(stream);
+  }
+
+  private resetIdleOrOpen(streamId: number, code: number): void {
+    const stream = this.streams.get(streamId);
+    if (stream !== undefined) stream.reset(code);
+    else this.queue(encodeRstStream(streamId, code));
+  }
+}

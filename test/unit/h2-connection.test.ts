@@ -1,0 +1,346 @@
+// Our HTTP/2 connection (src/extproc/h2/connection.ts) against node:http2's client (nghttp2: a
+// conformant peer with Huffman, indexing, CONTINUATION, flow control and PING) and, for what no
+// conformant client sends, a raw frame writer. The server under test echoes each request body
+// back and ends with a trailer carrying what it received, so every test checks bytes end to end.
+import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
+import http2 from 'node:http2';
+import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
+import { connect, createServer } from 'node:net';
+import type { AddressInfo, Server } from 'node:net';
+import { after, before, describe, it } from 'node:test';
+import { H2Connection } from '../../src/extproc/h2/connection.js';
+import type { H2ConnectionOptions, H2Stream, StreamClose } from '../../src/extproc/h2/connection.js';
+import { ErrorCode } from '../../src/extproc/h2/frames.js';
+import { encodeHeaderBlock } from '../../src/extproc/h2/hpack.js';
+import {
+  dataFrame,
+  FLAG,
+  frame,
+  FRAME,
+  headersFrame,
+  parseFrames,
+  rawConnection,
+  rawH2Connect,
+  rstStreamFrame,
+} from '../support/h2-frames.js';
+import type { RawH2Connection } from '../support/h2-frames.js';
+
+interface Observed {
+  readonly closes: StreamClose[];
+  readonly ends: number[];
+  readonly connections: H2Connection[];
+}
+
+type Behaviour = (stream: H2Stream, headers: ReadonlyArray<readonly [string, string]>) => void;
+
+/** Echo: answers headers at once, sends each body chunk back, ends with `x-received-bytes` and `x-sha256` trailers. */
+const echo: Behaviour = (stream, headers) => {
+  const hash = createHash('sha256');
+  let bytes = 0;
+  const requestHeaderBytes = headers.reduce((sum, [name, value]) => sum + name.length + value.length, 0);
+  stream.respond(
+    encodeHeaderBlock([
+      [':status', '200'],
+      ['x-request-header-bytes', String(requestHeaderBytes)],
+    ]),
+  );
+  const previous = stream.handlers;
+  stream.handlers = {
+    onData: (chunk) => {
+      bytes += chunk.length;
+      hash.update(chunk);
+      stream.write(chunk);
+    },
+    onEnd: () => {
+      previous.onEnd();
+      stream.end(
+        encodeHeaderBlock([
+          ['x-received-bytes', String(bytes)],
+          ['x-sha256', hash.digest('hex')],
+        ]),
+      );
+    },
+    onClose: (close) => previous.onClose(close),
+  };
+};
+
+async function startServer(
+  behaviour: Behaviour,
+  options: Partial<Omit<H2ConnectionOptions, 'onStream'>> = {},
+): Promise<{ server: Server; url: string; address: string; observed: Observed }> {
+  const observed: Observed = { closes: [], ends: [], connections: [] };
+  const server = createServer((socket) => {
+    const connection = new H2Connection(socket, {
+      streamWindow: 16 * 1024 * 1024,
+      connectionWindow: 128 * 1024 * 1024,
+      maxHeaderListBytes: 1024 * 1024,
+      ...options,
+      onStream: (stream, headers) => {
+        stream.handlers = {
+          onData: () => undefined,
+          onEnd: () => observed.ends.push(stream.id),
+          onClose: (close) => observed.closes.push(close),
+        };
+        behaviour(stream, headers);
+      },
+    });
+    observed.connections.push(connection);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return { server, url: `http://127.0.0.1:${port}`, address: `127.0.0.1:${port}`, observed };
+}
+
+interface Exchange {
+  readonly status: number | undefined;
+  readonly headers: http2.IncomingHttpHeaders;
+  readonly body: Buffer;
+  readonly trailers: http2.IncomingHttpHeaders;
+}
+
+/** Sends `body` on a new stream of `session` and collects the whole response. */
+function exchange(session: ClientHttp2Session, body: Buffer, extraHeaders: http2.OutgoingHttpHeaders = {}): Promise<Exchange> {
+  return new Promise((resolve, reject) => {
+    const stream: ClientHttp2Stream = session.request({ ':method': 'POST', ':path': '/echo', ...extraHeaders });
+    const chunks: Buffer[] = [];
+    let headers: http2.IncomingHttpHeaders = {};
+    let trailers: http2.IncomingHttpHeaders = {};
+    stream.on('response', (h) => (headers = h));
+    stream.on('trailers', (t: http2.IncomingHttpHeaders) => (trailers = t));
+    stream.on('data', (chunk: Buffer) => chunks.push(chunk));
+    stream.on('end', () => resolve({ status: Number(headers[':status']), headers, body: Buffer.concat(chunks), trailers }));
+    stream.on('error', reject);
+    stream.end(body);
+  });
+}
+
+function sha256(bytes: Buffer): string {
+  return createHash('sha256').update(bytes).digest('hex');
+}
+
+void describe('HTTP/2 connection with a conformant peer (node:http2 client)', () => {
+  let harness: Awaited<ReturnType<typeof startServer>>;
+  before(async () => {
+    harness = await startServer(echo);
+  });
+  after(() => harness.server.close());
+
+  void it('echoes many concurrent streams on one connection, each body whole and in order', async (t) => {
+    const session = http2.connect(harness.url);
+    t.after(() => session.close());
+    const bodies = Array.from({ length: 50 }, (_, i) => randomBytes(1 + i * 997));
+    const results = await Promise.all(bodies.map((body) => exchange(session, body)));
+    results.forEach((result, i) => {
+      assert.equal(result.status, 200);
+      assert.ok(result.body.equals(bodies[i]), `stream ${i}: body echoed byte for byte`);
+      assert.equal(result.trailers['x-received-bytes'], String(bodies[i].length));
+      assert.equal(result.trailers['x-sha256'], sha256(bodies[i]));
+    });
+  });
+
+  void it('a reply larger than the peer’s window waits for its WINDOW_UPDATEs and arrives whole', async (t) => {
+    // 1 KiB stream window: the 300 KiB echo needs hundreds of grants from the client.
+    const session = http2.connect(harness.url, { settings: { initialWindowSize: 1024 } });
+    t.after(() => session.close());
+    const body = randomBytes(300 * 1024);
+    const result = await exchange(session, body);
+    assert.ok(result.body.equals(body), 'every byte, in order');
+    assert.equal(result.trailers['x-sha256'], sha256(body), 'trailers only after the held-back data');
+  });
+
+  void it('a window of 0 holds replies back until the peer raises SETTINGS_INITIAL_WINDOW_SIZE', async (t) => {
+    const session = http2.connect(harness.url, { settings: { initialWindowSize: 0 } });
+    t.after(() => session.close());
+    const body = randomBytes(50_000);
+    const pending = exchange(session, body);
+    // The request is sent (and echoed into our queue) before the window opens.
+    await new Promise<void>((resolve) => session.once('remoteSettings', () => resolve()));
+    session.settings({ initialWindowSize: 65_535 });
+    const result = await pending;
+    assert.ok(result.body.equals(body));
+  });
+
+  void it('a request header block split into CONTINUATION frames is decoded whole', async (t) => {
+    const session = http2.connect(harness.url);
+    t.after(() => session.close());
+    // 40 KB of header value: more than one 16 KiB frame, so nghttp2 sends HEADERS + CONTINUATION.
+    const big = 'x'.repeat(40_000);
+    const result = await exchange(session, Buffer.from('hi'), { 'x-big': big });
+    assert.equal(result.status, 200);
+    const requestHeaderBytes = Number(result.headers['x-request-header-bytes']);
+    assert.ok(requestHeaderBytes > 40_000, `decoded ${requestHeaderBytes} header bytes`);
+    assert.equal(result.body.toString(), 'hi');
+  });
+
+  void it('answers the peer’s PING, and the peer answers ours', async (t) => {
+    const session = http2.connect(harness.url);
+    t.after(() => session.close());
+    await exchange(session, Buffer.from('warm'));
+    const roundTrip = await new Promise<number>((resolve, reject) =>
+      session.ping((err, duration) => (err === null ? resolve(duration) : reject(err))),
+    );
+    assert.ok(roundTrip >= 0);
+    const connection = harness.observed.connections.at(-1)!;
+    await new Promise<void>((resolve) => assert.equal(connection.ping(resolve), true));
+  });
+});
+
+void describe('HTTP/2 connection flow control on receive', () => {
+  void it('grants the window back as it reads: a body 16× the stream window and 8× the connection window arrives whole', async (t) => {
+    const harness = await startServer(echo, { streamWindow: 64 * 1024, connectionWindow: 128 * 1024 });
+    t.after(() => harness.server.close());
+    const session = http2.connect(harness.url);
+    t.after(() => session.close());
+    const body = randomBytes(1024 * 1024);
+    const result = await exchange(session, body);
+    assert.equal(result.trailers['x-received-bytes'], String(body.length));
+    assert.equal(result.trailers['x-sha256'], sha256(body));
+  });
+
+  void it('a header list over the limit resets only that stream; the next request on the connection is served', async (t) => {
+    const harness = await startServer(echo, { maxHeaderListBytes: 4096 });
+    t.after(() => harness.server.close());
+    const session = http2.connect(harness.url, { maxSendHeaderBlockLength: 1024 * 1024 });
+    t.after(() => session.close());
+    await assert.rejects(
+      exchange(session, Buffer.from('a'), { 'x-big': 'y'.repeat(8000) }),
+      /ENHANCE_YOUR_CALM|NGHTTP2_ENHANCE_YOUR_CALM|code 11/,
+    );
+    const result = await exchange(session, Buffer.from('still here'), { 'x-small': 'z' });
+    assert.equal(result.body.toString(), 'still here', 'the HPACK table stayed in sync');
+  });
+});
+
+void describe('HTTP/2 connection lifecycle', () => {
+  void it('close(): GOAWAY, the open stream finishes, new streams are refused, then the connection ends', async (t) => {
+    let held: H2Stream | undefined;
+    const harness = await startServer((stream, headers) => {
+      held = stream;
+      echo(stream, headers);
+    });
+    t.after(() => harness.server.close());
+    const session = http2.connect(harness.url);
+    const goaway = new Promise<number>((resolve) => session.once('goaway', (code: number) => resolve(code)));
+    const sessionClosed = new Promise<void>((resolve) => session.once('close', () => resolve()));
+    const stream = session.request({ ':method': 'POST', ':path': '/echo' });
+    const chunks: Buffer[] = [];
+    stream.on('data', (chunk: Buffer) => chunks.push(chunk));
+    const ended = new Promise<void>((resolve) => stream.on('end', () => resolve()));
+    stream.write('before ');
+    await new Promise<void>((resolve) => stream.once('response', () => resolve()));
+    assert.ok(held !== undefined);
+    harness.observed.connections[0].close();
+    assert.equal(await goaway, ErrorCode.NO_ERROR);
+    stream.end('after');
+    await ended;
+    assert.equal(Buffer.concat(chunks).toString(), 'before after', 'the open stream completed after GOAWAY');
+    await sessionClosed;
+    assert.deepEqual(harness.observed.closes, [{ kind: 'done' }]);
+  });
+
+  void it('an END_STREAM and a RST_STREAM in one read: the reset wins, the end is never told', async (t) => {
+    const harness = await startServer(() => undefined);
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    raw.write(
+      Buffer.concat([
+        headersFrame(1, [
+          [':method', 'POST'],
+          [':path', '/x'],
+        ]),
+        dataFrame(1, Buffer.from('x'), true),
+        rstStreamFrame(1),
+      ]),
+    );
+    raw.write(PING);
+    await raw.until(hasPingAck);
+    assert.deepEqual(harness.observed.closes, [{ kind: 'reset', code: ErrorCode.CANCEL }]);
+    assert.deepEqual(harness.observed.ends, []);
+  });
+
+  void it('a complete response before the request ended asks the peer to stop with RST_STREAM NO_ERROR', async (t) => {
+    const harness = await startServer((stream) => {
+      stream.respond(encodeHeaderBlock([[':status', '200']]));
+      stream.end(encodeHeaderBlock([['grpc-status', '0']]));
+    });
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    raw.write(
+      headersFrame(1, [
+        [':method', 'POST'],
+        [':path', '/x'],
+      ]),
+    );
+    await raw.until((received) => parseFrames(received).some((f) => f.type === FRAME.RST_STREAM));
+    const frames = parseFrames(raw.received()).filter((f) => f.streamId === 1);
+    assert.deepEqual(
+      frames.map((f) => [f.type, f.flags & FLAG.END_STREAM]),
+      [
+        [FRAME.HEADERS, 0],
+        [FRAME.HEADERS, FLAG.END_STREAM],
+        [FRAME.RST_STREAM, 0],
+      ],
+    );
+    assert.equal(frames[2].payload.readUInt32BE(0), ErrorCode.NO_ERROR);
+    // Data the peer sent before it heard is dropped without error.
+    raw.write(dataFrame(1, Buffer.from('late')));
+    raw.write(PING);
+    await raw.until(hasPingAck);
+    assert.equal(parseFrames(raw.received()).filter((f) => f.type === FRAME.GOAWAY).length, 0);
+  });
+});
+
+void describe('HTTP/2 connection errors end the connection with GOAWAY and the right code', () => {
+  const cases: ReadonlyArray<{ name: string; bytes: () => Buffer; code: number; preface?: boolean }> = [
+    {
+      name: 'an HTTP/1.1 request instead of the preface',
+      bytes: () => Buffer.from('GET / HTTP/1.1\r\nHost: x\r\n\r\n'),
+      code: ErrorCode.PROTOCOL_ERROR,
+      preface: false,
+    },
+    { name: 'DATA on a stream never opened', bytes: () => dataFrame(5, Buffer.from('x')), code: ErrorCode.PROTOCOL_ERROR },
+    { name: 'a frame above SETTINGS_MAX_FRAME_SIZE', bytes: () => dataFrame(1, Buffer.alloc(20_000)), code: ErrorCode.FRAME_SIZE_ERROR },
+    { name: 'a client stream with an even id', bytes: () => headersFrame(2, [[':method', 'POST']]), code: ErrorCode.PROTOCOL_ERROR },
+    {
+      name: 'CONTINUATION without HEADERS',
+      bytes: () => frame(9, FLAG.END_HEADERS, 1, Buffer.from([0x82])),
+      code: ErrorCode.PROTOCOL_ERROR,
+    },
+    {
+      name: 'an undecodable header block',
+      bytes: () => frame(FRAME.HEADERS, FLAG.END_HEADERS, 1, Buffer.from([0x80])),
+      code: ErrorCode.COMPRESSION_ERROR,
+    },
+    { name: 'a WINDOW_UPDATE of 0 on the connection', bytes: () => frame(8, 0, 0, Buffer.alloc(4)), code: ErrorCode.PROTOCOL_ERROR },
+    { name: 'a PING of the wrong length', bytes: () => frame(6, 0, 0, Buffer.alloc(4)), code: ErrorCode.FRAME_SIZE_ERROR },
+  ];
+  for (const { name, bytes, code, preface = true } of cases) {
+    void it(name, async (t) => {
+      const harness = await startServer(echo);
+      t.after(() => harness.server.close());
+      const raw = preface ? await rawH2Connect(harness.address) : await rawConnect(harness.address);
+      t.after(() => raw.close());
+      raw.write(bytes());
+      await raw.closed();
+      const goaway = parseFrames(raw.received()).find((f) => f.type === FRAME.GOAWAY);
+      assert.ok(goaway !== undefined, 'a GOAWAY before the close');
+      assert.equal(goaway.payload.readUInt32BE(4), code);
+    });
+  }
+});
+
+/** A plain socket: nothing sent, not even the preface. */
+async function rawConnect(address: string): Promise<RawH2Connection> {
+  const socket = connect(Number(address.slice(address.lastIndexOf(':') + 1)), address.slice(0, address.lastIndexOf(':')));
+  await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+  return rawConnection(socket);
+}
+
+/** A PING's ACK: proof the server has read every frame sent before the PING. */
+const PING = frame(6, 0, 0, Buffer.alloc(8));
+function hasPingAck(received: Buffer): boolean {
+  return parseFrames(received).some((f) => f.type === 6 && (f.flags & 1) === 1);
+}
