@@ -7,7 +7,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import http2 from 'node:http2';
 import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
 import { connect, createServer } from 'node:net';
-import type { AddressInfo, Server } from 'node:net';
+import type { AddressInfo, Server, Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { H2Connection } from '../../src/extproc/h2/connection.js';
 import type { H2ConnectionOptions, H2Stream, StreamClose } from '../../src/extproc/h2/connection.js';
@@ -30,6 +30,8 @@ interface Observed {
   readonly closes: StreamClose[];
   readonly ends: number[];
   readonly connections: H2Connection[];
+  /** The server side of each connection's socket. */
+  readonly sockets: Socket[];
 }
 
 type Behaviour = (stream: H2Stream, headers: ReadonlyArray<readonly [string, string]>) => void;
@@ -69,8 +71,9 @@ async function startServer(
   behaviour: Behaviour,
   options: Partial<Omit<H2ConnectionOptions, 'onStream'>> = {},
 ): Promise<{ server: Server; url: string; address: string; observed: Observed }> {
-  const observed: Observed = { closes: [], ends: [], connections: [] };
+  const observed: Observed = { closes: [], ends: [], connections: [], sockets: [] };
   const server = createServer((socket) => {
+    observed.sockets.push(socket);
     const connection = new H2Connection(socket, {
       streamWindow: 16 * 1024 * 1024,
       connectionWindow: 128 * 1024 * 1024,
@@ -293,6 +296,39 @@ void describe('HTTP/2 connection lifecycle', () => {
   });
 });
 
+void describe('HTTP/2 connection: a unary call answered from its only DATA frame', () => {
+  void it('a response completed while reading a DATA frame with END_STREAM sends no RST_STREAM: the request was whole', async (t) => {
+    // A unary call (a health Check: kubelet's and grpc-go's probes) is answered from inside
+    // onData; the END_STREAM on that same frame means the stream is closed both ways, so asking
+    // the peer to stop sending (RST_STREAM NO_ERROR, RFC 9113 §8.1) would be a wasted frame.
+    const harness = await startServer((stream) => {
+      const handlers = stream.handlers;
+      stream.handlers = {
+        ...handlers,
+        onData: () => {
+          stream.respond(encodeHeaderBlock([[':status', '200']]));
+          stream.end(encodeHeaderBlock([['grpc-status', '0']]));
+        },
+      };
+    });
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    raw.write(Buffer.concat([headersFrame(1, [[':method', 'POST'], [':path', '/x']]), dataFrame(1, Buffer.from('ping'), true)]));
+    raw.write(PING);
+    await raw.until(hasPingAck);
+    const frames = parseFrames(raw.received()).filter((f) => f.streamId === 1);
+    assert.deepEqual(
+      frames.map((f) => [f.type, f.flags & FLAG.END_STREAM]),
+      [
+        [FRAME.HEADERS, 0],
+        [FRAME.HEADERS, FLAG.END_STREAM],
+      ],
+    );
+    assert.deepEqual(harness.observed.closes, [{ kind: 'done' }]);
+  });
+});
+
 void describe('HTTP/2 connection errors end the connection with GOAWAY and the right code', () => {
   const cases: ReadonlyArray<{ name: string; bytes: () => Buffer; code: number; preface?: boolean }> = [
     {
@@ -344,3 +380,48 @@ const PING = frame(6, 0, 0, Buffer.alloc(8));
 function hasPingAck(received: Buffer): boolean {
   return parseFrames(received).some((f) => f.type === 6 && (f.flags & 1) === 1);
 }
+
+void describe('HTTP/2 connection under abuse (memory stays bounded)', () => {
+  void it('endless empty CONTINUATION frames end the connection with ENHANCE_YOUR_CALM instead of piling up', { timeout: 30_000 }, async (t) => {
+    const harness = await startServer(echo);
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    // A HEADERS without END_HEADERS, then CONTINUATIONs that carry nothing: no byte limit is ever
+    // reached, so only a limit on the frames themselves stops the header block growing.
+    raw.write(frame(FRAME.HEADERS, 0, 1, Buffer.from([0x83])));
+    const emptyContinuations = Buffer.concat(Array.from({ length: 4096 }, () => frame(CONTINUATION, 0, 1)));
+    const closed = raw.closed().then(() => true);
+    for (let batch = 0; batch < 64 && !(await Promise.race([closed, Promise.resolve(false)])); batch++) {
+      raw.write(emptyContinuations);
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+    await raw.closed();
+    const goaway = parseFrames(raw.received()).find((f) => f.type === FRAME.GOAWAY);
+    assert.ok(goaway !== undefined, 'a GOAWAY before the close');
+    assert.equal(goaway.payload.readUInt32BE(4), ErrorCode.ENHANCE_YOUR_CALM);
+  });
+
+  void it('a peer that sends PINGs but never reads the ACKs: the server stops reading it once its writes back up', async (t) => {
+    const harness = await startServer(echo);
+    t.after(() => harness.server.close());
+    const address = harness.address;
+    const client = connect(Number(address.slice(address.lastIndexOf(':') + 1)), '127.0.0.1');
+    t.after(() => client.destroy());
+    client.on('error', () => undefined);
+    await new Promise<void>((resolve) => client.once('connect', () => resolve()));
+    client.pause(); // never reads what the server sends
+    client.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), frame(FRAME.SETTINGS, 0, 0)]));
+    const pings = Buffer.concat(Array.from({ length: 8192 }, () => PING));
+    const serverSocket = (): Socket | undefined => harness.observed.sockets[0];
+    // Without a bound, every PING read is another ACK kept in the server's memory for a peer that
+    // will never take it. Send until the server's writes back up (its kernel buffers are full).
+    while (serverSocket()?.writableNeedDrain !== true) {
+      if (client.writableLength < 4 * 1024 * 1024) client.write(pings);
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+    assert.equal(serverSocket()!.isPaused(), true, 'the server stopped reading the peer until its writes drain');
+  });
+});
+
+const CONTINUATION = 9;

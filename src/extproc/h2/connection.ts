@@ -202,6 +202,12 @@ export class H2Stream {
 const PREFACE_BYTES = CONNECTION_PREFACE.length;
 /** Header blocks above this (all fragments) end the connection before they are decoded. */
 const HEADER_BLOCK_FACTOR = 2;
+/**
+ * What each CONTINUATION frame counts against that limit at least: empty or tiny frames would
+ * otherwise never reach it, and a peer could send them forever (the "CONTINUATION flood",
+ * CVE-2024-27316 and kin). Real peers fill their frames, so only a flood reaches the limit this way.
+ */
+const CONTINUATION_MIN_CHARGE = 1024;
 
 export class H2Connection {
   /** The peer's SETTINGS_MAX_FRAME_SIZE: the largest frame we may send. */
@@ -224,6 +230,8 @@ export class H2Connection {
   private continuationFlags = 0;
   private continuationParts: Buffer[] = [];
   private continuationBytes = 0;
+  /** continuationBytes, with every frame counted as at least CONTINUATION_MIN_CHARGE. */
+  private continuationCharge = 0;
   /** Streams whose END_STREAM came in the current read (told after the read: a reset in it wins). */
   private endedInRead: H2Stream[] = [];
   private pending: Buffer[] = [];
@@ -314,7 +322,13 @@ export class H2Connection {
     const out = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending, this.pendingBytes);
     this.pending = [];
     this.pendingBytes = 0;
-    if (!this.socket.write(out)) this.congested = true;
+    if (!this.socket.write(out)) {
+      this.congested = true;
+      // Stop reading a peer that does not read us: every frame read can add a reply (a PING or
+      // SETTINGS ack, a RST_STREAM, a gRPC reply), and a peer that never takes them would have us
+      // buffer without bound (the "ping flood"). Reading resumes on 'drain'.
+      this.pauseUntilDrain();
+    }
   };
 
   private readonly onDrain = (): void => {
@@ -565,6 +579,11 @@ export class H2Connection {
     }
     stream.receiveConsumed += payload.length;
     const data = unpad(payload, flags, FrameType.DATA);
+    // The end is marked before the data is handed on: a handler that completes the response from
+    // this last piece (a unary call) then closes a stream that is done both ways, rather than
+    // telling the peer to stop sending what it already finished (RST_STREAM NO_ERROR).
+    const endStream = (flags & Flag.END_STREAM) !== 0;
+    if (endStream) this.remoteEnd(stream);
     if (data.length > 0) {
       try {
         stream.handlers.onData(data);
@@ -574,10 +593,7 @@ export class H2Connection {
         return;
       }
     }
-    if ((flags & Flag.END_STREAM) !== 0) {
-      this.remoteEnd(stream);
-      return;
-    }
+    if (endStream) return;
     // Grant the stream's window back once half of it is used: we consume as we read.
     if (!stream.closed && stream.receiveConsumed >= this.options.streamWindow / 2) {
       this.queue(encodeWindowUpdate(streamId, stream.receiveConsumed));
@@ -603,23 +619,26 @@ export class H2Connection {
     this.continuationFlags = flags;
     this.continuationParts = [Buffer.from(fragment)];
     this.continuationBytes = fragment.length;
+    this.continuationCharge = fragment.length;
   }
 
   private onContinuation(flags: number, streamId: number, payload: Buffer): void {
     if (streamId === 0 || streamId !== this.continuationStream) {
       throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'CONTINUATION without its HEADERS');
     }
-    this.continuationBytes += payload.length;
-    if (this.continuationBytes > HEADER_BLOCK_FACTOR * this.options.maxHeaderListBytes) {
+    this.continuationCharge += Math.max(payload.length, CONTINUATION_MIN_CHARGE);
+    if (this.continuationCharge > HEADER_BLOCK_FACTOR * this.options.maxHeaderListBytes) {
       throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, 'header block too large');
     }
-    this.continuationParts.push(Buffer.from(payload));
+    this.continuationBytes += payload.length;
+    if (payload.length > 0) this.continuationParts.push(Buffer.from(payload));
     if ((flags & Flag.END_HEADERS) === 0) return;
     const block = Buffer.concat(this.continuationParts, this.continuationBytes);
     const headersFlags = this.continuationFlags;
     this.continuationStream = 0;
     this.continuationParts = [];
     this.continuationBytes = 0;
+    this.continuationCharge = 0;
     this.onHeaderBlock(headersFlags, streamId, block);
   }
 
