@@ -242,6 +242,35 @@ void describe('HTTP/2 connection lifecycle', () => {
     assert.deepEqual(harness.observed.closes, [{ kind: 'done' }]);
   });
 
+  void it('close() is two-step: GOAWAY(2^31-1) and a PING; a stream opened before the peer heard is served; then GOAWAY(last id) refuses later ones', async (t) => {
+    // RFC 9113 §6.8: a single GOAWAY naming the last stream seen would refuse a stream the peer
+    // opened at the same moment (for Envoy a failed ext_proc call during every rolling update).
+    const harness = await startServer(echo);
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    const request = (id: number): Buffer => Buffer.concat([headersFrame(id, [[':method', 'POST'], [':path', '/x']]), dataFrame(id, Buffer.from('hi'), true)]);
+    raw.write(request(1));
+    await raw.until((received) => parseFrames(received).some((f) => f.streamId === 1 && (f.flags & FLAG.END_STREAM) !== 0));
+    harness.observed.connections[0].close();
+    await raw.until((received) => parseFrames(received).some((f) => f.type === 6 && (f.flags & 1) === 0));
+    const notice = parseFrames(raw.received()).filter((f) => f.type === FRAME.GOAWAY);
+    assert.equal(notice.length, 1);
+    assert.equal(notice[0].payload.readUInt32BE(0), 2 ** 31 - 1, 'the first GOAWAY promises to serve every stream still in flight');
+    assert.equal(notice[0].payload.readUInt32BE(4), ErrorCode.NO_ERROR);
+    const shutdownPing = parseFrames(raw.received()).find((f) => f.type === 6 && (f.flags & 1) === 0)!;
+    // The peer opened stream 3 before it read the GOAWAY: it is served.
+    raw.write(request(3));
+    await raw.until((received) => parseFrames(received).some((f) => f.streamId === 3 && (f.flags & FLAG.END_STREAM) !== 0));
+    assert.equal(parseFrames(raw.received()).filter((f) => f.streamId === 3 && f.type === FRAME.RST_STREAM).length, 0);
+    // The PING's ACK proves the peer has read the first GOAWAY: the final one names stream 3.
+    raw.write(frame(6, 1, 0, shutdownPing.payload));
+    await raw.until((received) => parseFrames(received).filter((f) => f.type === FRAME.GOAWAY).length === 2);
+    const final = parseFrames(raw.received()).filter((f) => f.type === FRAME.GOAWAY)[1];
+    assert.equal(final.payload.readUInt32BE(0), 3);
+    await raw.closed();
+  });
+
   void it('an END_STREAM and a RST_STREAM in one read: the reset wins, the end is never told', async (t) => {
     const harness = await startServer(() => undefined);
     t.after(() => harness.server.close());

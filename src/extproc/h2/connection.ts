@@ -200,6 +200,9 @@ export class H2Stream {
 }
 
 const PREFACE_BYTES = CONNECTION_PREFACE.length;
+const MAX_STREAM_ID = 2 ** 31 - 1;
+/** The payload of close()'s PING, told apart from keepalive PINGs (all zeros) by its ACK. */
+const SHUTDOWN_PING = Buffer.from('shutdown', 'latin1');
 /** Header blocks above this (all fragments) end the connection before they are decoded. */
 const HEADER_BLOCK_FACTOR = 2;
 /**
@@ -238,7 +241,10 @@ export class H2Connection {
   private pendingBytes = 0;
   private flushScheduled = false;
   private pausedForDrain = false;
+  /** The final GOAWAY went out (an error, or the second step of close()): new streams are refused. */
   private goawaySent = false;
+  /** close() sent its first GOAWAY and waits for the PING's ACK. */
+  private draining = false;
   private destroyed = false;
   private pingAck: (() => void) | undefined;
   private readonly closeListeners: Array<() => void> = [];
@@ -275,13 +281,25 @@ export class H2Connection {
     this.closeListeners.push(listener);
   }
 
-  /** Graceful close: GOAWAY, finish the open streams, then close. New streams are refused. */
+  /**
+   * Graceful close in two steps (RFC 9113 §6.8): a GOAWAY naming the highest possible stream and a
+   * PING; streams the peer opens before it reads that GOAWAY are still served. The PING's ACK
+   * proves it has read it: then the final GOAWAY names the last stream we took, later ones are
+   * refused (REFUSED_STREAM), and the connection closes once the open streams finish. A single
+   * GOAWAY would refuse a stream opened at the same moment: for Envoy, a failed ext_proc call.
+   */
   close(): void {
-    if (this.destroyed) return;
-    if (!this.goawaySent) {
-      this.goawaySent = true;
-      this.queue(encodeGoaway(this.lastStreamId, ErrorCode.NO_ERROR));
-    }
+    if (this.destroyed || this.goawaySent || this.draining) return;
+    this.draining = true;
+    this.queue(encodeGoaway(MAX_STREAM_ID, ErrorCode.NO_ERROR));
+    this.queue(encodePing(SHUTDOWN_PING, false));
+  }
+
+  /** The peer has read our first GOAWAY: name the last stream we take, and end when they are done. */
+  private finishClose(): void {
+    if (this.destroyed || this.goawaySent) return;
+    this.goawaySent = true;
+    this.queue(encodeGoaway(this.lastStreamId, ErrorCode.NO_ERROR));
     if (this.streams.size === 0) this.endSocket();
   }
 
@@ -507,6 +525,10 @@ export class H2Connection {
     if (payload.length !== 8) throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, 'PING payload not 8 bytes');
     if ((flags & Flag.ACK) === 0) {
       this.queue(encodePing(payload, true));
+      return;
+    }
+    if (this.draining && payload.equals(SHUTDOWN_PING)) {
+      this.finishClose();
       return;
     }
     const ack = this.pingAck;
