@@ -249,7 +249,14 @@ void describe('HTTP/2 connection lifecycle', () => {
     t.after(() => harness.server.close());
     const raw = await rawH2Connect(harness.address);
     t.after(() => raw.close());
-    const request = (id: number): Buffer => Buffer.concat([headersFrame(id, [[':method', 'POST'], [':path', '/x']]), dataFrame(id, Buffer.from('hi'), true)]);
+    const request = (id: number): Buffer =>
+      Buffer.concat([
+        headersFrame(id, [
+          [':method', 'POST'],
+          [':path', '/x'],
+        ]),
+        dataFrame(id, Buffer.from('hi'), true),
+      ]);
     raw.write(request(1));
     await raw.until((received) => parseFrames(received).some((f) => f.streamId === 1 && (f.flags & FLAG.END_STREAM) !== 0));
     harness.observed.connections[0].close();
@@ -343,7 +350,15 @@ void describe('HTTP/2 connection: a unary call answered from its only DATA frame
     t.after(() => harness.server.close());
     const raw = await rawH2Connect(harness.address);
     t.after(() => raw.close());
-    raw.write(Buffer.concat([headersFrame(1, [[':method', 'POST'], [':path', '/x']]), dataFrame(1, Buffer.from('ping'), true)]));
+    raw.write(
+      Buffer.concat([
+        headersFrame(1, [
+          [':method', 'POST'],
+          [':path', '/x'],
+        ]),
+        dataFrame(1, Buffer.from('ping'), true),
+      ]),
+    );
     raw.write(PING);
     await raw.until(hasPingAck);
     const frames = parseFrames(raw.received()).filter((f) => f.streamId === 1);
@@ -411,25 +426,29 @@ function hasPingAck(received: Buffer): boolean {
 }
 
 void describe('HTTP/2 connection under abuse (memory stays bounded)', () => {
-  void it('endless empty CONTINUATION frames end the connection with ENHANCE_YOUR_CALM instead of piling up', { timeout: 30_000 }, async (t) => {
-    const harness = await startServer(echo);
-    t.after(() => harness.server.close());
-    const raw = await rawH2Connect(harness.address);
-    t.after(() => raw.close());
-    // A HEADERS without END_HEADERS, then CONTINUATIONs that carry nothing: no byte limit is ever
-    // reached, so only a limit on the frames themselves stops the header block growing.
-    raw.write(frame(FRAME.HEADERS, 0, 1, Buffer.from([0x83])));
-    const emptyContinuations = Buffer.concat(Array.from({ length: 4096 }, () => frame(CONTINUATION, 0, 1)));
-    const closed = raw.closed().then(() => true);
-    for (let batch = 0; batch < 64 && !(await Promise.race([closed, Promise.resolve(false)])); batch++) {
-      raw.write(emptyContinuations);
-      await new Promise<void>((resolve) => setImmediate(resolve));
-    }
-    await raw.closed();
-    const goaway = parseFrames(raw.received()).find((f) => f.type === FRAME.GOAWAY);
-    assert.ok(goaway !== undefined, 'a GOAWAY before the close');
-    assert.equal(goaway.payload.readUInt32BE(4), ErrorCode.ENHANCE_YOUR_CALM);
-  });
+  void it(
+    'endless empty CONTINUATION frames end the connection with ENHANCE_YOUR_CALM instead of piling up',
+    { timeout: 30_000 },
+    async (t) => {
+      const harness = await startServer(echo);
+      t.after(() => harness.server.close());
+      const raw = await rawH2Connect(harness.address);
+      t.after(() => raw.close());
+      // A HEADERS without END_HEADERS, then CONTINUATIONs that carry nothing: no byte limit is ever
+      // reached, so only a limit on the frames themselves stops the header block growing.
+      raw.write(frame(FRAME.HEADERS, 0, 1, Buffer.from([0x83])));
+      const emptyContinuations = Buffer.concat(Array.from({ length: 4096 }, () => frame(CONTINUATION, 0, 1)));
+      const closed = raw.closed().then(() => true);
+      for (let batch = 0; batch < 64 && !(await Promise.race([closed, Promise.resolve(false)])); batch++) {
+        raw.write(emptyContinuations);
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
+      await raw.closed();
+      const goaway = parseFrames(raw.received()).find((f) => f.type === FRAME.GOAWAY);
+      assert.ok(goaway !== undefined, 'a GOAWAY before the close');
+      assert.equal(goaway.payload.readUInt32BE(4), ErrorCode.ENHANCE_YOUR_CALM);
+    },
+  );
 
   void it('a peer that sends PINGs but never reads the ACKs: the server stops reading it once its writes back up', async (t) => {
     const harness = await startServer(echo);
