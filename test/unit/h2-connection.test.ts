@@ -373,6 +373,43 @@ void describe('HTTP/2 connection: a unary call answered from its only DATA frame
   });
 });
 
+void describe('HTTP/2 connection: a request whose HEADERS carry END_STREAM, answered at once', () => {
+  void it('sends no RST_STREAM after the response: the request was whole', async (t) => {
+    // An unknown method or a wrong content type is answered from onStream; a request without a
+    // body has END_STREAM on its HEADERS, so the stream is then done both ways.
+    const harness = await startServer((stream) =>
+      stream.respond(
+        encodeHeaderBlock([
+          [':status', '200'],
+          ['grpc-status', '12'],
+        ]),
+        true,
+      ),
+    );
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    raw.write(
+      headersFrame(
+        1,
+        [
+          [':method', 'POST'],
+          [':path', '/nope'],
+        ],
+        true,
+      ),
+    );
+    raw.write(PING);
+    await raw.until(hasPingAck);
+    const frames = parseFrames(raw.received()).filter((f) => f.streamId === 1);
+    assert.deepEqual(
+      frames.map((f) => [f.type, f.flags & FLAG.END_STREAM]),
+      [[FRAME.HEADERS, FLAG.END_STREAM]],
+    );
+    assert.deepEqual(harness.observed.closes, [{ kind: 'done' }]);
+  });
+});
+
 void describe('HTTP/2 connection errors end the connection with GOAWAY and the right code', () => {
   const cases: ReadonlyArray<{ name: string; bytes: () => Buffer; code: number; preface?: boolean }> = [
     {

@@ -703,14 +703,14 @@ export class H2Connection {
     }
     const stream = new H2Stream(this, streamId, this.peerInitialWindow, this.options.streamWindow);
     this.streams.set(streamId, stream);
+    // Marked before onStream, as for DATA: a response completed at once then closes the stream cleanly.
+    if (endStream) this.remoteEnd(stream);
     try {
       this.options.onStream(stream, fields);
     } catch (err) {
       this.options.onProtocolEvent?.('stream handler threw', { err, stream: streamId });
       stream.reset(ErrorCode.INTERNAL_ERROR);
-      return;
     }
-    if (endStream) this.remoteEnd(stream);
   }
 
   private remoteEnd(stream: H2Stream): void {
