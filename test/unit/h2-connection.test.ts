@@ -215,6 +215,41 @@ void describe('HTTP/2 connection flow control on receive', () => {
   });
 });
 
+void describe('HTTP/2 connection: padding', () => {
+  void it('padded HEADERS (with priority) and padded DATA: the body arrives without its padding, and the padding is granted back as window', async (t) => {
+    const harness = await startServer(echo, { streamWindow: 1024 });
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    const PADDED = 0x8;
+    const PRIORITY = 0x20;
+    const padded = (data: Buffer, padding: number): Buffer => Buffer.concat([Buffer.from([padding]), data, Buffer.alloc(padding)]);
+    const block = headersFrame(1, [
+      [':method', 'POST'],
+      [':path', '/x'],
+    ]).subarray(9);
+    const priority = Buffer.from([0, 0, 0, 0, 16]);
+    raw.write(
+      frame(FRAME.HEADERS, FLAG.END_HEADERS | PADDED | PRIORITY, 1, Buffer.concat([Buffer.from([3]), priority, block, Buffer.alloc(3)])),
+    );
+    // Three frames of one byte each and 200 bytes of padding: 603 bytes of window used, past half of 1024.
+    for (const byte of ['a', 'b', 'c']) raw.write(frame(FRAME.DATA, PADDED, 1, padded(Buffer.from(byte), 200)));
+    await raw.until((received) => parseFrames(received).some((f) => f.type === 8 && f.streamId === 1));
+    const grant = parseFrames(raw.received()).find((f) => f.type === 8 && f.streamId === 1)!;
+    assert.equal(grant.payload.readUInt32BE(0), 3 * 202, 'the whole payloads, padding and pad length included');
+    raw.write(frame(FRAME.DATA, PADDED | FLAG.END_STREAM, 1, padded(Buffer.from('d'), 10)));
+    await raw.until((received) =>
+      parseFrames(received).some((f) => f.streamId === 1 && f.type === FRAME.HEADERS && (f.flags & FLAG.END_STREAM) !== 0),
+    );
+    const body = Buffer.concat(
+      parseFrames(raw.received())
+        .filter((f) => f.type === FRAME.DATA && f.streamId === 1)
+        .map((f) => f.payload),
+    );
+    assert.equal(body.toString(), 'abcd', 'the echo carries the data bytes only');
+  });
+});
+
 void describe('HTTP/2 connection lifecycle', () => {
   void it('close(): GOAWAY, the open stream finishes, new streams are refused, then the connection ends', async (t) => {
     let held: H2Stream | undefined;

@@ -252,6 +252,8 @@ export function encodePing(payload: Uint8Array, ack: boolean): Buffer {
  * priority fields). Throws ConnectionError when the padding does not fit (RFC 9113 §6.1, §6.2).
  */
 export function unpad(payload: Buffer, flags: number, type: number): Buffer {
+  // The usual frame (what Envoy and gRPC clients send): nothing to cut, and no view to allocate.
+  if ((flags & (Flag.PADDED | Flag.PRIORITY)) === 0) return payload;
   let from = 0;
   let to = payload.length;
   if ((flags & Flag.PADDED) !== 0) {
