@@ -215,6 +215,54 @@ void describe('HTTP/2 connection flow control on receive', () => {
   });
 });
 
+void describe('HTTP/2 connection flow control on send', () => {
+  void it('a SETTINGS change can take a stream window below zero: later grants first pay that back', async (t) => {
+    const harness = await startServer(echo);
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    const initialWindow = (size: number): Buffer => {
+      const payload = Buffer.alloc(6);
+      payload.writeUInt16BE(4, 0);
+      payload.writeUInt32BE(size, 2);
+      return frame(FRAME.SETTINGS, 0, 0, payload);
+    };
+    const windowUpdate = (increment: number): Buffer => {
+      const payload = Buffer.alloc(4);
+      payload.writeUInt32BE(increment);
+      return frame(8, 0, 1, payload);
+    };
+    const echoed = (): number =>
+      parseFrames(raw.received())
+        .filter((f) => f.type === FRAME.DATA && f.streamId === 1)
+        .reduce((sum, f) => sum + f.payload.length, 0);
+    const sync = async (): Promise<void> => {
+      const acks = parseFrames(raw.received()).filter((f) => f.type === 6).length;
+      raw.write(PING);
+      await raw.until((received) => parseFrames(received).filter((f) => f.type === 6).length > acks);
+    };
+    raw.write(
+      Buffer.concat([
+        initialWindow(100),
+        headersFrame(1, [
+          [':method', 'POST'],
+          [':path', '/x'],
+        ]),
+        dataFrame(1, Buffer.alloc(300, 1)),
+      ]),
+    );
+    await sync();
+    assert.equal(echoed(), 100, 'the 100-byte window, then the rest waits');
+    raw.write(initialWindow(0)); // the stream window goes from 0 to -100
+    raw.write(windowUpdate(150)); // -100 + 150: 50 more may go
+    await sync();
+    assert.equal(echoed(), 150);
+    raw.write(initialWindow(1000)); // +1000: the remaining 150 go
+    await sync();
+    assert.equal(echoed(), 300);
+  });
+});
+
 void describe('HTTP/2 connection: padding', () => {
   void it('padded HEADERS (with priority) and padded DATA: the body arrives without its padding, and the padding is granted back as window', async (t) => {
     const harness = await startServer(echo, { streamWindow: 1024 });
