@@ -241,16 +241,7 @@ void describe('HTTP/2 connection flow control on send', () => {
       raw.write(PING);
       await raw.until((received) => parseFrames(received).filter((f) => f.type === 6).length > acks);
     };
-    raw.write(
-      Buffer.concat([
-        initialWindow(100),
-        headersFrame(1, [
-          [':method', 'POST'],
-          [':path', '/x'],
-        ]),
-        dataFrame(1, Buffer.alloc(300, 1)),
-      ]),
-    );
+    raw.write(Buffer.concat([initialWindow(100), headersFrame(1, POST_X), dataFrame(1, Buffer.alloc(300, 1))]));
     await sync();
     assert.equal(echoed(), 100, 'the 100-byte window, then the rest waits');
     raw.write(initialWindow(0)); // the stream window goes from 0 to -100
@@ -272,10 +263,7 @@ void describe('HTTP/2 connection: padding', () => {
     const PADDED = 0x8;
     const PRIORITY = 0x20;
     const padded = (data: Buffer, padding: number): Buffer => Buffer.concat([Buffer.from([padding]), data, Buffer.alloc(padding)]);
-    const block = headersFrame(1, [
-      [':method', 'POST'],
-      [':path', '/x'],
-    ]).subarray(9);
+    const block = headersFrame(1, POST_X).subarray(9);
     const priority = Buffer.from([0, 0, 0, 0, 16]);
     raw.write(
       frame(FRAME.HEADERS, FLAG.END_HEADERS | PADDED | PRIORITY, 1, Buffer.concat([Buffer.from([3]), priority, block, Buffer.alloc(3)])),
@@ -332,14 +320,7 @@ void describe('HTTP/2 connection lifecycle', () => {
     t.after(() => harness.server.close());
     const raw = await rawH2Connect(harness.address);
     t.after(() => raw.close());
-    const request = (id: number): Buffer =>
-      Buffer.concat([
-        headersFrame(id, [
-          [':method', 'POST'],
-          [':path', '/x'],
-        ]),
-        dataFrame(id, Buffer.from('hi'), true),
-      ]);
+    const request = (id: number): Buffer => Buffer.concat([headersFrame(id, POST_X), dataFrame(id, Buffer.from('hi'), true)]);
     raw.write(request(1));
     await raw.until((received) => parseFrames(received).some((f) => f.streamId === 1 && (f.flags & FLAG.END_STREAM) !== 0));
     harness.observed.connections[0].close();
@@ -366,16 +347,7 @@ void describe('HTTP/2 connection lifecycle', () => {
     t.after(() => harness.server.close());
     const raw = await rawH2Connect(harness.address);
     t.after(() => raw.close());
-    raw.write(
-      Buffer.concat([
-        headersFrame(1, [
-          [':method', 'POST'],
-          [':path', '/x'],
-        ]),
-        dataFrame(1, Buffer.from('x'), true),
-        rstStreamFrame(1),
-      ]),
-    );
+    raw.write(Buffer.concat([headersFrame(1, POST_X), dataFrame(1, Buffer.from('x'), true), rstStreamFrame(1)]));
     raw.write(PING);
     await raw.until(hasPingAck);
     assert.deepEqual(harness.observed.closes, [{ kind: 'reset', code: ErrorCode.CANCEL }]);
@@ -383,30 +355,19 @@ void describe('HTTP/2 connection lifecycle', () => {
   });
 
   void it('a complete response before the request ended asks the peer to stop with RST_STREAM NO_ERROR', async (t) => {
-    const harness = await startServer((stream) => {
-      stream.respond(encodeHeaderBlock([[':status', '200']]));
-      stream.end(encodeHeaderBlock([['grpc-status', '0']]));
-    });
+    const harness = await startServer(answerOk);
     t.after(() => harness.server.close());
     const raw = await rawH2Connect(harness.address);
     t.after(() => raw.close());
-    raw.write(
-      headersFrame(1, [
-        [':method', 'POST'],
-        [':path', '/x'],
-      ]),
-    );
+    raw.write(headersFrame(1, POST_X));
     await raw.until((received) => parseFrames(received).some((f) => f.type === FRAME.RST_STREAM));
-    const frames = parseFrames(raw.received()).filter((f) => f.streamId === 1);
-    assert.deepEqual(
-      frames.map((f) => [f.type, f.flags & FLAG.END_STREAM]),
-      [
-        [FRAME.HEADERS, 0],
-        [FRAME.HEADERS, FLAG.END_STREAM],
-        [FRAME.RST_STREAM, 0],
-      ],
-    );
-    assert.equal(frames[2].payload.readUInt32BE(0), ErrorCode.NO_ERROR);
+    assert.deepEqual(framesOn(raw, 1), [
+      [FRAME.HEADERS, 0],
+      [FRAME.HEADERS, FLAG.END_STREAM],
+      [FRAME.RST_STREAM, 0],
+    ]);
+    const reset = parseFrames(raw.received()).find((f) => f.streamId === 1 && f.type === FRAME.RST_STREAM)!;
+    assert.equal(reset.payload.readUInt32BE(0), ErrorCode.NO_ERROR);
     // Data the peer sent before it heard is dropped without error.
     raw.write(dataFrame(1, Buffer.from('late')));
     raw.write(PING);
@@ -424,34 +385,19 @@ void describe('HTTP/2 connection: a unary call answered from its only DATA frame
       const handlers = stream.handlers;
       stream.handlers = {
         ...handlers,
-        onData: () => {
-          stream.respond(encodeHeaderBlock([[':status', '200']]));
-          stream.end(encodeHeaderBlock([['grpc-status', '0']]));
-        },
+        onData: () => answerOk(stream),
       };
     });
     t.after(() => harness.server.close());
     const raw = await rawH2Connect(harness.address);
     t.after(() => raw.close());
-    raw.write(
-      Buffer.concat([
-        headersFrame(1, [
-          [':method', 'POST'],
-          [':path', '/x'],
-        ]),
-        dataFrame(1, Buffer.from('ping'), true),
-      ]),
-    );
+    raw.write(Buffer.concat([headersFrame(1, POST_X), dataFrame(1, Buffer.from('ping'), true)]));
     raw.write(PING);
     await raw.until(hasPingAck);
-    const frames = parseFrames(raw.received()).filter((f) => f.streamId === 1);
-    assert.deepEqual(
-      frames.map((f) => [f.type, f.flags & FLAG.END_STREAM]),
-      [
-        [FRAME.HEADERS, 0],
-        [FRAME.HEADERS, FLAG.END_STREAM],
-      ],
-    );
+    assert.deepEqual(framesOn(raw, 1), [
+      [FRAME.HEADERS, 0],
+      [FRAME.HEADERS, FLAG.END_STREAM],
+    ]);
     assert.deepEqual(harness.observed.closes, [{ kind: 'done' }]);
   });
 });
@@ -484,11 +430,7 @@ void describe('HTTP/2 connection: a request whose HEADERS carry END_STREAM, answ
     );
     raw.write(PING);
     await raw.until(hasPingAck);
-    const frames = parseFrames(raw.received()).filter((f) => f.streamId === 1);
-    assert.deepEqual(
-      frames.map((f) => [f.type, f.flags & FLAG.END_STREAM]),
-      [[FRAME.HEADERS, FLAG.END_STREAM]],
-    );
+    assert.deepEqual(framesOn(raw, 1), [[FRAME.HEADERS, FLAG.END_STREAM]]);
     assert.deepEqual(harness.observed.closes, [{ kind: 'done' }]);
   });
 });
@@ -593,3 +535,22 @@ void describe('HTTP/2 connection under abuse (memory stays bounded)', () => {
 });
 
 const CONTINUATION = 9;
+
+/** The request header fields of a POST to /x. */
+const POST_X: ReadonlyArray<readonly [string, string]> = [
+  [':method', 'POST'],
+  [':path', '/x'],
+];
+
+/** A complete response at once: headers, then trailers with grpc-status 0. */
+function answerOk(stream: H2Stream): void {
+  stream.respond(encodeHeaderBlock([[':status', '200']]));
+  stream.end(encodeHeaderBlock([['grpc-status', '0']]));
+}
+
+/** The type and END_STREAM flag of each frame the server sent on `streamId`. */
+function framesOn(raw: RawH2Connection, streamId: number): Array<[number, number]> {
+  return parseFrames(raw.received())
+    .filter((f) => f.streamId === streamId)
+    .map((f) => [f.type, f.flags & FLAG.END_STREAM]);
+}
