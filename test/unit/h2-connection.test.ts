@@ -7,7 +7,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import http2 from 'node:http2';
 import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
 import { connect, createServer } from 'node:net';
-import type { AddressInfo, Server } from 'node:net';
+import type { AddressInfo, Server, Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { H2Connection } from '../../src/extproc/h2/connection.js';
 import type { H2ConnectionOptions, H2Stream, StreamClose } from '../../src/extproc/h2/connection.js';
@@ -30,6 +30,8 @@ interface Observed {
   readonly closes: StreamClose[];
   readonly ends: number[];
   readonly connections: H2Connection[];
+  /** The server side of each connection's socket. */
+  readonly sockets: Socket[];
 }
 
 type Behaviour = (stream: H2Stream, headers: ReadonlyArray<readonly [string, string]>) => void;
@@ -69,8 +71,9 @@ async function startServer(
   behaviour: Behaviour,
   options: Partial<Omit<H2ConnectionOptions, 'onStream'>> = {},
 ): Promise<{ server: Server; url: string; address: string; observed: Observed }> {
-  const observed: Observed = { closes: [], ends: [], connections: [] };
+  const observed: Observed = { closes: [], ends: [], connections: [], sockets: [] };
   const server = createServer((socket) => {
+    observed.sockets.push(socket);
     const connection = new H2Connection(socket, {
       streamWindow: 16 * 1024 * 1024,
       connectionWindow: 128 * 1024 * 1024,
@@ -212,6 +215,77 @@ void describe('HTTP/2 connection flow control on receive', () => {
   });
 });
 
+void describe('HTTP/2 connection flow control on send', () => {
+  void it('a SETTINGS change can take a stream window below zero: later grants first pay that back', async (t) => {
+    const harness = await startServer(echo);
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    const initialWindow = (size: number): Buffer => {
+      const payload = Buffer.alloc(6);
+      payload.writeUInt16BE(4, 0);
+      payload.writeUInt32BE(size, 2);
+      return frame(FRAME.SETTINGS, 0, 0, payload);
+    };
+    const windowUpdate = (increment: number): Buffer => {
+      const payload = Buffer.alloc(4);
+      payload.writeUInt32BE(increment);
+      return frame(8, 0, 1, payload);
+    };
+    const echoed = (): number =>
+      parseFrames(raw.received())
+        .filter((f) => f.type === FRAME.DATA && f.streamId === 1)
+        .reduce((sum, f) => sum + f.payload.length, 0);
+    const sync = async (): Promise<void> => {
+      const acks = parseFrames(raw.received()).filter((f) => f.type === 6).length;
+      raw.write(PING);
+      await raw.until((received) => parseFrames(received).filter((f) => f.type === 6).length > acks);
+    };
+    raw.write(Buffer.concat([initialWindow(100), headersFrame(1, POST_X), dataFrame(1, Buffer.alloc(300, 1))]));
+    await sync();
+    assert.equal(echoed(), 100, 'the 100-byte window, then the rest waits');
+    raw.write(initialWindow(0)); // the stream window goes from 0 to -100
+    raw.write(windowUpdate(150)); // -100 + 150: 50 more may go
+    await sync();
+    assert.equal(echoed(), 150);
+    raw.write(initialWindow(1000)); // +1000: the remaining 150 go
+    await sync();
+    assert.equal(echoed(), 300);
+  });
+});
+
+void describe('HTTP/2 connection: padding', () => {
+  void it('padded HEADERS (with priority) and padded DATA: the body arrives without its padding, and the padding is granted back as window', async (t) => {
+    const harness = await startServer(echo, { streamWindow: 1024 });
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    const PADDED = 0x8;
+    const PRIORITY = 0x20;
+    const padded = (data: Buffer, padding: number): Buffer => Buffer.concat([Buffer.from([padding]), data, Buffer.alloc(padding)]);
+    const block = headersFrame(1, POST_X).subarray(9);
+    const priority = Buffer.from([0, 0, 0, 0, 16]);
+    raw.write(
+      frame(FRAME.HEADERS, FLAG.END_HEADERS | PADDED | PRIORITY, 1, Buffer.concat([Buffer.from([3]), priority, block, Buffer.alloc(3)])),
+    );
+    // Three frames of one byte each and 200 bytes of padding: 603 bytes of window used, past half of 1024.
+    for (const byte of ['a', 'b', 'c']) raw.write(frame(FRAME.DATA, PADDED, 1, padded(Buffer.from(byte), 200)));
+    await raw.until((received) => parseFrames(received).some((f) => f.type === 8 && f.streamId === 1));
+    const grant = parseFrames(raw.received()).find((f) => f.type === 8 && f.streamId === 1)!;
+    assert.equal(grant.payload.readUInt32BE(0), 3 * 202, 'the whole payloads, padding and pad length included');
+    raw.write(frame(FRAME.DATA, PADDED | FLAG.END_STREAM, 1, padded(Buffer.from('d'), 10)));
+    await raw.until((received) =>
+      parseFrames(received).some((f) => f.streamId === 1 && f.type === FRAME.HEADERS && (f.flags & FLAG.END_STREAM) !== 0),
+    );
+    const body = Buffer.concat(
+      parseFrames(raw.received())
+        .filter((f) => f.type === FRAME.DATA && f.streamId === 1)
+        .map((f) => f.payload),
+    );
+    assert.equal(body.toString(), 'abcd', 'the echo carries the data bytes only');
+  });
+});
+
 void describe('HTTP/2 connection lifecycle', () => {
   void it('close(): GOAWAY, the open stream finishes, new streams are refused, then the connection ends', async (t) => {
     let held: H2Stream | undefined;
@@ -239,21 +313,41 @@ void describe('HTTP/2 connection lifecycle', () => {
     assert.deepEqual(harness.observed.closes, [{ kind: 'done' }]);
   });
 
+  void it('close() is two-step: GOAWAY(2^31-1) and a PING; a stream opened before the peer heard is served; then GOAWAY(last id) refuses later ones', async (t) => {
+    // RFC 9113 §6.8: a single GOAWAY naming the last stream seen would refuse a stream the peer
+    // opened at the same moment (for Envoy a failed ext_proc call during every rolling update).
+    const harness = await startServer(echo);
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    const request = (id: number): Buffer => Buffer.concat([headersFrame(id, POST_X), dataFrame(id, Buffer.from('hi'), true)]);
+    raw.write(request(1));
+    await raw.until((received) => parseFrames(received).some((f) => f.streamId === 1 && (f.flags & FLAG.END_STREAM) !== 0));
+    harness.observed.connections[0].close();
+    await raw.until((received) => parseFrames(received).some((f) => f.type === 6 && (f.flags & 1) === 0));
+    const notice = parseFrames(raw.received()).filter((f) => f.type === FRAME.GOAWAY);
+    assert.equal(notice.length, 1);
+    assert.equal(notice[0].payload.readUInt32BE(0), 2 ** 31 - 1, 'the first GOAWAY promises to serve every stream still in flight');
+    assert.equal(notice[0].payload.readUInt32BE(4), ErrorCode.NO_ERROR);
+    const shutdownPing = parseFrames(raw.received()).find((f) => f.type === 6 && (f.flags & 1) === 0)!;
+    // The peer opened stream 3 before it read the GOAWAY: it is served.
+    raw.write(request(3));
+    await raw.until((received) => parseFrames(received).some((f) => f.streamId === 3 && (f.flags & FLAG.END_STREAM) !== 0));
+    assert.equal(parseFrames(raw.received()).filter((f) => f.streamId === 3 && f.type === FRAME.RST_STREAM).length, 0);
+    // The PING's ACK proves the peer has read the first GOAWAY: the final one names stream 3.
+    raw.write(frame(6, 1, 0, shutdownPing.payload));
+    await raw.until((received) => parseFrames(received).filter((f) => f.type === FRAME.GOAWAY).length === 2);
+    const final = parseFrames(raw.received()).filter((f) => f.type === FRAME.GOAWAY)[1];
+    assert.equal(final.payload.readUInt32BE(0), 3);
+    await raw.closed();
+  });
+
   void it('an END_STREAM and a RST_STREAM in one read: the reset wins, the end is never told', async (t) => {
     const harness = await startServer(() => undefined);
     t.after(() => harness.server.close());
     const raw = await rawH2Connect(harness.address);
     t.after(() => raw.close());
-    raw.write(
-      Buffer.concat([
-        headersFrame(1, [
-          [':method', 'POST'],
-          [':path', '/x'],
-        ]),
-        dataFrame(1, Buffer.from('x'), true),
-        rstStreamFrame(1),
-      ]),
-    );
+    raw.write(Buffer.concat([headersFrame(1, POST_X), dataFrame(1, Buffer.from('x'), true), rstStreamFrame(1)]));
     raw.write(PING);
     await raw.until(hasPingAck);
     assert.deepEqual(harness.observed.closes, [{ kind: 'reset', code: ErrorCode.CANCEL }]);
@@ -261,35 +355,83 @@ void describe('HTTP/2 connection lifecycle', () => {
   });
 
   void it('a complete response before the request ended asks the peer to stop with RST_STREAM NO_ERROR', async (t) => {
-    const harness = await startServer((stream) => {
-      stream.respond(encodeHeaderBlock([[':status', '200']]));
-      stream.end(encodeHeaderBlock([['grpc-status', '0']]));
-    });
+    const harness = await startServer(answerOk);
     t.after(() => harness.server.close());
     const raw = await rawH2Connect(harness.address);
     t.after(() => raw.close());
-    raw.write(
-      headersFrame(1, [
-        [':method', 'POST'],
-        [':path', '/x'],
-      ]),
-    );
+    raw.write(headersFrame(1, POST_X));
     await raw.until((received) => parseFrames(received).some((f) => f.type === FRAME.RST_STREAM));
-    const frames = parseFrames(raw.received()).filter((f) => f.streamId === 1);
-    assert.deepEqual(
-      frames.map((f) => [f.type, f.flags & FLAG.END_STREAM]),
-      [
-        [FRAME.HEADERS, 0],
-        [FRAME.HEADERS, FLAG.END_STREAM],
-        [FRAME.RST_STREAM, 0],
-      ],
-    );
-    assert.equal(frames[2].payload.readUInt32BE(0), ErrorCode.NO_ERROR);
+    assert.deepEqual(framesOn(raw, 1), [
+      [FRAME.HEADERS, 0],
+      [FRAME.HEADERS, FLAG.END_STREAM],
+      [FRAME.RST_STREAM, 0],
+    ]);
+    const reset = parseFrames(raw.received()).find((f) => f.streamId === 1 && f.type === FRAME.RST_STREAM)!;
+    assert.equal(reset.payload.readUInt32BE(0), ErrorCode.NO_ERROR);
     // Data the peer sent before it heard is dropped without error.
     raw.write(dataFrame(1, Buffer.from('late')));
     raw.write(PING);
     await raw.until(hasPingAck);
     assert.equal(parseFrames(raw.received()).filter((f) => f.type === FRAME.GOAWAY).length, 0);
+  });
+});
+
+void describe('HTTP/2 connection: a unary call answered from its only DATA frame', () => {
+  void it('a response completed while reading a DATA frame with END_STREAM sends no RST_STREAM: the request was whole', async (t) => {
+    // A unary call (a health Check: kubelet's and grpc-go's probes) is answered from inside
+    // onData; the END_STREAM on that same frame means the stream is closed both ways, so asking
+    // the peer to stop sending (RST_STREAM NO_ERROR, RFC 9113 §8.1) would be a wasted frame.
+    const harness = await startServer((stream) => {
+      const handlers = stream.handlers;
+      stream.handlers = {
+        ...handlers,
+        onData: () => answerOk(stream),
+      };
+    });
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    raw.write(Buffer.concat([headersFrame(1, POST_X), dataFrame(1, Buffer.from('ping'), true)]));
+    raw.write(PING);
+    await raw.until(hasPingAck);
+    assert.deepEqual(framesOn(raw, 1), [
+      [FRAME.HEADERS, 0],
+      [FRAME.HEADERS, FLAG.END_STREAM],
+    ]);
+    assert.deepEqual(harness.observed.closes, [{ kind: 'done' }]);
+  });
+});
+
+void describe('HTTP/2 connection: a request whose HEADERS carry END_STREAM, answered at once', () => {
+  void it('sends no RST_STREAM after the response: the request was whole', async (t) => {
+    // An unknown method or a wrong content type is answered from onStream; a request without a
+    // body has END_STREAM on its HEADERS, so the stream is then done both ways.
+    const harness = await startServer((stream) =>
+      stream.respond(
+        encodeHeaderBlock([
+          [':status', '200'],
+          ['grpc-status', '12'],
+        ]),
+        true,
+      ),
+    );
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    raw.write(
+      headersFrame(
+        1,
+        [
+          [':method', 'POST'],
+          [':path', '/nope'],
+        ],
+        true,
+      ),
+    );
+    raw.write(PING);
+    await raw.until(hasPingAck);
+    assert.deepEqual(framesOn(raw, 1), [[FRAME.HEADERS, FLAG.END_STREAM]]);
+    assert.deepEqual(harness.observed.closes, [{ kind: 'done' }]);
   });
 });
 
@@ -343,4 +485,72 @@ async function rawConnect(address: string): Promise<RawH2Connection> {
 const PING = frame(6, 0, 0, Buffer.alloc(8));
 function hasPingAck(received: Buffer): boolean {
   return parseFrames(received).some((f) => f.type === 6 && (f.flags & 1) === 1);
+}
+
+void describe('HTTP/2 connection under abuse (memory stays bounded)', () => {
+  void it(
+    'endless empty CONTINUATION frames end the connection with ENHANCE_YOUR_CALM instead of piling up',
+    { timeout: 30_000 },
+    async (t) => {
+      const harness = await startServer(echo);
+      t.after(() => harness.server.close());
+      const raw = await rawH2Connect(harness.address);
+      t.after(() => raw.close());
+      // A HEADERS without END_HEADERS, then CONTINUATIONs that carry nothing: no byte limit is ever
+      // reached, so only a limit on the frames themselves stops the header block growing.
+      raw.write(frame(FRAME.HEADERS, 0, 1, Buffer.from([0x83])));
+      const emptyContinuations = Buffer.concat(Array.from({ length: 4096 }, () => frame(CONTINUATION, 0, 1)));
+      const closed = raw.closed().then(() => true);
+      for (let batch = 0; batch < 64 && !(await Promise.race([closed, Promise.resolve(false)])); batch++) {
+        raw.write(emptyContinuations);
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
+      await raw.closed();
+      const goaway = parseFrames(raw.received()).find((f) => f.type === FRAME.GOAWAY);
+      assert.ok(goaway !== undefined, 'a GOAWAY before the close');
+      assert.equal(goaway.payload.readUInt32BE(4), ErrorCode.ENHANCE_YOUR_CALM);
+    },
+  );
+
+  void it('a peer that sends PINGs but never reads the ACKs: the server stops reading it once its writes back up', async (t) => {
+    const harness = await startServer(echo);
+    t.after(() => harness.server.close());
+    const address = harness.address;
+    const client = connect(Number(address.slice(address.lastIndexOf(':') + 1)), '127.0.0.1');
+    t.after(() => client.destroy());
+    client.on('error', () => undefined);
+    await new Promise<void>((resolve) => client.once('connect', () => resolve()));
+    client.pause(); // never reads what the server sends
+    client.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), frame(FRAME.SETTINGS, 0, 0)]));
+    const pings = Buffer.concat(Array.from({ length: 8192 }, () => PING));
+    const serverSocket = (): Socket | undefined => harness.observed.sockets[0];
+    // Without a bound, every PING read is another ACK kept in the server's memory for a peer that
+    // will never take it. Send until the server's writes back up (its kernel buffers are full).
+    while (serverSocket()?.writableNeedDrain !== true) {
+      if (client.writableLength < 4 * 1024 * 1024) client.write(pings);
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+    assert.equal(serverSocket()!.isPaused(), true, 'the server stopped reading the peer until its writes drain');
+  });
+});
+
+const CONTINUATION = 9;
+
+/** The request header fields of a POST to /x. */
+const POST_X: ReadonlyArray<readonly [string, string]> = [
+  [':method', 'POST'],
+  [':path', '/x'],
+];
+
+/** A complete response at once: headers, then trailers with grpc-status 0. */
+function answerOk(stream: H2Stream): void {
+  stream.respond(encodeHeaderBlock([[':status', '200']]));
+  stream.end(encodeHeaderBlock([['grpc-status', '0']]));
+}
+
+/** The type and END_STREAM flag of each frame the server sent on `streamId`. */
+function framesOn(raw: RawH2Connection, streamId: number): Array<[number, number]> {
+  return parseFrames(raw.received())
+    .filter((f) => f.streamId === streamId)
+    .map((f) => [f.type, f.flags & FLAG.END_STREAM]);
 }

@@ -200,8 +200,17 @@ export class H2Stream {
 }
 
 const PREFACE_BYTES = CONNECTION_PREFACE.length;
+const MAX_STREAM_ID = 2 ** 31 - 1;
+/** The payload of close()'s PING, told apart from keepalive PINGs (all zeros) by its ACK. */
+const SHUTDOWN_PING = Buffer.from('shutdown', 'latin1');
 /** Header blocks above this (all fragments) end the connection before they are decoded. */
 const HEADER_BLOCK_FACTOR = 2;
+/**
+ * What each CONTINUATION frame counts against that limit at least: empty or tiny frames would
+ * otherwise never reach it, and a peer could send them forever (the "CONTINUATION flood",
+ * CVE-2024-27316 and kin). Real peers fill their frames, so only a flood reaches the limit this way.
+ */
+const CONTINUATION_MIN_CHARGE = 1024;
 
 export class H2Connection {
   /** The peer's SETTINGS_MAX_FRAME_SIZE: the largest frame we may send. */
@@ -224,13 +233,18 @@ export class H2Connection {
   private continuationFlags = 0;
   private continuationParts: Buffer[] = [];
   private continuationBytes = 0;
+  /** continuationBytes, with every frame counted as at least CONTINUATION_MIN_CHARGE. */
+  private continuationCharge = 0;
   /** Streams whose END_STREAM came in the current read (told after the read: a reset in it wins). */
   private endedInRead: H2Stream[] = [];
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private flushScheduled = false;
   private pausedForDrain = false;
+  /** The final GOAWAY went out (an error, or the second step of close()): new streams are refused. */
   private goawaySent = false;
+  /** close() sent its first GOAWAY and waits for the PING's ACK. */
+  private draining = false;
   private destroyed = false;
   private pingAck: (() => void) | undefined;
   private readonly closeListeners: Array<() => void> = [];
@@ -267,13 +281,25 @@ export class H2Connection {
     this.closeListeners.push(listener);
   }
 
-  /** Graceful close: GOAWAY, finish the open streams, then close. New streams are refused. */
+  /**
+   * Graceful close in two steps (RFC 9113 §6.8): a GOAWAY naming the highest possible stream and a
+   * PING; streams the peer opens before it reads that GOAWAY are still served. The PING's ACK
+   * proves it has read it: then the final GOAWAY names the last stream we took, later ones are
+   * refused (REFUSED_STREAM), and the connection closes once the open streams finish. A single
+   * GOAWAY would refuse a stream opened at the same moment: for Envoy, a failed ext_proc call.
+   */
   close(): void {
-    if (this.destroyed) return;
-    if (!this.goawaySent) {
-      this.goawaySent = true;
-      this.queue(encodeGoaway(this.lastStreamId, ErrorCode.NO_ERROR));
-    }
+    if (this.destroyed || this.goawaySent || this.draining) return;
+    this.draining = true;
+    this.queue(encodeGoaway(MAX_STREAM_ID, ErrorCode.NO_ERROR));
+    this.queue(encodePing(SHUTDOWN_PING, false));
+  }
+
+  /** The peer has read our first GOAWAY: name the last stream we take, and end when they are done. */
+  private finishClose(): void {
+    if (this.destroyed || this.goawaySent) return;
+    this.goawaySent = true;
+    this.queue(encodeGoaway(this.lastStreamId, ErrorCode.NO_ERROR));
     if (this.streams.size === 0) this.endSocket();
   }
 
@@ -314,7 +340,13 @@ export class H2Connection {
     const out = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending, this.pendingBytes);
     this.pending = [];
     this.pendingBytes = 0;
-    if (!this.socket.write(out)) this.congested = true;
+    if (!this.socket.write(out)) {
+      this.congested = true;
+      // Stop reading a peer that does not read us: every frame read can add a reply (a PING or
+      // SETTINGS ack, a RST_STREAM, a gRPC reply), and a peer that never takes them would have us
+      // buffer without bound (the "ping flood"). Reading resumes on 'drain'.
+      this.pauseUntilDrain();
+    }
   };
 
   private readonly onDrain = (): void => {
@@ -495,6 +527,10 @@ export class H2Connection {
       this.queue(encodePing(payload, true));
       return;
     }
+    if (this.draining && payload.equals(SHUTDOWN_PING)) {
+      this.finishClose();
+      return;
+    }
     const ack = this.pingAck;
     this.pingAck = undefined;
     ack?.();
@@ -565,6 +601,11 @@ export class H2Connection {
     }
     stream.receiveConsumed += payload.length;
     const data = unpad(payload, flags, FrameType.DATA);
+    // The end is marked before the data is handed on: a handler that completes the response from
+    // this last piece (a unary call) then closes a stream that is done both ways, rather than
+    // telling the peer to stop sending what it already finished (RST_STREAM NO_ERROR).
+    const endStream = (flags & Flag.END_STREAM) !== 0;
+    if (endStream) this.remoteEnd(stream);
     if (data.length > 0) {
       try {
         stream.handlers.onData(data);
@@ -574,10 +615,7 @@ export class H2Connection {
         return;
       }
     }
-    if ((flags & Flag.END_STREAM) !== 0) {
-      this.remoteEnd(stream);
-      return;
-    }
+    if (endStream) return;
     // Grant the stream's window back once half of it is used: we consume as we read.
     if (!stream.closed && stream.receiveConsumed >= this.options.streamWindow / 2) {
       this.queue(encodeWindowUpdate(streamId, stream.receiveConsumed));
@@ -603,23 +641,26 @@ export class H2Connection {
     this.continuationFlags = flags;
     this.continuationParts = [Buffer.from(fragment)];
     this.continuationBytes = fragment.length;
+    this.continuationCharge = fragment.length;
   }
 
   private onContinuation(flags: number, streamId: number, payload: Buffer): void {
     if (streamId === 0 || streamId !== this.continuationStream) {
       throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'CONTINUATION without its HEADERS');
     }
-    this.continuationBytes += payload.length;
-    if (this.continuationBytes > HEADER_BLOCK_FACTOR * this.options.maxHeaderListBytes) {
+    this.continuationCharge += Math.max(payload.length, CONTINUATION_MIN_CHARGE);
+    if (this.continuationCharge > HEADER_BLOCK_FACTOR * this.options.maxHeaderListBytes) {
       throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, 'header block too large');
     }
-    this.continuationParts.push(Buffer.from(payload));
+    this.continuationBytes += payload.length;
+    if (payload.length > 0) this.continuationParts.push(Buffer.from(payload));
     if ((flags & Flag.END_HEADERS) === 0) return;
     const block = Buffer.concat(this.continuationParts, this.continuationBytes);
     const headersFlags = this.continuationFlags;
     this.continuationStream = 0;
     this.continuationParts = [];
     this.continuationBytes = 0;
+    this.continuationCharge = 0;
     this.onHeaderBlock(headersFlags, streamId, block);
   }
 
@@ -662,14 +703,14 @@ export class H2Connection {
     }
     const stream = new H2Stream(this, streamId, this.peerInitialWindow, this.options.streamWindow);
     this.streams.set(streamId, stream);
+    // Marked before onStream, as for DATA: a response completed at once then closes the stream cleanly.
+    if (endStream) this.remoteEnd(stream);
     try {
       this.options.onStream(stream, fields);
     } catch (err) {
       this.options.onProtocolEvent?.('stream handler threw', { err, stream: streamId });
       stream.reset(ErrorCode.INTERNAL_ERROR);
-      return;
     }
-    if (endStream) this.remoteEnd(stream);
   }
 
   private remoteEnd(stream: H2Stream): void {

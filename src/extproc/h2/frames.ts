@@ -71,48 +71,89 @@ export type FrameHandler = (type: number, flags: number, streamId: number, paylo
 
 /**
  * Cuts a byte stream into frames. A frame inside one chunk is handed out as a view of it (no
- * copy); a frame split over chunks is copied once, when complete. Frames larger than
+ * copy); a frame split over chunks is copied once into a buffer of its own size, and only its
+ * bytes are taken from the next chunk, whose later frames are views again. Frames larger than
  * `maxFrameSize` (our SETTINGS_MAX_FRAME_SIZE) are refused before their payload is buffered.
  */
 export class FrameReader {
-  private pending: Buffer | undefined;
+  /** The start of a frame header split over chunks. */
+  private readonly header = Buffer.alloc(FRAME_HEADER_BYTES);
+  private headerFill = 0;
+  /** A frame split over chunks, allocated at its whole size once its header is known. */
+  private partial: Buffer | undefined;
+  private partialFill = 0;
 
   constructor(private readonly maxFrameSize: number) {}
 
   /** Feeds one chunk; calls `onFrame` for every frame it completes. Throws ConnectionError. */
   push(chunk: Buffer, onFrame: FrameHandler): void {
-    let data = chunk;
-    if (this.pending !== undefined) {
-      data = Buffer.concat([this.pending, chunk]);
-      this.pending = undefined;
-    }
-    let at = 0;
-    const end = data.length;
+    const end = chunk.length;
+    let at = this.headerFill > 0 || this.partial !== undefined ? this.continueSplit(chunk, onFrame) : 0;
     while (end - at >= FRAME_HEADER_BYTES) {
-      const length = (data[at] << 16) | (data[at + 1] << 8) | data[at + 2];
-      if (length > this.maxFrameSize) {
-        throw new ConnectionError(
-          ErrorCode.FRAME_SIZE_ERROR,
-          `frame of ${length} bytes exceeds SETTINGS_MAX_FRAME_SIZE ${this.maxFrameSize}`,
-        );
-      }
+      const length = this.checkedLength(chunk, at);
       if (end - at < FRAME_HEADER_BYTES + length) break;
-      const type = data[at + 3];
-      const flags = data[at + 4];
-      // The reserved bit is ignored on receipt (RFC 9113 §4.1).
-      const streamId = data.readUInt32BE(at + 5) & 0x7fffffff;
       const start = at + FRAME_HEADER_BYTES;
       at = start + length;
-      onFrame(type, flags, streamId, data.subarray(start, at));
+      emit(chunk, start - FRAME_HEADER_BYTES, chunk.subarray(start, at), onFrame);
     }
-    // Keep only the unread tail: a copy, so the chunk it came from is not pinned by a small remainder.
-    if (at < end) this.pending = Buffer.from(data.subarray(at));
+    if (at < end) this.keepTail(chunk, at);
   }
 
   /** Bytes of an incomplete frame held back. */
   get buffered(): number {
-    return this.pending?.length ?? 0;
+    return this.headerFill + this.partialFill;
   }
+
+  private checkedLength(bytes: Buffer, at: number): number {
+    const length = (bytes[at] << 16) | (bytes[at + 1] << 8) | bytes[at + 2];
+    if (length > this.maxFrameSize) {
+      throw new ConnectionError(
+        ErrorCode.FRAME_SIZE_ERROR,
+        `frame of ${length} bytes exceeds SETTINGS_MAX_FRAME_SIZE ${this.maxFrameSize}`,
+      );
+    }
+    return length;
+  }
+
+  /** Copies an incomplete frame at the end of `chunk` (a copy: a small remainder must not pin the chunk). */
+  private keepTail(chunk: Buffer, at: number): void {
+    const rest = chunk.length - at;
+    if (rest < FRAME_HEADER_BYTES) {
+      chunk.copy(this.header, 0, at);
+      this.headerFill = rest;
+      return;
+    }
+    this.partial = Buffer.allocUnsafe(FRAME_HEADER_BYTES + this.checkedLength(chunk, at));
+    this.partialFill = chunk.copy(this.partial, 0, at);
+  }
+
+  /** Completes the frame split over chunks from the start of `chunk`; returns where the rest begins. */
+  private continueSplit(chunk: Buffer, onFrame: FrameHandler): number {
+    let at = 0;
+    if (this.partial === undefined) {
+      at = chunk.copy(this.header, this.headerFill, 0, FRAME_HEADER_BYTES - this.headerFill);
+      this.headerFill += at;
+      if (this.headerFill < FRAME_HEADER_BYTES) return at;
+      this.headerFill = 0;
+      this.partial = Buffer.allocUnsafe(FRAME_HEADER_BYTES + this.checkedLength(this.header, 0));
+      this.partialFill = this.header.copy(this.partial, 0);
+    }
+    const frame = this.partial;
+    const taken = chunk.copy(frame, this.partialFill, at, at + frame.length - this.partialFill);
+    this.partialFill += taken;
+    at += taken;
+    if (this.partialFill < frame.length) return at;
+    this.partial = undefined;
+    this.partialFill = 0;
+    emit(frame, 0, frame.subarray(FRAME_HEADER_BYTES), onFrame);
+    return at;
+  }
+}
+
+/** Hands out the frame whose header starts at `at` of `bytes`. */
+function emit(bytes: Buffer, at: number, payload: Buffer, onFrame: FrameHandler): void {
+  // The reserved bit is ignored on receipt (RFC 9113 §4.1).
+  onFrame(bytes[at + 3], bytes[at + 4], bytes.readUInt32BE(at + 5) & 0x7fffffff, payload);
 }
 
 /** Writes a frame header into `out` at `at`. */
@@ -211,6 +252,8 @@ export function encodePing(payload: Uint8Array, ack: boolean): Buffer {
  * priority fields). Throws ConnectionError when the padding does not fit (RFC 9113 §6.1, §6.2).
  */
 export function unpad(payload: Buffer, flags: number, type: number): Buffer {
+  // The usual frame (what Envoy and gRPC clients send): nothing to cut, and no view to allocate.
+  if ((flags & (Flag.PADDED | Flag.PRIORITY)) === 0) return payload;
   let from = 0;
   let to = payload.length;
   if ((flags & Flag.PADDED) !== 0) {
