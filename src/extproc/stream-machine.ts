@@ -44,6 +44,7 @@ import type { BodyWatch, Exchange, MachineContext, PendingOutcome, RequestFacts,
 import { streamModes } from './stream-modes.js';
 import type { StreamModes } from './stream-modes.js';
 import { headerMutation, headerValue, metadataValue } from './wire-values.js';
+import { retainedPiece } from '../util/retained-piece.js';
 
 /** Bytes of an unexplained error body we read to classify it; Envoy's texts are far shorter. */
 const ERROR_TEXT_BYTES = 4096;
@@ -183,7 +184,7 @@ function requestBody(ctx: MachineContext, out: StepBuilder, state: StreamState, 
     out.reject(state.request, tooLarge(ctx, state.bytes));
     return;
   }
-  state.chunks.push(chunk);
+  state.chunks.push(retainedPiece(chunk));
   const end = message.end_of_stream === true;
   if (!state.headersAnswered) {
     // We collect: nothing is answered until the body is whole.
@@ -434,7 +435,7 @@ function responseBody(ctx: MachineContext, out: StepBuilder, state: StreamState,
   switch (state.kind) {
     case 'ReadingErrorText': {
       if (state.bytes < ERROR_TEXT_BYTES) {
-        state.chunks.push(chunk);
+        state.chunks.push(retainedPiece(chunk));
         state.bytes += chunk.length;
       }
       // Streamed/buffered modes deliver it whole; in duplex we decide at its end or once we have enough.
@@ -466,7 +467,7 @@ function holdJson(
   chunk: Buffer,
   end: boolean,
 ): void {
-  state.chunks.push(chunk);
+  state.chunks.push(retainedPiece(chunk));
   state.bytes += chunk.length;
   if (!end && state.bytes <= ctx.maxInspectedBodyBytes) return;
   if (!end) {
@@ -584,7 +585,7 @@ function copyJson(ctx: MachineContext, watch: Extract<BodyWatch, { kind: 'json-c
     watch.chunks.length = 0;
     return;
   }
-  watch.chunks.push(chunk);
+  watch.chunks.push(retainedPiece(chunk));
 }
 
 function endPending(out: StepBuilder, state: Extract<StreamState, { kind: 'Streaming' }>): void {

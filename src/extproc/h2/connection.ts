@@ -200,6 +200,8 @@ export class H2Stream {
 }
 
 const PREFACE_BYTES = CONNECTION_PREFACE.length;
+/** How long a connection ended for a protocol error gets to write its GOAWAY before it is destroyed. */
+const GOAWAY_FLUSH_MS = 1000;
 const MAX_STREAM_ID = 2 ** 31 - 1;
 /** The payload of close()'s PING, told apart from keepalive PINGs (all zeros) by its ACK. */
 const SHUTDOWN_PING = Buffer.from('shutdown', 'latin1');
@@ -435,6 +437,8 @@ export class H2Connection {
     this.flush();
     this.destroyed = true;
     this.socket.destroySoon(); // after the GOAWAY is written
+    // A peer that stopped reading would keep that write, and the socket, pending forever.
+    setTimeout(() => this.socket.destroy(), GOAWAY_FLUSH_MS).unref();
     for (const stream of [...this.streams.values()]) this.closeStream(stream, { kind: 'connection-lost' });
   }
 
