@@ -5,12 +5,10 @@
 // (process-call.ts) or the health service (health-service.ts), decodes and encodes with the
 // hot-path codec (wire.ts), and keeps the connections healthy; it decides nothing about what to
 // answer.
-import cluster from 'node:cluster';
 import { createServer as createNetServer } from 'node:net';
 import type { Server as NetServer, Socket } from 'node:net';
 import { createServer as createTlsServer } from 'node:tls';
 import type { Server as TlsServer } from 'node:tls';
-import type { Logger } from 'pino';
 import { frameMessage, GrpcFramingError, MessageDeframer } from './grpc-framing.js';
 import type { GrpcServerOptions, RunningGrpcServer } from './grpc-server.js';
 import { GRPC_STATUS, statusTrailers } from './grpc-status.js';
@@ -20,12 +18,11 @@ import { ErrorCode } from './h2/frames.js';
 import { encodeHeaderBlock } from './h2/hpack.js';
 import { HealthService } from './health-service.js';
 import { secureContextOptions } from './tls-identity.js';
-import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
-import type { ListenTarget } from './listen-address.js';
 import { CONSTANT_REPLIES } from './constant-replies.js';
 import type { ProcessingResponse } from './messages.js';
 import { asError, ProcessCall, processCallContext } from './process-call.js';
-import { KEEPALIVE_INTERVAL_MS, KEEPALIVE_TIMEOUT_MS, MAX_RECEIVE_MESSAGE_BYTES, RELEASE_FLUSH_MS } from './transport-settings.js';
+import { MAX_RECEIVE_MESSAGE_BYTES } from './transport-settings.js';
+import { bindEdge, isGrpcContentType, startKeepalive } from './grpc-edge.js';
 import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from './wire.js';
 import type { HealthCheckRequest, HealthCheckResponse } from './wire.js';
 
@@ -250,44 +247,20 @@ export async function startDirectServer(opts: GrpcServerOptions): Promise<Runnin
   // Only new TLS handshakes see a replaced pair; open connections and their streams carry on.
   const unsubscribeTls =
     tls === undefined ? () => {} : tls.onChange((identity) => (server as TlsServer).setSecureContext(secureContextOptions(identity)));
-  // Connections that never became HTTP/2 (a TLS handshake that fails or hangs) would hold
-  // server.close() forever: shutdown destroys whatever is left at its deadline.
-  const sockets = new Set<Socket>();
-  server.on('connection', (socket: Socket) => {
-    sockets.add(socket);
-    socket.once('close', () => sockets.delete(socket));
-  });
   server.on('tlsClientError', (err) => logger.debug({ err }, 'TLS handshake failed'));
-
-  const target = parseAddress(opts.address);
-  // Cluster workers share the primary's listening socket (the primary removed a stale file before
-  // forking); a worker probing it would find it live and refuse to start.
-  if (target.kind === 'unix' && !cluster.isWorker) await removeStaleSocket(target.path, logger);
-  let port: number;
-  try {
-    port = await listen(server, target);
-  } catch (err) {
-    unsubscribeTls();
-    tls?.close();
-    throw new Error(`cannot listen on ${opts.address}: ${asError(err).message}`, { cause: err });
-  }
-  const address = dialAddress(target, port);
-  logger.info({ address, tls: tls !== undefined, transport: 'native' }, 'gRPC server listening');
-
-  let stopped: Promise<void> | undefined;
-  return {
-    address,
-    ...(target.kind === 'tcp' ? { port } : {}),
-    shutdown(graceMs: number): Promise<void> {
+  return bindEdge(server, {
+    address: opts.address,
+    transport: 'native',
+    tls,
+    unsubscribeTls,
+    connections: connections,
+    openStreams: context.openStreams,
+    logger,
+    onShutdown: () => {
       stopping = true;
       health.stopServing();
-      stopped ??= shutdownServer(server, connections, sockets, context.openStreams, graceMs, logger).finally(() => {
-        unsubscribeTls();
-        tls?.close();
-      });
-      return stopped;
     },
-  };
+  });
 }
 
 /** A peer's reset other than CANCEL, or our own reset: the stream failed rather than being cancelled. */
@@ -343,73 +316,4 @@ function refuse(stream: H2Stream, httpStatus: number, grpcStatus: number, messag
   );
   stream.write(Buffer.from(message, 'utf8'));
   stream.end();
-}
-
-function isGrpcContentType(contentType: string | undefined): boolean {
-  if (contentType === undefined || !contentType.startsWith('application/grpc')) return false;
-  const rest = contentType.slice('application/grpc'.length);
-  return rest === '' || rest.startsWith('+') || rest.startsWith(';');
-}
-
-/** Pings the peer every KEEPALIVE_INTERVAL_MS; a peer that does not answer within KEEPALIVE_TIMEOUT_MS is gone. */
-function startKeepalive(connection: H2Connection, logger: Logger): NodeJS.Timeout {
-  const interval = setInterval(() => {
-    if (connection.isClosed) return;
-    const timeout = setTimeout(() => {
-      logger.warn('HTTP/2 peer did not answer a keepalive ping; closing the connection');
-      connection.destroy();
-    }, KEEPALIVE_TIMEOUT_MS);
-    timeout.unref();
-    // False: the previous ping is still unanswered, and its own timeout decides.
-    if (!connection.ping(() => clearTimeout(timeout))) clearTimeout(timeout);
-  }, KEEPALIVE_INTERVAL_MS);
-  interval.unref();
-  return interval;
-}
-
-function listen(server: NetServer | TlsServer, target: ListenTarget): Promise<number> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    const listening = (): void => {
-      server.off('error', reject);
-      const bound = server.address();
-      resolve(typeof bound === 'object' && bound !== null ? bound.port : 0);
-    };
-    if (target.kind === 'unix') server.listen({ path: target.path }, listening);
-    else server.listen({ host: target.host.replace(/^\[|\]$/g, ''), port: target.port }, listening);
-  });
-}
-
-async function shutdownServer(
-  server: NetServer | TlsServer,
-  connections: Set<H2Connection>,
-  sockets: Set<Socket>,
-  openStreams: Set<() => void>,
-  graceMs: number,
-  logger: Logger,
-): Promise<void> {
-  // Stop accepting connections; the callback runs once every connection has closed.
-  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-  // GOAWAY: no new streams; each connection closes once its open streams are done.
-  for (const connection of connections) connection.close();
-  let graceTimer: NodeJS.Timeout | undefined;
-  let flushTimer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<void>((resolve) => {
-    graceTimer = setTimeout(() => {
-      if (openStreams.size > 0) {
-        logger.warn({ graceMs, streams: openStreams.size }, 'ext_proc streams still open after the grace period; releasing them to Envoy');
-      }
-      for (const release of [...openStreams]) release();
-      flushTimer = setTimeout(() => {
-        for (const connection of connections) connection.destroy();
-        for (const socket of sockets) socket.destroy();
-        resolve();
-      }, RELEASE_FLUSH_MS);
-    }, graceMs);
-  });
-  await Promise.race([closed, deadline]);
-  clearTimeout(graceTimer);
-  clearTimeout(flushTimer);
-  await closed;
-  logger.info('gRPC server stopped');
 }

@@ -5,22 +5,18 @@
 // routes each stream to the Process call (process-call.ts) or the health service
 // (health-service.ts), decodes and encodes with the hot-path codec (wire.ts), and keeps the
 // HTTP/2 sessions healthy; it decides nothing about what to answer.
-import cluster from 'node:cluster';
 import http2 from 'node:http2';
 import type { Http2SecureServer, Http2Server, IncomingHttpHeaders, ServerHttp2Session, ServerHttp2Stream } from 'node:http2';
-import type { Socket } from 'node:net';
-import type { Logger } from 'pino';
 import { frameMessage, GrpcFramingError, MessageDeframer } from './grpc-framing.js';
 import type { GrpcServerOptions, RunningGrpcServer } from './grpc-server.js';
 import { GRPC_STATUS, statusTrailers } from './grpc-status.js';
 import { HealthService } from './health-service.js';
 import { secureContextOptions } from './tls-identity.js';
-import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
-import type { ListenTarget } from './listen-address.js';
 import { CONSTANT_REPLIES } from './constant-replies.js';
 import type { ProcessingResponse } from './messages.js';
 import { asError, ProcessCall, processCallContext } from './process-call.js';
-import { KEEPALIVE_INTERVAL_MS, KEEPALIVE_TIMEOUT_MS, MAX_RECEIVE_MESSAGE_BYTES, RELEASE_FLUSH_MS } from './transport-settings.js';
+import { MAX_RECEIVE_MESSAGE_BYTES } from './transport-settings.js';
+import { bindEdge, isGrpcContentType, startKeepalive } from './grpc-edge.js';
 import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from './wire.js';
 import type { HealthCheckRequest, HealthCheckResponse } from './wire.js';
 
@@ -243,7 +239,20 @@ export async function startNodeHttp2Server(opts: GrpcServerOptions): Promise<Run
     } catch (err) {
       logger.debug({ err }, 'could not widen the HTTP/2 connection window');
     }
-    const keepalive = startKeepalive(session, logger);
+    const keepalive = startKeepalive(
+      {
+        get closed() {
+          return session.closed || session.destroyed;
+        },
+        ping: (onAck) =>
+          session.ping((err) => {
+            onAck();
+            if (err !== null) logger.debug({ err }, 'keepalive ping failed');
+          }),
+        destroy: () => session.destroy(),
+      },
+      logger,
+    );
     session.on('close', () => {
       clearInterval(keepalive);
       sessions.delete(session);
@@ -261,46 +270,22 @@ export async function startNodeHttp2Server(opts: GrpcServerOptions): Promise<Run
     tls === undefined
       ? () => {}
       : tls.onChange((identity) => (server as Http2SecureServer).setSecureContext(secureContextOptions(identity)));
-  // Connections that never became a session (a TLS handshake that fails or hangs) would hold
-  // server.close() forever: shutdown destroys whatever is left at its deadline.
-  const sockets = new Set<Socket>();
-  server.on('connection', (socket: Socket) => {
-    sockets.add(socket);
-    socket.once('close', () => sockets.delete(socket));
-  });
   server.on('session', onSession);
   server.on('stream', onStream);
   server.on('sessionError', (err) => logger.debug({ err }, 'HTTP/2 session error'));
-
-  const target = parseAddress(opts.address);
-  // Cluster workers share the primary's listening socket (the primary removed a stale file before
-  // forking); a worker probing it would find it live and refuse to start.
-  if (target.kind === 'unix' && !cluster.isWorker) await removeStaleSocket(target.path, logger);
-  let port: number;
-  try {
-    port = await listen(server, target);
-  } catch (err) {
-    unsubscribeTls();
-    tls?.close();
-    throw new Error(`cannot listen on ${opts.address}: ${asError(err).message}`, { cause: err });
-  }
-  const address = dialAddress(target, port);
-  logger.info({ address, tls: tls !== undefined, transport: 'node-http2' }, 'gRPC server listening');
-
-  let stopped: Promise<void> | undefined;
-  return {
-    address,
-    ...(target.kind === 'tcp' ? { port } : {}),
-    shutdown(graceMs: number): Promise<void> {
+  return bindEdge(server, {
+    address: opts.address,
+    transport: 'node-http2',
+    tls,
+    unsubscribeTls,
+    connections: sessions,
+    openStreams: context.openStreams,
+    logger,
+    onShutdown: () => {
       stopping = true;
       health.stopServing();
-      stopped ??= shutdownServer(server, sessions, sockets, context.openStreams, graceMs, logger).finally(() => {
-        unsubscribeTls();
-        tls?.close();
-      });
-      return stopped;
     },
-  };
+  });
 }
 
 /**
@@ -350,76 +335,4 @@ function refuse(stream: ServerHttp2Stream, httpStatus: number, grpcStatus: numbe
   stream.resume();
   stream.respond({ ':status': httpStatus, 'content-type': 'text/plain; charset=utf-8', ...statusTrailers(grpcStatus, message) });
   stream.end(message);
-}
-
-function isGrpcContentType(contentType: string | undefined): boolean {
-  if (contentType === undefined || !contentType.startsWith('application/grpc')) return false;
-  const rest = contentType.slice('application/grpc'.length);
-  return rest === '' || rest.startsWith('+') || rest.startsWith(';');
-}
-
-/** Pings the peer every KEEPALIVE_INTERVAL_MS; a peer that does not answer within KEEPALIVE_TIMEOUT_MS is gone. */
-function startKeepalive(session: ServerHttp2Session, logger: Logger): NodeJS.Timeout {
-  const interval = setInterval(() => {
-    if (session.closed || session.destroyed) return;
-    const timeout = setTimeout(() => {
-      logger.warn('HTTP/2 peer did not answer a keepalive ping; closing the connection');
-      session.destroy();
-    }, KEEPALIVE_TIMEOUT_MS);
-    timeout.unref();
-    const sent = session.ping((err) => {
-      clearTimeout(timeout);
-      if (err !== null) logger.debug({ err }, 'keepalive ping failed');
-    });
-    if (!sent) clearTimeout(timeout); // too many unanswered pings are already out; the next round retries
-  }, KEEPALIVE_INTERVAL_MS);
-  interval.unref();
-  return interval;
-}
-
-function listen(server: Http2Server | Http2SecureServer, target: ListenTarget): Promise<number> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    const listening = (): void => {
-      server.off('error', reject);
-      const bound = server.address();
-      resolve(typeof bound === 'object' && bound !== null ? bound.port : 0);
-    };
-    if (target.kind === 'unix') server.listen({ path: target.path }, listening);
-    else server.listen({ host: target.host.replace(/^\[|\]$/g, ''), port: target.port }, listening);
-  });
-}
-
-async function shutdownServer(
-  server: Http2Server | Http2SecureServer,
-  sessions: Set<ServerHttp2Session>,
-  sockets: Set<Socket>,
-  openStreams: Set<() => void>,
-  graceMs: number,
-  logger: Logger,
-): Promise<void> {
-  // Stop accepting connections; the callback runs once every connection has closed.
-  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-  // GOAWAY: no new streams; each session closes once its open streams are done.
-  for (const session of sessions) session.close();
-  let graceTimer: NodeJS.Timeout | undefined;
-  let flushTimer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<void>((resolve) => {
-    graceTimer = setTimeout(() => {
-      if (openStreams.size > 0) {
-        logger.warn({ graceMs, streams: openStreams.size }, 'ext_proc streams still open after the grace period; releasing them to Envoy');
-      }
-      for (const release of [...openStreams]) release();
-      flushTimer = setTimeout(() => {
-        for (const session of sessions) session.destroy();
-        for (const socket of sockets) socket.destroy();
-        resolve();
-      }, RELEASE_FLUSH_MS);
-    }, graceMs);
-  });
-  await Promise.race([closed, deadline]);
-  clearTimeout(graceTimer);
-  clearTimeout(flushTimer);
-  await closed;
-  logger.info('gRPC server stopped');
 }

@@ -275,7 +275,7 @@ export class H2Connection {
     return this.streams.size;
   }
 
-  get isClosed(): boolean {
+  get closed(): boolean {
     return this.destroyed;
   }
 
