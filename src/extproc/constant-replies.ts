@@ -27,10 +27,11 @@ export const CONSTANT_REPLIES: readonly ProcessingResponse[] = [
 ];
 
 /**
- * Replies that are not constant but repeat (the routing reply of one destination list): built
- * once, never changed, and sent many times. `wire.ts` encodes each of them once.
+ * Replies built once, never changed, and sent many times: the constants above, and those that are
+ * not constant but repeat (the routing reply of one destination list). `wire.ts` encodes each of
+ * them once, and the HTTP/2 transports frame each once (grpc-edge.ts `replyFramer`).
  */
-const REUSED_REPLIES = new WeakSet<ProcessingResponse>();
+const REUSED_REPLIES = new WeakSet<ProcessingResponse>(CONSTANT_REPLIES);
 
 /** Marks a reply as built once and sent many times; it must never change afterwards. */
 export function reusedReply(reply: ProcessingResponse): ProcessingResponse {

@@ -9,37 +9,24 @@ import { createServer as createNetServer } from 'node:net';
 import type { Server as NetServer, Socket } from 'node:net';
 import { createServer as createTlsServer } from 'node:tls';
 import type { Server as TlsServer } from 'node:tls';
-import { frameMessage, GrpcFramingError, MessageDeframer } from './grpc-framing.js';
+import { GrpcFramingError, MessageDeframer } from './grpc-framing.js';
 import type { GrpcServerOptions, RunningGrpcServer } from './grpc-server.js';
 import { GRPC_STATUS, statusTrailers } from './grpc-status.js';
 import { H2Connection } from './h2/connection.js';
 import type { H2Stream, StreamClose } from './h2/connection.js';
 import { ErrorCode } from './h2/frames.js';
 import { encodeHeaderBlock } from './h2/hpack.js';
+import { HealthCall } from './health-call.js';
 import { HealthService } from './health-service.js';
 import { secureContextOptions } from './tls-identity.js';
-import { CONSTANT_REPLIES } from './constant-replies.js';
-import type { ProcessingResponse } from './messages.js';
 import { asError, ProcessCall, processCallContext } from './process-call.js';
-import { MAX_RECEIVE_MESSAGE_BYTES } from './transport-settings.js';
-import { bindEdge, isGrpcContentType, startKeepalive } from './grpc-edge.js';
+import { CONNECTION_WINDOW_BYTES, MAX_HEADER_LIST_BYTES, MAX_RECEIVE_MESSAGE_BYTES, STREAM_WINDOW_BYTES } from './transport-settings.js';
+import { bindEdge, isGrpcContentType, replyFramer, startKeepalive } from './grpc-edge.js';
 import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from './wire.js';
-import type { HealthCheckRequest, HealthCheckResponse } from './wire.js';
 
 const PROCESS_PATH = `/${EXT_PROC_SERVICE_NAME}/Process`;
 const CHECK_PATH = `/${HEALTH_SERVICE_NAME}/Check`;
 const WATCH_PATH = `/${HEALTH_SERVICE_NAME}/Watch`;
-
-const MiB = 1024 * 1024;
-/**
- * Per-stream receive window. A buffered body is one message: with the protocol's 64 KiB default
- * Envoy would wait for a WINDOW_UPDATE round trip every 64 KiB of a 5 MB body.
- */
-const STREAM_WINDOW_BYTES = 16 * MiB;
-/** Connection receive window: room for several large bodies at once on Envoy's one connection. */
-const CONNECTION_WINDOW_BYTES = 128 * MiB;
-/** Far above what Envoy's ext_proc client sends, so no request dies on a header-size limit. */
-const MAX_HEADER_LIST_BYTES = 1 * MiB;
 
 type Fields = ReadonlyArray<readonly [string, string]>;
 const RESPONSE_FIELDS: Fields = [
@@ -57,25 +44,20 @@ export async function startDirectServer(opts: GrpcServerOptions): Promise<Runnin
   const logger = opts.logger.child({ component: 'grpc-server' });
   const definitions = loadWireDefinitions();
   const processMethod = definitions.externalProcessor.Process;
-  const { Check, Watch } = definitions.health;
-  // The constant "continue" replies are framed once; everything else is encoded and framed per reply.
-  const framedConstants = new Map<ProcessingResponse, Buffer>(
-    CONSTANT_REPLIES.map((reply) => [reply, frameMessage(processMethod.responseSerialize(reply))]),
-  );
-  const frameReply = (reply: ProcessingResponse): Buffer =>
-    framedConstants.get(reply) ?? frameMessage(processMethod.responseSerialize(reply));
+  const frameReply = replyFramer(processMethod.responseSerialize);
   const health = new HealthService(opts.health);
   const context = processCallContext(opts, logger);
   const connections = new Set<H2Connection>();
   let stopping = false;
 
-  const serveProcess = (stream: H2Stream, connection: H2Connection): void => {
+  const serveProcess = (stream: H2Stream): void => {
     const call = new GrpcCall(stream);
     const deframer = new MessageDeframer(MAX_RECEIVE_MESSAGE_BYTES);
     const processCall: ProcessCall = new ProcessCall(
       {
         write: (reply) => call.write(frameReply(reply)),
-        pauseUntilDrain: () => connection.pauseUntilDrain(),
+        // Nothing to do: the connection stopped reading Envoy when its write backed up.
+        pauseUntilDrain: () => undefined,
         endOk: () => call.end(GRPC_STATUS.OK),
         endError: (code, details) => call.end(GRPC_STATUS[code], details),
       },
@@ -130,62 +112,20 @@ export async function startDirectServer(opts: GrpcServerOptions): Promise<Runnin
     };
   };
 
-  /** Reads the one request message of a unary or server-streaming call. */
-  const readRequest = (stream: H2Stream, call: GrpcCall, onRequest: (request: HealthCheckRequest) => void): void => {
-    const deframer = new MessageDeframer(MiB);
-    let received = false;
+  const serveHealth = (stream: H2Stream, method: 'Check' | 'Watch'): void => {
+    const call = new HealthCall(method, health, definitions.health, new GrpcCall(stream));
     stream.handlers = {
-      onData: (chunk) => {
-        if (received) return;
-        try {
-          deframer.push(chunk, (bytes) => {
-            if (received) return;
-            received = true;
-            onRequest(Check.requestDeserialize(bytes));
-          });
-        } catch (thrown) {
-          received = true;
-          const error = asError(thrown);
-          call.end(thrown instanceof GrpcFramingError ? GRPC_STATUS[thrown.code] : GRPC_STATUS.INTERNAL, error.message);
-        }
-      },
-      onEnd: () => {
-        if (!received) call.end(GRPC_STATUS.INTERNAL, 'no request message');
-      },
+      onData: (chunk) => call.data(chunk),
+      onEnd: () => call.end(),
       onClose: (close) => {
-        call.onClose?.();
+        call.closed();
         const failure = streamFailure(close);
         if (failure !== undefined) logger.debug({ err: failure }, 'health call failed');
       },
     };
   };
 
-  const serveCheck = (stream: H2Stream): void => {
-    const call = new GrpcCall(stream);
-    readRequest(stream, call, (request) => {
-      const answer = health.check(request);
-      if (!answer.found) {
-        call.end(GRPC_STATUS.NOT_FOUND, answer.details);
-        return;
-      }
-      call.write(frameMessage(Check.responseSerialize(answer.response)));
-      call.end(GRPC_STATUS.OK);
-    });
-  };
-
-  const serveWatch = (stream: H2Stream): void => {
-    const call = new GrpcCall(stream);
-    readRequest(stream, call, (request) => {
-      const watch = health.watch(
-        request,
-        (response: HealthCheckResponse) => void call.write(frameMessage(Watch.responseSerialize(response))),
-        () => call.end(GRPC_STATUS.OK),
-      );
-      call.onClose = () => watch.stop();
-    });
-  };
-
-  const onStream = (stream: H2Stream, headers: Fields, connection: H2Connection): void => {
+  const onStream = (stream: H2Stream, headers: Fields): void => {
     let method: string | undefined;
     let path: string | undefined;
     let contentType: string | undefined;
@@ -204,13 +144,13 @@ export async function startDirectServer(opts: GrpcServerOptions): Promise<Runnin
     }
     switch (path) {
       case PROCESS_PATH:
-        serveProcess(stream, connection);
+        serveProcess(stream);
         return;
       case CHECK_PATH:
-        serveCheck(stream);
+        serveHealth(stream, 'Check');
         return;
       case WATCH_PATH:
-        serveWatch(stream);
+        serveHealth(stream, 'Watch');
         return;
       default:
         new GrpcCall(stream).end(GRPC_STATUS.UNIMPLEMENTED, `unknown method ${path ?? ''}`);
@@ -228,7 +168,7 @@ export async function startDirectServer(opts: GrpcServerOptions): Promise<Runnin
       streamWindow: STREAM_WINDOW_BYTES,
       connectionWindow: CONNECTION_WINDOW_BYTES,
       maxHeaderListBytes: MAX_HEADER_LIST_BYTES,
-      onStream: (stream, headers) => onStream(stream, headers, connection),
+      onStream,
       onProtocolEvent,
     });
     connections.add(connection);
@@ -279,8 +219,6 @@ function streamFailure(close: StreamClose): Error | undefined {
  */
 class GrpcCall {
   private ended = false;
-  /** Runs when the stream closes, however (a health watch stops). */
-  onClose: (() => void) | undefined;
 
   constructor(private readonly stream: H2Stream) {}
 

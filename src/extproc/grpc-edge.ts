@@ -5,9 +5,12 @@
 import cluster from 'node:cluster';
 import type { Server, Socket } from 'node:net';
 import type { Logger } from 'pino';
+import { isReusedReply } from './constant-replies.js';
+import { frameMessage } from './grpc-framing.js';
 import type { RunningGrpcServer } from './grpc-server.js';
 import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
 import type { ListenTarget } from './listen-address.js';
+import type { ProcessingResponse } from './messages.js';
 import { asError } from './process-call.js';
 import type { TlsIdentitySource } from './tls-identity.js';
 import { KEEPALIVE_INTERVAL_MS, KEEPALIVE_TIMEOUT_MS, RELEASE_FLUSH_MS } from './transport-settings.js';
@@ -25,6 +28,22 @@ export interface PingableConnection {
   /** Sends a PING; `onAck` runs when it is answered. False when one is still outstanding. */
   ping(onAck: () => void): boolean;
   destroy(): void;
+}
+
+/**
+ * Process replies as length-prefixed gRPC messages. A reply built once and sent many times
+ * (constant-replies.ts) is framed once, the first time it is sent; every other one is encoded and
+ * framed per reply.
+ */
+export function replyFramer(serialize: (reply: ProcessingResponse) => Buffer): (reply: ProcessingResponse) => Buffer {
+  const framed = new WeakMap<ProcessingResponse, Buffer>();
+  return (reply) => {
+    const cached = framed.get(reply);
+    if (cached !== undefined) return cached;
+    const bytes = frameMessage(serialize(reply));
+    if (isReusedReply(reply)) framed.set(reply, bytes);
+    return bytes;
+  };
 }
 
 export function isGrpcContentType(contentType: string | undefined): boolean {

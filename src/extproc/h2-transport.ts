@@ -7,32 +7,20 @@
 // HTTP/2 sessions healthy; it decides nothing about what to answer.
 import http2 from 'node:http2';
 import type { Http2SecureServer, Http2Server, IncomingHttpHeaders, ServerHttp2Session, ServerHttp2Stream } from 'node:http2';
-import { frameMessage, GrpcFramingError, MessageDeframer } from './grpc-framing.js';
+import { GrpcFramingError, MessageDeframer } from './grpc-framing.js';
 import type { GrpcServerOptions, RunningGrpcServer } from './grpc-server.js';
 import { GRPC_STATUS, statusTrailers } from './grpc-status.js';
+import { HealthCall } from './health-call.js';
 import { HealthService } from './health-service.js';
 import { secureContextOptions } from './tls-identity.js';
-import { CONSTANT_REPLIES } from './constant-replies.js';
-import type { ProcessingResponse } from './messages.js';
 import { asError, ProcessCall, processCallContext } from './process-call.js';
-import { MAX_RECEIVE_MESSAGE_BYTES } from './transport-settings.js';
-import { bindEdge, isGrpcContentType, startKeepalive } from './grpc-edge.js';
+import { CONNECTION_WINDOW_BYTES, MAX_HEADER_LIST_BYTES, MAX_RECEIVE_MESSAGE_BYTES, STREAM_WINDOW_BYTES } from './transport-settings.js';
+import { bindEdge, isGrpcContentType, replyFramer, startKeepalive } from './grpc-edge.js';
 import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from './wire.js';
-import type { HealthCheckRequest, HealthCheckResponse } from './wire.js';
 
 const PROCESS_PATH = `/${EXT_PROC_SERVICE_NAME}/Process`;
 const CHECK_PATH = `/${HEALTH_SERVICE_NAME}/Check`;
 const WATCH_PATH = `/${HEALTH_SERVICE_NAME}/Watch`;
-
-const MiB = 1024 * 1024;
-/**
- * Per-stream receive window. A buffered body is one message: with the protocol's 64 KiB default
- * Envoy would wait for a WINDOW_UPDATE round trip every 64 KiB of a 5 MB body. Finite, so a
- * paused stream (backpressure) still stops Envoy sending.
- */
-const STREAM_WINDOW_BYTES = 16 * MiB;
-/** Connection receive window: room for several large bodies at once on Envoy's one connection. */
-const CONNECTION_WINDOW_BYTES = 128 * MiB;
 
 /**
  * HTTP/2 settings for Envoy as the only client: every HTTP request is a stream on the same few
@@ -43,7 +31,7 @@ const SERVER_OPTIONS: http2.ServerOptions = {
   settings: {
     maxConcurrentStreams: 2 ** 32 - 1,
     initialWindowSize: STREAM_WINDOW_BYTES,
-    maxHeaderListSize: 1 * MiB,
+    maxHeaderListSize: MAX_HEADER_LIST_BYTES,
   },
   maxHeaderListPairs: 4096,
   // In MB; nghttp2 refuses new streams (ENHANCE_YOUR_CALM) past it. Large bodies in flight on one
@@ -59,13 +47,7 @@ export async function startNodeHttp2Server(opts: GrpcServerOptions): Promise<Run
   const logger = opts.logger.child({ component: 'grpc-server' });
   const definitions = loadWireDefinitions();
   const processMethod = definitions.externalProcessor.Process;
-  const { Check, Watch } = definitions.health;
-  // The constant "continue" replies are framed once; everything else is encoded and framed per reply.
-  const framedConstants = new Map<ProcessingResponse, Buffer>(
-    CONSTANT_REPLIES.map((reply) => [reply, frameMessage(processMethod.responseSerialize(reply))]),
-  );
-  const frameReply = (reply: ProcessingResponse): Buffer =>
-    framedConstants.get(reply) ?? frameMessage(processMethod.responseSerialize(reply));
+  const frameReply = replyFramer(processMethod.responseSerialize);
   const health = new HealthService(opts.health);
   const context = processCallContext(opts, logger);
   const sessions = new Set<ServerHttp2Session>();
@@ -147,53 +129,12 @@ export async function startNodeHttp2Server(opts: GrpcServerOptions): Promise<Run
     stream.on('close', () => processCall.cancelled());
   };
 
-  /** Reads the one request message of a unary or server-streaming call. */
-  const readRequest = (stream: ServerHttp2Stream, call: GrpcCall, onRequest: (request: HealthCheckRequest) => void): void => {
-    const deframer = new MessageDeframer(MiB);
-    let received = false;
-    stream.on('data', (chunk: Buffer) => {
-      if (received) return;
-      try {
-        deframer.push(chunk, (bytes) => {
-          if (received) return;
-          received = true;
-          onRequest(Check.requestDeserialize(bytes));
-        });
-      } catch (thrown) {
-        received = true;
-        const error = asError(thrown);
-        call.end(thrown instanceof GrpcFramingError ? GRPC_STATUS[thrown.code] : GRPC_STATUS.INTERNAL, error.message);
-      }
-    });
-    stream.on('end', () => {
-      if (!received) call.end(GRPC_STATUS.INTERNAL, 'no request message');
-    });
+  const serveHealth = (stream: ServerHttp2Stream, method: 'Check' | 'Watch'): void => {
+    const call = new HealthCall(method, health, definitions.health, new GrpcCall(stream));
+    stream.on('data', (chunk: Buffer) => call.data(chunk));
+    stream.on('end', () => call.end());
+    stream.on('close', () => call.closed());
     stream.on('error', (err) => logger.debug({ err }, 'health call failed'));
-  };
-
-  const serveCheck = (stream: ServerHttp2Stream): void => {
-    const call = new GrpcCall(stream);
-    readRequest(stream, call, (request) => {
-      const answer = health.check(request);
-      if (!answer.found) {
-        call.end(GRPC_STATUS.NOT_FOUND, answer.details);
-        return;
-      }
-      call.write(frameMessage(Check.responseSerialize(answer.response)));
-      call.end(GRPC_STATUS.OK);
-    });
-  };
-
-  const serveWatch = (stream: ServerHttp2Stream): void => {
-    const call = new GrpcCall(stream);
-    readRequest(stream, call, (request) => {
-      const watch = health.watch(
-        request,
-        (response: HealthCheckResponse) => void call.write(frameMessage(Watch.responseSerialize(response))),
-        () => call.end(GRPC_STATUS.OK),
-      );
-      stream.on('close', () => watch.stop());
-    });
   };
 
   const onStream = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void => {
@@ -216,10 +157,10 @@ export async function startNodeHttp2Server(opts: GrpcServerOptions): Promise<Run
         serveProcess(stream);
         return;
       case CHECK_PATH:
-        serveCheck(stream);
+        serveHealth(stream, 'Check');
         return;
       case WATCH_PATH:
-        serveWatch(stream);
+        serveHealth(stream, 'Watch');
         return;
       default:
         ignoreErrors();

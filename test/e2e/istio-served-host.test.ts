@@ -9,10 +9,12 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { pino } from 'pino';
 import { stringify as toYaml } from 'yaml';
+import type { GrpcTransport } from '../../src/config/config.js';
 import { GRPC_TRANSPORTS } from '../../src/config/schema.js';
 import { GATEWAY_PROFILES, SERVED_ENDPOINT_KEY } from '../../src/envoy-config/gateway-profiles.js';
 import { startGrpcServer, type RunningGrpcServer } from '../../src/extproc/grpc-server.js';
 import type { ProcessingRequest, ProcessingResponse, ProtoStruct } from '../../src/extproc/messages.js';
+import type { StreamProcessor } from '../../src/extproc/processor-contract.js';
 import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE } from '../../src/extproc/protocol-names.js';
 import { metadataNamespaces } from '../../src/extproc/wire-values.js';
 import { startEnvoy, type RunningEnvoy } from '../support/envoy-process.js';
@@ -70,19 +72,58 @@ function scriptedReply(request: ProcessingRequest, pick: string): ProcessingResp
   }
 }
 
+interface IstioBed {
+  readonly model: ModelServer;
+  readonly grpc: RunningGrpcServer;
+  readonly envoy: RunningEnvoy;
+  readonly stop: () => Promise<void>;
+}
+
+/**
+ * A model server, llm-extproc's gRPC server with `processor` on `transport`, and a real Envoy
+ * rendered from the Istio profile in front of them (`authority`: the EnvoyFilter patch, or none).
+ */
+async function startIstioBed(
+  name: string,
+  options: { transport?: GrpcTransport; authority?: string; processor: (model: ModelServer) => StreamProcessor },
+): Promise<IstioBed> {
+  const model = await startModelServer({ id: name, models: ['m'] });
+  const grpc = await startGrpcServer({
+    address: '127.0.0.1:0',
+    ...(options.transport === undefined ? {} : { transport: options.transport }),
+    health: { isServing: () => true, onChange: () => () => {} },
+    logger: pino({ level: 'silent' }),
+    processorFactory: () => options.processor(model),
+  });
+  const config = GATEWAY_PROFILES.istio.render({
+    listener: { address: '127.0.0.1', port: 0 },
+    admin: { address: '127.0.0.1', port: 0 },
+    extProc: grpc.address,
+    pickerTls: { kind: 'plaintext' },
+    backends: [model.address],
+    ...(options.authority === undefined ? {} : { istioPickerAuthority: options.authority }),
+  });
+  const envoy = await startEnvoy({ configYaml: toYaml(config), name });
+  return {
+    model,
+    grpc,
+    envoy,
+    stop: async () => {
+      await envoy.stop();
+      await grpc.shutdown(0);
+      await model.close();
+    },
+  };
+}
+
 void describe('Istio: what the picker receives about the served host', () => {
-  let model: ModelServer;
-  let grpc: RunningGrpcServer;
-  let envoy: RunningEnvoy;
+  let bed: IstioBed;
   const streams: Seen[][] = [];
 
   before(async () => {
-    model = await startModelServer({ id: 'served', models: ['m'] });
-    grpc = await startGrpcServer({
-      address: '127.0.0.1:0',
-      health: { isServing: () => true, onChange: () => () => {} },
-      logger: pino({ level: 'silent' }),
-      processorFactory: () => {
+    bed = await startIstioBed('istio-served', {
+      authority: 'llm-extproc.llm-extproc.svc:9002',
+      processor: (model) => {
         const seen: Seen[] = [];
         streams.push(seen);
         return {
@@ -95,24 +136,14 @@ void describe('Istio: what the picker receives about the served host', () => {
         };
       },
     });
-    const config = GATEWAY_PROFILES.istio.render({
-      listener: { address: '127.0.0.1', port: 0 },
-      admin: { address: '127.0.0.1', port: 0 },
-      extProc: grpc.address,
-      pickerTls: { kind: 'plaintext' },
-      backends: [model.address],
-      istioPickerAuthority: 'llm-extproc.llm-extproc.svc:9002',
-    });
-    envoy = await startEnvoy({ configYaml: toYaml(config), name: 'istio-served' });
   });
 
   after(async () => {
-    await envoy?.stop();
-    await grpc?.shutdown(0);
-    await model?.close();
+    await bed?.stop();
   });
 
   void it('request messages carry no envoy.lb; response messages carry our pick and the served host', async () => {
+    const { envoy, model } = bed;
     const response = await send(envoy.listenerPort('llm_gateway'), {
       path: '/v1/chat/completions',
       body: { model: 'm', messages: [{ role: 'user', content: 'hi' }] },
@@ -141,26 +172,14 @@ void describe("Istio's default picker authority (the cluster name, `outbound|…
   for (const transport of GRPC_TRANSPORTS) {
     const served = transport === 'native';
     void it(`${transport}: ${served ? 'served without the EnvoyFilter patch' : 'refused: without the EnvoyFilter patch every request fails closed'}`, async () => {
-      const model = await startModelServer({ id: 'istio-default-authority', models: ['m'] });
       const opened: number[] = [];
-      const grpc = await startGrpcServer({
-        address: '127.0.0.1:0',
+      const { envoy, model, stop } = await startIstioBed(`istio-authority-${transport}`, {
         transport,
-        health: { isServing: () => true, onChange: () => () => {} },
-        logger: pino({ level: 'silent' }),
-        processorFactory: () => {
+        processor: (served) => {
           opened.push(1);
-          return { process: (request) => scriptedReply(request, model.address), finish: () => {} };
+          return { process: (request) => scriptedReply(request, served.address), finish: () => {} };
         },
       });
-      const config = GATEWAY_PROFILES.istio.render({
-        listener: { address: '127.0.0.1', port: 0 },
-        admin: { address: '127.0.0.1', port: 0 },
-        extProc: grpc.address,
-        pickerTls: { kind: 'plaintext' },
-        backends: [model.address],
-      });
-      const envoy = await startEnvoy({ configYaml: toYaml(config), name: `istio-authority-${transport}` });
       try {
         const response = await send(envoy.listenerPort('llm_gateway'), {
           path: '/v1/chat/completions',
@@ -176,9 +195,7 @@ void describe("Istio's default picker authority (the cluster name, `outbound|…
           assert.equal(model.requests.length, 0, 'fail closed: nothing routed');
         }
       } finally {
-        await envoy.stop();
-        await grpc.shutdown(0);
-        await model.close();
+        await stop();
       }
     });
   }

@@ -1,8 +1,12 @@
-// The pre-encoded "continue" replies must be byte-for-byte what protobufjs would send.
+// The pre-encoded "continue" replies must be byte-for-byte what protobufjs would send, and the
+// transports' framing of replies built once must be what framing them afresh gives.
 
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
-import { CONSTANT_REPLIES } from '../../src/extproc/constant-replies.js';
+import { CONSTANT_REPLIES, reusedReply } from '../../src/extproc/constant-replies.js';
+import { replyFramer } from '../../src/extproc/grpc-edge.js';
+import { frameMessage } from '../../src/extproc/grpc-framing.js';
+import type { ProcessingResponse } from '../../src/extproc/messages.js';
 import { loadWireDefinitions } from '../../src/extproc/wire.js';
 
 it('cached constant replies encode exactly like freshly built equal replies, and decode back to them', () => {
@@ -18,4 +22,19 @@ it('cached constant replies encode exactly like freshly built equal replies, and
       Object.keys(reply),
     );
   }
+});
+
+it('the transports frame a reply built once a single time, and any other reply afresh, with the same bytes either way', () => {
+  const { Process } = loadWireDefinitions().externalProcessor;
+  const frameReply = replyFramer(Process.responseSerialize);
+  const routing = reusedReply({ request_body: { response: { header_mutation: { set_headers: [] } } } } as ProcessingResponse);
+  for (const reply of [...CONSTANT_REPLIES, routing]) {
+    const first = frameReply(reply);
+    assert.ok(first.equals(frameMessage(Process.responseSerialize(reply))), 'a length-prefixed message of the reply');
+    assert.equal(frameReply(reply), first, 'framed once, the same buffer on every send');
+  }
+  const fresh = JSON.parse(JSON.stringify(routing)) as ProcessingResponse;
+  const framed = frameReply(fresh);
+  assert.ok(framed.equals(frameReply(routing)), 'equal replies frame to equal bytes');
+  assert.notEqual(frameReply(fresh), framed, 'a reply not marked as reused is framed on every send');
 });

@@ -219,7 +219,7 @@ export class H2Connection {
   peerMaxFrameSize = DEFAULT_MAX_FRAME_SIZE;
   /** Connection-level send window. */
   sendWindow = DEFAULT_WINDOW_SIZE;
-  /** The socket's buffer is full: writers should pause until it drains. */
+  /** The socket's buffer is full: we stopped reading the peer until it drains. */
   congested = false;
   readonly blockedStreams = new Set<H2Stream>();
   private readonly streams = new Map<number, H2Stream>();
@@ -242,7 +242,6 @@ export class H2Connection {
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private flushScheduled = false;
-  private pausedForDrain = false;
   /** The final GOAWAY went out (an error, or the second step of close()): new streams are refused. */
   private goawaySent = false;
   /** close() sent its first GOAWAY and waits for the PING's ACK. */
@@ -319,13 +318,6 @@ export class H2Connection {
     return true;
   }
 
-  /** Stop reading the peer until our queued writes drain (the peer is not reading our replies). */
-  pauseUntilDrain(): void {
-    if (!this.congested || this.pausedForDrain) return;
-    this.pausedForDrain = true;
-    this.socket.pause();
-  }
-
   queue(frame: Buffer): void {
     if (this.destroyed) return;
     this.pending.push(frame);
@@ -343,20 +335,18 @@ export class H2Connection {
     this.pending = [];
     this.pendingBytes = 0;
     if (!this.socket.write(out)) {
-      this.congested = true;
       // Stop reading a peer that does not read us: every frame read can add a reply (a PING or
       // SETTINGS ack, a RST_STREAM, a gRPC reply), and a peer that never takes them would have us
       // buffer without bound (the "ping flood"). Reading resumes on 'drain'.
-      this.pauseUntilDrain();
+      this.congested = true;
+      this.socket.pause();
     }
   };
 
   private readonly onDrain = (): void => {
+    if (!this.congested) return;
     this.congested = false;
-    if (this.pausedForDrain) {
-      this.pausedForDrain = false;
-      this.socket.resume();
-    }
+    this.socket.resume();
   };
 
   /** Forgets a stream and tells its handlers how it ended. */
