@@ -27,7 +27,7 @@ it('cached constant replies encode exactly like freshly built equal replies, and
 it('the transports frame a reply built once a single time, and any other reply afresh, with the same bytes either way', () => {
   const { Process } = loadWireDefinitions().externalProcessor;
   const frameReply = replyFramer(Process.responseSerialize);
-  const routing = reusedReply({ request_body: { response: { header_mutation: { set_headers: [] } } } } as ProcessingResponse);
+  const routing = reusedReply({ request_body: { response: { header_mutation: { set_headers: [] } } } });
   for (const reply of [...CONSTANT_REPLIES, routing]) {
     const first = frameReply(reply);
     assert.ok(first.equals(frameMessage(Process.responseSerialize(reply))), 'a length-prefixed message of the reply');
