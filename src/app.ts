@@ -125,6 +125,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
     logger: requestLogger,
     health,
     ...(tls === undefined ? {} : { tls }),
+    onTurnaround: (seconds, replies) => metrics.messageTurnaround(seconds, replies),
     processorFactory: () =>
       new RequestProcessor({
         routing,

@@ -316,8 +316,8 @@ function cores(seconds: number | undefined, wallMs: number): string {
   return seconds === undefined || wallMs <= 0 ? '–' : ((seconds * 1000) / wallMs).toFixed(2);
 }
 
-/** Event-loop delay quantile in ms from the server's histogram ("<0.5" below the first bucket). */
-function loopQuantile(h: HistogramSnapshot | undefined, q: number): string {
+/** A quantile in ms from one of the server's histograms ("≤0.5" below the first bucket). */
+function quantileMs(h: HistogramSnapshot | undefined, q: number): string {
   if (h === undefined || h.count <= 0) return '–';
   const { value, aboveTop } = histogramQuantile(h, q);
   const firstBound = h.buckets[0]?.le ?? 0;
@@ -347,8 +347,10 @@ function renderTail(results: readonly SetupResults[]): string {
         b === undefined ? '–' : ratio(ev.p99 / b.p99),
         ms(ev.p999),
         b === undefined ? '–' : ratio(ev.p999 / b.p999),
-        loopQuantile(phase.server?.loop, 0.99),
-        loopQuantile(phase.server?.loop, 0.999),
+        quantileMs(phase.server?.turnaround, 0.5),
+        quantileMs(phase.server?.turnaround, 0.99),
+        quantileMs(phase.server?.loop, 0.99),
+        quantileMs(phase.server?.loop, 0.999),
         gcShare(phase.server, phase.wallMs),
         cores(phase.cpu.serverSeconds, phase.wallMs),
       ]);
@@ -361,15 +363,19 @@ function renderTail(results: readonly SetupResults[]): string {
         '',
         '',
         '',
-        loopQuantile(phase.server?.loop, 0.99),
-        loopQuantile(phase.server?.loop, 0.999),
+        quantileMs(phase.server?.turnaround, 0.5),
+        quantileMs(phase.server?.turnaround, 0.99),
+        quantileMs(phase.server?.loop, 0.99),
+        quantileMs(phase.server?.loop, 0.999),
         gcShare(phase.server, phase.wallMs),
         cores(phase.cpu.serverSeconds, phase.wallMs),
       ]);
     }
   }
   return [
-    "#### Per-chunk tail against Envoy alone, and llm-extproc's event loop and GC in the same phases",
+    '#### Per-chunk tail against Envoy alone, and what happened inside llm-extproc in the same phases',
+    '',
+    '*Inside llm-extproc* is `llm_extproc_message_turnaround_seconds`: from the socket read that brought an ext_proc message to the socket write of its reply (our whole share of the round trip; `–` on the transports that do not report it).',
     '',
     table(
       [
@@ -379,6 +385,8 @@ function renderTail(results: readonly SetupResults[]): string {
         '÷ Envoy alone',
         'chunk p99.9 ms',
         '÷ Envoy alone',
+        'inside llm-extproc p50 ms',
+        'p99 ms',
         'event-loop delay p99 ms',
         'p99.9 ms',
         'GC pauses (share of wall time)',

@@ -170,6 +170,7 @@ export async function startDirectServer(opts: GrpcServerOptions): Promise<Runnin
       maxHeaderListBytes: MAX_HEADER_LIST_BYTES,
       onStream,
       onProtocolEvent,
+      ...(opts.onTurnaround === undefined ? {} : { onTurnaround: opts.onTurnaround }),
     });
     connections.add(connection);
     const keepalive = startKeepalive(connection, logger);

@@ -33,6 +33,11 @@ export interface GrpcServerOptions {
   tls?: TlsIdentitySource;
   /** Which implementation serves the listener (config `listen.transport`); default native. */
   transport?: GrpcTransport;
+  /**
+   * Our own transport only (`native`): told at each socket write that answers a read, with the
+   * seconds since that read and the number of replies the write carries (H2ConnectionOptions).
+   */
+  onTurnaround?: (seconds: number, replies: number) => void;
 }
 
 export interface RunningGrpcServer {

@@ -76,6 +76,16 @@ export class Metrics {
     'message',
   );
 
+  private readonly turnaround = new CountingHistogram({
+    name: 'llm_extproc_message_turnaround_seconds',
+    help:
+      'Time from the socket read that brought ext_proc messages to the socket write of their replies (decoding, handling, ' +
+      'encoding, and waiting for the other messages of the same read): our whole share of each round trip Envoy waits for. ' +
+      'Counted once per reply; listen.transport native only.',
+    buckets: [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25],
+    registers: [this.registry],
+  }).child('');
+
   private readonly outsidePick = new Counter({
     name: 'llm_extproc_served_outside_pick_total',
     help: 'Requests Envoy sent to a host we did not pick (its backends cluster lacked our picks and its fallback policy chose).',
@@ -185,6 +195,11 @@ export class Metrics {
       this.messageChildren.set(message, child);
     }
     child.observe(seconds);
+  }
+
+  /** `replies` replies were written `seconds` after the read that brought their messages. */
+  messageTurnaround(seconds: number, replies: number): void {
+    this.turnaround.observe(seconds, replies);
   }
 
   servedOutsidePick(): void {

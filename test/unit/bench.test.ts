@@ -19,6 +19,7 @@ import {
   replaceBetweenMarkers,
   summarize,
 } from '../../scripts/bench/stats.js';
+import { addServerDelta, serverSnapshot } from '../../scripts/bench/server-stats.js';
 import { startBenchUpstream } from '../../scripts/bench/upstream.js';
 
 describe('bench statistics', () => {
@@ -56,6 +57,24 @@ describe('bench statistics', () => {
 
     const tail = histogramQuantile(after.get('response_body')!, 0.5);
     assert.deepEqual(tail, { value: 0.05, aboveTop: true });
+  });
+
+  it("adds up llm-extproc's turnaround over phases from real scrapes, and leaves it out when never reported", async () => {
+    const metrics = new Metrics({ processMetrics: false });
+    const silent = serverSnapshot(await metrics.registry.metrics());
+    assert.equal(silent.turnaround, undefined, 'a transport that never reports it (node-http2, grpc-js) shows no figure');
+    metrics.messageTurnaround(0.00007, 3);
+    const first = serverSnapshot(await metrics.registry.metrics());
+    metrics.messageTurnaround(0.0003, 2);
+    metrics.messageTurnaround(0.004, 1);
+    const second = serverSnapshot(await metrics.registry.metrics());
+    const phaseOne = addServerDelta(undefined, silent, first);
+    const both = addServerDelta(phaseOne, first, second);
+    assert.equal(phaseOne.turnaround?.count, 3, 'three replies in one socket write count three times');
+    assert.equal(both.turnaround?.count, 6);
+    assert.ok(Math.abs((both.turnaround?.sum ?? 0) - (3 * 0.00007 + 2 * 0.0003 + 0.004)) < 1e-12);
+    const p99 = histogramQuantile(both.turnaround, 0.99);
+    assert.ok(p99.value > 0.0025 && p99.value <= 0.005, `p99 ${p99.value}`);
   });
 
   it('replaces only the text between the markers', () => {

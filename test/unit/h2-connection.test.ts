@@ -554,3 +554,48 @@ function framesOn(raw: RawH2Connection, streamId: number): Array<[number, number
     .filter((f) => f.streamId === streamId)
     .map((f) => [f.type, f.flags & FLAG.END_STREAM]);
 }
+
+void describe('HTTP/2 connection turnaround (the time a message spends with us)', () => {
+  void it('every reply written while a read is handled is told once, with a time; a reply written later is not', async (t) => {
+    const told: Array<{ seconds: number; replies: number }> = [];
+    // Echo at once, except for a chunk starting with "later", answered on the next turn of the loop.
+    const deferredEcho: Behaviour = (stream) => {
+      stream.respond(encodeHeaderBlock([[':status', '200']]));
+      const previous = stream.handlers;
+      stream.handlers = {
+        ...previous,
+        onData: (chunk) => {
+          const copy = Buffer.from(chunk);
+          if (copy.toString('latin1').startsWith('later')) setImmediate(() => stream.write(copy));
+          else stream.write(copy);
+        },
+      };
+    };
+    const harness = await startServer(deferredEcho, { onTurnaround: (seconds, replies) => told.push({ seconds, replies }) });
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    const echoedChunks = (): number => parseFrames(raw.received()).filter((f) => f.type === FRAME.DATA && f.streamId === 1).length;
+    raw.write(
+      Buffer.concat([
+        headersFrame(1, POST_X),
+        dataFrame(1, Buffer.from('one')),
+        dataFrame(1, Buffer.from('two')),
+        dataFrame(1, Buffer.from('three')),
+      ]),
+    );
+    await raw.until(() => echoedChunks() === 3);
+    const total = (): number => told.reduce((sum, entry) => sum + entry.replies, 0);
+    assert.equal(total(), 3, 'each of the three echoes counted once, however the reads fell');
+    for (const entry of told) {
+      assert.ok(entry.replies >= 1, 'a told write carries at least one reply');
+      assert.ok(Number.isFinite(entry.seconds) && entry.seconds >= 0, `a time since the read: ${entry.seconds}`);
+    }
+    raw.write(dataFrame(1, Buffer.from('later')));
+    await raw.until(() => echoedChunks() === 4);
+    // A PING's ACK is written after the read it came in: by then the deferred echo has been told, or never will be.
+    raw.write(PING);
+    await raw.until(hasPingAck);
+    assert.equal(total(), 3, 'the echo written after an await belongs to no read');
+  });
+});

@@ -47,6 +47,14 @@ export interface H2ConnectionOptions {
   readonly onStream: (stream: H2Stream, headers: ReadonlyArray<readonly [string, string]>) => void;
   /** Something worth a debug line: a peer's protocol error, a refused stream. */
   readonly onProtocolEvent?: (event: string, details: Record<string, unknown>) => void;
+  /**
+   * Told at each socket write that carries stream DATA written while handling a read: the seconds
+   * since that read came in, and how many stream writes (gRPC replies) the socket write carries.
+   * This is our whole share of each round trip the peer waits for: decoding, handling, encoding,
+   * and waiting for the other messages of the same read. Writes made later (after an await) are
+   * not told.
+   */
+  readonly onTurnaround?: (seconds: number, replies: number) => void;
 }
 
 /** How a stream ended, told to its handlers exactly once. */
@@ -111,6 +119,7 @@ export class H2Stream {
   /** Sends body bytes; false when the connection's write buffer is full (the caller should pause). */
   write(data: Uint8Array): boolean {
     if (this.localEnded || this.closed || data.length === 0) return !this.connection.congested;
+    this.connection.repliesToRead++;
     if (this.blocked !== undefined) this.blocked.push(Buffer.from(data));
     else this.sendData(data);
     return !this.connection.congested;
@@ -242,6 +251,10 @@ export class H2Connection {
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private flushScheduled = false;
+  /** performance.now() when the read being answered came in; -1 outside one or when nobody is told. */
+  private readStartedAt = -1;
+  /** Stream writes since that read came in (counted always: cheaper than asking). */
+  repliesToRead = 0;
   /** The final GOAWAY went out (an error, or the second step of close()): new streams are refused. */
   private goawaySent = false;
   /** close() sent its first GOAWAY and waits for the PING's ACK. */
@@ -334,6 +347,13 @@ export class H2Connection {
     const out = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending, this.pendingBytes);
     this.pending = [];
     this.pendingBytes = 0;
+    if (this.readStartedAt >= 0) {
+      // Timed before the write: on loopback the write can hand the CPU to the reader at once, and
+      // that time is the peer's, not ours.
+      if (this.repliesToRead > 0) this.options.onTurnaround?.((performance.now() - this.readStartedAt) / 1000, this.repliesToRead);
+      this.readStartedAt = -1;
+    }
+    this.repliesToRead = 0;
     if (!this.socket.write(out)) {
       // Stop reading a peer that does not read us: every frame read can add a reply (a PING or
       // SETTINGS ack, a RST_STREAM, a gRPC reply), and a peer that never takes them would have us
@@ -378,6 +398,8 @@ export class H2Connection {
 
   private readonly onSocketData = (chunk: Buffer): void => {
     if (this.destroyed) return;
+    if (this.options.onTurnaround !== undefined) this.readStartedAt = performance.now();
+    this.repliesToRead = 0;
     try {
       let data = chunk;
       if (this.preface !== undefined) {
@@ -399,6 +421,8 @@ export class H2Connection {
     }
     this.tellEnds();
     this.grantConnectionWindow();
+    // Nothing to write for this read: a later write answers a later read, not this one.
+    if (!this.flushScheduled) this.readStartedAt = -1;
   };
 
   private tellEnds(): void {
