@@ -20,7 +20,13 @@ import { HealthCall } from './health-call.js';
 import { HealthService } from './health-service.js';
 import { secureContextOptions } from './tls-identity.js';
 import { asError, ProcessCall, processCallContext } from './process-call.js';
-import { CONNECTION_WINDOW_BYTES, MAX_HEADER_LIST_BYTES, MAX_RECEIVE_MESSAGE_BYTES, STREAM_WINDOW_BYTES } from './transport-settings.js';
+import {
+  CONNECTION_WINDOW_BYTES,
+  MAX_CONCURRENT_STREAMS,
+  MAX_HEADER_LIST_BYTES,
+  MAX_RECEIVE_MESSAGE_BYTES,
+  STREAM_WINDOW_BYTES,
+} from './transport-settings.js';
 import { bindEdge, isGrpcContentType, replyFramer, startKeepalive } from './grpc-edge.js';
 import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from './wire.js';
 
@@ -168,6 +174,7 @@ export async function startDirectServer(opts: GrpcServerOptions): Promise<Runnin
       streamWindow: STREAM_WINDOW_BYTES,
       connectionWindow: CONNECTION_WINDOW_BYTES,
       maxHeaderListBytes: MAX_HEADER_LIST_BYTES,
+      maxConcurrentStreams: MAX_CONCURRENT_STREAMS,
       onStream,
       onProtocolEvent,
       ...(opts.onTurnaround === undefined ? {} : { onTurnaround: opts.onTurnaround }),

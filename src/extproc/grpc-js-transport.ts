@@ -20,7 +20,13 @@ import { ProcessCall, processCallContext } from './process-call.js';
 import type { ProcessCallContext } from './process-call.js';
 import type { TlsIdentitySource } from './tls-identity.js';
 import { secureContextOptions } from './tls-identity.js';
-import { KEEPALIVE_INTERVAL_MS, KEEPALIVE_TIMEOUT_MS, MAX_RECEIVE_MESSAGE_BYTES, RELEASE_FLUSH_MS } from './transport-settings.js';
+import {
+  KEEPALIVE_INTERVAL_MS,
+  KEEPALIVE_TIMEOUT_MS,
+  MAX_CONCURRENT_STREAMS,
+  MAX_RECEIVE_MESSAGE_BYTES,
+  RELEASE_FLUSH_MS,
+} from './transport-settings.js';
 import { loadWireDefinitions } from './wire.js';
 import type { HealthCheckRequest, HealthCheckResponse } from './wire.js';
 
@@ -29,7 +35,8 @@ import type { HealthCheckRequest, HealthCheckResponse } from './wire.js';
  * - Envoy keeps one long-lived HTTP/2 connection per worker and may ping it while idle. grpc-js
  *   does not enforce a ping policy today, so the two ping options only state the intent (never
  *   GOAWAY a pinging Envoy) and keep it if enforcement arrives.
- * - Every HTTP request is a stream on the same few connections: no concurrency cap.
+ * - Every HTTP request is a stream on the same few connections, capped as on the other transports
+ *   (Envoy opens another connection past the cap).
  * grpc-js already leaves http2 session memory unbounded by default, which large bodies need.
  */
 export const GRPC_SERVER_OPTIONS: Readonly<ChannelOptions> = Object.freeze({
@@ -37,7 +44,7 @@ export const GRPC_SERVER_OPTIONS: Readonly<ChannelOptions> = Object.freeze({
   'grpc.http2.min_ping_interval_without_data_ms': 5_000,
   'grpc.keepalive_time_ms': KEEPALIVE_INTERVAL_MS,
   'grpc.keepalive_timeout_ms': KEEPALIVE_TIMEOUT_MS,
-  'grpc.max_concurrent_streams': 2 ** 31 - 1,
+  'grpc.max_concurrent_streams': MAX_CONCURRENT_STREAMS,
   'grpc.max_receive_message_length': MAX_RECEIVE_MESSAGE_BYTES,
   'grpc.max_send_message_length': -1,
 });

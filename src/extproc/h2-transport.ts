@@ -14,7 +14,13 @@ import { HealthCall } from './health-call.js';
 import { HealthService } from './health-service.js';
 import { secureContextOptions } from './tls-identity.js';
 import { asError, ProcessCall, processCallContext } from './process-call.js';
-import { CONNECTION_WINDOW_BYTES, MAX_HEADER_LIST_BYTES, MAX_RECEIVE_MESSAGE_BYTES, STREAM_WINDOW_BYTES } from './transport-settings.js';
+import {
+  CONNECTION_WINDOW_BYTES,
+  MAX_CONCURRENT_STREAMS,
+  MAX_HEADER_LIST_BYTES,
+  MAX_RECEIVE_MESSAGE_BYTES,
+  STREAM_WINDOW_BYTES,
+} from './transport-settings.js';
 import { bindEdge, isGrpcContentType, replyFramer, startKeepalive } from './grpc-edge.js';
 import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from './wire.js';
 
@@ -24,12 +30,12 @@ const WATCH_PATH = `/${HEALTH_SERVICE_NAME}/Watch`;
 
 /**
  * HTTP/2 settings for Envoy as the only client: every HTTP request is a stream on the same few
- * connections (no concurrency cap), large windows (above), and header limits well above what
- * Envoy's ext_proc client sends, so no request dies on a header-size setting.
+ * connections (the same concurrency cap as our own transport), large windows (above), and header
+ * limits well above what Envoy's ext_proc client sends, so no request dies on a header-size setting.
  */
 const SERVER_OPTIONS: http2.ServerOptions = {
   settings: {
-    maxConcurrentStreams: 2 ** 32 - 1,
+    maxConcurrentStreams: MAX_CONCURRENT_STREAMS,
     initialWindowSize: STREAM_WINDOW_BYTES,
     maxHeaderListSize: MAX_HEADER_LIST_BYTES,
   },

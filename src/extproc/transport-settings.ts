@@ -22,5 +22,11 @@ export const RELEASE_FLUSH_MS = 500;
 export const STREAM_WINDOW_BYTES = 16 * MiB;
 /** Connection receive window: room for several large bodies at once on Envoy's one connection. */
 export const CONNECTION_WINDOW_BYTES = 128 * MiB;
+/**
+ * Streams one connection may have open at once: each is one HTTP request in flight at Envoy, and
+ * Envoy opens another connection when it needs more (our rendered config caps the cluster at 2048
+ * requests anyway). Bounds the memory one connection can hold.
+ */
+export const MAX_CONCURRENT_STREAMS = 4096;
 /** Far above what Envoy's ext_proc client sends, so no request dies on a header-size limit. */
 export const MAX_HEADER_LIST_BYTES = 1 * MiB;

@@ -599,3 +599,83 @@ void describe('HTTP/2 connection turnaround (the time a message spends with us)'
     assert.equal(total(), 3, 'the echo written after an await belongs to no read');
   });
 });
+
+void describe('HTTP/2 connection limits on streams', () => {
+  void it('advertises SETTINGS_MAX_CONCURRENT_STREAMS, refuses one stream over it with REFUSED_STREAM, and takes a new one once a slot frees', async (t) => {
+    const harness = await startServer(echo, { maxConcurrentStreams: 3 });
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    await raw.until((received) => parseFrames(received).some((f) => f.type === FRAME.SETTINGS));
+    const settings = parseFrames(raw.received()).find((f) => f.type === FRAME.SETTINGS && (f.flags & 1) === 0)!;
+    const advertised = new Map<number, number>();
+    for (let at = 0; at + 6 <= settings.payload.length; at += 6)
+      advertised.set(settings.payload.readUInt16BE(at), settings.payload.readUInt32BE(at + 2));
+    assert.equal(advertised.get(0x3), 3, 'SETTINGS_MAX_CONCURRENT_STREAMS');
+    // Streams 1, 3 and 5 stay open (answered, not ended); 7 is one too many.
+    raw.write(Buffer.concat([1, 3, 5, 7].map((id) => headersFrame(id, POST_X))));
+    await raw.until((received) => parseFrames(received).some((f) => f.type === FRAME.RST_STREAM && f.streamId === 7));
+    const refusal = parseFrames(raw.received()).find((f) => f.type === FRAME.RST_STREAM && f.streamId === 7)!;
+    assert.equal(refusal.payload.readUInt32BE(0), ErrorCode.REFUSED_STREAM, 'refused: safe for the client to retry');
+    assert.deepEqual(
+      parseFrames(raw.received())
+        .filter((f) => f.type === FRAME.RST_STREAM)
+        .map((f) => f.streamId),
+      [7],
+      'only the stream over the limit',
+    );
+    // Stream 1 ends, which frees a slot: stream 9 is served whole.
+    raw.write(dataFrame(1, Buffer.from('a'), true));
+    await raw.until(() => framesOn(raw, 1).some(([type, end]) => type === FRAME.HEADERS && end === FLAG.END_STREAM));
+    raw.write(Buffer.concat([headersFrame(9, POST_X), dataFrame(9, Buffer.from('nine'), true)]));
+    await raw.until(() => framesOn(raw, 9).some(([type, end]) => type === FRAME.HEADERS && end === FLAG.END_STREAM));
+    const echoed = parseFrames(raw.received()).filter((f) => f.type === FRAME.DATA && f.streamId === 9);
+    assert.equal(Buffer.concat(echoed.map((f) => f.payload)).toString(), 'nine');
+  });
+
+  void it('rapid reset: streams reset before they were ever answered end the connection with ENHANCE_YOUR_CALM', async (t) => {
+    const harness = await startServer(() => undefined); // never answers on its own
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    const pingAcks = (): number => parseFrames(raw.received()).filter((f) => f.type === 6 && (f.flags & 1) === 1).length;
+    // Five batches of 100 opened-and-reset streams; the 500th reset is the last frame of the last
+    // batch, so the server has read all we sent when it closes (unread bytes would make its
+    // kernel answer with a TCP reset, which can destroy the GOAWAY in flight).
+    let id = 1;
+    for (let batch = 0; batch < 5; batch++) {
+      const frames: Buffer[] = [];
+      for (let i = 0; i < 100; i++, id += 2) frames.push(headersFrame(id, POST_X), rstStreamFrame(id));
+      raw.write(Buffer.concat(frames));
+      if (batch === 4) break;
+      raw.write(PING);
+      await raw.until(() => pingAcks() === batch + 1);
+      assert.equal(harness.observed.connections[0]?.closed, false, `still open after ${(batch + 1) * 100} resets`);
+    }
+    await raw.closed();
+    const goaway = parseFrames(raw.received()).find((f) => f.type === FRAME.GOAWAY);
+    assert.ok(goaway !== undefined, 'a GOAWAY before the close');
+    assert.equal(goaway.payload.readUInt32BE(4), ErrorCode.ENHANCE_YOUR_CALM);
+    assert.match(goaway.payload.subarray(8).toString(), /rapid reset/);
+  });
+
+  void it('cancellations after an answer (how Envoy cancels a request) never count: 2,000 of them and the connection still serves', async (t) => {
+    const harness = await startServer(echo); // answers every stream at once
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    let id = 1;
+    for (let batch = 0; batch < 20; batch++) {
+      const frames: Buffer[] = [];
+      for (let i = 0; i < 100; i++, id += 2) frames.push(headersFrame(id, POST_X), rstStreamFrame(id));
+      raw.write(Buffer.concat(frames));
+    }
+    raw.write(Buffer.concat([headersFrame(id, POST_X), dataFrame(id, Buffer.from('still here'), true)]));
+    await raw.until(() => framesOn(raw, id).some(([type, end]) => type === FRAME.HEADERS && end === FLAG.END_STREAM));
+    assert.equal(
+      parseFrames(raw.received()).some((f) => f.type === FRAME.GOAWAY),
+      false,
+      'no GOAWAY',
+    );
+  });
+});

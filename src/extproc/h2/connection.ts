@@ -43,6 +43,12 @@ export interface H2ConnectionOptions {
   readonly connectionWindow: number;
   /** Largest decoded header list we accept per stream (SETTINGS_MAX_HEADER_LIST_SIZE). */
   readonly maxHeaderListBytes: number;
+  /**
+   * Streams the peer may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS); one more is refused
+   * with REFUSED_STREAM, which a client retries elsewhere (Envoy opens another connection).
+   * Absent: no limit.
+   */
+  readonly maxConcurrentStreams?: number;
   /** A new stream and its request header fields. Set `stream.handlers` before returning. */
   readonly onStream: (stream: H2Stream, headers: ReadonlyArray<readonly [string, string]>) => void;
   /** Something worth a debug line: a peer's protocol error, a refused stream. */
@@ -56,6 +62,17 @@ export interface H2ConnectionOptions {
    */
   readonly onTurnaround?: (seconds: number, replies: number) => void;
 }
+
+/**
+ * Rapid reset (CVE-2023-44487): a peer opening streams and resetting them before any answer makes
+ * us do work per stream while no concurrency limit applies (reset streams are not open). Envoy
+ * resets an ext_proc stream only when its request is cancelled, almost always after our first
+ * reply; so once at least this many streams were reset before we answered them, and they are at
+ * least half the streams opened, the connection ends with ENHANCE_YOUR_CALM.
+ */
+const UNANSWERED_RESETS_MIN = 500;
+/** Both counts are halved every time this many streams were opened: old traffic cannot hide a new burst. */
+const RESET_WINDOW_STREAMS = 2000;
 
 /** How a stream ended, told to its handlers exactly once. */
 export type StreamClose =
@@ -251,6 +268,9 @@ export class H2Connection {
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private flushScheduled = false;
+  /** Streams opened and streams the peer reset before we answered them (see UNANSWERED_RESETS_MIN). */
+  private streamsOpened = 0;
+  private unansweredResets = 0;
   /** performance.now() when the read being answered came in; -1 outside one or when nobody is told. */
   private readStartedAt = -1;
   /** Stream writes since that read came in (counted always: cheaper than asking). */
@@ -274,6 +294,9 @@ export class H2Connection {
       encodeSettings([
         [Setting.INITIAL_WINDOW_SIZE, options.streamWindow],
         [Setting.MAX_HEADER_LIST_SIZE, options.maxHeaderListBytes],
+        ...(options.maxConcurrentStreams === undefined
+          ? []
+          : [[Setting.MAX_CONCURRENT_STREAMS, options.maxConcurrentStreams] as [number, number]]),
       ]),
     );
     if (options.connectionWindow > DEFAULT_WINDOW_SIZE) this.queue(encodeWindowUpdate(0, options.connectionWindow - DEFAULT_WINDOW_SIZE));
@@ -593,7 +616,11 @@ export class H2Connection {
     if (payload.length !== 4) throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, 'RST_STREAM payload not 4 bytes');
     if (streamId > this.lastStreamId) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'RST_STREAM on an idle stream');
     const stream = this.streams.get(streamId);
-    if (stream !== undefined) this.closeStream(stream, { kind: 'reset', code: payload.readUInt32BE(0) });
+    if (stream === undefined) return;
+    if (!stream.headersSent && ++this.unansweredResets >= UNANSWERED_RESETS_MIN && this.unansweredResets * 2 >= this.streamsOpened) {
+      throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, 'most streams were reset before they were answered (rapid reset)');
+    }
+    this.closeStream(stream, { kind: 'reset', code: payload.readUInt32BE(0) });
   }
 
   private onData(flags: number, streamId: number, payload: Buffer): void {
@@ -718,6 +745,15 @@ export class H2Connection {
       this.options.onProtocolEvent?.('header list too large', { stream: streamId });
       this.queue(encodeRstStream(streamId, ErrorCode.ENHANCE_YOUR_CALM));
       return;
+    }
+    if (this.streams.size >= (this.options.maxConcurrentStreams ?? Infinity)) {
+      this.options.onProtocolEvent?.('stream over the concurrency limit refused', { stream: streamId });
+      this.queue(encodeRstStream(streamId, ErrorCode.REFUSED_STREAM));
+      return;
+    }
+    if (++this.streamsOpened >= RESET_WINDOW_STREAMS) {
+      this.streamsOpened /= 2;
+      this.unansweredResets /= 2;
     }
     const stream = new H2Stream(this, streamId, this.peerInitialWindow, this.options.streamWindow);
     this.streams.set(streamId, stream);
