@@ -28,7 +28,10 @@
 // --envoy-concurrency N (Envoy worker threads of every setup, default 2: one per core, as Envoy
 // runs by default; each Envoy worker holds its own connection to llm-extproc), --no-modes (leave
 // out the duplex and tls setups), --setups a,b,… (run only these setups besides the baseline, e.g.
-// `--setups tcp,nodehttp2,grpcjs` for a quick transport A/B).
+// `--setups tcp,nodehttp2,grpcjs` for a quick transport A/B), --external-extproc HOST:PORT (one more
+// setup: the same Envoy config pointed at an ext_proc server started elsewhere, e.g. the do-nothing
+// Go server of scripts/bench/go-floor, to measure the floor of the ext_proc hop itself; its CPU and
+// metrics are not read).
 
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -86,6 +89,7 @@ const { values: flags } = parseArgs({
     'envoy-concurrency': { type: 'string', default: '2' },
     'no-modes': { type: 'boolean', default: false },
     setups: { type: 'string' },
+    'external-extproc': { type: 'string' },
   },
   allowPositionals: false,
 });
@@ -131,6 +135,8 @@ const opts = {
   modes: !flags['no-modes'],
   /** Setups to run besides the baseline; undefined = all. */
   only: flags.setups === undefined ? undefined : new Set(flags.setups.split(',').map((key) => key.trim())),
+  /** An ext_proc server we do not start or read (HOST:PORT): the `external` setup. */
+  externalExtProc: flags['external-extproc'],
 };
 if (opts.write && opts.cpuProf) throw new Error('--write and --cpu-prof do not mix: a profiled server is slower than a real one');
 
@@ -495,6 +501,9 @@ async function main(): Promise<void> {
       config: gatewayConfig(tlsServer.grpcAddress, upstreamAddress, { extProcTls: { kind: 'unverified' } }),
       server: tlsServer,
     });
+  }
+  if (opts.externalExtProc !== undefined) {
+    plans.push({ key: 'external', config: gatewayConfig(opts.externalExtProc, upstreamAddress), server: undefined });
   }
   const maxSockets = Math.max(...opts.concurrency, ...opts.streamConcurrency);
   const setups: Setup[] = [];

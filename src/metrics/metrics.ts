@@ -79,9 +79,10 @@ export class Metrics {
   private readonly turnaround = new CountingHistogram({
     name: 'llm_extproc_message_turnaround_seconds',
     help:
-      'Time from the socket read that brought ext_proc messages to the socket write of their replies (decoding, handling, ' +
-      'encoding, and waiting for the other messages of the same read): our whole share of each round trip Envoy waits for. ' +
-      'Counted once per reply; listen.transport native only.',
+      'Time from the read callback that brought ext_proc messages to the socket write of their replies (decoding, handling, ' +
+      'encoding, and waiting for the other messages of the same read); a lower bound of our share of each round trip Envoy ' +
+      'waits for (time in the kernel before the read is not in it). Counted once per reply, health replies included; ' +
+      'listen.transport native only.',
     buckets: [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25],
     registers: [this.registry],
   }).child('');

@@ -25,6 +25,7 @@ import {
   rstStreamFrame,
 } from '../support/h2-frames.js';
 import type { RawH2Connection } from '../support/h2-frames.js';
+import { waitUntil } from '../support/wait-until.js';
 
 interface Observed {
   readonly closes: StreamClose[];
@@ -600,6 +601,31 @@ void describe('HTTP/2 connection turnaround (the time a message spends with us)'
   });
 });
 
+void describe('HTTP/2 connection turnaround after a pause', () => {
+  void it('reads handed over back to back (after the connection paused reading) are all told, in one write', async (t) => {
+    const told: Array<{ seconds: number; replies: number }> = [];
+    const harness = await startServer(echo, { onTurnaround: (seconds, replies) => told.push({ seconds, replies }) });
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    raw.write(headersFrame(1, POST_X));
+    await raw.until(() => framesOn(raw, 1).length > 0); // answered: the stream is open
+    const socket = harness.observed.sockets[0];
+    socket.pause();
+    const echoes = (): number => parseFrames(raw.received()).filter((f) => f.type === FRAME.DATA && f.streamId === 1).length;
+    const total = (): number => told.reduce((sum, entry) => sum + entry.replies, 0);
+    const before = total();
+    for (let i = 0; i < 8; i++) {
+      const buffered = socket.readableLength;
+      raw.write(dataFrame(1, Buffer.from(`piece ${i}`)));
+      await waitUntil(() => (socket.readableLength > buffered ? true : undefined), { description: 'the paused socket buffers the piece' });
+    }
+    socket.resume();
+    await raw.until(() => echoes() === 8);
+    assert.equal(total() - before, 8, 'every echo counted, however the reads came');
+  });
+});
+
 void describe('HTTP/2 connection limits on streams', () => {
   void it('advertises SETTINGS_MAX_CONCURRENT_STREAMS, refuses one stream over it with REFUSED_STREAM, and takes a new one once a slot frees', async (t) => {
     const harness = await startServer(echo, { maxConcurrentStreams: 3 });
@@ -659,17 +685,18 @@ void describe('HTTP/2 connection limits on streams', () => {
     assert.match(goaway.payload.subarray(8).toString(), /rapid reset/);
   });
 
-  void it('cancellations after an answer (how Envoy cancels a request) never count: 2,000 of them and the connection still serves', async (t) => {
-    const harness = await startServer(echo); // answers every stream at once
-    t.after(() => harness.server.close());
-    const raw = await rawH2Connect(harness.address);
-    t.after(() => raw.close());
-    let id = 1;
-    for (let batch = 0; batch < 20; batch++) {
-      const frames: Buffer[] = [];
-      for (let i = 0; i < 100; i++, id += 2) frames.push(headersFrame(id, POST_X), rstStreamFrame(id));
-      raw.write(Buffer.concat(frames));
-    }
+  /** Answers a stream only once its request has ended, as a full-duplex processor holds its first reply until the body is in. */
+  const answerAtEnd: Behaviour = (stream) => {
+    const previous = stream.handlers;
+    stream.handlers = { ...previous, onEnd: () => answerOk(stream) };
+  };
+  /** Sends `frames`, then proves with a PING that the server has read all of it. */
+  const sendAndSync = async (raw: RawH2Connection, frames: Buffer[]): Promise<void> => {
+    const acks = parseFrames(raw.received()).filter((f) => f.type === 6 && (f.flags & 1) === 1).length;
+    raw.write(Buffer.concat([...frames, PING]));
+    await raw.until((received) => parseFrames(received).filter((f) => f.type === 6 && (f.flags & 1) === 1).length > acks);
+  };
+  const servedStill = async (raw: RawH2Connection, id: number): Promise<void> => {
     raw.write(Buffer.concat([headersFrame(id, POST_X), dataFrame(id, Buffer.from('still here'), true)]));
     await raw.until(() => framesOn(raw, id).some(([type, end]) => type === FRAME.HEADERS && end === FLAG.END_STREAM));
     assert.equal(
@@ -677,5 +704,44 @@ void describe('HTTP/2 connection limits on streams', () => {
       false,
       'no GOAWAY',
     );
+  };
+
+  void it("Envoy's cancellations never count: 2,000 streams reset after our answer, or after a message but before it (an upload given up)", async (t) => {
+    for (const [behaviour, what] of [
+      [echo, 'answered at once, then reset'],
+      [answerAtEnd, 'a message sent, no answer yet, then reset'],
+    ] as const) {
+      const harness = await startServer(behaviour);
+      t.after(() => harness.server.close());
+      const raw = await rawH2Connect(harness.address);
+      t.after(() => raw.close());
+      let id = 1;
+      for (let batch = 0; batch < 20; batch++) {
+        const frames: Buffer[] = [];
+        for (let i = 0; i < 100; i++, id += 2)
+          frames.push(headersFrame(id, POST_X), dataFrame(id, Buffer.from('part')), rstStreamFrame(id));
+        await sendAndSync(raw, frames);
+      }
+      await t.test(what, () => servedStill(raw, id));
+    }
+  });
+
+  void it('empty resets under half of the streams opened do not end the connection: 500 among 1,100', async (t) => {
+    const harness = await startServer(answerAtEnd);
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    let id = 1;
+    for (let batch = 0; batch < 6; batch++) {
+      const frames: Buffer[] = [];
+      for (let i = 0; i < 100; i++, id += 2) frames.push(headersFrame(id, POST_X), dataFrame(id, Buffer.from('whole'), true));
+      await sendAndSync(raw, frames);
+    }
+    for (let batch = 0; batch < 5; batch++) {
+      const frames: Buffer[] = [];
+      for (let i = 0; i < 100; i++, id += 2) frames.push(headersFrame(id, POST_X), rstStreamFrame(id));
+      await sendAndSync(raw, frames);
+    }
+    await servedStill(raw, id);
   });
 });

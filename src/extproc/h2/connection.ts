@@ -55,22 +55,25 @@ export interface H2ConnectionOptions {
   readonly onProtocolEvent?: (event: string, details: Record<string, unknown>) => void;
   /**
    * Told at each socket write that carries stream DATA written while handling a read: the seconds
-   * since that read came in, and how many stream writes (gRPC replies) the socket write carries.
-   * This is our whole share of each round trip the peer waits for: decoding, handling, encoding,
-   * and waiting for the other messages of the same read. Writes made later (after an await) are
-   * not told.
+   * since that read's callback began, and how many stream writes (gRPC replies) the socket write
+   * carries: decoding, handling, encoding, and waiting for the other messages of the same read. A
+   * lower bound of our share of the round trip: bytes waiting in the kernel for the event loop
+   * and TLS record decryption come before it. Writes made later (after an await) are not told.
    */
   readonly onTurnaround?: (seconds: number, replies: number) => void;
 }
 
 /**
- * Rapid reset (CVE-2023-44487): a peer opening streams and resetting them before any answer makes
- * us do work per stream while no concurrency limit applies (reset streams are not open). Envoy
- * resets an ext_proc stream only when its request is cancelled, almost always after our first
- * reply; so once at least this many streams were reset before we answered them, and they are at
- * least half the streams opened, the connection ends with ENHANCE_YOUR_CALM.
+ * Rapid reset (CVE-2023-44487): a peer opening streams and resetting them at once makes us do work
+ * per stream while no concurrency limit applies (reset streams are not open). Envoy sends its
+ * first ext_proc message together with the HEADERS that open the side stream, and resets a side
+ * stream when its request ends or is cancelled: after that message, and often before our answer
+ * (a full-duplex request whose body is still uploading when the client gives up). So what counts
+ * is a stream reset before it carried any DATA and before we answered it: once at least this many,
+ * and at least half the streams opened, the connection ends with ENHANCE_YOUR_CALM. A peer can
+ * dodge the count by sending a byte first; the classic attack (HEADERS, RST_STREAM) cannot.
  */
-const UNANSWERED_RESETS_MIN = 500;
+const EMPTY_RESETS_MIN = 500;
 /** Both counts are halved every time this many streams were opened: old traffic cannot hide a new burst. */
 const RESET_WINDOW_STREAMS = 2000;
 
@@ -105,6 +108,8 @@ export class H2Stream {
   remoteEnded = false;
   closed = false;
   headersSent = false;
+  /** The peer sent DATA with at least one byte on it. */
+  receivedData = false;
   /** Bytes we may still send before the peer grants more (may go negative on a SETTINGS change). */
   sendWindow: number;
   /** Bytes the peer may still send us before we grant more. */
@@ -268,9 +273,9 @@ export class H2Connection {
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private flushScheduled = false;
-  /** Streams opened and streams the peer reset before we answered them (see UNANSWERED_RESETS_MIN). */
+  /** Streams opened, and streams the peer reset with nothing sent either way (see EMPTY_RESETS_MIN). */
   private streamsOpened = 0;
-  private unansweredResets = 0;
+  private emptyResets = 0;
   /** performance.now() when the read being answered came in; -1 outside one or when nobody is told. */
   private readStartedAt = -1;
   /** Stream writes since that read came in (counted always: cheaper than asking). */
@@ -421,8 +426,13 @@ export class H2Connection {
 
   private readonly onSocketData = (chunk: Buffer): void => {
     if (this.destroyed) return;
-    if (this.options.onTurnaround !== undefined) this.readStartedAt = performance.now();
-    this.repliesToRead = 0;
+    // Reads can come back to back with no microtask between them (after a pause, Node hands over
+    // everything buffered at once): then the replies of all of them leave in one write, timed
+    // from the first.
+    if (this.readStartedAt < 0) {
+      if (this.options.onTurnaround !== undefined) this.readStartedAt = performance.now();
+      this.repliesToRead = 0;
+    }
     try {
       let data = chunk;
       if (this.preface !== undefined) {
@@ -617,8 +627,9 @@ export class H2Connection {
     if (streamId > this.lastStreamId) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'RST_STREAM on an idle stream');
     const stream = this.streams.get(streamId);
     if (stream === undefined) return;
-    if (!stream.headersSent && ++this.unansweredResets >= UNANSWERED_RESETS_MIN && this.unansweredResets * 2 >= this.streamsOpened) {
-      throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, 'most streams were reset before they were answered (rapid reset)');
+    const empty = !stream.headersSent && !stream.receivedData;
+    if (empty && ++this.emptyResets >= EMPTY_RESETS_MIN && this.emptyResets * 2 >= this.streamsOpened) {
+      throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, 'most streams were reset before carrying anything (rapid reset)');
     }
     this.closeStream(stream, { kind: 'reset', code: payload.readUInt32BE(0) });
   }
@@ -652,6 +663,7 @@ export class H2Connection {
     const endStream = (flags & Flag.END_STREAM) !== 0;
     if (endStream) this.remoteEnd(stream);
     if (data.length > 0) {
+      stream.receivedData = true;
       try {
         stream.handlers.onData(data);
       } catch (err) {
@@ -753,7 +765,7 @@ export class H2Connection {
     }
     if (++this.streamsOpened >= RESET_WINDOW_STREAMS) {
       this.streamsOpened /= 2;
-      this.unansweredResets /= 2;
+      this.emptyResets /= 2;
     }
     const stream = new H2Stream(this, streamId, this.peerInitialWindow, this.options.streamWindow);
     this.streams.set(streamId, stream);
