@@ -745,3 +745,27 @@ void describe('HTTP/2 connection limits on streams', () => {
     await servedStill(raw, id);
   });
 });
+
+void describe('HTTP/2 connection and malformed requests', () => {
+  void it('a malformed request or trailer block resets only its stream with PROTOCOL_ERROR; the connection serves on', async (t) => {
+    const harness = await startServer(echo);
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    const resetCode = (id: number): number | undefined =>
+      parseFrames(raw.received())
+        .find((f) => f.type === FRAME.RST_STREAM && f.streamId === id)
+        ?.payload.readUInt32BE(0);
+    // An upper-case name; a connection-specific field; a pseudo-header in trailers.
+    raw.write(headersFrame(1, [...POST_X, ['X-Upper', '1']]));
+    raw.write(headersFrame(3, [...POST_X, ['connection', 'close']]));
+    raw.write(Buffer.concat([headersFrame(5, POST_X), headersFrame(5, [[':path', '/again']], true)]));
+    await raw.until(() => [1, 3, 5].every((id) => resetCode(id) !== undefined));
+    assert.deepEqual([1, 3, 5].map(resetCode), [ErrorCode.PROTOCOL_ERROR, ErrorCode.PROTOCOL_ERROR, ErrorCode.PROTOCOL_ERROR]);
+    assert.equal(harness.observed.ends.includes(5), false, 'malformed trailers do not end the request as if it were whole');
+    raw.write(Buffer.concat([headersFrame(7, POST_X), dataFrame(7, Buffer.from('fine'), true)]));
+    await raw.until(() => framesOn(raw, 7).some(([type, end]) => type === FRAME.HEADERS && end === FLAG.END_STREAM));
+    const echoed = parseFrames(raw.received()).filter((f) => f.type === FRAME.DATA && f.streamId === 7);
+    assert.equal(Buffer.concat(echoed.map((f) => f.payload)).toString(), 'fine');
+  });
+});

@@ -12,6 +12,7 @@
 // Writes are batched: frames queue during a turn of the event loop and go out in one socket write
 // from a microtask, so the replies to every message of one read leave together.
 import type { Socket } from 'node:net';
+import { requestFieldsProblem, trailerFieldsProblem } from './field-rules.js';
 import { HeaderListTooLargeError, HpackDecoder } from './hpack.js';
 import {
   CONNECTION_PREFACE,
@@ -739,6 +740,12 @@ export class H2Connection {
         existing.reset(existing.remoteEnded ? ErrorCode.STREAM_CLOSED : ErrorCode.PROTOCOL_ERROR);
         return;
       }
+      const malformed = fields === undefined ? undefined : trailerFieldsProblem(fields);
+      if (malformed !== undefined) {
+        this.options.onProtocolEvent?.('malformed trailers', { stream: streamId, problem: malformed });
+        existing.reset(ErrorCode.PROTOCOL_ERROR);
+        return;
+      }
       this.remoteEnd(existing);
       return;
     }
@@ -756,6 +763,12 @@ export class H2Connection {
     if (fields === undefined) {
       this.options.onProtocolEvent?.('header list too large', { stream: streamId });
       this.queue(encodeRstStream(streamId, ErrorCode.ENHANCE_YOUR_CALM));
+      return;
+    }
+    const malformed = requestFieldsProblem(fields);
+    if (malformed !== undefined) {
+      this.options.onProtocolEvent?.('malformed request', { stream: streamId, problem: malformed });
+      this.queue(encodeRstStream(streamId, ErrorCode.PROTOCOL_ERROR));
       return;
     }
     if (this.streams.size >= (this.options.maxConcurrentStreams ?? Infinity)) {
