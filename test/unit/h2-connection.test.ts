@@ -696,6 +696,21 @@ void describe('HTTP/2 connection limits on streams', () => {
     raw.write(Buffer.concat([...frames, PING]));
     await raw.until((received) => parseFrames(received).filter((f) => f.type === 6 && (f.flags & 1) === 1).length > acks);
   };
+  /** Opens `count` streams from `firstId` on, each sent as `framesFor(id)`, in synced batches of 100; returns the next id. */
+  const sendStreams = async (
+    raw: RawH2Connection,
+    firstId: number,
+    count: number,
+    framesFor: (id: number) => Buffer[],
+  ): Promise<number> => {
+    let id = firstId;
+    for (let sent = 0; sent < count; sent += 100) {
+      const frames: Buffer[] = [];
+      for (let i = 0; i < Math.min(100, count - sent); i++, id += 2) frames.push(...framesFor(id));
+      await sendAndSync(raw, frames);
+    }
+    return id;
+  };
   const servedStill = async (raw: RawH2Connection, id: number): Promise<void> => {
     raw.write(Buffer.concat([headersFrame(id, POST_X), dataFrame(id, Buffer.from('still here'), true)]));
     await raw.until(() => framesOn(raw, id).some(([type, end]) => type === FRAME.HEADERS && end === FLAG.END_STREAM));
@@ -715,14 +730,12 @@ void describe('HTTP/2 connection limits on streams', () => {
       t.after(() => harness.server.close());
       const raw = await rawH2Connect(harness.address);
       t.after(() => raw.close());
-      let id = 1;
-      for (let batch = 0; batch < 20; batch++) {
-        const frames: Buffer[] = [];
-        for (let i = 0; i < 100; i++, id += 2)
-          frames.push(headersFrame(id, POST_X), dataFrame(id, Buffer.from('part')), rstStreamFrame(id));
-        await sendAndSync(raw, frames);
-      }
-      await t.test(what, () => servedStill(raw, id));
+      const next = await sendStreams(raw, 1, 2000, (id) => [
+        headersFrame(id, POST_X),
+        dataFrame(id, Buffer.from('part')),
+        rstStreamFrame(id),
+      ]);
+      await t.test(what, () => servedStill(raw, next));
     }
   });
 
@@ -731,18 +744,9 @@ void describe('HTTP/2 connection limits on streams', () => {
     t.after(() => harness.server.close());
     const raw = await rawH2Connect(harness.address);
     t.after(() => raw.close());
-    let id = 1;
-    for (let batch = 0; batch < 6; batch++) {
-      const frames: Buffer[] = [];
-      for (let i = 0; i < 100; i++, id += 2) frames.push(headersFrame(id, POST_X), dataFrame(id, Buffer.from('whole'), true));
-      await sendAndSync(raw, frames);
-    }
-    for (let batch = 0; batch < 5; batch++) {
-      const frames: Buffer[] = [];
-      for (let i = 0; i < 100; i++, id += 2) frames.push(headersFrame(id, POST_X), rstStreamFrame(id));
-      await sendAndSync(raw, frames);
-    }
-    await servedStill(raw, id);
+    const afterWhole = await sendStreams(raw, 1, 600, (id) => [headersFrame(id, POST_X), dataFrame(id, Buffer.from('whole'), true)]);
+    const next = await sendStreams(raw, afterWhole, 500, (id) => [headersFrame(id, POST_X), rstStreamFrame(id)]);
+    await servedStill(raw, next);
   });
 });
 
