@@ -9,7 +9,6 @@ import { createServer as createNetServer } from 'node:net';
 import type { Server as NetServer, Socket } from 'node:net';
 import { createServer as createTlsServer } from 'node:tls';
 import type { Server as TlsServer } from 'node:tls';
-import { GrpcFramingError, MessageDeframer } from './grpc-framing.js';
 import type { GrpcServerOptions, RunningGrpcServer } from './grpc-server.js';
 import { GRPC_STATUS, statusTrailers } from './grpc-status.js';
 import { H2Connection } from './h2/connection.js';
@@ -19,14 +18,9 @@ import { encodeHeaderBlock } from './h2/hpack.js';
 import { HealthCall } from './health-call.js';
 import { HealthService } from './health-service.js';
 import { secureContextOptions } from './tls-identity.js';
-import { asError, ProcessCall, processCallContext } from './process-call.js';
-import {
-  CONNECTION_WINDOW_BYTES,
-  MAX_CONCURRENT_STREAMS,
-  MAX_HEADER_LIST_BYTES,
-  MAX_RECEIVE_MESSAGE_BYTES,
-  STREAM_WINDOW_BYTES,
-} from './transport-settings.js';
+import { ProcessCall, processCallContext } from './process-call.js';
+import { ProcessInput } from './process-input.js';
+import { CONNECTION_WINDOW_BYTES, MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_BYTES, STREAM_WINDOW_BYTES } from './transport-settings.js';
 import { bindEdge, isGrpcContentType, replyFramer, startKeepalive } from './grpc-edge.js';
 import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from './wire.js';
 
@@ -58,7 +52,6 @@ export async function startDirectServer(opts: GrpcServerOptions): Promise<Runnin
 
   const serveProcess = (stream: H2Stream): void => {
     const call = new GrpcCall(stream);
-    const deframer = new MessageDeframer(MAX_RECEIVE_MESSAGE_BYTES);
     const processCall: ProcessCall = new ProcessCall(
       {
         write: (reply) => call.write(frameReply(reply)),
@@ -70,45 +63,13 @@ export async function startDirectServer(opts: GrpcServerOptions): Promise<Runnin
       context,
     );
     if (processCall.isFinished) return; // ended with INTERNAL; what Envoy still sends is dropped
-    const onMessage = (bytes: Buffer): void => {
-      if (!processCall.open) return;
-      let request;
-      try {
-        request = processMethod.requestDeserialize(bytes);
-      } catch (thrown) {
-        const error = asError(thrown);
-        logger.warn({ err: error }, 'undecodable ext_proc message; ending the stream with INTERNAL');
-        processCall.fail(error);
-        return;
-      }
-      processCall.message(request);
-    };
+    const input = new ProcessInput(processCall, processMethod.requestDeserialize, logger);
     stream.handlers = {
-      onData: (chunk) => {
-        if (!processCall.open) return;
-        try {
-          deframer.push(chunk, onMessage);
-        } catch (thrown) {
-          if (!(thrown instanceof GrpcFramingError)) {
-            const error = asError(thrown);
-            logger.error({ err: error }, 'handling an ext_proc message failed; ending the stream with INTERNAL');
-            processCall.fail(error);
-            return;
-          }
-          logger.warn({ err: thrown }, 'unreadable ext_proc frame; ending the stream');
-          processCall.fail(thrown, thrown.code, thrown.message);
-        }
-      },
+      onData: (chunk) => input.data(chunk),
       // Told after the whole read it came in: an END_STREAM that came with a RST_STREAM (Envoy's
       // abrupt close) has already closed the stream as reset and never gets here.
       onEnd: () => {
-        if (!processCall.open) return;
-        processCall.open = false; // Envoy sends nothing more, and we have answered everything it sent
-        if (!deframer.idle) {
-          processCall.fail(new Error('ext_proc stream ended inside a message'), 'INTERNAL', 'stream ended inside a message');
-          return;
-        }
-        processCall.halfClosed();
+        if (input.ended()) processCall.halfClosed();
       },
       onClose: (close) => {
         const failure = streamFailure(close);

@@ -7,20 +7,14 @@
 // HTTP/2 sessions healthy; it decides nothing about what to answer.
 import http2 from 'node:http2';
 import type { Http2SecureServer, Http2Server, IncomingHttpHeaders, ServerHttp2Session, ServerHttp2Stream } from 'node:http2';
-import { GrpcFramingError, MessageDeframer } from './grpc-framing.js';
 import type { GrpcServerOptions, RunningGrpcServer } from './grpc-server.js';
 import { GRPC_STATUS, statusTrailers } from './grpc-status.js';
 import { HealthCall } from './health-call.js';
 import { HealthService } from './health-service.js';
 import { secureContextOptions } from './tls-identity.js';
-import { asError, ProcessCall, processCallContext } from './process-call.js';
-import {
-  CONNECTION_WINDOW_BYTES,
-  MAX_CONCURRENT_STREAMS,
-  MAX_HEADER_LIST_BYTES,
-  MAX_RECEIVE_MESSAGE_BYTES,
-  STREAM_WINDOW_BYTES,
-} from './transport-settings.js';
+import { ProcessCall, processCallContext } from './process-call.js';
+import { ProcessInput } from './process-input.js';
+import { CONNECTION_WINDOW_BYTES, MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_BYTES, STREAM_WINDOW_BYTES } from './transport-settings.js';
 import { bindEdge, isGrpcContentType, replyFramer, startKeepalive } from './grpc-edge.js';
 import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from './wire.js';
 
@@ -61,7 +55,6 @@ export async function startNodeHttp2Server(opts: GrpcServerOptions): Promise<Run
 
   const serveProcess = (stream: ServerHttp2Stream): void => {
     const call = new GrpcCall(stream);
-    const deframer = new MessageDeframer(MAX_RECEIVE_MESSAGE_BYTES);
     const processCall: ProcessCall = new ProcessCall(
       {
         write: (reply) => call.write(frameReply(reply)),
@@ -82,42 +75,11 @@ export async function startNodeHttp2Server(opts: GrpcServerOptions): Promise<Run
       stream.on('error', (err) => logger.debug({ err }, 'ext_proc stream error after the call ended'));
       return;
     }
-    const onMessage = (bytes: Buffer): void => {
-      if (!processCall.open) return;
-      let request;
-      try {
-        request = processMethod.requestDeserialize(bytes);
-      } catch (thrown) {
-        const error = asError(thrown);
-        logger.warn({ err: error }, 'undecodable ext_proc message; ending the stream with INTERNAL');
-        processCall.fail(error);
-        return;
-      }
-      processCall.message(request);
-    };
-    stream.on('data', (chunk: Buffer) => {
-      if (!processCall.open) return;
-      try {
-        deframer.push(chunk, onMessage);
-      } catch (thrown) {
-        // Rethrowing from a 'data' listener would crash the process: anything else ends this stream.
-        if (!(thrown instanceof GrpcFramingError)) {
-          const error = asError(thrown);
-          logger.error({ err: error }, 'handling an ext_proc message failed; ending the stream with INTERNAL');
-          processCall.fail(error);
-          return;
-        }
-        logger.warn({ err: thrown }, 'unreadable ext_proc frame; ending the stream');
-        processCall.fail(thrown, thrown.code, thrown.message);
-      }
-    });
+    const input = new ProcessInput(processCall, processMethod.requestDeserialize, logger);
+    // ProcessInput never throws: rethrowing from a 'data' listener would crash the process.
+    stream.on('data', (chunk: Buffer) => input.data(chunk));
     stream.on('end', () => {
-      if (!processCall.open) return;
-      processCall.open = false; // Envoy sends nothing more, and we have answered everything it sent
-      if (!deframer.idle) {
-        processCall.fail(new Error('ext_proc stream ended inside a message'), 'INTERNAL', 'stream ended inside a message');
-        return;
-      }
+      if (!input.ended()) return;
       // An Envoy that resets without the graceful close sends END_STREAM and RST_STREAM in one
       // write. Node delivers 'end' first (on a tick) and marks the stream aborted while still
       // handling the same read, so one macrotask later a reset that came with the end of input is
