@@ -6,6 +6,7 @@ RUN npm ci --no-audit --no-fund
 COPY tsconfig.json ./
 COPY proto ./proto
 COPY src ./src
+COPY tools ./tools
 COPY scripts ./scripts
 COPY test ./test
 RUN npx tsc -p tsconfig.json

@@ -6,7 +6,7 @@
 import { parseArgs } from 'node:util';
 import { decodeProcessingRequest } from '../src/extproc/codec/decode-request.js';
 import { encodeProcessingResponse } from '../src/extproc/codec/encode-response.js';
-import { Writer } from '../src/extproc/codec/wire-format.js';
+import { Writer } from '../src/extproc/codec/protobuf-wire.js';
 import type { ProcessingResponse } from '../src/extproc/messages.js';
 import { loadWireDefinitions } from '../src/extproc/wire.js';
 

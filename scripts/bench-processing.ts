@@ -20,10 +20,10 @@ import { pino } from 'pino';
 import type { ProcessingRequest, ProcessingResponse } from '../src/extproc/messages.js';
 import type { ProcessCall } from '../src/extproc/process-call.js';
 import type * as Store from '../src/endpoints/store.js';
-import type * as Framing from '../src/extproc/grpc-framing.js';
+import type * as Framing from '../src/grpc/framing.js';
 import type * as Call from '../src/extproc/process-call.js';
-import type * as Processor from '../src/extproc/processor.js';
-import type * as Routing from '../src/extproc/routing.js';
+import type * as Processor from '../src/request/request-processor.js';
+import type * as Routing from '../src/request/routing.js';
 import type * as Constants from '../src/extproc/constant-replies.js';
 import type * as Wire from '../src/extproc/wire.js';
 import type * as MetricsModule from '../src/metrics/metrics.js';
@@ -54,10 +54,10 @@ async function loadModules(dist: string | undefined) {
   const load = <T>(path: string): Promise<T> => import(url(path)) as Promise<T>;
   return {
     ...(await load<typeof Store>('endpoints/store.js')),
-    ...(await load<typeof Framing>('extproc/grpc-framing.js')),
+    ...(await load<typeof Framing>('grpc/framing.js')),
     ...(await load<typeof Call>('extproc/process-call.js')),
-    ...(await load<typeof Processor>('extproc/processor.js')),
-    ...(await load<typeof Routing>('extproc/routing.js')),
+    ...(await load<typeof Processor>('request/request-processor.js')),
+    ...(await load<typeof Routing>('request/routing.js')),
     ...(await load<typeof Constants>('extproc/constant-replies.js')),
     ...(await load<typeof Wire>('extproc/wire.js')),
     ...(await load<typeof MetricsModule>('metrics/metrics.js')),

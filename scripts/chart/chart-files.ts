@@ -7,8 +7,8 @@ import { Type } from '@sinclair/typebox';
 import type { SchemaOptions, TProperties, TSchema } from '@sinclair/typebox';
 import { stringify as toYaml } from 'yaml';
 import { configFileSchema } from '../../src/config/schema.js';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../src/envoy-config/gateway-config.js';
-import type { BackendsCluster } from '../../src/envoy-config/gateway-config.js';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
+import type { BackendsCluster } from '../../tools/envoy-config/gateway-config.js';
 
 export const CHART_DIR = 'charts/llm-extproc';
 

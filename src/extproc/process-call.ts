@@ -4,7 +4,7 @@
 // native HTTP/2) only translate their events into the calls below and do what the sink is told.
 import type { Logger } from 'pino';
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
-import type { ProcessorFactory, StreamEnd, StreamProcessor } from './processor-contract.js';
+import type { ProcessorFactory, StreamEnd, StreamProcessor } from './stream-processor.js';
 
 /** What the transport does for the call. */
 export interface ProcessCallSink {

@@ -7,7 +7,7 @@ import { renderError } from '../errors/render.js';
 import { reusedReply } from './constant-replies.js';
 import type { HeaderMutation, ProcessingResponse } from './messages.js';
 import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE } from './protocol-names.js';
-import { headerMutation, metadataNamespaces } from './wire-values.js';
+import { headerMutation, metadataNamespaces } from './message-fields.js';
 
 /** Envoy's limit for one `streamed_response` chunk in FULL_DUPLEX_STREAMED mode. */
 export const MAX_STREAMED_CHUNK_BYTES = 64 * 1024;

@@ -8,14 +8,14 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { PickerTls } from '../../src/envoy-config/gateway-config.js';
+import type { PickerTls } from '../../tools/envoy-config/gateway-config.js';
 import {
   GATEWAY_PROFILE_NAMES,
   GATEWAY_PROFILES,
   TEST_SUBSET_HINT_HEADER,
   subsetHintHeaderValue,
   type GatewayProfileName,
-} from '../../src/envoy-config/gateway-profiles.js';
+} from '../../tools/envoy-config/gateway-profiles.js';
 import { CATALOG } from '../../src/errors/catalog.js';
 import { assertCatalogError, type ErrorBody } from '../support/catalog-assert.js';
 import { metricValue, startGateway, type Gateway, type StaticPoolSpec } from '../support/gateway.js';

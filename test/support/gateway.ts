@@ -16,8 +16,8 @@ import {
   type BackendsCluster,
   type GatewayConfigOptions,
   type PickerTls,
-} from '../../src/envoy-config/gateway-config.js';
-import { GATEWAY_PROFILES, type GatewayProfileName } from '../../src/envoy-config/gateway-profiles.js';
+} from '../../tools/envoy-config/gateway-config.js';
+import { GATEWAY_PROFILES, type GatewayProfileName } from '../../tools/envoy-config/gateway-profiles.js';
 import { startEnvoy, type RunningEnvoy } from './envoy-process.js';
 import { send, type ClientRequest, type ClientResponse } from './http-client.js';
 import { waitUntil } from './wait-until.js';

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { connect } from 'node:tls';
 import { X509Certificate } from 'node:crypto';
 import { generate as generateSelfSigned } from 'selfsigned';
-import type { TlsIdentity } from '../../src/extproc/tls-identity.js';
+import type { TlsIdentity } from '../../src/grpc/tls-identity.js';
 
 export const CERT_NAME = 'tls.crt';
 export const KEY_NAME = 'tls.key';

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import type { Agent } from 'node:http';
 import { describe, it } from 'node:test';
 import type { TestContext } from 'node:test';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../src/envoy-config/gateway-config.js';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
 import { Metrics } from '../../src/metrics/metrics.js';
 import { withoutExtProc } from '../../scripts/bench/baseline-config.js';
 import { codeArea, summarizeProfile } from '../../scripts/bench/cpu-profile.js';

@@ -4,8 +4,8 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import { CONSTANT_REPLIES, reusedReply } from '../../src/extproc/constant-replies.js';
-import { replyFramer } from '../../src/extproc/grpc-edge.js';
-import { frameMessage } from '../../src/extproc/grpc-framing.js';
+import { replyFramer } from '../../src/grpc/listener.js';
+import { frameMessage } from '../../src/grpc/framing.js';
 import type { ProcessingResponse } from '../../src/extproc/messages.js';
 import { loadWireDefinitions } from '../../src/extproc/wire.js';
 

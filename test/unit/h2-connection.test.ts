@@ -9,10 +9,10 @@ import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
 import { connect, createServer } from 'node:net';
 import type { AddressInfo, Server, Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { H2Connection } from '../../src/extproc/h2/connection.js';
-import type { H2ConnectionOptions, H2Stream, StreamClose } from '../../src/extproc/h2/connection.js';
-import { ErrorCode } from '../../src/extproc/h2/frames.js';
-import { encodeHeaderBlock } from '../../src/extproc/h2/hpack.js';
+import { H2Connection } from '../../src/http2/connection.js';
+import type { H2ConnectionOptions, H2Stream, StreamClose } from '../../src/http2/connection.js';
+import { ErrorCode } from '../../src/http2/frames.js';
+import { encodeHeaderBlock } from '../../src/http2/hpack.js';
 import {
   dataFrame,
   FLAG,

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { describe, it } from 'node:test';
-import { ConnectionError, encodeFrame, ErrorCode, FrameReader, FrameType } from '../../src/extproc/h2/frames.js';
+import { ConnectionError, encodeFrame, ErrorCode, FrameReader, FrameType } from '../../src/http2/frames.js';
 
 interface Read {
   readonly type: number;

@@ -3,9 +3,9 @@
 
 import type { EnvoyReplyFacts } from '../errors/envoy-reply.js';
 import { ERROR_CODE_HEADER } from '../errors/render.js';
-import type { HttpHeaders, ProcessingRequest } from './messages.js';
-import { DESTINATION_METADATA_NAMESPACE, SERVED_ENDPOINT_KEY } from './protocol-names.js';
-import { attributeNumber, attributeString, headerValue, metadataValue } from './wire-values.js';
+import type { HttpHeaders, ProcessingRequest } from '../extproc/messages.js';
+import { DESTINATION_METADATA_NAMESPACE, SERVED_ENDPOINT_KEY } from '../extproc/protocol-names.js';
+import { attributeNumber, attributeString, headerValue, metadataValue } from '../extproc/message-fields.js';
 
 /** What the response headers (and Envoy's attributes, when configured) say about the answer. */
 export interface ResponseFacts {

@@ -20,11 +20,11 @@ import {
   CONTINUE_REQUEST_HEADERS,
   CONTINUE_RESPONSE_BODY,
   CONTINUE_RESPONSE_HEADERS,
-} from './constant-replies.js';
-import type { HttpBody, ProcessingRequest, ProcessingResponse } from './messages.js';
+} from '../extproc/constant-replies.js';
+import type { HttpBody, ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
 import { readInferenceRequest } from './openai-request.js';
-import type { StreamEnd } from './processor-contract.js';
-import { SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from './protocol-names.js';
+import type { StreamEnd } from '../extproc/stream-processor.js';
+import { SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from '../extproc/protocol-names.js';
 import {
   immediateError,
   immediateJson,
@@ -33,7 +33,7 @@ import {
   routingReply,
   streamedBody,
   streamedChunks,
-} from './replies.js';
+} from '../extproc/replies.js';
 import { localReplyResult, upstreamStatusResult } from './request-result.js';
 import type { RequestResult } from './request-result.js';
 import { envoyReplyFacts, responseFacts } from './response-facts.js';
@@ -41,9 +41,9 @@ import type { ResponseFacts } from './response-facts.js';
 import type { RoutedRequest } from './routing.js';
 import { StepBuilder, exchangeOf, pathOnly, requestOf } from './stream-state.js';
 import type { BodyWatch, Exchange, MachineContext, PendingOutcome, RequestFacts, Served, Step, StreamState } from './stream-state.js';
-import { streamModes } from './stream-modes.js';
-import type { StreamModes } from './stream-modes.js';
-import { headerMutation, headerValue, metadataValue } from './wire-values.js';
+import { streamModes } from '../extproc/body-modes.js';
+import type { StreamModes } from '../extproc/body-modes.js';
+import { headerMutation, headerValue, metadataValue } from '../extproc/message-fields.js';
 import { retainedPiece } from '../util/retained-piece.js';
 
 /** Bytes of an unexplained error body we read to classify it; Envoy's texts are far shorter. */

@@ -5,13 +5,13 @@
 import cluster from 'node:cluster';
 import type { Server, Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { isReusedReply } from './constant-replies.js';
-import { frameMessage } from './grpc-framing.js';
-import type { RunningGrpcServer } from './grpc-server.js';
+import { isReusedReply } from '../extproc/constant-replies.js';
+import { frameMessage } from './framing.js';
+import type { RunningGrpcServer } from './server.js';
 import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
 import type { ListenTarget } from './listen-address.js';
-import type { ProcessingResponse } from './messages.js';
-import { asError } from './process-call.js';
+import type { ProcessingResponse } from '../extproc/messages.js';
+import { asError } from '../extproc/process-call.js';
 import type { TlsIdentitySource } from './tls-identity.js';
 import { KEEPALIVE_INTERVAL_MS, KEEPALIVE_TIMEOUT_MS, RELEASE_FLUSH_MS } from './transport-settings.js';
 

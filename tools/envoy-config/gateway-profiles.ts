@@ -13,7 +13,7 @@ import {
   SERVED_ENDPOINT_KEY,
   SUBSET_HINT_KEY,
   SUBSET_HINT_NAMESPACE,
-} from '../extproc/protocol-names.js';
+} from '../../src/extproc/protocol-names.js';
 import {
   DEFAULT_GATEWAY_OPTIONS,
   HTTP2_OPTIONS,

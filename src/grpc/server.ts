@@ -6,14 +6,14 @@
 // What each stream means (process-call.ts) and what health answers (health-service.ts) are
 // shared; the transports only move bytes.
 import type { Logger } from 'pino';
-import type { ProcessorFactory } from './processor-contract.js';
+import type { ProcessorFactory } from '../extproc/stream-processor.js';
 import type { TlsIdentitySource } from './tls-identity.js';
 import type { GrpcTransport } from '../config/config.js';
 import { DEFAULTS } from '../config/schema.js';
 import type { HealthSource } from './health-service.js';
 import { startGrpcJsServer } from './grpc-js-transport.js';
-import { startDirectServer } from './direct-transport.js';
-import { startNodeHttp2Server } from './h2-transport.js';
+import { startDirectServer } from './native-transport.js';
+import { startNodeHttp2Server } from './node-http2-transport.js';
 
 export type { HealthSource } from './health-service.js';
 

@@ -2,11 +2,11 @@
 // themselves (our own HTTP/2, direct-transport.ts, and node:http2, h2-transport.ts): collect the
 // call's one request message from DATA chunks, answer through the transport's reply side, stop a
 // watch when the stream goes. What the answers are is health-service.ts's business.
-import { frameMessage, GrpcFramingError, MessageDeframer } from './grpc-framing.js';
-import { GRPC_STATUS } from './grpc-status.js';
+import { frameMessage, GrpcFramingError, MessageDeframer } from './framing.js';
+import { GRPC_STATUS } from './status.js';
 import type { HealthService } from './health-service.js';
-import { asError } from './process-call.js';
-import type { HealthCheckResponse, HealthDefinition } from './wire.js';
+import { asError } from '../extproc/process-call.js';
+import type { HealthCheckResponse, HealthDefinition } from '../extproc/wire.js';
 
 /** The response side of a gRPC call, as each transport writes it. */
 export interface GrpcReply {

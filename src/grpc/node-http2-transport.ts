@@ -7,16 +7,16 @@
 // HTTP/2 sessions healthy; it decides nothing about what to answer.
 import http2 from 'node:http2';
 import type { Http2SecureServer, Http2Server, IncomingHttpHeaders, ServerHttp2Session, ServerHttp2Stream } from 'node:http2';
-import type { GrpcServerOptions, RunningGrpcServer } from './grpc-server.js';
-import { GRPC_STATUS, statusTrailers } from './grpc-status.js';
+import type { GrpcServerOptions, RunningGrpcServer } from './server.js';
+import { GRPC_STATUS, statusTrailers } from './status.js';
 import { HealthCall } from './health-call.js';
 import { HealthService } from './health-service.js';
 import { secureContextOptions } from './tls-identity.js';
-import { ProcessCall, processCallContext } from './process-call.js';
-import { ProcessInput } from './process-input.js';
+import { ProcessCall, processCallContext } from '../extproc/process-call.js';
+import { ProcessInput } from '../extproc/process-input.js';
 import { CONNECTION_WINDOW_BYTES, MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_BYTES, STREAM_WINDOW_BYTES } from './transport-settings.js';
-import { bindEdge, isGrpcContentType, replyFramer, startKeepalive } from './grpc-edge.js';
-import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from './wire.js';
+import { bindEdge, isGrpcContentType, replyFramer, startKeepalive } from './listener.js';
+import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from '../extproc/wire.js';
 
 const PROCESS_PATH = `/${EXT_PROC_SERVICE_NAME}/Process`;
 const CHECK_PATH = `/${HEALTH_SERVICE_NAME}/Check`;

@@ -2,10 +2,10 @@
 // states, so the documentation cannot drift from the code (test/unit/error-docs.test.ts fails
 // when the committed file differs). Pure: returns the Markdown text.
 
-import { ENDPOINT_STATES, isRoutable } from '../endpoints/model.js';
-import type { EndpointState } from '../endpoints/model.js';
-import { CATALOG, ERROR_KINDS } from './catalog.js';
-import type { CatalogEntry } from './catalog.js';
+import { ENDPOINT_STATES, isRoutable } from '../src/endpoints/model.js';
+import type { EndpointState } from '../src/endpoints/model.js';
+import { CATALOG, ERROR_KINDS } from '../src/errors/catalog.js';
+import type { CatalogEntry } from '../src/errors/catalog.js';
 import {
   CODE_DETAIL_KINDS,
   EARLY_UPSTREAM_RESET,
@@ -16,18 +16,18 @@ import {
   TEXT_RULES,
   VIA_UPSTREAM,
   flagRuleLabel,
-} from './envoy-reply.js';
-import { RESPONSE_FLAGS } from './envoy-response-flags.js';
-import { GatewayError } from './gateway-error.js';
+} from '../src/errors/envoy-reply.js';
+import { RESPONSE_FLAGS } from '../src/errors/envoy-response-flags.js';
+import { GatewayError } from '../src/errors/gateway-error.js';
 import {
   noReadyReplicaError,
   REPLICA_STATE_KEYS,
   REPORTED_STATES,
   RETRY_AFTER_BY_STATE,
   RETRY_AFTER_NO_REPLICAS,
-} from './no-ready-replica.js';
-import { ERROR_CODE_HEADER, renderError, renderSseErrorEvent } from './render.js';
-import { BREAK_VERDICTS, type BreakVerdict } from '../endpoints/replica-probe.js';
+} from '../src/errors/no-ready-replica.js';
+import { ERROR_CODE_HEADER, renderError, renderSseErrorEvent } from '../src/errors/render.js';
+import { BREAK_VERDICTS, type BreakVerdict } from '../src/endpoints/replica-probe.js';
 
 /** What each endpoint state means; the compiler insists on one line per state. */
 const STATE_MEANINGS: Readonly<Record<EndpointState, string>> = {

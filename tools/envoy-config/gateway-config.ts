@@ -3,11 +3,11 @@
 // Pure: options in, a plain object (serialised to YAML by the caller) out.
 
 import { isIP } from 'node:net';
-import { splitHostPort } from '../util/host-port.js';
-import { CATALOG } from '../errors/catalog.js';
-import type { ErrorKind } from '../errors/catalog.js';
-import { ERROR_CODE_HEADER } from '../errors/render.js';
-import { DESTINATION_HEADER, EXT_PROC_SERVICE_NAME, DESTINATION_METADATA_NAMESPACE } from '../extproc/protocol-names.js';
+import { splitHostPort } from '../../src/util/host-port.js';
+import { CATALOG } from '../../src/errors/catalog.js';
+import type { ErrorKind } from '../../src/errors/catalog.js';
+import { ERROR_CODE_HEADER } from '../../src/errors/render.js';
+import { DESTINATION_HEADER, EXT_PROC_SERVICE_NAME, DESTINATION_METADATA_NAMESPACE } from '../../src/extproc/protocol-names.js';
 
 export type BackendsCluster =
   /** Fixed addresses (demo, tests, bare metal). Every address the picker may return must be listed. */
