@@ -18,14 +18,14 @@ import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import type { ProcessingRequest, ProcessingResponse } from '../src/extproc/messages.js';
-import type { ProcessCall } from '../src/extproc/process-call.js';
+import type { ProcessCall } from '../src/extproc/process-service.js';
 import type * as Store from '../src/endpoints/store.js';
 import type * as Framing from '../src/grpc/framing.js';
-import type * as Call from '../src/extproc/process-call.js';
+import type * as Call from '../src/extproc/process-service.js';
 import type * as Processor from '../src/request/request-processor.js';
 import type * as Routing from '../src/request/routing.js';
 import type * as Constants from '../src/extproc/constant-replies.js';
-import type * as Wire from '../src/extproc/wire.js';
+import type * as Wire from '../test/support/proto-definitions.js';
 import type * as MetricsModule from '../src/metrics/metrics.js';
 import type * as Load from '../src/picker/load-tracker.js';
 

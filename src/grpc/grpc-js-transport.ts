@@ -16,8 +16,8 @@ import type { GrpcServerOptions, RunningGrpcServer } from './server.js';
 import { HealthService } from './health-service.js';
 import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
 import type { ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
-import { ProcessCall, processCallContext } from '../extproc/process-call.js';
-import type { ProcessCallContext } from '../extproc/process-call.js';
+import { ProcessCall, processCallContext } from '../extproc/process-service.js';
+import type { ProcessCallContext } from '../extproc/process-service.js';
 import type { TlsIdentitySource } from './tls-identity.js';
 import { secureContextOptions } from './tls-identity.js';
 import {
@@ -27,8 +27,8 @@ import {
   MAX_RECEIVE_MESSAGE_BYTES,
   RELEASE_FLUSH_MS,
 } from './transport-settings.js';
-import { loadWireDefinitions } from '../extproc/wire.js';
-import type { HealthCheckRequest, HealthCheckResponse } from '../extproc/wire.js';
+import { loadWireDefinitions } from '../../test/support/proto-definitions.js';
+import type { HealthCheckRequest, HealthCheckResponse } from '../../test/support/proto-definitions.js';
 
 /**
  * Server channel options, chosen for Envoy as the (only) client:

@@ -5,8 +5,8 @@
 import { frameMessage, GrpcFramingError, MessageDeframer } from './framing.js';
 import { GRPC_STATUS } from './status.js';
 import type { HealthService } from './health-service.js';
-import { asError } from '../extproc/process-call.js';
-import type { HealthCheckResponse, HealthDefinition } from '../extproc/wire.js';
+import { asError } from '../extproc/process-service.js';
+import type { HealthCheckResponse, HealthDefinition } from '../../test/support/proto-definitions.js';
 
 /** The response side of a gRPC call, as each transport writes it. */
 export interface GrpcReply {

@@ -1,7 +1,7 @@
 // grpc.health.v1 semantics, independent of the transport that carries them: which service names
 // we answer, what each one follows, and the Watch call's "current status, then every change".
 import { EXT_PROC_SERVICE_NAME } from '../extproc/protocol-names.js';
-import type { HealthCheckRequest, HealthCheckResponse, ServingStatus } from '../extproc/wire.js';
+import type { HealthCheckRequest, HealthCheckResponse, ServingStatus } from '../../test/support/proto-definitions.js';
 
 export interface HealthSource {
   isServing(): boolean;

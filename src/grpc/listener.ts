@@ -11,7 +11,7 @@ import type { RunningGrpcServer } from './server.js';
 import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
 import type { ListenTarget } from './listen-address.js';
 import type { ProcessingResponse } from '../extproc/messages.js';
-import { asError } from '../extproc/process-call.js';
+import { asError } from '../extproc/process-service.js';
 import type { TlsIdentitySource } from './tls-identity.js';
 import { KEEPALIVE_INTERVAL_MS, KEEPALIVE_TIMEOUT_MS, RELEASE_FLUSH_MS } from './transport-settings.js';
 

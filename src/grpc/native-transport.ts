@@ -18,11 +18,11 @@ import { encodeHeaderBlock } from '../http2/hpack.js';
 import { HealthCall } from './health-call.js';
 import { HealthService } from './health-service.js';
 import { secureContextOptions } from './tls-identity.js';
-import { ProcessCall, processCallContext } from '../extproc/process-call.js';
-import { ProcessInput } from '../extproc/process-input.js';
+import { ProcessCall, processCallContext } from '../extproc/process-service.js';
+import { ProcessInput } from './message-input.js';
 import { CONNECTION_WINDOW_BYTES, MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_BYTES, STREAM_WINDOW_BYTES } from './transport-settings.js';
 import { bindEdge, isGrpcContentType, replyFramer, startKeepalive } from './listener.js';
-import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from '../extproc/wire.js';
+import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from '../../test/support/proto-definitions.js';
 
 const PROCESS_PATH = `/${EXT_PROC_SERVICE_NAME}/Process`;
 const CHECK_PATH = `/${HEALTH_SERVICE_NAME}/Check`;

@@ -10,7 +10,7 @@ import { describe, it } from 'node:test';
 import type { TestContext } from 'node:test';
 import { stringify as toYaml } from 'yaml';
 import type { EndpointState, EndpointView } from '../../src/endpoints/model.js';
-import { EXT_PROC_SERVICE_NAME } from '../../src/extproc/wire.js';
+import { EXT_PROC_SERVICE_NAME } from '../support/proto-definitions.js';
 import { FakeKubeApi, podsPath, writeKubeconfig } from '../support/fake-kube-api.js';
 import { metricValue, startGateway } from '../support/gateway.js';
 import type { Gateway } from '../support/gateway.js';

@@ -7,7 +7,7 @@ import { CONSTANT_REPLIES, reusedReply } from '../../src/extproc/constant-replie
 import { replyFramer } from '../../src/grpc/listener.js';
 import { frameMessage } from '../../src/grpc/framing.js';
 import type { ProcessingResponse } from '../../src/extproc/messages.js';
-import { loadWireDefinitions } from '../../src/extproc/wire.js';
+import { loadWireDefinitions } from '../support/proto-definitions.js';
 
 it('cached constant replies encode exactly like freshly built equal replies, and decode back to them', () => {
   const { Process } = loadWireDefinitions().externalProcessor;

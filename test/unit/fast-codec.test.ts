@@ -9,10 +9,10 @@ import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { decodeProcessingRequest } from '../../src/extproc/codec/decode-request.js';
 import { encodeProcessingResponse } from '../../src/extproc/codec/encode-response.js';
-import { Unsupported, Writer } from '../../src/extproc/codec/protobuf-wire.js';
+import { Unsupported, Writer } from '../../src/grpc/protobuf-wire.js';
 import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
 import { CONTINUE_RESPONSE_BODY } from '../../src/extproc/constant-replies.js';
-import { loadWireDefinitions } from '../../src/extproc/wire.js';
+import { loadWireDefinitions } from '../support/proto-definitions.js';
 
 const wire = loadWireDefinitions();
 const Process = wire.externalProcessor.Process;

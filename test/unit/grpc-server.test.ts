@@ -22,8 +22,8 @@ import { GRPC_TRANSPORTS } from '../../src/config/schema.js';
 import { dataFrame, grpcRequestHeaders, headersFrame, rawH2Connect, rstStreamFrame } from '../support/h2-frames.js';
 import { frameMessage } from '../../src/grpc/framing.js';
 import { waitUntil } from '../support/wait-until.js';
-import { EXT_PROC_SERVICE_NAME, loadWireDefinitions } from '../../src/extproc/wire.js';
-import type { HealthCheckRequest, HealthCheckResponse } from '../../src/extproc/wire.js';
+import { EXT_PROC_SERVICE_NAME, loadWireDefinitions } from '../support/proto-definitions.js';
+import type { HealthCheckRequest, HealthCheckResponse } from '../support/proto-definitions.js';
 
 const wire = loadWireDefinitions();
 const processMethod = wire.externalProcessor.Process;

@@ -16,8 +16,8 @@ import type { GrpcTransport } from '../../src/config/config.js';
 import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
 import type { ProcessorFactory } from '../../src/extproc/stream-processor.js';
 import { makeSelfSignedIdentity, openTlsIdentity, type TlsIdentity, type TlsIdentitySource } from '../../src/grpc/tls-identity.js';
-import { loadWireDefinitions } from '../../src/extproc/wire.js';
-import type { HealthCheckResponse } from '../../src/extproc/wire.js';
+import { loadWireDefinitions } from '../support/proto-definitions.js';
+import type { HealthCheckResponse } from '../support/proto-definitions.js';
 import { fingerprint, secretVolume, servedFingerprint } from '../support/tls-files.js';
 import { waitUntil } from '../support/wait-until.js';
 

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import { routingReply } from '../../src/extproc/replies.js';
-import { loadWireDefinitions } from '../../src/extproc/wire.js';
+import { loadWireDefinitions } from '../support/proto-definitions.js';
 
 const A = '10.0.0.1:8000';
 const B = '10.0.0.2:8000';

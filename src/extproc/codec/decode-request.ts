@@ -28,7 +28,7 @@ import {
   SUBSET_HINT_KEY,
   SUBSET_HINT_NAMESPACE,
 } from '../protocol-names.js';
-import { Reader, StringTable, Unsupported, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT } from './protobuf-wire.js';
+import { Reader, StringTable, Unsupported, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT } from '../../grpc/protobuf-wire.js';
 
 type RequestKind = NonNullable<ProcessingRequest['request']>;
 

@@ -7,8 +7,8 @@
 // numbers that are not plain int32s, fields outside messages.ts) throw Unsupported, and the
 // caller then uses the reflection codec. Equivalence: test/unit/fast-codec.test.ts.
 
-import { Unsupported, WIRE_LEN, WIRE_VARINT } from './protobuf-wire.js';
-import type { Writer } from './protobuf-wire.js';
+import { Unsupported, WIRE_LEN, WIRE_VARINT } from '../../grpc/protobuf-wire.js';
+import type { Writer } from '../../grpc/protobuf-wire.js';
 
 type Obj = Record<string, unknown>;
 

@@ -5,7 +5,7 @@
 import type { ProcessingRequest, ProcessingResponse } from '../messages.js';
 import { decodeProcessingRequest } from './decode-request.js';
 import { encodeProcessingResponse } from './encode-response.js';
-import { Unsupported, Writer } from './protobuf-wire.js';
+import { Unsupported, Writer } from '../../grpc/protobuf-wire.js';
 
 export interface CodecCounters {
   /** Messages handed to the reflection codec, by direction. */

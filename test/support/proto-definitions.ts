@@ -8,14 +8,14 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadSync } from '@grpc/proto-loader';
 import type { AnyDefinition, MethodDefinition, Options, PackageDefinition, ServiceDefinition } from '@grpc/proto-loader';
-import { fastRequestDeserializer, fastResponseSerializer } from './codec/fast-codec.js';
-import type { CodecCounters } from './codec/fast-codec.js';
-import { CONSTANT_REPLIES, isReusedReply } from './constant-replies.js';
-import type { ProcessingRequest, ProcessingResponse } from './messages.js';
+import { fastRequestDeserializer, fastResponseSerializer } from '../../src/extproc/codec/fast-codec.js';
+import type { CodecCounters } from '../../src/extproc/codec/fast-codec.js';
+import { CONSTANT_REPLIES, isReusedReply } from '../../src/extproc/constant-replies.js';
+import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
 
 /** Fully-qualified gRPC service names, as they appear in paths and health checks. */
-export { EXT_PROC_SERVICE_NAME } from './protocol-names.js';
-import { EXT_PROC_SERVICE_NAME } from './protocol-names.js';
+export { EXT_PROC_SERVICE_NAME } from '../../src/extproc/protocol-names.js';
+import { EXT_PROC_SERVICE_NAME } from '../../src/extproc/protocol-names.js';
 export const HEALTH_SERVICE_NAME = 'grpc.health.v1.Health';
 
 /** Entry files, relative to PROTO_ROOT; their imports are resolved from the same root. */

@@ -2,11 +2,11 @@
 // node:http2): gRPC frames in, each decoded message to the ProcessCall, and the check when Envoy's
 // side ends. The transports only feed it their stream's data and end events.
 import type { Logger } from 'pino';
-import { GrpcFramingError, MessageDeframer } from '../grpc/framing.js';
-import type { ProcessingRequest } from './messages.js';
-import { asError } from './process-call.js';
-import type { ProcessCall } from './process-call.js';
-import { MAX_RECEIVE_MESSAGE_BYTES } from '../grpc/transport-settings.js';
+import { GrpcFramingError, MessageDeframer } from './framing.js';
+import type { ProcessingRequest } from '../extproc/messages.js';
+import { asError } from '../extproc/process-service.js';
+import type { ProcessCall } from '../extproc/process-service.js';
+import { MAX_RECEIVE_MESSAGE_BYTES } from './transport-settings.js';
 
 export class ProcessInput {
   private readonly deframer = new MessageDeframer(MAX_RECEIVE_MESSAGE_BYTES);
