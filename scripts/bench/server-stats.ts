@@ -13,7 +13,7 @@ export const TURNAROUND_METRIC = 'llm_extproc_message_turnaround_seconds';
 export interface ServerSnapshot {
   readonly loop: HistogramSnapshot | undefined;
   readonly gc: HistogramSnapshot | undefined;
-  /** Absent on the transports that do not report it (node-http2, grpc-js). */
+  /** Absent on the transports that do not report it (grpc-js). */
   readonly turnaround: HistogramSnapshot | undefined;
 }
 

@@ -21,8 +21,8 @@ declare module '@sinclair/typebox' {
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export const DESTINATION_FORMATS = ['list', 'single'] as const;
-/** Implementations of the gRPC listener (src/extproc/grpc-server.ts). */
-export const GRPC_TRANSPORTS = ['native', 'node-http2', 'grpc-js'] as const;
+/** Implementations of the gRPC listener (src/grpc/server.ts). */
+export const GRPC_TRANSPORTS = ['native', 'grpc-js'] as const;
 
 /** Defaults, shown in the schema (`default`) and applied by config.ts. */
 export const DEFAULTS = {
@@ -264,7 +264,7 @@ export const configFileSchema = Mapping(
             StringEnum(GRPC_TRANSPORTS, {
               default: DEFAULTS.grpcTransport,
               description:
-                'gRPC implementation: native (our own HTTP/2 on the socket, least CPU per message), node-http2 (our gRPC handler on node:http2) or grpc-js (@grpc/grpc-js); the last two for comparison.',
+                'gRPC implementation: native (our own HTTP/2 on the socket, least CPU per message) or grpc-js (@grpc/grpc-js, the conservative fallback).',
             }),
           ),
         },

@@ -37,7 +37,7 @@ import {
   unpad,
 } from './frames.js';
 
-export interface H2ConnectionOptions {
+export interface Http2ConnectionOptions {
   /** Receive window we grant each stream (SETTINGS_INITIAL_WINDOW_SIZE). */
   readonly streamWindow: number;
   /** Receive window we grant the connection. */
@@ -51,17 +51,17 @@ export interface H2ConnectionOptions {
    */
   readonly maxConcurrentStreams?: number;
   /** A new stream and its request header fields. Set `stream.handlers` before returning. */
-  readonly onStream: (stream: H2Stream, headers: ReadonlyArray<readonly [string, string]>) => void;
+  readonly onStream: (stream: Http2Stream, headers: ReadonlyArray<readonly [string, string]>) => void;
   /** Something worth a debug line: a peer's protocol error, a refused stream. */
   readonly onProtocolEvent?: (event: string, details: Record<string, unknown>) => void;
   /**
    * Told at each socket write that carries stream DATA written while handling a read: the seconds
-   * since that read's callback began, and how many stream writes (gRPC replies) the socket write
-   * carries: decoding, handling, encoding, and waiting for the other messages of the same read. A
-   * lower bound of our share of the round trip: bytes waiting in the kernel for the event loop
-   * and TLS record decryption come before it. Writes made later (after an await) are not told.
+   * since that read's callback began, and how many stream writes the socket write carries (decoding,
+   * handling, encoding, and waiting for the other work of the same read). A lower bound of our share
+   * of the round trip: bytes waiting in the kernel for the event loop and TLS record decryption come
+   * before it. Writes made later (after an await) are not told.
    */
-  readonly onTurnaround?: (seconds: number, replies: number) => void;
+  readonly onReadAnswered?: (seconds: number, dataWrites: number) => void;
 }
 
 /**
@@ -89,7 +89,7 @@ export type StreamClose =
   /** The connection went away with the stream still open. */
   | { readonly kind: 'connection-lost' };
 
-export interface H2StreamHandlers {
+export interface Http2StreamHandlers {
   /** A non-empty piece of the request body. */
   onData(chunk: Buffer): void;
   /** The peer sent END_STREAM. Deferred to the end of the read it came in, so a reset in the same read wins. */
@@ -98,11 +98,11 @@ export interface H2StreamHandlers {
 }
 
 const EMPTY = Buffer.alloc(0);
-const IGNORE: H2StreamHandlers = { onData: () => undefined, onEnd: () => undefined, onClose: () => undefined };
+const IGNORE: Http2StreamHandlers = { onData: () => undefined, onEnd: () => undefined, onClose: () => undefined };
 
 /** One stream, as its gRPC call sees it. */
-export class H2Stream {
-  handlers: H2StreamHandlers = IGNORE;
+export class Http2Stream {
+  handlers: Http2StreamHandlers = IGNORE;
   /** We sent END_STREAM (or reset). */
   localEnded = false;
   /** The peer sent END_STREAM. */
@@ -122,7 +122,7 @@ export class H2Stream {
   private blockedEnd: Uint8Array | null | undefined;
 
   constructor(
-    private readonly connection: H2Connection,
+    private readonly connection: Http2Connection,
     readonly id: number,
     sendWindow: number,
     receiveWindow: number,
@@ -142,7 +142,7 @@ export class H2Stream {
   /** Sends body bytes; false when the connection's write buffer is full (the caller should pause). */
   write(data: Uint8Array): boolean {
     if (this.localEnded || this.closed || data.length === 0) return !this.connection.congested;
-    this.connection.repliesToRead++;
+    this.connection.dataWritesSinceRead++;
     if (this.blocked !== undefined) this.blocked.push(Buffer.from(data));
     else this.sendData(data);
     return !this.connection.congested;
@@ -246,15 +246,15 @@ const HEADER_BLOCK_FACTOR = 2;
  */
 const CONTINUATION_MIN_CHARGE = 1024;
 
-export class H2Connection {
+export class Http2Connection {
   /** The peer's SETTINGS_MAX_FRAME_SIZE: the largest frame we may send. */
   peerMaxFrameSize = DEFAULT_MAX_FRAME_SIZE;
   /** Connection-level send window. */
   sendWindow = DEFAULT_WINDOW_SIZE;
   /** The socket's buffer is full: we stopped reading the peer until it drains. */
   congested = false;
-  readonly blockedStreams = new Set<H2Stream>();
-  private readonly streams = new Map<number, H2Stream>();
+  readonly blockedStreams = new Set<Http2Stream>();
+  private readonly streams = new Map<number, Http2Stream>();
   private peerInitialWindow = DEFAULT_WINDOW_SIZE;
   private readonly reader = new FrameReader(DEFAULT_MAX_FRAME_SIZE);
   private readonly decoder: HpackDecoder;
@@ -270,7 +270,7 @@ export class H2Connection {
   /** continuationBytes, with every frame counted as at least CONTINUATION_MIN_CHARGE. */
   private continuationCharge = 0;
   /** Streams whose END_STREAM came in the current read (told after the read: a reset in it wins). */
-  private endedInRead: H2Stream[] = [];
+  private endedInRead: Http2Stream[] = [];
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private flushScheduled = false;
@@ -280,7 +280,7 @@ export class H2Connection {
   /** performance.now() when the read being answered came in; -1 outside one or when nobody is told. */
   private readStartedAt = -1;
   /** Stream writes since that read came in (counted always: cheaper than asking). */
-  repliesToRead = 0;
+  dataWritesSinceRead = 0;
   /** The final GOAWAY went out (an error, or the second step of close()): new streams are refused. */
   private goawaySent = false;
   /** close() sent its first GOAWAY and waits for the PING's ACK. */
@@ -291,7 +291,7 @@ export class H2Connection {
 
   constructor(
     private readonly socket: Socket,
-    private readonly options: H2ConnectionOptions,
+    private readonly options: Http2ConnectionOptions,
   ) {
     this.decoder = new HpackDecoder({ maxListBytes: options.maxHeaderListBytes });
     socket.setNoDelay(true);
@@ -379,10 +379,11 @@ export class H2Connection {
     if (this.readStartedAt >= 0) {
       // Timed before the write: on loopback the write can hand the CPU to the reader at once, and
       // that time is the peer's, not ours.
-      if (this.repliesToRead > 0) this.options.onTurnaround?.((performance.now() - this.readStartedAt) / 1000, this.repliesToRead);
+      if (this.dataWritesSinceRead > 0)
+        this.options.onReadAnswered?.((performance.now() - this.readStartedAt) / 1000, this.dataWritesSinceRead);
       this.readStartedAt = -1;
     }
-    this.repliesToRead = 0;
+    this.dataWritesSinceRead = 0;
     if (!this.socket.write(out)) {
       // Stop reading a peer that does not read us: every frame read can add a reply (a PING or
       // SETTINGS ack, a RST_STREAM, a gRPC reply), and a peer that never takes them would have us
@@ -399,7 +400,7 @@ export class H2Connection {
   };
 
   /** Forgets a stream and tells its handlers how it ended. */
-  closeStream(stream: H2Stream, close: StreamClose): void {
+  closeStream(stream: Http2Stream, close: StreamClose): void {
     if (stream.closed) return;
     stream.closed = true;
     stream.localEnded = true;
@@ -431,8 +432,8 @@ export class H2Connection {
     // everything buffered at once): then the replies of all of them leave in one write, timed
     // from the first.
     if (this.readStartedAt < 0) {
-      if (this.options.onTurnaround !== undefined) this.readStartedAt = performance.now();
-      this.repliesToRead = 0;
+      if (this.options.onReadAnswered !== undefined) this.readStartedAt = performance.now();
+      this.dataWritesSinceRead = 0;
     }
     try {
       let data = chunk;
@@ -780,7 +781,7 @@ export class H2Connection {
       this.streamsOpened /= 2;
       this.emptyResets /= 2;
     }
-    const stream = new H2Stream(this, streamId, this.peerInitialWindow, this.options.streamWindow);
+    const stream = new Http2Stream(this, streamId, this.peerInitialWindow, this.options.streamWindow);
     this.streams.set(streamId, stream);
     // Marked before onStream, as for DATA: a response completed at once then closes the stream cleanly.
     if (endStream) this.remoteEnd(stream);
@@ -792,7 +793,7 @@ export class H2Connection {
     }
   }
 
-  private remoteEnd(stream: H2Stream): void {
+  private remoteEnd(stream: Http2Stream): void {
     if (stream.closed || stream.remoteEnded) return;
     stream.remoteEnded = true;
     this.endedInRead.push(stream);

@@ -25,15 +25,8 @@ import type { HttpBody, ProcessingRequest, ProcessingResponse } from '../extproc
 import { readInferenceRequest } from './openai-request.js';
 import type { StreamEnd } from '../extproc/stream-processor.js';
 import { SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from '../extproc/protocol-names.js';
-import {
-  immediateError,
-  immediateJson,
-  replaceBodyChunk,
-  responseHeadersReply,
-  routingReply,
-  streamedBody,
-  streamedChunks,
-} from '../extproc/replies.js';
+import { immediateJson, replaceBodyChunk, responseHeadersReply, streamedBody, streamedChunks } from '../extproc/replies.js';
+import { immediateError, routingReply } from './decision-replies.js';
 import { localReplyResult, upstreamStatusResult } from './request-result.js';
 import type { RequestResult } from './request-result.js';
 import { envoyReplyFacts, responseFacts } from './response-facts.js';

@@ -7,7 +7,7 @@ import type { AttemptFailure } from '../endpoints/passive-health.js';
 import type { GatewayError } from '../errors/gateway-error.js';
 import type { SseInspector } from '../inspect/sse-inspector.js';
 import type { ProcessingResponse } from '../extproc/messages.js';
-import { immediateError } from '../extproc/replies.js';
+import { immediateError } from './decision-replies.js';
 import type { RequestResult } from './request-result.js';
 import type { RoutedRequest, Routing } from './routing.js';
 import type { StreamModes } from '../extproc/body-modes.js';
