@@ -10,7 +10,7 @@ import type { Server as NetServer, Socket } from 'node:net';
 import { createServer as createTlsServer } from 'node:tls';
 import type { Server as TlsServer } from 'node:tls';
 import { Http2Connection } from '../http2/connection.js';
-import type { Http2Stream, StreamClose } from '../http2/connection.js';
+import type { Http2Stream, StreamClose } from '../http2/stream.js';
 import { ErrorCode } from '../http2/frames.js';
 import { encodeHeaderBlock } from '../http2/hpack.js';
 import { HealthCall } from './health-call.js';

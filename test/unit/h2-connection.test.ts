@@ -10,7 +10,8 @@ import { connect, createServer } from 'node:net';
 import type { AddressInfo, Server, Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { Http2Connection } from '../../src/http2/connection.js';
-import type { Http2ConnectionOptions, Http2Stream, StreamClose } from '../../src/http2/connection.js';
+import type { Http2ConnectionOptions } from '../../src/http2/connection.js';
+import type { Http2Stream, StreamClose } from '../../src/http2/stream.js';
 import { ErrorCode } from '../../src/http2/frames.js';
 import { encodeHeaderBlock } from '../../src/http2/hpack.js';
 import {
