@@ -13,8 +13,9 @@
 // `scrapeMs`, and the hashes of the system prompt (the request minus its last message).
 
 import type { Endpoint, PoolView } from '../../src/endpoints/model.js';
-import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS, Picker } from '../../src/picker/pipeline.js';
-import type { ScorerWeights } from '../../src/picker/pipeline.js';
+import { Picker } from '../../src/picker/picker.js';
+import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
+import type { ScorerWeights } from '../../src/picker/settings.js';
 import { recordScrape, SignalBoard } from '../../src/picker/signals.js';
 
 export interface SimConfig {
