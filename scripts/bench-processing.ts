@@ -19,6 +19,7 @@ import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import type { ProcessingRequest, ProcessingResponse } from '../src/extproc/messages.js';
 import type { BidiCall } from '../src/grpc/bidi-call.js';
+import { envoyAttributes, headerMap } from '../test/support/envoy-messages.js';
 import { loadWireDefinitions } from '../test/support/proto-definitions.js';
 import type * as Store from '../src/endpoints/store.js';
 import type * as Call from '../src/extproc/process-service.js';
@@ -123,18 +124,8 @@ const encode = (message: ProcessingRequest): Buffer => servers[0].encodeRequest(
 
 // ── Envoy's messages ───────────────────────────────────────────────────────────────────────────
 
-const headers = (pairs: Record<string, string>) => ({
-  headers: Object.entries(pairs).map(([key, value]) => ({ key, raw_value: Buffer.from(value, 'latin1') })),
-});
-const responseAttributes = {
-  'envoy.filters.http.ext_proc': {
-    fields: {
-      'upstream.address': { stringValue: ENDPOINTS[0] },
-      'response.flags': { numberValue: 0 },
-      'response.code_details': { stringValue: 'via_upstream' },
-    },
-  },
-};
+const headers = headerMap;
+const responseAttributes = envoyAttributes({ upstream: ENDPOINTS[0], flags: 0, details: 'via_upstream' });
 const requestBody = Buffer.from(
   JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say hello in one short sentence.' }], max_tokens: 32 }),
 );

@@ -72,7 +72,7 @@ export interface SimResult {
 const BLOCK_TOKENS = 16;
 
 /** Seeded PRNG (mulberry32). */
-export function prng(seed: number): () => number {
+function prng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;

@@ -21,7 +21,7 @@ declare module '@sinclair/typebox' {
 }
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-export const DESTINATION_FORMATS = ['list', 'single'] as const;
+const DESTINATION_FORMATS = ['list', 'single'] as const;
 /** Implementations of the gRPC listener (src/grpc/server.ts). */
 export const GRPC_TRANSPORTS = ['native', 'grpc-js'] as const;
 

@@ -12,7 +12,7 @@ import { EXT_PROC_SERVICE_NAME } from './protocol-names.js';
 import { frameReply } from './reply-frames.js';
 import type { ProcessorFactory, StreamEnd, StreamProcessor } from './stream-processor.js';
 
-export const PROCESS_PATH = `/${EXT_PROC_SERVICE_NAME}/Process`;
+const PROCESS_PATH = `/${EXT_PROC_SERVICE_NAME}/Process`;
 
 export interface ProcessServiceOptions {
   processorFactory: ProcessorFactory;

@@ -7,7 +7,7 @@ import type { HeaderMutation, ProcessingResponse } from './messages.js';
 import { headerMutation } from './message-fields.js';
 
 /** Envoy's limit for one `streamed_response` chunk in FULL_DUPLEX_STREAMED mode. */
-export const MAX_STREAMED_CHUNK_BYTES = 64 * 1024;
+const MAX_STREAMED_CHUNK_BYTES = 64 * 1024;
 
 export function immediateJson(body: unknown, details: string): ProcessingResponse {
   const bytes = Buffer.from(JSON.stringify(body));

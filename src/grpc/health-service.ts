@@ -17,7 +17,7 @@ export interface HealthSource {
 const LIVENESS_SERVICE = 'liveness';
 const READINESS_NAMES = ['', 'readiness'];
 
-export function servingStatus(health: HealthSource): ServingStatus {
+function servingStatus(health: HealthSource): ServingStatus {
   return health.isServing() ? 'SERVING' : 'NOT_SERVING';
 }
 
@@ -78,7 +78,7 @@ export class HealthService {
 }
 
 /** One Watch call: sends the current status, then every change, until the client goes away or shutdown. */
-export class HealthWatch {
+class HealthWatch {
   private last: ServingStatus;
   private readonly unsubscribe: () => void;
   private done = false;

@@ -16,7 +16,7 @@ export class MalformedMessage extends Error {
 export const WIRE_VARINT = 0;
 export const WIRE_FIXED64 = 1;
 export const WIRE_LEN = 2;
-export const WIRE_FIXED32 = 5;
+const WIRE_FIXED32 = 5;
 
 /**
  * Reads one message's bytes. Every read is bounds-checked against the end of the enclosing

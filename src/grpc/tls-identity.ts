@@ -32,7 +32,7 @@ export interface TlsIdentitySource {
 }
 
 /** Throws unless `cert` and `key` are PEM and belong together (what Node's TLS would refuse later). */
-export function checkIdentity(identity: TlsIdentity): void {
+function checkIdentity(identity: TlsIdentity): void {
   createSecureContext({ cert: identity.cert, key: identity.key });
 }
 

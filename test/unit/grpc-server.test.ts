@@ -273,7 +273,7 @@ function messageType(name: string): MessageTypeDefinition<object, object> {
 for (const impl of GRPC_TRANSPORTS) {
   // Every behaviour below must hold for both implementations.
   // ---------------------------------------------------------------------------------------------
-  // Process stream, over both transports
+  // Process stream, over TCP and a Unix socket
 
   for (const transport of ['tcp', 'unix'] as const) {
     void describe(`${impl}: ext_proc Process stream over ${transport}`, () => {
