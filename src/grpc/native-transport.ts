@@ -12,7 +12,7 @@ import type { Server as TlsServer } from 'node:tls';
 import { Http2Connection } from '../http2/connection.js';
 import type { Http2Stream, StreamClose } from '../http2/stream.js';
 import { ErrorCode } from '../http2/frames.js';
-import { encodeHeaderBlock } from '../http2/hpack.js';
+import { encodeHeaderBlock } from '../http2/hpack-encoder.js';
 import { HealthCall } from './health-call.js';
 import { HEALTH_SERVICE_NAME } from './health-messages.js';
 import { HealthService } from './health-service.js';

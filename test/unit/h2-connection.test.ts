@@ -13,7 +13,7 @@ import { Http2Connection } from '../../src/http2/connection.js';
 import type { Http2ConnectionOptions } from '../../src/http2/connection.js';
 import type { Http2Stream, StreamClose } from '../../src/http2/stream.js';
 import { ErrorCode } from '../../src/http2/frames.js';
-import { encodeHeaderBlock } from '../../src/http2/hpack.js';
+import { encodeHeaderBlock } from '../../src/http2/hpack-encoder.js';
 import {
   dataFrame,
   FLAG,
