@@ -1,7 +1,7 @@
 // grpc.health.v1's two messages, hand-coded (proto/grpc/health/v1/health.proto; pinned by
 // test/unit/proto-contract.test.ts): HealthCheckRequest { string service = 1 } and
-// HealthCheckResponse { ServingStatus status = 1 }. Decoded as protobufjs would with
-// PROTO_LOADER_OPTIONS: "" and UNKNOWN (the zero values) are absent fields.
+// HealthCheckResponse { ServingStatus status = 1 }, read and written as protobufjs does with
+// PROTO_LOADER_OPTIONS: a field is present iff it is on the wire, explicit defaults included.
 import { Reader, WIRE_LEN, WIRE_VARINT, Writer } from './protobuf-wire.js';
 
 export const HEALTH_SERVICE_NAME = 'grpc.health.v1.Health';
@@ -21,53 +21,43 @@ const STATUSES: readonly ServingStatus[] = ['UNKNOWN', 'SERVING', 'NOT_SERVING',
 const writer = new Writer();
 
 export function decodeHealthCheckRequest(bytes: Buffer): HealthCheckRequest {
+  const service = lastField1(bytes, WIRE_LEN, (r, end) => r.string(end));
+  return service === undefined ? {} : { service };
+}
+
+/** Field 1 of a one-field message, read with `read` (the last occurrence wins); anything else is skipped. */
+function lastField1<T>(bytes: Buffer, wireType: number, read: (r: Reader, end: number) => T): T | undefined {
   const r = new Reader(bytes);
-  const out: HealthCheckRequest = {};
+  let value: T | undefined;
   while (r.pos < bytes.length) {
     const tag = r.uint32(bytes.length);
-    if (tag === ((1 << 3) | WIRE_LEN)) {
-      const service = r.string(bytes.length);
-      if (service === '') delete out.service;
-      else out.service = service;
-    } else {
-      r.skip(tag & 7, bytes.length);
-    }
+    if (tag === ((1 << 3) | wireType)) value = read(r, bytes.length);
+    else r.skip(tag & 7, bytes.length);
   }
-  return out;
+  return value;
 }
 
 export function encodeHealthCheckResponse(response: HealthCheckResponse): Buffer {
   const w = writer;
   w.reset();
-  const n = response.status === undefined ? 0 : STATUSES.indexOf(response.status);
-  if (n > 0) {
+  if (response.status !== undefined) {
     w.tag(1, WIRE_VARINT);
-    w.uint32(n);
+    w.uint32(STATUSES.indexOf(response.status));
   }
   return w.finish();
 }
 
 /** For test clients: the response from its bytes. */
 export function decodeHealthCheckResponse(bytes: Buffer): HealthCheckResponse {
-  const r = new Reader(bytes);
-  const out: HealthCheckResponse = {};
-  while (r.pos < bytes.length) {
-    const tag = r.uint32(bytes.length);
-    if (tag === ((1 << 3) | WIRE_VARINT)) {
-      const status = STATUSES[r.low32(bytes.length)];
-      if (status === undefined || status === 'UNKNOWN') delete out.status;
-      else out.status = status;
-    } else {
-      r.skip(tag & 7, bytes.length);
-    }
-  }
-  return out;
+  const n = lastField1(bytes, WIRE_VARINT, (r, end) => r.low32(end));
+  const status = n === undefined ? undefined : STATUSES[n];
+  return status === undefined ? {} : { status };
 }
 
 /** For test clients: the request's bytes. */
 export function encodeHealthCheckRequest(request: HealthCheckRequest): Buffer {
   const w = writer;
   w.reset();
-  if (request.service !== undefined && request.service !== '') w.string(1, request.service);
+  if (request.service !== undefined) w.string(1, request.service);
   return w.finish();
 }
