@@ -27,8 +27,8 @@ if (flags.baseline === undefined) throw new Error('--baseline <checkout with a b
 async function library(checkout: string): Promise<PickerLibrary> {
   const load = (path: string): Promise<Record<string, unknown>> =>
     import(pathToFileURL(join(checkout, 'dist', 'src', 'picker', path)).href);
-  const [pipeline, signals, promptHash] = await Promise.all([load('pipeline.js'), load('signals.js'), load('prompt-hash.js')]);
-  return { ...pipeline, ...signals, ...promptHash } as unknown as PickerLibrary;
+  const [picker, signals, settings] = await Promise.all([load('picker.js'), load('signals.js'), load('settings.js')]);
+  return { ...picker, ...signals, ...settings } as unknown as PickerLibrary;
 }
 
 interface Run {

@@ -12,8 +12,9 @@ import { isRoutable } from '../../src/endpoints/model.js';
 import type { Endpoint, PoolView } from '../../src/endpoints/model.js';
 import { Picker } from '../../src/picker/picker.js';
 import type { PickRequest } from '../../src/picker/picker.js';
-import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
-import { promptBlockHashes } from '../../src/picker/prompt-hash.js';
+import { DEFAULT_BOUNDED_LOAD, DEFAULT_CACHE_BLOCK, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
+import { affinityKey } from '../../src/picker/prompt-hash.js';
+import { promptPrefixOf } from '../../src/request/prompt-prefix.js';
 import { recordScrape, SignalBoard } from '../../src/picker/signals.js';
 import type { ServerLoad } from '../../src/picker/signals.js';
 import { repoRoot } from '../repo-root.js';
@@ -66,12 +67,11 @@ export interface PickerLibrary {
   readonly Picker: typeof Picker;
   readonly SignalBoard: typeof SignalBoard;
   readonly recordScrape: typeof recordScrape;
-  readonly promptBlockHashes: typeof promptBlockHashes;
   readonly DEFAULT_WEIGHTS: typeof DEFAULT_WEIGHTS;
   readonly DEFAULT_BOUNDED_LOAD: typeof DEFAULT_BOUNDED_LOAD;
 }
 
-const THIS_PICKER: PickerLibrary = { Picker, SignalBoard, recordScrape, promptBlockHashes, DEFAULT_WEIGHTS, DEFAULT_BOUNDED_LOAD };
+const THIS_PICKER: PickerLibrary = { Picker, SignalBoard, recordScrape, DEFAULT_WEIGHTS, DEFAULT_BOUNDED_LOAD };
 
 export interface BenchFleet {
   readonly picker: Picker;
@@ -99,23 +99,25 @@ export function benchFleet(n: number, lib: PickerLibrary = THIS_PICKER): BenchFl
     weights: lib.DEFAULT_WEIGHTS,
     fallbacks: 2,
     boundedLoad: lib.DEFAULT_BOUNDED_LOAD,
-    keyBlocks: 8,
     maxAdaptersPerServer: 4,
     poolPolicy: () => ({ maxQueueDepth: 18 }),
     random: rand,
   });
-  const requests: PickRequest[] = Array.from({ length: 256 }, (_, i) => ({
-    model: i % 4 === 0 ? 'sql-lora' : 'llama',
-    promptBlocks: lib.promptBlockHashes(
+  const requests: PickRequest[] = Array.from({ length: 256 }, (_, i) => {
+    const prompt = promptPrefixOf(
       {
         messages: [
           { role: 'system', content: `tenant ${i % 32} system prompt `.repeat(40) },
           { role: 'user', content: `question ${i}` },
         ],
       },
-      { blockChars: 128, maxBlocks: 16 },
-    ),
-  }));
+      { chars: 1024, tokens: 256 },
+    );
+    const key = affinityKey(prompt, DEFAULT_CACHE_BLOCK, 16);
+    // `promptBlocks: [key]` gives a picker from before whole-block keys the same key (A/B runs).
+    const request = { model: i % 4 === 0 ? 'sql-lora' : 'llama', affinityKey: key, promptBlocks: [key] };
+    return request;
+  });
   return { picker, board, pools, requests, rand };
 }
 

@@ -245,7 +245,6 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
     weights: policy === 'pipeline' ? DEFAULT_WEIGHTS : LEAST_IN_FLIGHT,
     fallbacks: 2,
     boundedLoad: config.boundedLoad,
-    keyBlocks: 8,
     maxAdaptersPerServer: 4,
     poolPolicy: () => ({}),
     random: rand,
@@ -295,7 +294,8 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
       let server: Server;
       if (policy === 'round-robin') server = servers[roundRobin++ % servers.length];
       else {
-        const outcome = picker.pick(pools, { model: 'm', promptBlocks: event.request.blocks.slice(0, event.request.systemBlocks) });
+        const key = event.request.systemBlocks > 0 ? event.request.blocks[Math.min(event.request.systemBlocks, 16) - 1] : undefined;
+        const outcome = picker.pick(pools, key === undefined ? { model: 'm' } : { model: 'm', affinityKey: key });
         if (outcome.kind !== 'picked') throw new Error(`simulation: pick gave ${outcome.kind}`);
         server = byAddress.get(outcome.endpoints[0].address) as Server;
       }

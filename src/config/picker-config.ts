@@ -28,6 +28,8 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
     pools[name] = {
       ...(pool.metricsFormat === undefined ? {} : { metricsFormat: pool.metricsFormat }),
       ...(pool.maxQueueDepth === undefined ? {} : { maxQueueDepth: pool.maxQueueDepth }),
+      ...(pool.blockTokens === undefined ? {} : { blockTokens: pool.blockTokens }),
+      ...(pool.charsPerToken === undefined ? {} : { charsPerToken: pool.charsPerToken }),
     };
   }
   return {
@@ -40,6 +42,8 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
     },
     prefix: {
       keyBlocks: prefix.keyBlocks ?? d.prefix.keyBlocks,
+      blockTokens: prefix.blockTokens ?? d.prefix.blockTokens,
+      charsPerToken: prefix.charsPerToken ?? d.prefix.charsPerToken,
       loadFactor: prefix.loadFactor ?? d.prefix.loadFactor,
       loadSlack: prefix.loadSlack ?? d.prefix.loadSlack,
       maxQueue: prefix.maxQueue ?? d.prefix.maxQueue,

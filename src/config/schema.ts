@@ -140,6 +140,8 @@ const Tls = Mapping(
 
 export const METRICS_FLAVOURS = ['vllm', 'sglang', 'tgi'] as const;
 const Weight = (description: string) => Type.Optional(Type.Number({ minimum: 0, description }));
+const BlockTokens = (description: string) => Type.Optional(Type.Integer({ minimum: 1, maximum: 1024, description }));
+const CharsPerToken = (description: string) => Type.Optional(Type.Number({ minimum: 0.5, maximum: 32, description }));
 
 /** Load-aware, cache-affine picking; the defaults shown are DEFAULT_PICKER_SETTINGS (src/picker/settings.ts), the one place they live. */
 const PICKER = DEFAULT_PICKER_SETTINGS;
@@ -163,9 +165,15 @@ const Picker = Mapping(
           keyBlocks: Type.Optional(
             Type.Integer({
               minimum: 1,
-              maximum: 16,
-              description: `Affinity key = hash of the first keyBlocks × 128 characters of the shared prompt. Default ${PICKER.prefix.keyBlocks}.`,
+              maximum: 64,
+              description: `Affinity key = hash of the shared prompt's first keyBlocks whole KV-cache blocks (all of them when fewer; none = no affinity). Default ${PICKER.prefix.keyBlocks}.`,
             }),
+          ),
+          blockTokens: BlockTokens(
+            `Tokens per KV-cache block of the model servers (vLLM --block-size). Default ${PICKER.prefix.blockTokens}.`,
+          ),
+          charsPerToken: CharsPerToken(
+            `Characters per token, estimated high so that a block counted whole is whole on the server. Default ${PICKER.prefix.charsPerToken}.`,
           ),
           loadFactor: Type.Optional(
             Type.Number({
@@ -245,6 +253,10 @@ const Picker = Mapping(
                 description:
                   'Load shedding: endpoints reporting this many waiting requests take no new ones; all of them = 429 pool_overloaded.',
               }),
+            ),
+            blockTokens: BlockTokens("Tokens per KV-cache block of this pool's servers. Default picker.prefix.blockTokens."),
+            charsPerToken: CharsPerToken(
+              "Characters per token for this pool's tokenizer, estimated high. Default picker.prefix.charsPerToken.",
             ),
           },
           { description: 'Per-pool picker settings.' },

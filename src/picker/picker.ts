@@ -41,8 +41,6 @@ export interface PipelineOptions {
      */
     readonly maxQueue?: number;
   };
-  /** The affinity key is the hash of the prompt's first `keyBlocks` blocks (or of all, if fewer). */
-  readonly keyBlocks: number;
   /** Adapters a server may hold before LoRA affinity stops sending it new ones. */
   readonly maxAdaptersPerServer: number;
   readonly poolPolicy: (pool: string) => PoolPolicy;
@@ -52,8 +50,11 @@ export interface PipelineOptions {
 
 export interface PickRequest {
   readonly model: string;
-  /** Chained prompt block hashes (prompt-hash.ts); the one at `keyBlocks` is the affinity key. */
-  readonly promptBlocks?: readonly number[];
+  /**
+   * The prompt's prefix-affinity key (prompt-hash.ts: its leading whole cache blocks); absent when
+   * it has none, and the request is placed by load alone.
+   */
+  readonly affinityKey?: number;
   /** Only these `ip:port` may be picked (the gateway's subset hint). */
   readonly subset?: ReadonlySet<string>;
 }
@@ -184,9 +185,8 @@ export class Picker {
     if (summary.eligible === 0) return { kind: 'shed', pools: this.poolsOf(set, count), shortestQueue: summary.minWaiting };
 
     const scoring = this.scoring;
-    const blocks = request.promptBlocks;
-    scoring.useAffinity = weights.prefix > 0 && blocks !== undefined && blocks.length > 0 && this.options.keyBlocks > 0;
-    scoring.key = scoring.useAffinity && blocks !== undefined ? blocks[Math.min(blocks.length, this.options.keyBlocks) - 1] : 0;
+    scoring.useAffinity = weights.prefix > 0 && request.affinityKey !== undefined;
+    scoring.key = request.affinityKey ?? 0;
     // The LoRA scorer only speaks for a model that some endpoint reports as an adapter; its
     // holders are marked in their records, so the loop reads a number per candidate.
     scoring.useLora = weights.lora > 0 && this.board.adapters.has(request.model);

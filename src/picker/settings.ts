@@ -1,6 +1,7 @@
 // The picker's settings as the configuration file gives them, with their defaults. Shared by the
 // config parser (config.ts), the wiring (app.ts) and the routing glue.
 
+import type { CacheBlockSize } from './prompt-hash.js';
 import type { MetricsFormat } from './server-metrics.js';
 
 export interface ScorerWeights {
@@ -29,13 +30,28 @@ export const DEFAULT_BOUNDED_LOAD = { factor: 1.1, slack: 1, maxQueue: 0 } as co
 export interface PoolPickerSettings extends PoolPolicy {
   /** The flavour of the pool's model servers, or `none` to not scrape them. */
   readonly metricsFormat?: MetricsFormat | 'none';
+  /** How the pool's servers cut their prefix cache (defaults: `picker.prefix`). */
+  readonly blockTokens?: number;
+  readonly charsPerToken?: number;
 }
+
+/**
+ * vLLM's default KV-cache block (`--block-size 16` on GPUs) and four characters per token: the
+ * usual figure for English text with BPE tokenizers. Code and most other languages give fewer
+ * characters per token, so for them four undercounts tokens, the safe side: a block we call whole
+ * is whole on the server.
+ */
+export const DEFAULT_CACHE_BLOCK: CacheBlockSize = { blockTokens: 16, charsPerToken: 4 };
 
 export interface PickerSettings {
   readonly weights: ScorerWeights;
   readonly prefix: {
-    /** Affinity key = hash of the prompt's first keyBlocks × 128 characters. */
+    /** Affinity key = hash of the shared prompt's first keyBlocks whole cache blocks (fewer if it has fewer). */
     readonly keyBlocks: number;
+    /** Tokens per KV-cache block of the model servers, for pools without their own. */
+    readonly blockTokens: number;
+    /** Characters per token (estimated high), for pools without their own. */
+    readonly charsPerToken: number;
     readonly loadFactor: number;
     readonly loadSlack: number;
     /** The owner gives its prefixes up while it reports more waiting requests than this. */
@@ -59,7 +75,10 @@ export interface PickerSettings {
 export const DEFAULT_PICKER_SETTINGS: PickerSettings = {
   weights: DEFAULT_WEIGHTS,
   prefix: {
-    keyBlocks: 8,
+    // 16 blocks of 16 tokens: the first ~256 tokens (about 1 KiB of text) decide the owner.
+    keyBlocks: 16,
+    blockTokens: DEFAULT_CACHE_BLOCK.blockTokens,
+    charsPerToken: DEFAULT_CACHE_BLOCK.charsPerToken,
     loadFactor: DEFAULT_BOUNDED_LOAD.factor,
     loadSlack: DEFAULT_BOUNDED_LOAD.slack,
     maxQueue: DEFAULT_BOUNDED_LOAD.maxQueue,
@@ -78,6 +97,12 @@ export const IN_FLIGHT_ONLY: PickerSettings = {
 
 export function poolSettings(settings: PickerSettings, pool: string): PoolPickerSettings {
   return Object.hasOwn(settings.pools, pool) ? settings.pools[pool] : {};
+}
+
+/** How the servers of `pool` cut their prefix cache. */
+export function cacheBlockFor(settings: PickerSettings, pool: string): CacheBlockSize {
+  const own = poolSettings(settings, pool);
+  return { blockTokens: own.blockTokens ?? settings.prefix.blockTokens, charsPerToken: own.charsPerToken ?? settings.prefix.charsPerToken };
 }
 
 /** Which flavour to scrape a pool as; undefined = not scraped. */

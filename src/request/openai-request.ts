@@ -1,26 +1,21 @@
-// Pure reading of an OpenAI-compatible request body: which model, streamed or not, and the hashes
-// of the prompt's leading blocks for cache-affine picking (the prompt itself is never kept).
+// Pure reading of an OpenAI-compatible request body: which model, streamed or not, and the
+// prompt-prefix material for cache-affine picking (bounded; hashed by the picker, never logged).
 // We never rewrite the body; it reaches the model server byte-identical.
 
 import { GatewayError } from '../errors/gateway-error.js';
 import { errorMessage } from '../util/error-message.js';
-import { promptBlockHashes } from '../picker/prompt-hash.js';
-import type { PromptHashOptions } from '../picker/prompt-hash.js';
+import type { PrefixLimit, PromptPrefix } from '../picker/prompt-hash.js';
+import { promptPrefixOf } from './prompt-prefix.js';
 
 export interface InferenceRequest {
   readonly model: string;
   readonly stream: boolean;
-  /** Chained hashes of the prompt's first blocks (see picker/prompt-hash.ts); empty without a prompt. */
-  readonly promptBlocks: readonly number[];
+  /** The leading part of the prompt's shared part, at most `limit` long (see prompt-prefix.ts). */
+  readonly prompt: PromptPrefix;
 }
 
-/**
- * 16 blocks of 128 characters: the first ~2 KiB of the prompt (about 500 tokens), enough for the
- * picker's affinity key (`picker.prefix.keyBlocks` ≤ 16) whatever the prompt's length.
- */
-const PROMPT_HASHING: PromptHashOptions = { blockChars: 128, maxBlocks: 16 };
-
-export function readInferenceRequest(body: Buffer): InferenceRequest {
+/** `limit`: how much of the prompt the affinity key may depend on (Routing.promptLimit). */
+export function readInferenceRequest(body: Buffer, limit: PrefixLimit): InferenceRequest {
   if (body.length === 0)
     throw new GatewayError('missing_body', 'request body is empty; send an OpenAI-style JSON object with a "model" field');
   let parsed: unknown;
@@ -39,5 +34,5 @@ export function readInferenceRequest(body: Buffer): InferenceRequest {
   if (typeof record.model !== 'string' || record.model.trim() === '') {
     throw new GatewayError('invalid_model', '"model" must be a non-empty string', { details: { param: 'model' } });
   }
-  return { model: record.model, stream: record.stream === true, promptBlocks: promptBlockHashes(record, PROMPT_HASHING) };
+  return { model: record.model, stream: record.stream === true, prompt: promptPrefixOf(record, limit) };
 }

@@ -115,11 +115,11 @@ function route(
   let routed: RoutedRequest;
   let model: string | undefined;
   try {
-    const inference = readInferenceRequest(body);
+    const inference = readInferenceRequest(body, ctx.routing.promptLimit);
     model = inference.model;
     routed = ctx.routing.route({
       model,
-      promptBlocks: inference.promptBlocks,
+      prompt: inference.prompt,
       ...(request.subset === undefined ? {} : { subset: request.subset }),
     });
   } catch (thrown) {

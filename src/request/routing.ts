@@ -9,7 +9,9 @@ import { GatewayError } from '../errors/gateway-error.js';
 import { noReadyReplicaError } from '../errors/no-ready-replica.js';
 import type { LoadTracker } from '../picker/load-tracker.js';
 import { Picker } from '../picker/picker.js';
-import { IN_FLIGHT_ONLY, poolSettings } from '../picker/settings.js';
+import { affinityKey, blockChars, NO_PROMPT, prefixLimit } from '../picker/prompt-hash.js';
+import type { CacheBlockSize, PrefixLimit, PromptPrefix } from '../picker/prompt-hash.js';
+import { cacheBlockFor, IN_FLIGHT_ONLY, poolSettings } from '../picker/settings.js';
 import type { PickerSettings } from '../picker/settings.js';
 
 export interface RoutedRequest {
@@ -33,13 +35,15 @@ export interface RouteRequest {
    */
   readonly subset?: ReadonlySet<string>;
   /**
-   * Chained hashes of the prompt's leading blocks (InferenceRequest.promptBlocks): the key of
-   * prefix-cache affinity. Absent or empty = no affinity. The prompt itself never gets here.
+   * The leading part of the prompt's shared part (InferenceRequest.prompt), at most `promptLimit`
+   * long: cut in the pools' cache blocks, it gives the affinity key. Absent = no affinity.
    */
-  readonly promptBlocks?: readonly number[];
+  readonly prompt?: PromptPrefix;
 }
 
 export interface Routing {
+  /** How much of a prompt the affinity key may depend on: what the request reader extracts. */
+  readonly promptLimit: PrefixLimit;
   /** Throws GatewayError `model_not_found`, `no_ready_replica` or `pool_overloaded`. */
   route(request: RouteRequest): RoutedRequest;
   release(routed: RoutedRequest): void;
@@ -67,7 +71,9 @@ export interface RoutingOptions {
 }
 
 export class StoreRouting implements Routing {
+  readonly promptLimit: PrefixLimit;
   private readonly picker: Picker;
+  private readonly settings: PickerSettings;
   private readonly scoped = new WeakMap<PoolView, readonly PoolView[]>();
 
   constructor(
@@ -76,12 +82,16 @@ export class StoreRouting implements Routing {
     private readonly options: RoutingOptions,
   ) {
     const settings = options.picker ?? IN_FLIGHT_ONLY;
+    this.settings = settings;
+    // Without prefix affinity no prompt is read at all. Pools the config names may cut their cache
+    // in larger blocks than the default: extract enough for the largest.
+    const sizes = [cacheBlockFor(settings, ''), ...Object.keys(settings.pools).map((pool) => cacheBlockFor(settings, pool))];
+    this.promptLimit = settings.weights.prefix > 0 ? prefixLimit(sizes, settings.prefix.keyBlocks) : prefixLimit([], 0);
     // The picker reads the same signal cells the load tracker counts in (and the scraper fills).
     this.picker = new Picker(load.board, {
       weights: settings.weights,
       fallbacks: options.fallbacks,
       boundedLoad: { factor: settings.prefix.loadFactor, slack: settings.prefix.loadSlack, maxQueue: settings.prefix.maxQueue },
-      keyBlocks: settings.prefix.keyBlocks,
       maxAdaptersPerServer: settings.lora.maxAdaptersPerServer,
       poolPolicy: (pool) => poolSettings(settings, pool),
       random: options.random ?? Math.random,
@@ -94,7 +104,12 @@ export class StoreRouting implements Routing {
     // The pools as the view holds them (the picker caches its compiled candidates per view); the
     // subset hint travels in the request and is applied by the picker's filter.
     const pools = this.poolsFor(model);
-    const outcome = this.picker.pick(pools, request);
+    const key = affinityKey(request.prompt ?? NO_PROMPT, this.cacheBlockOf(pools), this.settings.prefix.keyBlocks);
+    const outcome = this.picker.pick(pools, {
+      model,
+      ...(key === undefined ? {} : { affinityKey: key }),
+      ...(request.subset === undefined ? {} : { subset: request.subset }),
+    });
     if (outcome.kind === 'shed') {
       throw new GatewayError(
         'pool_overloaded',
@@ -109,6 +124,19 @@ export class StoreRouting implements Routing {
     const destinations = new Array<string>(1 + this.options.fallbacks);
     for (let i = 0; i < destinations.length; i++) destinations[i] = endpoints[i % endpoints.length].address;
     return { model, endpoints, destinations };
+  }
+
+  /**
+   * The cache block of a model's pools. When they differ (rare: one model on servers configured
+   * apart), the largest: a block whole at that size is whole on every one of them.
+   */
+  private cacheBlockOf(pools: readonly PoolView[]): CacheBlockSize {
+    let size = cacheBlockFor(this.settings, pools.length > 0 ? pools[0].name : '');
+    for (let i = 1; i < pools.length; i++) {
+      const other = cacheBlockFor(this.settings, pools[i].name);
+      if (blockChars(other) > blockChars(size)) size = other;
+    }
+    return size;
   }
 
   /** The pools that may serve `model`: those listing it, or the one pool we are scoped to. */

@@ -6,6 +6,9 @@ import { readInferenceRequest } from '../../src/request/openai-request.js';
 import { GatewayError } from '../../src/errors/gateway-error.js';
 import type { ErrorKind } from '../../src/errors/catalog.js';
 
+/** What the default picker settings extract: 16 blocks of 16 tokens at 4 characters each. */
+const LIMIT = { chars: 1024, tokens: 256 };
+
 const body = (value: unknown): Buffer => Buffer.from(typeof value === 'string' ? value : JSON.stringify(value), 'utf8');
 
 describe('readInferenceRequest: bodies of each OpenAI endpoint', () => {
@@ -58,7 +61,7 @@ describe('readInferenceRequest: bodies of each OpenAI endpoint', () => {
   ];
   for (const c of cases) {
     it(c.name, () => {
-      const { model, stream } = readInferenceRequest(body(c.body));
+      const { model, stream } = readInferenceRequest(body(c.body), LIMIT);
       assert.deepEqual({ model, stream }, { model: c.model, stream: c.stream });
     });
   }
@@ -157,7 +160,7 @@ describe('readInferenceRequest: errors', () => {
   for (const c of cases) {
     it(c.name, () => {
       assert.throws(
-        () => readInferenceRequest(c.body),
+        () => readInferenceRequest(c.body, LIMIT),
         (err: unknown) => {
           assert.ok(err instanceof GatewayError, `expected a GatewayError, got ${String(err)}`);
           assert.equal(err.kind, c.kind);
@@ -173,7 +176,7 @@ describe('readInferenceRequest: errors', () => {
 
   it('an invalid JSON error keeps the parser error as cause, for logs', () => {
     assert.throws(
-      () => readInferenceRequest(body('{nope')),
+      () => readInferenceRequest(body('{nope'), LIMIT),
       (err: unknown) => err instanceof GatewayError && err.cause instanceof SyntaxError,
     );
   });
@@ -199,7 +202,7 @@ describe('readInferenceRequest: errors', () => {
   for (const c of huge) {
     it(`no echo of ${c.name}`, () => {
       assert.throws(
-        () => readInferenceRequest(c.body),
+        () => readInferenceRequest(c.body, LIMIT),
         (err: unknown) => {
           assert.ok(err instanceof GatewayError);
           assert.equal(err.kind, c.kind);

@@ -19,7 +19,6 @@ function newPicker(board: SignalBoard, random: () => number = () => 0.5): Picker
     weights: DEFAULT_WEIGHTS,
     fallbacks: 2,
     boundedLoad: DEFAULT_BOUNDED_LOAD,
-    keyBlocks: 4,
     maxAdaptersPerServer: 2,
     poolPolicy: (pool) => (pool === 'limited' ? { maxQueueDepth: LIMIT } : {}),
     random,
@@ -260,7 +259,7 @@ describe('picks with kept aggregates and load scores', () => {
     const everyone = new Set(ADDRESSES);
     const request = fc.record({
       model: fc.constantFrom('m', 'sql'),
-      promptBlocks: fc.option(fc.array(fc.integer(), { minLength: 1, maxLength: 6 }), { nil: undefined }),
+      affinityKey: fc.option(fc.integer({ min: 0, max: 2 ** 32 - 1 }), { nil: undefined }),
     });
     fc.assert(
       fc.property(

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { buildConfig, ConfigError } from '../../src/config/config.js';
 import { METRICS_FLAVOURS } from '../../src/config/schema.js';
 import { METRICS_FORMATS } from '../../src/picker/server-metrics.js';
-import { DEFAULT_PICKER_SETTINGS, metricsFormatFor, poolSettings } from '../../src/picker/settings.js';
+import { cacheBlockFor, DEFAULT_PICKER_SETTINGS, metricsFormatFor, poolSettings } from '../../src/picker/settings.js';
 
 describe('picker config', () => {
   it('defaults when absent', () => {
@@ -17,11 +17,11 @@ describe('picker config', () => {
       [
         'picker:',
         '  weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0 }',
-        '  prefix: { keyBlocks: 4, loadFactor: 1.5, loadSlack: 3, maxQueue: 4 }',
+        '  prefix: { keyBlocks: 4, blockTokens: 32, charsPerToken: 3.5, loadFactor: 1.5, loadSlack: 3, maxQueue: 4 }',
         '  lora: { maxAdaptersPerServer: 8 }',
         '  metrics: { enabled: true, format: sglang, path: /stats, intervalSeconds: 2, timeoutSeconds: 0.25, staleAfterSeconds: 10, concurrency: 4 }',
         '  pools:',
-        '    llama: { metricsFormat: vllm, maxQueueDepth: 64 }',
+        '    llama: { metricsFormat: vllm, maxQueueDepth: 64, blockTokens: 64, charsPerToken: 2.5 }',
         '    legacy: { metricsFormat: none }',
         '',
       ].join('\n'),
@@ -29,11 +29,18 @@ describe('picker config', () => {
     );
     assert.deepEqual(config.picker, {
       weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0 },
-      prefix: { keyBlocks: 4, loadFactor: 1.5, loadSlack: 3, maxQueue: 4 },
+      prefix: { keyBlocks: 4, blockTokens: 32, charsPerToken: 3.5, loadFactor: 1.5, loadSlack: 3, maxQueue: 4 },
       lora: { maxAdaptersPerServer: 8 },
       metrics: { enabled: true, format: 'sglang', path: '/stats', intervalMs: 2000, timeoutMs: 250, staleAfterMs: 10_000, concurrency: 4 },
-      pools: { llama: { metricsFormat: 'vllm', maxQueueDepth: 64 }, legacy: { metricsFormat: 'none' } },
+      pools: {
+        llama: { metricsFormat: 'vllm', maxQueueDepth: 64, blockTokens: 64, charsPerToken: 2.5 },
+        legacy: { metricsFormat: 'none' },
+      },
     });
+    // The cache block is the pool's own, else picker.prefix's.
+    assert.deepEqual(cacheBlockFor(config.picker, 'llama'), { blockTokens: 64, charsPerToken: 2.5 });
+    assert.deepEqual(cacheBlockFor(config.picker, 'legacy'), { blockTokens: 32, charsPerToken: 3.5 });
+    assert.deepEqual(cacheBlockFor(DEFAULT_PICKER_SETTINGS, 'any'), { blockTokens: 16, charsPerToken: 4 });
     assert.equal(metricsFormatFor(config.picker, 'llama'), 'vllm');
     assert.equal(metricsFormatFor(config.picker, 'legacy'), undefined);
     assert.equal(metricsFormatFor(config.picker, 'other'), 'sglang');
@@ -58,7 +65,10 @@ describe('picker config', () => {
     { yaml: 'picker:\n  weight: {}', message: /^picker\.weight: unknown setting/ },
     { yaml: 'picker:\n  weights: { queue: -1 }', message: /^picker\.weights\.queue: expected a number ≥ 0/ },
     { yaml: 'picker:\n  weights: { prefx: 1 }', message: /^picker\.weights\.prefx: unknown setting/ },
-    { yaml: 'picker:\n  prefix: { keyBlocks: 17 }', message: /^picker\.prefix\.keyBlocks: expected a number ≤ 16, got 17/ },
+    { yaml: 'picker:\n  prefix: { keyBlocks: 65 }', message: /^picker\.prefix\.keyBlocks: expected a number ≤ 64, got 65/ },
+    { yaml: 'picker:\n  prefix: { blockTokens: 0 }', message: /^picker\.prefix\.blockTokens: expected a number ≥ 1, got 0/ },
+    { yaml: 'picker:\n  prefix: { charsPerToken: 0.1 }', message: /^picker\.prefix\.charsPerToken: expected a number ≥ 0.5, got 0.1/ },
+    { yaml: 'picker:\n  pools:\n    p: { blockTokens: 2.5 }', message: /^picker\.pools\.p\.blockTokens: expected a whole number/ },
     { yaml: 'picker:\n  prefix: { loadFactor: 0.5 }', message: /^picker\.prefix\.loadFactor: expected a number ≥ 1/ },
     { yaml: 'picker:\n  metrics: { format: ollama }', message: /^picker\.metrics\.format: expected one of vllm, sglang, tgi/ },
     { yaml: 'picker:\n  metrics: { enabled: yes-please }', message: /^picker\.metrics\.enabled: expected true or false/ },

@@ -1,92 +1,120 @@
-// Prompt block hashing (what the affinity key is made of) and rendezvous hashing (who owns a key).
+// Affinity keys on whole cache blocks (what the affinity key is made of) and rendezvous hashing (who owns a key).
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { promptBlockHashes } from '../../src/picker/prompt-hash.js';
+import { affinityKey, blockChars, NO_PROMPT, prefixLimit, wholeBlocks } from '../../src/picker/prompt-hash.js';
+import type { CacheBlockSize } from '../../src/picker/prompt-hash.js';
+import { promptPrefixOf } from '../../src/request/prompt-prefix.js';
 import { hashAddress, rendezvousOwner, rendezvousWeight } from '../../src/picker/rendezvous.js';
 
-const opts = { blockChars: 8, maxBlocks: 4 };
 const chat = (...contents: Array<[string, unknown]>) => ({ model: 'm', messages: contents.map(([role, content]) => ({ role, content })) });
 
-describe('promptBlockHashes', () => {
-  it('chains blocks: a shared prefix gives equal leading hashes, then they differ', () => {
-    const a = promptBlockHashes(chat(['system', 'shared system prompt'], ['user', 'first question']), opts);
-    const b = promptBlockHashes(chat(['system', 'shared system prompt'], ['user', 'other thing']), opts);
-    assert.equal(a.length, 4);
-    // "system␟shared system prompt␟user␟" is 34 units: the first 4 blocks of 8 are shared.
-    assert.deepEqual(a, b);
-    const c = promptBlockHashes(chat(['system', 'shared'], ['user', 'earlier turn'], ['user', 'q']), { blockChars: 8, maxBlocks: 16 });
-    const d = promptBlockHashes(chat(['system', 'shared'], ['user', 'another turn'], ['user', 'q']), { blockChars: 8, maxBlocks: 16 });
-    assert.equal(c[0], d[0]);
-    assert.notEqual(c.at(-1), d.at(-1));
+/** Blocks of 8 characters (2 tokens × 4): small enough to count by hand. */
+const SMALL: CacheBlockSize = { blockTokens: 2, charsPerToken: 4 };
+const LIMIT = prefixLimit([SMALL], 4);
+const key = (body: Record<string, unknown>, size: CacheBlockSize = SMALL, keyBlocks = 4): number | undefined =>
+  affinityKey(promptPrefixOf(body, prefixLimit([size], keyBlocks)), size, keyBlocks);
+
+describe('affinity keys on whole cache blocks', () => {
+  // Each row: the shared part as the server caches it ("role␟content␟" per message, the last
+  // message of a conversation left out), its whole 8-character blocks, whether it has a key.
+  const rows: ReadonlyArray<{ name: string; body: Record<string, unknown>; whole: number }> = [
+    { name: 'two words: "user␟hi␟" is 8 units, exactly one block', body: chat(['user', 'hi']), whole: 1 },
+    { name: 'one word: "user␟h␟" is shorter than a block: no key', body: chat(['user', 'h']), whole: 0 },
+    { name: 'a completion prompt of 6 units: no key', body: { prompt: 'hello' }, whole: 0 },
+    { name: 'a completion prompt of 16 units: two blocks', body: { prompt: 'hello, world!!!' }, whole: 2 },
+    {
+      name: 'only the last message is new: "system␟x␟" (9 units) is one whole block',
+      body: chat(['system', 'x'], ['user', 'a long question']),
+      whole: 1,
+    },
+    { name: 'a long prompt counts at most keyBlocks blocks', body: chat(['user', 'x'.repeat(10_000)]), whole: 4 },
+    { name: 'token ids: 5 ids are two whole blocks of 2', body: { prompt: [1, 2, 3, 4, 5] }, whole: 2 },
+    { name: 'token ids: 1 id is no block', body: { prompt: [7] }, whole: 0 },
+    { name: 'no prompt at all', body: { model: 'm' }, whole: 0 },
+    { name: 'messages of the wrong type are skipped', body: { messages: [42, null, 'x'] }, whole: 0 },
+  ];
+  for (const row of rows) {
+    it(row.name, () => {
+      const prefix = promptPrefixOf(row.body, LIMIT);
+      assert.equal(wholeBlocks(prefix, SMALL), row.whole);
+      assert.equal(affinityKey(prefix, SMALL, 4) === undefined, row.whole === 0);
+    });
+  }
+
+  it('prompts sharing N ≥ keyBlocks whole blocks share the key, whatever follows', () => {
+    const shared = 'S'.repeat(32 - 'system␟'.length);
+    const a = key(chat(['system', shared + 'first tenant'], ['user', 'q1']));
+    const b = key(chat(['system', shared + 'another tail, much longer than the first'], ['user', 'q2']));
+    assert.notEqual(a, undefined);
+    assert.equal(a, b);
+    // One character inside the first 4 blocks changes it.
+    assert.notEqual(key(chat(['system', 'T' + shared.slice(1) + 'first tenant'], ['user', 'q1'])), a);
   });
 
-  it('leaves out the newest message of a conversation: requests sharing a system prompt share every hash', () => {
-    const a = promptBlockHashes(chat(['system', 'short system prompt'], ['user', 'first question, long enough to fill blocks']), opts);
-    const b = promptBlockHashes(chat(['system', 'short system prompt'], ['user', 'second question']), opts);
-    assert.deepEqual(a, b);
-    assert.notDeepEqual(a, promptBlockHashes(chat(['system', 'other system prompt'], ['user', 'second question']), opts));
+  it('equal shared parts of N < keyBlocks whole blocks share the key; the partial block after them does not count', () => {
+    const a = key(chat(['system', 'twenty-three chars long'], ['user', 'one']));
+    // "system␟" + 23 + "␟" = 31 units: 3 whole blocks, and 7 units of a fourth that is not whole.
+    const b = key(chat(['system', 'twenty-three chars lonG'], ['user', 'two']));
+    assert.notEqual(a, undefined);
+    assert.equal(a, b, 'the change is in the partial fourth block');
+    assert.notEqual(key(chat(['system', 'twenty-thRee chars long'], ['user', 'one'])), a, 'the change is in the third block');
   });
 
-  it('a single message is hashed whole', () => {
-    assert.notDeepEqual(
-      promptBlockHashes(chat(['user', 'one question']), opts),
-      promptBlockHashes(chat(['user', 'another question']), opts),
+  it('identical short prompts have no key at all (placed by load alone)', () => {
+    for (const text of ['hi', 'hello', 'ok']) assert.equal(key(chat(['user', text]), { blockTokens: 16, charsPerToken: 4 }), undefined);
+  });
+
+  it('the block size and the estimate decide what is whole', () => {
+    const body = chat(['user', 'x'.repeat(40)]); // 46 units
+    const all = { chars: 1000, tokens: 100 };
+    assert.equal(wholeBlocks(promptPrefixOf(body, all), { blockTokens: 16, charsPerToken: 4 }), 0);
+    assert.equal(wholeBlocks(promptPrefixOf(body, all), { blockTokens: 4, charsPerToken: 4 }), 2);
+    assert.equal(wholeBlocks(promptPrefixOf(body, all), { blockTokens: 4, charsPerToken: 2.5 }), 4);
+    assert.equal(blockChars({ blockTokens: 16, charsPerToken: 4 }), 64);
+  });
+
+  it('the reader extracts only what the largest block size needs', () => {
+    const limit = prefixLimit(
+      [
+        { blockTokens: 16, charsPerToken: 4 },
+        { blockTokens: 32, charsPerToken: 3 },
+      ],
+      8,
     );
+    assert.deepEqual(limit, { chars: 8 * 96, tokens: 8 * 32 });
+    const prefix = promptPrefixOf(chat(['user', 'y'.repeat(100_000)]), limit);
+    assert.equal(prefix.kind === 'text' ? prefix.text.length : -1, limit.chars);
   });
 
-  it('the same prompt always hashes the same (so every replica agrees)', () => {
-    const body = chat(['system', 'be nice'], ['user', 'hello there, how are you']);
-    assert.deepEqual(promptBlockHashes(body, opts), promptBlockHashes(structuredClone(body), opts));
+  it('the same prompt always has the same key (so every replica agrees)', () => {
+    const body = chat(['system', 'be nice to everyone you meet'], ['user', 'hello there, how are you']);
+    assert.equal(key(body), key(structuredClone(body)));
   });
 
   it('piece boundaries matter: "ab"+"c" differs from "a"+"bc"', () => {
-    assert.notDeepEqual(
-      promptBlockHashes(chat(['user', 'ab'], ['user', 'c']), opts),
-      promptBlockHashes(chat(['user', 'a'], ['user', 'bc']), opts),
+    assert.notEqual(
+      key(chat(['user', 'abcdefgh'], ['user', 'c'], ['user', 'z'])),
+      key(chat(['user', 'abcdefg'], ['user', 'hc'], ['user', 'z'])),
     );
   });
 
-  it('reads at most maxBlocks blocks, however long the prompt', () => {
-    assert.equal(promptBlockHashes(chat(['user', 'x'.repeat(100_000)]), opts).length, 4);
-  });
-
-  it('a short prompt still has a key (its partial block)', () => {
-    assert.equal(promptBlockHashes({ prompt: 'hi' }, opts).length, 1);
-  });
-
-  const shapes: ReadonlyArray<{ name: string; body: Record<string, unknown>; blocks: number }> = [
-    { name: 'completion prompt string', body: { prompt: 'Say this is a test please' }, blocks: 4 },
-    { name: 'completion prompt list: the first counts', body: { prompt: ['Say this is a test please', 'other'] }, blocks: 4 },
-    { name: 'token ids', body: { prompt: [1, 2, 3, 4, 5, 6] }, blocks: 2 },
-    {
-      name: 'content parts',
-      body: chat([
-        'user',
-        [
-          { type: 'text', text: 'look at this picture' },
-          { type: 'image_url', image_url: { url: 'https://x/y.png' } },
-        ],
-      ]),
-      blocks: 4,
-    },
-    { name: 'Responses API input string', body: { input: 'Tell me a story' }, blocks: 2 },
-    {
-      name: 'Responses API instructions and messages',
-      body: { instructions: 'be brief', input: [{ role: 'user', content: 'hi' }] },
-      blocks: 3,
-    },
-    { name: 'no prompt at all', body: { model: 'm' }, blocks: 0 },
-    { name: 'messages of the wrong type are skipped', body: { messages: [42, null, 'x'] }, blocks: 0 },
-  ];
-  for (const s of shapes) it(s.name, () => assert.equal(promptBlockHashes(s.body, opts).length, s.blocks));
-
-  it('images change the key', () => {
+  it('content parts and images are part of the prefix', () => {
     const withImage = (url: string) => chat(['user', [{ type: 'image_url', image_url: { url } }]]);
-    assert.notDeepEqual(promptBlockHashes(withImage('https://a/1.png'), opts), promptBlockHashes(withImage('https://a/2.png'), opts));
+    assert.notEqual(key(withImage('https://a/1.png')), key(withImage('https://a/2.png')));
+    assert.equal(wholeBlocks(promptPrefixOf(chat(['user', [{ type: 'text', text: 'look at this' }, 'and this']]), LIMIT), SMALL), 3);
   });
 
-  it('no blocks when hashing is off', () => {
-    assert.deepEqual(promptBlockHashes({ prompt: 'x' }, { blockChars: 8, maxBlocks: 0 }), []);
+  it('Responses API: instructions, then the input', () => {
+    assert.notEqual(
+      key({ instructions: 'be brief!', input: 'Tell me a story' }),
+      key({ instructions: 'be long!!', input: 'Tell me a story' }),
+    );
+    assert.equal(wholeBlocks(promptPrefixOf({ input: [{ role: 'user', content: 'hi there' }] }, LIMIT), SMALL), 1);
+  });
+
+  it('no extraction, no key, when the limit is zero', () => {
+    assert.deepEqual(promptPrefixOf({ prompt: 'x'.repeat(100) }, { chars: 0, tokens: 0 }), NO_PROMPT);
+    assert.equal(affinityKey(promptPrefixOf({ prompt: 'x'.repeat(100) }, LIMIT), SMALL, 0), undefined);
   });
 });
 

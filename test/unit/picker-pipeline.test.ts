@@ -10,7 +10,8 @@ import { Picker } from '../../src/picker/picker.js';
 import { DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
 import type { PickOutcome, PickRequest, PipelineOptions } from '../../src/picker/picker.js';
 import type { PoolPolicy, ScorerWeights } from '../../src/picker/settings.js';
-import { promptBlockHashes } from '../../src/picker/prompt-hash.js';
+import { affinityKey } from '../../src/picker/prompt-hash.js';
+import { promptPrefixOf } from '../../src/request/prompt-prefix.js';
 import { recordScrape, recordScrapeFailure, SignalBoard } from '../../src/picker/signals.js';
 import type { ServerLoad } from '../../src/picker/signals.js';
 
@@ -31,7 +32,6 @@ function picker(board: SignalBoard, options: Partial<PipelineOptions> & { draws?
     weights: DEFAULT_WEIGHTS,
     fallbacks: 2,
     boundedLoad: { factor: 1.25, slack: 2 },
-    keyBlocks: 4,
     maxAdaptersPerServer: 2,
     poolPolicy: () => ({}),
     // One draw per pick; the test says which.
@@ -60,18 +60,20 @@ function addresses(outcome: PickOutcome): string[] {
   return outcome.kind === 'picked' ? outcome.endpoints.map((e) => e.address) : [];
 }
 
-const chat = (system: string, user: string): PickRequest => ({
-  model: 'm',
-  promptBlocks: promptBlockHashes(
+/** A chat request as routing hands it to the picker: its key over 16-character blocks, at most 4 of them. */
+const chat = (system: string, user: string): PickRequest => {
+  const prompt = promptPrefixOf(
     {
       messages: [
         { role: 'system', content: system },
         { role: 'user', content: user },
       ],
     },
-    { blockChars: 16, maxBlocks: 8 },
-  ),
-});
+    { chars: 64, tokens: 16 },
+  );
+  const key = affinityKey(prompt, { blockTokens: 4, charsPerToken: 4 }, 4);
+  return key === undefined ? { model: 'm' } : { model: 'm', affinityKey: key };
+};
 
 const fleet = (n: number): PoolView[] => [
   poolOf(
@@ -386,7 +388,7 @@ describe('pipeline: prefix-cache affinity', () => {
   it('no prompt: no affinity, load decides', () => {
     const board = new SignalBoard();
     inFlight(board, { '10.0.0.1:8000': 1, '10.0.0.2:8000': 1 });
-    assert.deepEqual(addresses(picker(board, { fallbacks: 0 }).pick(fleet(3), { model: 'm', promptBlocks: [] })), ['10.0.0.3:8000']);
+    assert.deepEqual(addresses(picker(board, { fallbacks: 0 }).pick(fleet(3), { model: 'm' })), ['10.0.0.3:8000']);
   });
 });
 
@@ -482,8 +484,8 @@ describe('pipeline properties (least in-flight weights)', () => {
         poolsArb,
         loadArb,
         fc.dictionary(fc.constantFrom(...addressPool), fc.nat({ max: 20 })),
-        fc.array(fc.nat(), { maxLength: 4 }),
-        (raw, table, queues, blocks) => {
+        fc.option(fc.nat(), { nil: undefined }),
+        (raw, table, queues, key) => {
           const pools = raw.map((endpoints, i) =>
             poolOf(
               `pool${i}`,
@@ -493,7 +495,10 @@ describe('pipeline properties (least in-flight weights)', () => {
           const board = new SignalBoard();
           inFlight(board, table);
           report(board, Object.fromEntries(Object.entries(queues).map(([a, q]) => [a, { waiting: q }])));
-          const outcome = picker(board, { fallbacks: 2 }).pick(pools, { model: 'm', promptBlocks: blocks });
+          const outcome = picker(board, { fallbacks: 2 }).pick(
+            pools,
+            key === undefined ? { model: 'm' } : { model: 'm', affinityKey: key },
+          );
           const routable = new Set(pools.flatMap((p) => p.endpoints.filter(isRoutable).map((e) => e.address)));
           if (routable.size === 0) return assert.deepEqual(outcome, { kind: 'none' });
           const picked = addresses(outcome);

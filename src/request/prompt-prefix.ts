@@ -1,0 +1,102 @@
+// The prompt-prefix material of an OpenAI-style request: the leading part of the prompt's shared
+// part, as much as the affinity key can depend on (picker/prompt-hash.ts cuts it in cache blocks).
+//
+// In a conversation the last message is the new turn: no server has it cached, and it differs
+// from request to request, so it is left out whenever earlier messages exist. What remains (system
+// prompt, earlier turns) is what requests share and what a server's prefix cache holds. A single
+// message (or a completion prompt) is the whole shared part.
+
+import type { PrefixLimit, PromptPrefix } from '../picker/prompt-hash.js';
+import { NO_PROMPT } from '../picker/prompt-hash.js';
+
+/** Follows every piece, so piece boundaries change the key. */
+const SEPARATOR = '\u001f';
+
+/** Collects text pieces up to a character limit. */
+class TextPrefix {
+  private readonly pieces: string[] = [];
+  private length = 0;
+
+  constructor(private readonly limit: number) {}
+
+  get full(): boolean {
+    return this.length >= this.limit;
+  }
+
+  add(value: string): void {
+    if (this.full) return;
+    const room = this.limit - this.length;
+    const piece = value.length < room ? value + SEPARATOR : value.slice(0, room);
+    this.pieces.push(piece);
+    this.length += piece.length;
+  }
+
+  result(): PromptPrefix {
+    return this.length === 0 ? NO_PROMPT : { kind: 'text', text: this.pieces.join('') };
+  }
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Message content: a string, or parts (`{type:'text', text}`, images by URL, ...). */
+function addContent(out: TextPrefix, content: unknown): void {
+  if (typeof content === 'string') return out.add(content);
+  if (!Array.isArray(content)) return;
+  for (const part of content) {
+    if (out.full) return;
+    if (typeof part === 'string') out.add(part);
+    else if (isRecord(part)) {
+      if (typeof part.text === 'string') out.add(part.text);
+      else if (isRecord(part.image_url) && typeof part.image_url.url === 'string') out.add(part.image_url.url);
+      else if (typeof part.type === 'string') out.add(part.type);
+    }
+  }
+}
+
+function addMessages(out: TextPrefix, all: readonly unknown[]): void {
+  const shared = all.length > 1 ? all.length - 1 : all.length;
+  for (let i = 0; i < shared && !out.full; i++) {
+    const message = all[i];
+    if (!isRecord(message)) continue;
+    if (typeof message.role === 'string') out.add(message.role);
+    addContent(out, message.content);
+  }
+}
+
+/**
+ * A completion/embedding prompt: a string, a list of strings (the first), or token ids. Text goes
+ * into `out` (the result is then `out`'s); token ids are their own result.
+ */
+function promptOf(prompt: unknown, out: TextPrefix, limit: PrefixLimit): PromptPrefix {
+  if (typeof prompt === 'string') out.add(prompt);
+  if (!Array.isArray(prompt) || prompt.length === 0) return out.result();
+  const first: unknown = prompt[0];
+  if (typeof first === 'string') {
+    out.add(first);
+    return out.result();
+  }
+  const ids: unknown[] = typeof first === 'number' ? prompt : Array.isArray(first) ? first : [];
+  const tokens: number[] = [];
+  for (let i = 0; i < ids.length && tokens.length < limit.tokens; i++) {
+    const id = ids[i];
+    if (typeof id === 'number') tokens.push(id);
+  }
+  return tokens.length === 0 ? out.result() : { kind: 'tokens', tokens };
+}
+
+/** The prompt-prefix material of a parsed request body; `none` when it carries no prompt we recognise. */
+export function promptPrefixOf(body: Readonly<Record<string, unknown>>, limit: PrefixLimit): PromptPrefix {
+  if (limit.chars <= 0) return NO_PROMPT;
+  const out = new TextPrefix(limit.chars);
+  if (Array.isArray(body.messages)) addMessages(out, body.messages);
+  else if (body.prompt !== undefined) return promptOf(body.prompt, out, limit);
+  else {
+    // Responses API: instructions come first in the model's context, then the input.
+    if (typeof body.instructions === 'string') out.add(body.instructions);
+    if (Array.isArray(body.input) && body.input.some(isRecord)) addMessages(out, body.input);
+    else if (body.input !== undefined) return promptOf(body.input, out, limit);
+  }
+  return out.result();
+}
