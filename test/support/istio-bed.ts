@@ -1,0 +1,365 @@
+// The live-Istio test bed, assembled the way a user installs llm-extproc beside Istio:
+//
+//   real kube-apiserver + etcd ── istiod (real, from its own chart) ── xDS ──▶ real Envoy 1.40 as
+//   the Gateway's pod ──▶ model-server "pods" (local OpenAI servers on loopback addresses)
+//                                  └── ext_proc ──▶ llm-extproc (the real program, as the chart's pod)
+//
+// - `helm template charts/llm-extproc -f examples/inferencepool-istio.yaml` (plus the test's own
+//   values, like a user's -f) is server-side applied as it is: InferencePool, DestinationRule,
+//   Services, RBAC, ConfigMap, Deployment.
+// - A Gateway (gatewayClassName istio) and an HTTPRoute to the InferencePool, as in Istio's guide.
+// - No kubelet, scheduler or controller-manager: we create the pods (model servers, llm-extproc
+//   from the chart's Deployment template, the gateway from istiod's Deployment), report their
+//   status as a kubelet would, write EndpointSlices as the endpoint controller would, and run each
+//   pod's process on its own loopback address. The llm-extproc pod runs `dist/src/main.js` with the
+//   ConfigMap's config.yaml; what a kubelet would do for the container is done here: the Secret
+//   and ConfigMap "mounted" into a directory, the pod's IP for 0.0.0.0, and the ServiceAccount's
+//   token as a kubeconfig (in a pod it is the in-cluster config).
+
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { V1Pod } from '@kubernetes/client-node';
+import { parse as parseYaml, stringify as toYaml } from 'yaml';
+import { repoRoot } from '../../scripts/repo-root.js';
+import { startExtprocProcess, type ExtprocProcess } from './extproc-process.js';
+import { helm, parseManifests, type K8sObject } from './helm.js';
+import { send, type ClientRequest, type ClientResponse } from './http-client.js';
+import { Istiod, type IstiodOptions } from './istio-control-plane.js';
+import { EndpointSliceController } from './istio-endpoint-slices.js';
+import { startIstioGatewayProxy, type IstioGatewayProxy } from './istio-gateway-proxy.js';
+import { freePorts, KubeControlPlane } from './kube-control-plane.js';
+import { FakeKubelet, NODE_NAME, type TestPod } from './kube-kubelet.js';
+import { startModelServer, type Behavior, type ModelServer } from './model-server.js';
+import { notReadyPod, readyPod, terminatingPod, type PodJson, type PodOptions } from './pod-builders.js';
+import { claimPodAddresses, releasePodAddresses } from './istio-pod-network.js';
+import { makeTestCa } from './tls-files.js';
+import { waitUntil } from './wait-until.js';
+
+export const RELEASE = 'llm';
+export const MODELS_NS = 'models';
+export const GATEWAY_NS = 'gateway';
+export const GATEWAY_NAME = 'llm-gateway';
+/** What charts/llm-extproc/examples/inferencepool-istio.yaml declares (the pods' container port is pod-builders' 8000). */
+export const POOL = 'llama';
+export const MODEL = 'llama-3-8b';
+export const POOL_LABELS = { app: 'vllm-llama' } as const;
+export const TARGET_PORT = 8000;
+const CHART = join(repoRoot(), 'charts', 'llm-extproc');
+export const ISTIO_EXAMPLE = join(CHART, 'examples', 'inferencepool-istio.yaml');
+
+/** Pod addresses this bed claims (istio-pod-network.ts): 1 gateway, 2-9 llm-extproc, 10+ model servers. */
+const POD_ADDRESSES = 32;
+
+export interface ModelPodSpec {
+  readonly name: string;
+  /** Ready=True (default), or Running with a failing readiness probe. */
+  readonly ready?: boolean;
+  readonly behavior?: Behavior;
+}
+
+export interface IstioBedOptions {
+  readonly name: string;
+  /** Values over the Istio example, as a user's own `-f` file. */
+  readonly values?: object;
+  readonly modelPods: readonly ModelPodSpec[];
+  readonly istiod?: IstiodOptions;
+  /** Extra fields for the HTTPRoute's rule (e.g. `timeouts`). */
+  readonly routeRule?: object;
+  /** Extra Envoy flags for the gateway proxy. */
+  readonly envoyArgs?: readonly string[];
+}
+
+export interface PickerPod {
+  readonly pod: TestPod;
+  readonly process: ExtprocProcess;
+  readonly grpcAddress: string;
+  /** `http://<pod ip>:<port>`: /metrics, /readyz. */
+  readonly opsUrl: string;
+}
+
+export class IstioBed {
+  readonly servers = new Map<string, ModelServer>();
+  readonly pods = new Map<string, TestPod>();
+  picker!: PickerPod;
+  proxy!: IstioGatewayProxy;
+  /** The objects `helm template` rendered for our chart. */
+  rendered: K8sObject[] = [];
+  private readonly kubelet: FakeKubelet;
+  readonly slices: EndpointSliceController;
+  private readonly addresses = claimPodAddresses(POD_ADDRESSES);
+
+  private constructor(
+    readonly plane: KubeControlPlane,
+    readonly istiod: Istiod,
+    readonly dir: string,
+    /** The Gateway listener's port (Envoy binds it on 0.0.0.0). */
+    readonly gatewayPort: number,
+  ) {
+    this.kubelet = new FakeKubelet(plane.core());
+    this.slices = new EndpointSliceController(plane);
+  }
+
+  static async start(options: IstioBedOptions): Promise<IstioBed> {
+    const plane = await KubeControlPlane.start();
+    let istiod: Istiod | undefined;
+    let bed: IstioBed | undefined;
+    try {
+      istiod = await Istiod.start(plane, options.istiod);
+      const dir = await mkdtemp(join(tmpdir(), `llm-extproc-istio-${options.name}-`));
+      const [gatewayPort] = await freePorts(1);
+      bed = new IstioBed(plane, istiod, dir, gatewayPort);
+      await bed.install(options);
+      return bed;
+    } catch (err) {
+      if (bed !== undefined) await bed.stop();
+      else {
+        await istiod?.stop();
+        await plane.stop();
+      }
+      throw err;
+    }
+  }
+
+  /** The address of pod number `index` (see POD_ADDRESSES). */
+  podIp(index: number): string {
+    const address = this.addresses[index - 1];
+    if (address === undefined) throw new Error(`no pod address ${index}`);
+    return address;
+  }
+
+  private async install(options: IstioBedOptions): Promise<void> {
+    for (const ns of [MODELS_NS, GATEWAY_NS]) await this.plane.createNamespace(ns);
+
+    // The Secret the example names (tls.secretName: llm-extproc-tls), as cert-manager writes it.
+    const ca = await makeTestCa();
+    // Named for our Service, as cert-manager would issue it; the DestinationRule checks the names.
+    const service = `${RELEASE}-llm-extproc.${MODELS_NS}`;
+    const identity = await ca.issue([`${service}.svc.cluster.local`, `${service}.svc`]);
+    await this.plane.core().createNamespacedSecret({
+      namespace: MODELS_NS,
+      body: {
+        metadata: { name: 'llm-extproc-tls' },
+        type: 'kubernetes.io/tls',
+        data: {
+          'tls.crt': identity.cert.toString('base64'),
+          'tls.key': identity.key.toString('base64'),
+          'ca.crt': Buffer.from(ca.caPem).toString('base64'),
+        },
+      },
+    });
+
+    // The CA bundle the example's caConfigMap names, as trust-manager would publish it.
+    await this.plane.core().createNamespacedConfigMap({
+      namespace: MODELS_NS,
+      body: { metadata: { name: 'llm-extproc-ca' }, data: { 'ca.crt': ca.caPem } },
+    });
+
+    this.rendered = await renderChart(options.values ?? {}, this.dir);
+    await this.plane.apply(this.rendered.map((o) => toYaml(o)).join('---\n'));
+    await this.plane.apply(gatewayManifests(this.gatewayPort, options.routeRule ?? {}));
+
+    await Promise.all(options.modelPods.map((spec, i) => this.addModelPod(spec, 10 + i)));
+    this.picker = await this.startPicker(this.podIp(2));
+    // istiod creates the InferencePool's shadow Service (`<pool>-ip-<hash>`); the endpoint
+    // controller then lists the pool's pods in it.
+    await waitUntil(
+      async () => {
+        const list = await this.plane
+          .core()
+          .listNamespacedService({ namespace: MODELS_NS, labelSelector: `istio.io/inferencepool-name=${POOL}` });
+        return list.items.length > 0 ? true : undefined;
+      },
+      { description: `istiod to create the shadow Service of InferencePool ${POOL}`, timeoutMs: 60_000, intervalMs: 200 },
+    );
+    await this.slices.reconcile(MODELS_NS);
+
+    this.proxy = await startIstioGatewayProxy({
+      plane: this.plane,
+      istiod: this.istiod,
+      gateway: { name: GATEWAY_NAME, namespace: GATEWAY_NS },
+      podIp: this.podIp(1),
+      ...(options.envoyArgs === undefined ? {} : { envoyArgs: options.envoyArgs }),
+    });
+    await this.waitForPoolHosts((hosts) => options.modelPods.every((p) => hosts.has(`${this.pods.get(p.name)!.ip}:${TARGET_PORT}`)));
+  }
+
+  /** Starts a model server on its own pod IP and creates its pod (Ready or not). */
+  async addModelPod(spec: ModelPodSpec, index: number): Promise<ModelServer> {
+    const ip = this.podIp(index);
+    const server = await startModelServer({
+      id: spec.name,
+      host: ip,
+      port: TARGET_PORT,
+      models: [MODEL],
+      ...(spec.behavior === undefined ? {} : { behavior: spec.behavior }),
+    });
+    const pod: TestPod = { name: spec.name, namespace: MODELS_NS, labels: { ...POOL_LABELS }, ip };
+    this.servers.set(spec.name, server);
+    this.pods.set(spec.name, pod);
+    await this.kubelet.createPod(pod, (o) => (spec.ready === false ? notReadyPod(o) : readyPod(o)));
+    return server;
+  }
+
+  server(name: string): ModelServer {
+    const s = this.servers.get(name);
+    if (s === undefined) throw new Error(`no model server ${name}`);
+    return s;
+  }
+
+  /** A kubelet status sync for a model pod, then the endpoint controller's update. */
+  async setModelPodReady(name: string, ready: boolean): Promise<void> {
+    const pod = this.pods.get(name)!;
+    await this.kubelet.setStatus(pod, (o) => (ready ? readyPod(o) : notReadyPod(o)));
+    await this.slices.reconcile(MODELS_NS);
+  }
+
+  /** `kubectl delete pod`: Terminating (deletionTimestamp set) while its containers stop. */
+  async terminateModelPod(name: string): Promise<void> {
+    const pod = this.pods.get(name)!;
+    await this.kubelet.requestDeletion(pod);
+    await this.kubelet.setStatus(pod, (o) => terminatingPod(o));
+    await this.slices.reconcile(MODELS_NS);
+  }
+
+  /** llm-extproc's Prometheus text. */
+  async pickerMetrics(): Promise<string> {
+    return (await fetch(`${this.picker.opsUrl}/metrics`)).text();
+  }
+
+  /** One request through the gateway's listener. */
+  send(request: ClientRequest): Promise<ClientResponse> {
+    return send(this.gatewayPort, request);
+  }
+
+  /** The pool cluster's hosts as Envoy has them (`/clusters`): address → health flags. */
+  async poolHosts(): Promise<Map<string, string>> {
+    const text = await (await fetch(`${this.proxy.envoy.adminUrl}/clusters`)).text();
+    const hosts = new Map<string, string>();
+    for (const line of text.split('\n')) {
+      // outbound|54321||llama-ip-xxxx.models.svc.cluster.local::127.1.2.10:8000::health_flags::healthy
+      const match = line.match(/^outbound\|\d+\|\|[^:]*-ip-[0-9a-f]+\.models\.svc\.cluster\.local::([\d.]+:\d+)::health_flags::(.*)$/);
+      if (match !== null) hosts.set(match[1], match[2]);
+    }
+    return hosts;
+  }
+
+  /** Waits until Envoy's pool cluster satisfies `predicate` (EDS from istiod is asynchronous). */
+  async waitForPoolHosts(
+    predicate: (hosts: Map<string, string>) => boolean,
+    description = 'the pool cluster',
+  ): Promise<Map<string, string>> {
+    return waitUntil(
+      async () => {
+        const hosts = await this.poolHosts();
+        return predicate(hosts) ? hosts : undefined;
+      },
+      { description: `${description} in the gateway's Envoy`, timeoutMs: 60_000, intervalMs: 100 },
+    );
+  }
+
+  /**
+   * The llm-extproc pod: created from the chart's Deployment template, its container run as
+   * `dist/src/main.js` with the ConfigMap's config, Ready once /readyz answers 200.
+   */
+  private async startPicker(ip: string): Promise<PickerPod> {
+    const deployment = this.rendered.find((o) => o.kind === 'Deployment') as K8sObject & {
+      spec: { template: { metadata: V1Pod['metadata']; spec: V1Pod['spec'] } };
+    };
+    const configMap = this.rendered.find((o) => o.kind === 'ConfigMap') as K8sObject & { data: Record<string, string> };
+    const template = deployment.spec.template;
+    const name = `${deployment.metadata.name}-0`;
+    await this.plane.core().createNamespacedPod({
+      namespace: MODELS_NS,
+      body: { metadata: { ...template.metadata, name, namespace: MODELS_NS }, spec: { ...template.spec!, nodeName: NODE_NAME } },
+    });
+    const pod: TestPod = { name, namespace: MODELS_NS, labels: { ...(template.metadata?.labels ?? {}) }, ip };
+    const pickerStatus = (o: PodOptions, ready: boolean): PodJson =>
+      ready ? readyPod({ ...o, container: 'llm-extproc' }) : notReadyPod({ ...o, container: 'llm-extproc' });
+    await this.kubelet.setStatus(pod, (o) => pickerStatus(o, false));
+
+    const container = template.spec!.containers[0];
+    const mounts = join(this.dir, 'picker');
+    await mkdir(join(mounts, 'tls'), { recursive: true });
+    const secret = await this.plane.core().readNamespacedSecret({ namespace: MODELS_NS, name: 'llm-extproc-tls' });
+    for (const [key, value] of Object.entries(secret.data ?? {})) await writeFile(join(mounts, 'tls', key), Buffer.from(value, 'base64'));
+    const config = parseYaml(configMap.data['config.yaml'] ?? '') as {
+      kubernetes?: Record<string, unknown>;
+      listen?: { grpc?: string; http?: string; tls?: { certFile?: string; keyFile?: string } };
+    };
+    // The kubelet's part: volume paths, the in-cluster credentials, the pod's own address.
+    const remount = (path: string | undefined): string | undefined =>
+      path?.replace(/^\/etc\/llm-extproc\/tls\//, `${join(mounts, 'tls')}/`);
+    if (config.listen?.tls?.certFile !== undefined) config.listen.tls.certFile = remount(config.listen.tls.certFile)!;
+    if (config.listen?.tls?.keyFile !== undefined) config.listen.tls.keyFile = remount(config.listen.tls.keyFile)!;
+    const token = await this.plane.serviceAccountToken(MODELS_NS, template.spec!.serviceAccountName ?? 'default');
+    config.kubernetes = { ...config.kubernetes, kubeconfigPath: await this.plane.writeKubeconfig('picker.kubeconfig', token) };
+    const grpcPort = Number((config.listen?.grpc ?? ':9002').split(':').at(-1));
+    const httpPort = Number((config.listen?.http ?? ':9090').split(':').at(-1));
+    const configPath = join(mounts, 'config.yaml');
+    await writeFile(configPath, toYaml(config));
+    const env = Object.fromEntries((container.env ?? []).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
+    const processHandle = await startExtprocProcess({
+      configPath,
+      env: { ...env, LLM_EXTPROC_GRPC_ADDRESS: `${ip}:${grpcPort}`, LLM_EXTPROC_HTTP_ADDRESS: `${ip}:${httpPort}` },
+      startTimeoutMs: 60_000,
+    });
+    await waitUntil(async () => ((await fetch(`http://${ip}:${httpPort}/readyz`)).status === 200 ? true : undefined), {
+      description: 'llm-extproc /readyz',
+      timeoutMs: 60_000,
+      intervalMs: 100,
+    });
+    await this.kubelet.setStatus(pod, (o) => pickerStatus(o, true));
+    await this.slices.reconcile(MODELS_NS);
+    return { pod, process: processHandle, grpcAddress: `${ip}:${grpcPort}`, opsUrl: `http://${ip}:${httpPort}` };
+  }
+
+  async stop(): Promise<void> {
+    await this.proxy?.stop().catch(() => undefined);
+    await this.picker?.process.kill().catch(() => undefined);
+    await Promise.all([...this.servers.values()].map((s) => s.close().catch(() => undefined)));
+    await this.istiod.stop();
+    await this.plane.stop();
+    await rm(this.dir, { recursive: true, force: true });
+    releasePodAddresses(this.addresses);
+  }
+}
+
+/** `helm template` of our chart with the Istio example and the test's values on top. */
+export async function renderChart(values: object, dir: string): Promise<K8sObject[]> {
+  const valuesFile = join(dir, 'values.yaml');
+  await writeFile(valuesFile, toYaml(values));
+  const res = await helm(['template', RELEASE, CHART, '--namespace', MODELS_NS, '-f', ISTIO_EXAMPLE, '-f', valuesFile], join(dir, 'helm'));
+  if (res.code !== 0) throw new Error(`helm template failed: ${res.stderr}`);
+  return parseManifests(res.stdout);
+}
+
+/** A user's Gateway (class istio) and HTTPRoute to the InferencePool. */
+export function gatewayManifests(port: number, routeRule: object): string {
+  return toYaml({
+    apiVersion: 'gateway.networking.k8s.io/v1',
+    kind: 'Gateway',
+    metadata: { name: GATEWAY_NAME, namespace: GATEWAY_NS },
+    spec: {
+      gatewayClassName: 'istio',
+      listeners: [{ name: 'http', port, protocol: 'HTTP', allowedRoutes: { namespaces: { from: 'All' } } }],
+    },
+  }).concat(
+    '---\n',
+    toYaml({
+      apiVersion: 'gateway.networking.k8s.io/v1',
+      kind: 'HTTPRoute',
+      metadata: { name: 'llm', namespace: MODELS_NS },
+      spec: {
+        parentRefs: [{ name: GATEWAY_NAME, namespace: GATEWAY_NS }],
+        rules: [
+          {
+            matches: [{ path: { type: 'PathPrefix', value: '/' } }],
+            backendRefs: [{ group: 'inference.networking.k8s.io', kind: 'InferencePool', name: POOL }],
+            ...routeRule,
+          },
+        ],
+      },
+    }),
+  );
+}

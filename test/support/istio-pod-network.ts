@@ -1,0 +1,67 @@
+// Pod IPs for the live-Istio bed. Every pod's process runs on this machine, but its address must be
+// one the real API server accepts in an EndpointSlice, and EndpointSlice validation refuses the
+// loopback range (127.0.0.0/8). So each pod gets an address from 198.18.0.0/15 (RFC 2544's
+// benchmarking range, never routed on real networks) added as a /32 to the loopback interface:
+// still local traffic only, and distinct per pod, so every model server listens on the pool's one
+// targetPort. Adding addresses needs CAP_NET_ADMIN (CI runs as root). Each test process claims a
+// block of its own: `ip addr add` of an address that exists fails, so two processes never share
+// one; the addresses are removed when the process exits.
+
+import { spawnSync } from 'node:child_process';
+
+const BLOCKS = 512; // 198.18.0.0/15 as /24s
+const claimed = new Set<string>();
+let hookInstalled = false;
+
+function ip(args: readonly string[]): { ok: boolean; message: string } {
+  const res = spawnSync('ip', args, { encoding: 'utf8' });
+  if (res.error !== undefined) return { ok: false, message: res.error.message };
+  return { ok: res.status === 0, message: `${res.stderr}${res.stdout}`.trim() };
+}
+
+function releaseAll(): void {
+  for (const address of claimed) ip(['addr', 'del', `${address}/32`, 'dev', 'lo']);
+  claimed.clear();
+}
+
+/**
+ * Claims `count` addresses `198.(18|19).<block>.<1..count>` for this process (trying blocks from
+ * one derived from our pid), adds them to `lo`, and returns them. Throws with the reason when the
+ * machine does not allow it.
+ */
+export function claimPodAddresses(count: number): string[] {
+  if (!hookInstalled) {
+    hookInstalled = true;
+    process.on('exit', releaseAll);
+  }
+  for (let attempt = 0; attempt < BLOCKS; attempt++) {
+    const block = (process.pid + attempt) % BLOCKS;
+    const prefix = `198.${18 + (block >> 8)}.${block & 0xff}`;
+    const first = ip(['addr', 'add', `${prefix}.1/32`, 'dev', 'lo']);
+    if (!first.ok) {
+      if (/File exists/i.test(first.message)) continue; // another process holds this block
+      throw new Error(
+        `cannot add pod addresses to the loopback interface (\`ip addr add ${prefix}.1/32 dev lo\`: ${first.message}); the live-Istio tests need CAP_NET_ADMIN`,
+      );
+    }
+    const addresses = [`${prefix}.1`];
+    claimed.add(addresses[0]);
+    for (let i = 2; i <= count; i++) {
+      const address = `${prefix}.${i}`;
+      const res = ip(['addr', 'add', `${address}/32`, 'dev', 'lo']);
+      if (!res.ok) throw new Error(`ip addr add ${address}/32 dev lo: ${res.message}`);
+      claimed.add(address);
+      addresses.push(address);
+    }
+    return addresses;
+  }
+  throw new Error('no free 198.18.0.0/15 block for pod addresses');
+}
+
+/** Removes addresses claimed earlier (a bed's teardown). */
+export function releasePodAddresses(addresses: readonly string[]): void {
+  for (const address of addresses) {
+    if (!claimed.delete(address)) continue;
+    ip(['addr', 'del', `${address}/32`, 'dev', 'lo']);
+  }
+}
