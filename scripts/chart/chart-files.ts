@@ -187,6 +187,11 @@ export function valuesSchema(): object {
           failureMode: Type.Union([Type.Literal('FailClose'), Type.Literal('FailOpen')]),
           istio: Closed({
             destinationRule: Type.Boolean({ description: 'Istio DestinationRule for TLS to the picker (needs tls.enabled).' }),
+            caConfigMap: Type.String({
+              pattern: '^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$',
+              maxLength: 253,
+              description: 'ConfigMap in the release namespace whose ca.crt signed our certificate; empty: TLS without verification.',
+            }),
           }),
           aiGateway: Closed({ processingBodyMode: Type.Union([Type.Literal(''), Type.Literal('buffered')]) }),
         }),

@@ -232,8 +232,15 @@ describe('chart: gateway wiring', () => {
       keyFile: '/etc/llm-extproc/tls/tls.key',
     });
     const rule = only(objects, 'DestinationRule');
-    assert.equal(field(rule, 'spec', 'host'), `${FULLNAME}.${NAMESPACE}.svc.cluster.local`);
-    assert.equal(field(rule, 'spec', 'trafficPolicy', 'tls', 'mode'), 'SIMPLE');
+    const host = `${FULLNAME}.${NAMESPACE}.svc.cluster.local`;
+    assert.equal(field(rule, 'spec', 'host'), host);
+    // Verified against the example's CA ConfigMap and our Service's names (live: live-istio.test.ts).
+    assert.deepEqual(field(rule, 'spec', 'trafficPolicy', 'tls'), {
+      mode: 'SIMPLE',
+      sni: host,
+      credentialName: `configmap://${NAMESPACE}/llm-extproc-ca`,
+      subjectAltNames: [host, `${FULLNAME}.${NAMESPACE}.svc`],
+    });
     const volumes = field(only(objects, 'Deployment'), 'spec', 'template', 'spec', 'volumes') as Obj[];
     assert.equal(
       field(
@@ -243,6 +250,16 @@ describe('chart: gateway wiring', () => {
       ),
       'llm-extproc-tls',
     );
+  });
+
+  it('Istio without a CA ConfigMap: TLS to the picker encrypted but not verified (the gateway has no CA to verify with)', async () => {
+    const objects = await template(['inferencepool-istio.yaml'], ['--set', 'gateway.inferencePool.istio.caConfigMap=']);
+    const host = `${FULLNAME}.${NAMESPACE}.svc.cluster.local`;
+    assert.deepEqual(field(only(objects, 'DestinationRule'), 'spec', 'trafficPolicy', 'tls'), {
+      mode: 'SIMPLE',
+      sni: host,
+      insecureSkipVerify: true,
+    });
   });
 
   it('Envoy AI Gateway: single destination, self-signed TLS, the buffered body-mode annotation', async () => {
