@@ -81,7 +81,8 @@ export interface PickerPod {
 export class IstioBed {
   readonly servers = new Map<string, ModelServer>();
   readonly pods = new Map<string, TestPod>();
-  picker!: PickerPod;
+  /** The chart's llm-extproc replicas (replicaCount), as pods. */
+  readonly pickers: PickerPod[] = [];
   proxy!: IstioGatewayProxy;
   /** The objects `helm template` rendered for our chart. */
   rendered: K8sObject[] = [];
@@ -160,7 +161,7 @@ export class IstioBed {
     await this.plane.apply(gatewayManifests(this.gatewayPort, options.routeRule ?? {}));
 
     await Promise.all(options.modelPods.map((spec, i) => this.addModelPod(spec, 10 + i)));
-    this.picker = await this.startPicker(this.podIp(2));
+    for (let i = 0; i < this.chartWorkload().replicas; i++) this.pickers.push(await this.startPicker(i));
     // istiod creates the InferencePool's shadow Service (`<pool>-ip-<hash>`); the endpoint
     // controller then lists the pool's pods in it.
     await waitUntil(
@@ -207,11 +208,14 @@ export class IstioBed {
     return s;
   }
 
-  /** A kubelet status sync for a model pod, then the endpoint controller's update. */
-  async setModelPodReady(name: string, ready: boolean): Promise<void> {
+  /**
+   * A kubelet status sync for a model pod, then (unless `endpointController: false`, a controller
+   * that has not caught up) the endpoint controller's update.
+   */
+  async setModelPodReady(name: string, ready: boolean, { endpointController = true } = {}): Promise<void> {
     const pod = this.pods.get(name)!;
     await this.kubelet.setStatus(pod, (o) => (ready ? readyPod(o) : notReadyPod(o)));
-    await this.slices.reconcile(MODELS_NS);
+    if (endpointController) await this.slices.reconcile(MODELS_NS);
   }
 
   /** `kubectl delete pod`: Terminating (deletionTimestamp set) while its containers stop. */
@@ -222,14 +226,41 @@ export class IstioBed {
     await this.slices.reconcile(MODELS_NS);
   }
 
-  /** llm-extproc's Prometheus text. */
+  /** Every running llm-extproc replica's Prometheus text, concatenated (metricValue sums over replicas). */
   async pickerMetrics(): Promise<string> {
-    return (await fetch(`${this.picker.opsUrl}/metrics`)).text();
+    // A replica that is down has no metrics to add.
+    const texts = await Promise.all(
+      this.pickers.map((p) =>
+        fetch(`${p.opsUrl}/metrics`).then(
+          (r) => r.text(),
+          () => '',
+        ),
+      ),
+    );
+    return texts.join('\n');
   }
 
   /** One request through the gateway's listener. */
   send(request: ClientRequest): Promise<ClientResponse> {
     return send(this.gatewayPort, request);
+  }
+
+  /** The ext_proc override istiod put on the route to the InferencePool (Envoy's /config_dump). */
+  async routeExtProcOverrides(): Promise<Record<string, unknown> | undefined> {
+    const dump = await this.proxy.configDump();
+    for (const config of dump.configs) {
+      if (!config['@type'].endsWith('RoutesConfigDump')) continue;
+      for (const dynamic of (config['dynamic_route_configs'] ?? []) as Array<{ route_config?: RouteConfig }>) {
+        for (const host of dynamic.route_config?.virtual_hosts ?? []) {
+          for (const route of host.routes ?? []) {
+            const perFilter = route.typed_per_filter_config?.['envoy.filters.http.ext_proc'] as
+              { overrides?: Record<string, unknown> } | undefined;
+            if (perFilter?.overrides !== undefined) return perFilter.overrides;
+          }
+        }
+      }
+    }
+    return undefined;
   }
 
   /** The pool cluster's hosts as Envoy has them (`/clusters`): address → health flags. */
@@ -258,42 +289,68 @@ export class IstioBed {
     );
   }
 
-  /**
-   * The llm-extproc pod: created from the chart's Deployment template, its container run as
-   * `dist/src/main.js` with the ConfigMap's config, Ready once /readyz answers 200.
-   */
-  private async startPicker(ip: string): Promise<PickerPod> {
+  /** The rendered Deployment and ConfigMap of our chart. */
+  private chartWorkload(): {
+    template: { metadata: V1Pod['metadata']; spec: V1Pod['spec'] };
+    name: string;
+    replicas: number;
+    configYaml: string;
+  } {
     const deployment = this.rendered.find((o) => o.kind === 'Deployment') as K8sObject & {
-      spec: { template: { metadata: V1Pod['metadata']; spec: V1Pod['spec'] } };
+      spec: { replicas?: number; template: { metadata: V1Pod['metadata']; spec: V1Pod['spec'] } };
     };
     const configMap = this.rendered.find((o) => o.kind === 'ConfigMap') as K8sObject & { data: Record<string, string> };
-    const template = deployment.spec.template;
-    const name = `${deployment.metadata.name}-0`;
+    return {
+      template: deployment.spec.template,
+      name: deployment.metadata.name,
+      replicas: deployment.spec.replicas ?? 1,
+      configYaml: configMap.data['config.yaml'] ?? '',
+    };
+  }
+
+  /**
+   * An llm-extproc pod (replica `index` of the chart's Deployment): created from the Deployment's
+   * template, then its container started (runPicker).
+   */
+  private async startPicker(index: number): Promise<PickerPod> {
+    const { template, name } = this.chartWorkload();
+    const podName = `${name}-${index}`;
     await this.plane.core().createNamespacedPod({
       namespace: MODELS_NS,
-      body: { metadata: { ...template.metadata, name, namespace: MODELS_NS }, spec: { ...template.spec!, nodeName: NODE_NAME } },
+      body: { metadata: { ...template.metadata, name: podName, namespace: MODELS_NS }, spec: { ...template.spec!, nodeName: NODE_NAME } },
     });
-    const pod: TestPod = { name, namespace: MODELS_NS, labels: { ...(template.metadata?.labels ?? {}) }, ip };
-    const pickerStatus = (o: PodOptions, ready: boolean): PodJson =>
-      ready ? readyPod({ ...o, container: 'llm-extproc' }) : notReadyPod({ ...o, container: 'llm-extproc' });
+    const pod: TestPod = {
+      name: podName,
+      namespace: MODELS_NS,
+      labels: { ...(template.metadata?.labels ?? {}) },
+      ip: this.podIp(2 + index),
+    };
     await this.kubelet.setStatus(pod, (o) => pickerStatus(o, false));
+    return this.runPicker(pod);
+  }
 
+  /**
+   * Runs the container of an llm-extproc pod as `dist/src/main.js` with the ConfigMap's config, and
+   * reports the pod Ready once its readiness probe (/readyz) passes. What a kubelet would do for the
+   * container is done here: Secret and ConfigMap "mounted" into a directory, the in-cluster
+   * credentials as a kubeconfig, the pod's own address for 0.0.0.0.
+   */
+  private async runPicker(pod: TestPod): Promise<PickerPod> {
+    const { template, configYaml } = this.chartWorkload();
     const container = template.spec!.containers[0];
-    const mounts = join(this.dir, 'picker');
+    const mounts = join(this.dir, pod.name);
     await mkdir(join(mounts, 'tls'), { recursive: true });
     const secret = await this.plane.core().readNamespacedSecret({ namespace: MODELS_NS, name: 'llm-extproc-tls' });
     for (const [key, value] of Object.entries(secret.data ?? {})) await writeFile(join(mounts, 'tls', key), Buffer.from(value, 'base64'));
-    const config = parseYaml(configMap.data['config.yaml'] ?? '') as {
+    const config = parseYaml(configYaml) as {
       kubernetes?: Record<string, unknown>;
       listen?: { grpc?: string; http?: string; tls?: { certFile?: string; keyFile?: string } };
     };
-    // The kubelet's part: volume paths, the in-cluster credentials, the pod's own address.
-    const remount = (path: string | undefined): string | undefined =>
-      path?.replace(/^\/etc\/llm-extproc\/tls\//, `${join(mounts, 'tls')}/`);
-    if (config.listen?.tls?.certFile !== undefined) config.listen.tls.certFile = remount(config.listen.tls.certFile)!;
-    if (config.listen?.tls?.keyFile !== undefined) config.listen.tls.keyFile = remount(config.listen.tls.keyFile)!;
+    const remount = (path: string): string => path.replace(/^\/etc\/llm-extproc\/tls\//, `${join(mounts, 'tls')}/`);
+    if (config.listen?.tls?.certFile !== undefined) config.listen.tls.certFile = remount(config.listen.tls.certFile);
+    if (config.listen?.tls?.keyFile !== undefined) config.listen.tls.keyFile = remount(config.listen.tls.keyFile);
     const token = await this.plane.serviceAccountToken(MODELS_NS, template.spec!.serviceAccountName ?? 'default');
-    config.kubernetes = { ...config.kubernetes, kubeconfigPath: await this.plane.writeKubeconfig('picker.kubeconfig', token) };
+    config.kubernetes = { ...config.kubernetes, kubeconfigPath: await this.plane.writeKubeconfig(`${pod.name}.kubeconfig`, token) };
     const grpcPort = Number((config.listen?.grpc ?? ':9002').split(':').at(-1));
     const httpPort = Number((config.listen?.http ?? ':9090').split(':').at(-1));
     const configPath = join(mounts, 'config.yaml');
@@ -301,22 +358,45 @@ export class IstioBed {
     const env = Object.fromEntries((container.env ?? []).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
     const processHandle = await startExtprocProcess({
       configPath,
-      env: { ...env, LLM_EXTPROC_GRPC_ADDRESS: `${ip}:${grpcPort}`, LLM_EXTPROC_HTTP_ADDRESS: `${ip}:${httpPort}` },
+      env: { ...env, LLM_EXTPROC_GRPC_ADDRESS: `${pod.ip}:${grpcPort}`, LLM_EXTPROC_HTTP_ADDRESS: `${pod.ip}:${httpPort}` },
       startTimeoutMs: 60_000,
     });
-    await waitUntil(async () => ((await fetch(`http://${ip}:${httpPort}/readyz`)).status === 200 ? true : undefined), {
-      description: 'llm-extproc /readyz',
+    const opsUrl = `http://${pod.ip}:${httpPort}`;
+    await waitUntil(async () => ((await fetch(`${opsUrl}/readyz`)).status === 200 ? true : undefined), {
+      description: `${pod.name} /readyz`,
       timeoutMs: 60_000,
       intervalMs: 100,
     });
     await this.kubelet.setStatus(pod, (o) => pickerStatus(o, true));
     await this.slices.reconcile(MODELS_NS);
-    return { pod, process: processHandle, grpcAddress: `${ip}:${grpcPort}`, opsUrl: `http://${ip}:${httpPort}` };
+    return { pod, process: processHandle, grpcAddress: `${pod.ip}:${grpcPort}`, opsUrl };
+  }
+
+  /** Starts replica `index`'s container again (a container restart: same pod, same address). */
+  async restartPicker(index: number): Promise<PickerPod> {
+    const old = this.pickers[index];
+    if (old === undefined) throw new Error(`no picker ${index}`);
+    await old.process.kill();
+    const picker = await this.runPicker(old.pod);
+    this.pickers[index] = picker;
+    return picker;
+  }
+
+  /** The kubelet's status for an llm-extproc pod whose readiness probe passes or fails; then the endpoint controller. */
+  async setPickerReady(index: number, ready: boolean): Promise<void> {
+    await this.kubelet.setStatus(this.pickers[index].pod, (o) => pickerStatus(o, ready));
+    await this.slices.reconcile(MODELS_NS);
+  }
+
+  /** `helm upgrade` with these values over the example: the re-rendered manifests applied as they are. */
+  async upgrade(values: object): Promise<void> {
+    this.rendered = await renderChart(values, this.dir);
+    await this.plane.apply(this.rendered.map((o) => toYaml(o)).join('---\n'));
   }
 
   async stop(): Promise<void> {
     await this.proxy?.stop().catch(() => undefined);
-    await this.picker?.process.kill().catch(() => undefined);
+    await Promise.all(this.pickers.map((p) => p.process.kill().catch(() => undefined)));
     await Promise.all([...this.servers.values()].map((s) => s.close().catch(() => undefined)));
     await this.istiod.stop();
     await this.plane.stop();
@@ -362,4 +442,14 @@ export function gatewayManifests(port: number, routeRule: object): string {
       },
     }),
   );
+}
+
+function pickerStatus(o: PodOptions, ready: boolean): PodJson {
+  return ready ? readyPod({ ...o, container: 'llm-extproc' }) : notReadyPod({ ...o, container: 'llm-extproc' });
+}
+
+interface RouteConfig {
+  readonly virtual_hosts?: ReadonlyArray<{
+    readonly routes?: ReadonlyArray<{ readonly typed_per_filter_config?: Record<string, unknown> }>;
+  }>;
 }

@@ -84,11 +84,16 @@ export function endpointSliceFor(service: V1Service, pods: readonly V1Pod[]): V1
 export class EndpointSliceController {
   constructor(private readonly plane: KubeControlPlane) {}
 
-  /** Writes the slice of every selector Service in `namespace` from its current pods; returns them. */
-  async reconcile(namespace: string): Promise<V1EndpointSlice[]> {
+  /**
+   * Writes the slice of every selector Service in `namespace` from its current pods; returns them.
+   * `adjust` lets a test write what a lagging or disagreeing controller would (a stale view).
+   */
+  async reconcile(namespace: string, adjust: (slice: V1EndpointSlice) => V1EndpointSlice = (s) => s): Promise<V1EndpointSlice[]> {
     const core = this.plane.core();
     const [services, pods] = await Promise.all([core.listNamespacedService({ namespace }), core.listNamespacedPod({ namespace })]);
-    const slices = services.items.filter((s) => Object.keys(s.spec?.selector ?? {}).length > 0).map((s) => endpointSliceFor(s, pods.items));
+    const slices = services.items
+      .filter((s) => Object.keys(s.spec?.selector ?? {}).length > 0)
+      .map((s) => adjust(endpointSliceFor(s, pods.items)));
     if (slices.length > 0) await this.plane.apply(slices.map((s) => toYaml(s)).join('---\n'), 'endpointslice-controller');
     return slices;
   }
