@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import type { V1EndpointSlice } from '@kubernetes/client-node';
+import { assertCatalogError } from '../support/catalog-assert.js';
 import { metricValue } from '../support/gateway.js';
 import type { ClientRequest, ClientResponse } from '../support/http-client.js';
 import { IstioBed, MODEL, MODELS_NS, TARGET_PORT } from '../support/istio-bed.js';
@@ -182,14 +183,14 @@ void describe('live Istio: failure modes', { skip: podNetworkUnavailable() }, ()
     }
   });
 
-  void it('llm-extproc down with FailClose (the default): Istio answers 500 without a body and routes nothing', async () => {
+  void it("llm-extproc down with FailClose (the default): nothing routed, and the chart's EnvoyFilter makes Istio's reply gateway_unavailable JSON", async () => {
     const counts = () => bed.server('a').requests.length + bed.server('b').requests.length;
     const before = counts();
     await Promise.all(bed.pickers.map((p) => p.process.kill()));
     try {
-      const response = await bed.send(chat('picker down'));
-      assert.equal(response.status, 500, response.text());
-      assert.equal(response.body.length, 0, 'Envoy local reply, no body (docs/gateways.md)');
+      // Without the EnvoyFilter (gateway.inferencePool.istio.gateways empty) this is Envoy's 500 with an empty body.
+      const response = assertCatalogError(await bed.send(chat('picker down')), 'gateway_unavailable');
+      assert.match(response.error.message, /routing service/);
       assert.equal(counts(), before, 'fail closed: nothing routed without the picker');
     } finally {
       for (let i = 0; i < bed.pickers.length; i++) await bed.restartPicker(i);
@@ -209,10 +210,9 @@ void describe('live Istio: failure modes', { skip: podNetworkUnavailable() }, ()
     try {
       const before = counts();
       // Envoy 1.40 cannot fail open under FULL_DUPLEX_STREAMED after it streamed body chunks to the
-      // processor: it answers its own 500 (docs/gateways.md; the chart's NOTES warn about FailOpen).
-      const post = await bed.send(chat('fail open'));
-      assert.equal(post.status, 500, post.text());
-      assert.equal(post.body.length, 0);
+      // processor: it answers its own 500 (docs/gateways.md; the chart's NOTES warn about FailOpen),
+      // which the chart's EnvoyFilter turns into catalog JSON.
+      assertCatalogError(await bed.send(chat('fail open')), 'gateway_unavailable');
       assert.equal(counts(), before, 'nothing routed');
       // Without a body the filter does fail open: Envoy's own balancer picks a healthy host.
       const models = await bed.send({ path: '/v1/models' });

@@ -405,11 +405,19 @@ export class IstioBed {
   }
 }
 
-/** `helm template` of our chart with the Istio example and the test's values on top. */
+/**
+ * `helm template` of our chart with the Istio example, the bed's own Gateway named where the
+ * example names `inference-gateway` (as a user would edit it), and the test's values on top.
+ */
 export async function renderChart(values: object, dir: string): Promise<K8sObject[]> {
+  const bedFile = join(dir, 'bed-values.yaml');
+  await writeFile(bedFile, toYaml({ gateway: { inferencePool: { istio: { gateways: [{ name: GATEWAY_NAME, namespace: GATEWAY_NS }] } } } }));
   const valuesFile = join(dir, 'values.yaml');
   await writeFile(valuesFile, toYaml(values));
-  const res = await helm(['template', RELEASE, CHART, '--namespace', MODELS_NS, '-f', ISTIO_EXAMPLE, '-f', valuesFile], join(dir, 'helm'));
+  const res = await helm(
+    ['template', RELEASE, CHART, '--namespace', MODELS_NS, '-f', ISTIO_EXAMPLE, '-f', bedFile, '-f', valuesFile],
+    join(dir, 'helm'),
+  );
   if (res.code !== 0) throw new Error(`helm template failed: ${res.stderr}`);
   return parseManifests(res.stdout);
 }
