@@ -180,6 +180,15 @@ void describe('live Istio: the chart under istiod with its defaults', { skip: po
     }
   });
 
+  void it('explains a reset before response headers as JSON', async () => {
+    behave({ kind: 'close-before-headers' });
+    try {
+      assertCatalogError(await bed.send(chat()), 'upstream_reset');
+    } finally {
+      behave({ kind: 'ok' });
+    }
+  });
+
   void it('attributes the answer to the replica that served it when a fallback answered (served host from Istio)', async () => {
     behave({ kind: 'ok' });
     const [a, b] = [bed.server('a'), bed.server('b')];
@@ -325,13 +334,13 @@ function profileIstioConfig(): IstioShape {
 
 async function liveIstioConfig(bed: IstioBed): Promise<IstioShape> {
   const dump = await bed.proxy.configDump();
-  const of = (suffix: string): Json => dump.configs.find((c) => c['@type'].endsWith(suffix))!;
+  const of = (kind: string): Json => dump.configs.find((c) => c['@type'].endsWith(`.${kind}`))!;
   const gatewayListener = ((of('ListenersConfigDump')['dynamic_listeners'] as Json[]) ?? [])
     .map((l) => (l['active_state'] as Json)['listener'] as Json)
     .find((l) => String(l['name']).endsWith(`_${bed.gatewayPort}`))!;
   const hcm = ((gatewayListener['filter_chains'] as Json[])[0]['filters'] as Json[])[0]['typed_config'] as Json;
   const routes = (of('RoutesConfigDump')['dynamic_route_configs'] as Json[]).flatMap((r) =>
-    ((r['route_config'] as Json)['virtual_hosts'] as Json[]).flatMap((h) => h['routes'] as Json[]),
+    (((r['route_config'] as Json)['virtual_hosts'] as Json[] | undefined) ?? []).flatMap((h) => (h['routes'] as Json[] | undefined) ?? []),
   );
   const route = routes.find((r) => (r['typed_per_filter_config'] as Json | undefined)?.['envoy.filters.http.ext_proc'] !== undefined)!;
   const pool = (of('ClustersConfigDump')['dynamic_active_clusters'] as Json[])
