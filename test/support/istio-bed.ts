@@ -411,7 +411,10 @@ export class IstioBed {
  */
 export async function renderChart(values: object, dir: string): Promise<K8sObject[]> {
   const bedFile = join(dir, 'bed-values.yaml');
-  await writeFile(bedFile, toYaml({ gateway: { inferencePool: { istio: { gateways: [{ name: GATEWAY_NAME, namespace: GATEWAY_NS }] } } } }));
+  await writeFile(
+    bedFile,
+    toYaml({ gateway: { inferencePool: { istio: { gateways: [{ name: GATEWAY_NAME, namespace: GATEWAY_NS }] } } } }),
+  );
   const valuesFile = join(dir, 'values.yaml');
   await writeFile(valuesFile, toYaml(values));
   const res = await helm(
