@@ -11,8 +11,9 @@
 //   call back into a process on our loopback);
 // - pilot-discovery authenticating as its own ServiceAccount, so the chart's RBAC is what it gets.
 //
-// xDS is served in plaintext on a free loopback port (`--grpcAddr`), which the gateway's Envoy
-// (istio-gateway-proxy.ts) dials directly where pilot-agent would otherwise relay it.
+// Every istiod port is moved to a free loopback port. The gateway's Envoy (istio-gateway-proxy.ts)
+// dials the TLS xDS port (`--secureGRPCAddr`) with its pod's token, as pilot-agent does; the
+// plaintext one (`--grpcAddr`) stays unused.
 
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
@@ -86,8 +87,6 @@ export class Istiod {
     private readonly process: TiedProcess,
     private readonly dir: string,
     readonly tools: IstioTools,
-    /** `127.0.0.1:<port>`: plaintext xDS (ADS). */
-    readonly xdsAddress: string,
     /** `127.0.0.1:<port>`: xDS over TLS, authenticated by a ServiceAccount token (what pilot-agent uses). */
     readonly secureXdsAddress: string,
     /** `http://127.0.0.1:<port>`: /ready and /debug/* (istiod's --httpAddr). */
@@ -157,7 +156,7 @@ export class Istiod {
       );
       // istiod writes relative paths (./var/run/secrets/istio-dns, ./etc/istio): run it in its own directory.
       const child = new TiedProcess('istiod', tools.pilotDiscovery, args, { logFile: join(dir, 'istiod.log'), env, cwd: dir });
-      const istiod = new Istiod(child, dir, tools, `127.0.0.1:${grpc}`, `127.0.0.1:${secureGrpc}`, `http://127.0.0.1:${http}`);
+      const istiod = new Istiod(child, dir, tools, `127.0.0.1:${secureGrpc}`, `http://127.0.0.1:${http}`);
       const exited = new AbortController();
       void child.whenExited().then((code) => exited.abort(new Error(`istiod exited with code ${code}`)));
       try {

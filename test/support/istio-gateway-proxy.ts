@@ -4,8 +4,9 @@
 // the Deployment's template, report its status — and start the container's proxy ourselves: a real
 // Envoy 1.40 with the bootstrap pilot-agent would write for that pod (node id
 // `router~<ip>~<pod>.<ns>~<ns>.svc.cluster.local`, the node metadata pilot-agent derives from the
-// container's ISTIO_META_* environment and the pod), connected straight to istiod's plaintext xDS
-// (pilot-agent would relay it over a Unix socket). Whatever istiod then sends is what runs.
+// container's ISTIO_META_* environment and the pod), connected straight to istiod's xDS over TLS
+// with the pod's token (pilot-agent would relay it from a Unix socket). Whatever istiod then sends
+// is what runs.
 
 import type { CoreV1Api, V1Container, V1Pod, V1PodTemplateSpec } from '@kubernetes/client-node';
 import { AppsV1Api } from '@kubernetes/client-node';
