@@ -5,7 +5,8 @@
 // still local traffic only, and distinct per pod, so every model server listens on the pool's one
 // targetPort. Adding addresses needs CAP_NET_ADMIN (CI runs as root). Each test process claims a
 // block of its own: `ip addr add` of an address that exists fails, so two processes never share
-// one; the addresses are removed when the process exits.
+// one. The addresses are removed when the process exits; each carries the label `lo:<pid>`, so a
+// later claim also removes those of a process that was killed before it could clean up.
 
 import { spawnSync } from 'node:child_process';
 
@@ -24,6 +25,23 @@ function releaseAll(): void {
   claimed.clear();
 }
 
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Removes the pod addresses of processes that are gone (labels `lo:<pid>`). */
+function reapOrphans(): void {
+  const listed = spawnSync('ip', ['-4', '-o', 'addr', 'show', 'dev', 'lo'], { encoding: 'utf8' });
+  for (const match of `${listed.stdout ?? ''}`.matchAll(/inet (198\.1[89]\.\d+\.\d+)\/32 .*? lo:(\d+)/g)) {
+    if (!alive(Number(match[2]))) ip(['addr', 'del', `${match[1]}/32`, 'dev', 'lo']);
+  }
+}
+
 /**
  * Claims `count` addresses `198.(18|19).<block>.<1..count>` for this process (trying blocks from
  * one derived from our pid), adds them to `lo`, and returns them. Throws with the reason when the
@@ -33,11 +51,13 @@ export function claimPodAddresses(count: number): string[] {
   if (!hookInstalled) {
     hookInstalled = true;
     process.on('exit', releaseAll);
+    reapOrphans();
   }
+  const label = ['label', `lo:${process.pid}`];
   for (let attempt = 0; attempt < BLOCKS; attempt++) {
     const block = (process.pid + attempt) % BLOCKS;
     const prefix = `198.${18 + (block >> 8)}.${block & 0xff}`;
-    const first = ip(['addr', 'add', `${prefix}.1/32`, 'dev', 'lo']);
+    const first = ip(['addr', 'add', `${prefix}.1/32`, 'dev', 'lo', ...label]);
     if (!first.ok) {
       if (/File exists/i.test(first.message)) continue; // another process holds this block
       throw new Error(
@@ -48,7 +68,7 @@ export function claimPodAddresses(count: number): string[] {
     claimed.add(addresses[0]);
     for (let i = 2; i <= count; i++) {
       const address = `${prefix}.${i}`;
-      const res = ip(['addr', 'add', `${address}/32`, 'dev', 'lo']);
+      const res = ip(['addr', 'add', `${address}/32`, 'dev', 'lo', ...label]);
       if (!res.ok) throw new Error(`ip addr add ${address}/32 dev lo: ${res.message}`);
       claimed.add(address);
       addresses.push(address);
