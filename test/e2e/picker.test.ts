@@ -149,6 +149,47 @@ describe('picking on model-server load and prompt prefixes (real Envoy, vLLM met
     }
   });
 
+  it('identical two-word prompts hold no whole cache block: spread by load, not pinned to one owner', async () => {
+    const f = await fleet([{ id: 'a' }, { id: 'b' }]);
+    try {
+      await scrapedAfterNow(f.servers);
+      const hi: ClientRequest = { path: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: 'hi' }] } };
+      const counts = new Map<string, number>();
+      // 4 clients, 40 requests each, one at a time per client.
+      await Promise.all(
+        Array.from({ length: 4 }, async () => {
+          for (let i = 0; i < 40; i++) {
+            const id = await servedBy(f.gateway, hi);
+            counts.set(id, (counts.get(id) ?? 0) + 1);
+          }
+        }),
+      );
+      for (const id of ['a', 'b']) {
+        const share = (counts.get(id) ?? 0) / 160;
+        assert.ok(share >= 0.35, `replica ${id} got ${(share * 100).toFixed(0)}% of 160 "hi" requests: ${JSON.stringify([...counts])}`);
+      }
+    } finally {
+      await f.stop();
+    }
+  });
+
+  it('requests sharing a 2 KB system prompt with distinct user turns stay on one replica', async () => {
+    const f = await fleet([{ id: 'a' }, { id: 'b' }]);
+    const system = 'You are the billing assistant of ACME Corp; quote the tariff sheet and keep answers short. '.repeat(23).slice(0, 2048);
+    try {
+      await scrapedAfterNow(f.servers);
+      const counts = new Map<string, number>();
+      for (let i = 0; i < 80; i++) {
+        const id = await servedBy(f.gateway, chat(system, `question ${i}: why is invoice ${1000 + i} higher than last month?`));
+        counts.set(id, (counts.get(id) ?? 0) + 1);
+      }
+      const top = Math.max(...counts.values());
+      assert.ok(top >= 72, `the shared prompt's owner served ${top} of 80: ${JSON.stringify([...counts])}`);
+    } finally {
+      await f.stop();
+    }
+  });
+
   it('requests sharing a system prompt land on the same server while it is not overloaded', async () => {
     const f = await fleet([{ id: 's1' }, { id: 's2' }, { id: 's3' }, { id: 's4' }]);
     const system =

@@ -1,6 +1,7 @@
 // Affinity keys on whole cache blocks (what the affinity key is made of) and rendezvous hashing (who owns a key).
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import fc from 'fast-check';
 import { affinityKey, blockChars, NO_PROMPT, prefixLimit, wholeBlocks } from '../../src/picker/prompt-hash.js';
 import type { CacheBlockSize } from '../../src/picker/prompt-hash.js';
 import { promptPrefixOf } from '../../src/request/prompt-prefix.js';
@@ -115,6 +116,44 @@ describe('affinity keys on whole cache blocks', () => {
   it('no extraction, no key, when the limit is zero', () => {
     assert.deepEqual(promptPrefixOf({ prompt: 'x'.repeat(100) }, { chars: 0, tokens: 0 }), NO_PROMPT);
     assert.equal(affinityKey(promptPrefixOf({ prompt: 'x'.repeat(100) }, LIMIT), SMALL, 0), undefined);
+  });
+});
+
+describe('affinity key properties', () => {
+  const sizeArb = fc.record({ blockTokens: fc.integer({ min: 1, max: 8 }), charsPerToken: fc.constantFrom(1, 2, 2.5, 4) });
+  const textArb = fc.string({ maxLength: 120 });
+
+  it('a key exists exactly when the prefix holds a whole block', () => {
+    fc.assert(
+      fc.property(sizeArb, textArb, fc.integer({ min: 1, max: 8 }), (size, text, keyBlocks) => {
+        const prefix = promptPrefixOf({ prompt: text }, prefixLimit([size], keyBlocks));
+        const extracted = prefix.kind === 'text' ? prefix.text.length : 0;
+        assert.equal(affinityKey(prefix, size, keyBlocks) !== undefined, extracted >= blockChars(size));
+      }),
+    );
+  });
+
+  it('prompts agreeing on their first keyBlocks whole blocks share the key, whatever follows', () => {
+    fc.assert(
+      fc.property(sizeArb, fc.integer({ min: 1, max: 6 }), textArb, textArb, (size, keyBlocks, tailA, tailB) => {
+        const shared = 'p'.repeat(keyBlocks * blockChars(size));
+        const a = key({ prompt: shared + tailA }, size, keyBlocks);
+        assert.notEqual(a, undefined);
+        assert.equal(a, key({ prompt: shared + tailB }, size, keyBlocks));
+      }),
+    );
+  });
+
+  it('a change inside the counted whole blocks changes the key (no collision on these)', () => {
+    fc.assert(
+      fc.property(sizeArb, fc.integer({ min: 1, max: 6 }), fc.nat(), (size, keyBlocks, at) => {
+        const length = keyBlocks * blockChars(size);
+        const base = 'q'.repeat(length);
+        const i = at % length;
+        const changed = base.slice(0, i) + 'Q' + base.slice(i + 1);
+        assert.notEqual(key({ prompt: base }, size, keyBlocks), key({ prompt: changed }, size, keyBlocks));
+      }),
+    );
   });
 });
 
