@@ -15,7 +15,7 @@ const PANELS: readonly Panel[] = [
   { title: 'p99 queue wait (ms)', value: (r) => r.p99WaitMs, format: (v) => v.toFixed(0), higherIsBetter: false },
   { title: 'mean queue wait (ms)', value: (r) => r.meanWaitMs, format: (v) => v.toFixed(0), higherIsBetter: false },
   { title: 'p99 time to first token (ms)', value: (r) => r.p99TtftMs, format: (v) => v.toFixed(0), higherIsBetter: false },
-  { title: 'prefix-cache hit ratio (%)', value: (r) => r.cacheHitRatio * 100, format: (v) => v.toFixed(1), higherIsBetter: true },
+  { title: 'cache hit ratio, blocks (%)', value: (r) => r.cacheHitRatio * 100, format: (v) => v.toFixed(1), higherIsBetter: true },
 ];
 
 const COLORS = ['#9aa5b1', '#5b8def', '#2a9d5c'];

@@ -2,15 +2,20 @@
 // policies on a synthetic multi-tenant workload. Deterministic for a seed; no clocks, no I/O.
 //
 // Workload: tenants of Zipf-like popularity, each with its own system prompt (shared by all its
-// requests); per request a fresh user prompt and an output length; arrivals are Poisson with a
-// rate that switches between calm and burst periods.
+// requests); per request a fresh user prompt and an output length; next to them, short
+// single-turn prompts (a few to 40 tokens) drawn from a small set of common openings, so many
+// are identical; arrivals are Poisson with a rate that switches between calm and burst periods.
 // Servers: `slots` requests run at once (the batch limit); the rest wait in FIFO order. A running
 // request costs prefill time for the prompt tokens not in the server's prefix cache, then decode
-// time per output token. The prefix cache is an LRU of 16-token blocks (vLLM's block size), keyed
-// by chained block hashes, so a hit is the longest cached prefix of the prompt.
+// time per output token. The prefix cache is vLLM's: whole 16-token blocks only (the tail of a
+// prompt that does not fill its last block is never cached), keyed by chained block hashes, LRU at
+// a per-server capacity, so a hit is the longest cached run of whole blocks.
+// Routers: 1 or more llm-extproc replicas, each with its own Picker and its own view (our in-flight
+// counts are per replica, as in production; each scrapes the servers itself); every arrival goes
+// to one of them at random, as Envoy spreads ext_proc streams.
 // The pipeline policy is the real Picker (src/picker/pipeline.ts) fed the way llm-extproc feeds it:
 // our in-flight counts at once, model-server metrics (queue, batch, KV use) scraped every
-// `scrapeMs`, and the hashes of the system prompt (the request minus its last message).
+// `scrapeMs`, and the key of the shared part's whole blocks (the request minus its last message).
 
 import type { Endpoint, PoolView } from '../../src/endpoints/model.js';
 import { Picker } from '../../src/picker/picker.js';
@@ -33,6 +38,10 @@ export interface SimConfig {
   readonly prefillMsPerToken: number;
   readonly decodeMsPerToken: number;
   readonly scrapeMs: number;
+  /** Share of requests that are short single-turn prompts (no system prompt). */
+  readonly shortShare: number;
+  /** llm-extproc replicas, each with its own view. */
+  readonly routers: number;
   /** The pipeline's bounded load (as picker.prefix.loadFactor / loadSlack / maxQueue). */
   readonly boundedLoad: { readonly factor: number; readonly slack: number; readonly maxQueue?: number };
 }
@@ -50,6 +59,8 @@ export const DEFAULT_SIM: SimConfig = {
   prefillMsPerToken: 0.4,
   decodeMsPerToken: 12,
   scrapeMs: 250,
+  shortShare: 0.3,
+  routers: 1,
   boundedLoad: DEFAULT_BOUNDED_LOAD,
 };
 
@@ -58,12 +69,13 @@ export const POLICIES: readonly PolicyName[] = ['round-robin', 'least-in-flight'
 
 export interface SimResult {
   readonly policy: PolicyName;
+  readonly routers: number;
   readonly requests: number;
   readonly meanWaitMs: number;
   readonly p99WaitMs: number;
   readonly meanTtftMs: number;
   readonly p99TtftMs: number;
-  /** Prompt tokens served from a prefix cache / all prompt tokens. */
+  /** Whole prompt blocks served from a prefix cache / all whole prompt blocks. */
   readonly cacheHitRatio: number;
   /** Requests served by the busiest server / by the least busy one. */
   readonly maxMinLoad: number;
@@ -101,6 +113,11 @@ function chain(previous: number, value: number): number {
   return (h ^ (h >>> 13)) >>> 0;
 }
 
+/** Short single-turn openings: how many distinct ones, and their popularity (Zipf-like). */
+const SHORT_PHRASES = 40;
+/** Affinity key = the key of the first 16 whole blocks (picker.prefix.keyBlocks' default). */
+const KEY_BLOCKS = 16;
+
 /** The synthetic workload, the same for every policy. */
 export function workload(config: SimConfig): SimRequest[] {
   const rand = prng(config.seed);
@@ -111,7 +128,7 @@ export function workload(config: SimConfig): SimRequest[] {
   const systemHashes = systemTokens.map((tokens, tenant) => {
     const out: number[] = [];
     let h = 0x811c9dc5 ^ tenant;
-    for (let b = 0; b < Math.ceil(tokens / BLOCK_TOKENS); b++) out.push((h = chain(h, b)));
+    for (let b = 0; b < Math.floor(tokens / BLOCK_TOKENS); b++) out.push((h = chain(h, b)));
     return out;
   });
   const requests: SimRequest[] = [];
@@ -125,24 +142,29 @@ export function workload(config: SimConfig): SimRequest[] {
       burst = !burst;
       periodEnd += config.periodSeconds * 1000 * -Math.log(1 - rand());
     }
+    const outputTokens = 10 + Math.floor(-Math.log(1 - rand()) * 120);
+    if (rand() < config.shortShare) {
+      // One message, all of it shared with the identical ones: whole blocks only.
+      const phrase = Math.floor(SHORT_PHRASES * rand() * rand());
+      const promptTokens = 2 + ((phrase * 7) % 39);
+      const blocks: number[] = [];
+      let h = 0x51ed ^ phrase;
+      for (let b = 0; b < Math.floor(promptTokens / BLOCK_TOKENS); b++) blocks.push((h = chain(h, b)));
+      requests.push({ id, arrival: now, tenant: -1 - phrase, blocks, systemBlocks: blocks.length, promptTokens, outputTokens });
+      continue;
+    }
     let pick = rand() * total;
     let tenant = 0;
     while (pick > weights[tenant] && tenant < config.tenants - 1) pick -= weights[tenant++];
     const userTokens = 30 + Math.floor(rand() * 600);
-    const outputTokens = 10 + Math.floor(-Math.log(1 - rand()) * 120);
     const system = systemHashes[tenant];
+    const promptTokens = systemTokens[tenant] + userTokens;
+    // The system prompt's whole blocks are shared; the block it shares with the user turn, and
+    // every one after, is this request's own.
     const blocks = [...system];
-    let h = system[system.length - 1];
-    for (let b = 0; b < Math.ceil(userTokens / BLOCK_TOKENS); b++) blocks.push((h = chain(h, 0x9e3779b9 ^ (id * 131 + b))));
-    requests.push({
-      id,
-      arrival: now,
-      tenant,
-      blocks,
-      systemBlocks: system.length,
-      promptTokens: systemTokens[tenant] + userTokens,
-      outputTokens,
-    });
+    let h = system.length > 0 ? system[system.length - 1] : 0;
+    for (let b = system.length; b < Math.floor(promptTokens / BLOCK_TOKENS); b++) blocks.push((h = chain(h, 0x9e3779b9 ^ (id * 131 + b))));
+    requests.push({ id, arrival: now, tenant, blocks, systemBlocks: system.length, promptTokens, outputTokens });
   }
   return requests;
 }
@@ -176,9 +198,17 @@ export class PrefixCache {
 interface Server {
   readonly address: string;
   readonly cache: PrefixCache;
-  readonly queue: SimRequest[];
+  /** Waiting requests, with the router that placed each (whose in-flight count it is in). */
+  readonly queue: Array<{ readonly request: SimRequest; readonly router: Router }>;
   running: number;
   served: number;
+}
+
+/** One llm-extproc replica: its own signals (in-flight counts, scrapes) and picker. */
+interface Router {
+  readonly board: SignalBoard;
+  readonly picker: Picker;
+  roundRobin: number;
 }
 
 /** A binary min-heap of events by time. */
@@ -219,7 +249,7 @@ class Events<T extends { time: number }> {
 
 type SimEvent =
   | { time: number; kind: 'arrival'; request: SimRequest }
-  | { time: number; kind: 'finish'; server: Server; request: SimRequest }
+  | { time: number; kind: 'finish'; server: Server; router: Router; request: SimRequest }
   | { time: number; kind: 'scrape' };
 
 const LEAST_IN_FLIGHT: ScorerWeights = { queue: 0, kvCache: 0, inFlight: 1, prefix: 0, lora: 0 };
@@ -239,77 +269,83 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
   const byAddress = new Map(servers.map((s) => [s.address, s]));
   const endpoints: Endpoint[] = servers.map((s) => ({ id: s.address, address: s.address, state: 'Ready', reason: '', pool: 'sim' }));
   const pools: PoolView[] = [{ name: 'sim', models: ['m'], endpoints }];
-  const board = new SignalBoard();
   const rand = prng(config.seed ^ 0x5eed);
-  const picker = new Picker(board, {
-    weights: policy === 'pipeline' ? DEFAULT_WEIGHTS : LEAST_IN_FLIGHT,
-    fallbacks: 2,
-    boundedLoad: config.boundedLoad,
-    maxAdaptersPerServer: 4,
-    poolPolicy: () => ({}),
-    random: rand,
+  const routers: Router[] = Array.from({ length: config.routers }, () => {
+    const board = new SignalBoard();
+    const picker = new Picker(board, {
+      weights: policy === 'pipeline' ? DEFAULT_WEIGHTS : LEAST_IN_FLIGHT,
+      fallbacks: 2,
+      boundedLoad: config.boundedLoad,
+      maxAdaptersPerServer: 4,
+      poolPolicy: () => ({}),
+      random: rand,
+    });
+    return { board, picker, roundRobin: 0 };
   });
-  let roundRobin = 0;
   const waits: number[] = [];
   const ttfts: number[] = [];
-  let promptTokens = 0;
-  let cachedTokens = 0;
+  let promptBlocks = 0;
+  let cachedBlocks = 0;
   const events = new Events<SimEvent>();
   for (const request of requests) events.push({ time: request.arrival, kind: 'arrival', request });
   if (policy === 'pipeline') events.push({ time: 0, kind: 'scrape' });
   let pending = requests.length;
 
-  const start = (server: Server, request: SimRequest, now: number): void => {
+  const start = (server: Server, router: Router, request: SimRequest, now: number): void => {
     server.running++;
     const hitBlocks = server.cache.hits(request.blocks);
-    const cached = Math.min(request.promptTokens, hitBlocks * BLOCK_TOKENS);
+    const cached = hitBlocks * BLOCK_TOKENS;
     server.cache.store(request.blocks);
-    promptTokens += request.promptTokens;
-    cachedTokens += cached;
+    promptBlocks += request.blocks.length;
+    cachedBlocks += hitBlocks;
     const prefill = (request.promptTokens - cached) * config.prefillMsPerToken;
     waits.push(now - request.arrival);
     ttfts.push(now - request.arrival + prefill);
-    events.push({ time: now + prefill + request.outputTokens * config.decodeMsPerToken, kind: 'finish', server, request });
+    events.push({ time: now + prefill + request.outputTokens * config.decodeMsPerToken, kind: 'finish', server, router, request });
   };
 
   for (let event = events.pop(); event !== undefined; event = events.pop()) {
     const now = event.time;
     if (event.kind === 'scrape') {
       for (const s of servers) {
-        recordScrape(
-          board.cell(s.address),
-          {
-            waiting: s.queue.length,
-            running: s.running,
-            kvCacheUsage: s.running / config.slots,
-            runningAdapters: [],
-            waitingAdapters: [],
-            maxAdapters: undefined,
-          },
-          now,
-        );
+        for (const { board } of routers)
+          recordScrape(
+            board.cell(s.address),
+            {
+              waiting: s.queue.length,
+              running: s.running,
+              kvCacheUsage: s.running / config.slots,
+              runningAdapters: [],
+              waitingAdapters: [],
+              maxAdapters: undefined,
+            },
+            now,
+          );
       }
       if (pending > 0) events.push({ time: now + config.scrapeMs, kind: 'scrape' });
     } else if (event.kind === 'arrival') {
+      const router = routers[Math.floor(rand() * routers.length)];
       let server: Server;
-      if (policy === 'round-robin') server = servers[roundRobin++ % servers.length];
+      if (policy === 'round-robin') server = servers[router.roundRobin++ % servers.length];
       else {
-        const key = event.request.systemBlocks > 0 ? event.request.blocks[Math.min(event.request.systemBlocks, 16) - 1] : undefined;
-        const outcome = picker.pick(pools, key === undefined ? { model: 'm' } : { model: 'm', affinityKey: key });
+        // The chained hash of the last counted block is the key of all of them.
+        const request = event.request;
+        const key = request.systemBlocks > 0 ? request.blocks[Math.min(request.systemBlocks, KEY_BLOCKS) - 1] : undefined;
+        const outcome = router.picker.pick(pools, key === undefined ? { model: 'm' } : { model: 'm', affinityKey: key });
         if (outcome.kind !== 'picked') throw new Error(`simulation: pick gave ${outcome.kind}`);
         server = byAddress.get(outcome.endpoints[0].address) as Server;
       }
-      board.cell(server.address).inFlight++;
+      router.board.cell(server.address).inFlight++;
       server.served++;
-      if (server.running < config.slots) start(server, event.request, now);
-      else server.queue.push(event.request);
+      if (server.running < config.slots) start(server, router, event.request, now);
+      else server.queue.push({ request: event.request, router });
     } else {
       const server = event.server;
       server.running--;
       pending--;
-      board.cell(server.address).inFlight--;
+      event.router.board.cell(server.address).inFlight--;
       const next = server.queue.shift();
-      if (next !== undefined) start(server, next, now);
+      if (next !== undefined) start(server, next.router, next.request, now);
     }
   }
   waits.sort((a, b) => a - b);
@@ -317,12 +353,13 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
   const served = servers.map((s) => s.served);
   return {
     policy,
+    routers: config.routers,
     requests: requests.length,
     meanWaitMs: waits.reduce((a, b) => a + b, 0) / waits.length,
     p99WaitMs: percentile(waits, 0.99),
     meanTtftMs: ttfts.reduce((a, b) => a + b, 0) / ttfts.length,
     p99TtftMs: percentile(ttfts, 0.99),
-    cacheHitRatio: cachedTokens / promptTokens,
+    cacheHitRatio: promptBlocks === 0 ? 0 : cachedBlocks / promptBlocks,
     maxMinLoad: Math.max(...served) / Math.max(1, Math.min(...served)),
   };
 }

@@ -49,6 +49,22 @@ describe('simulation', () => {
     }
   });
 
+  it('the cache holds whole blocks only: a prompt shorter than a block has none, a tail is not kept', () => {
+    const a = workload(small);
+    const short = a.filter((r) => r.tenant < 0);
+    assert.ok(short.length > 0 && short.length < a.length, 'short single-turn prompts beside the tenants');
+    for (const r of a) assert.equal(r.blocks.length, Math.floor(r.promptTokens / 16), `request ${r.id}`);
+    assert.ok(short.some((r) => r.promptTokens < 16 && r.blocks.length === 0));
+  });
+
+  it('several routers: every request served, deterministic, each with its own view', () => {
+    const three = { ...small, routers: 3 };
+    const one = simulate(three, 'pipeline');
+    assert.deepEqual(one, simulate(three, 'pipeline'));
+    assert.equal(one.routers, 3);
+    assert.notDeepEqual(one, { ...simulate(small, 'pipeline'), routers: 3 }, 'three partial views pick differently from one');
+  });
+
   it('round-robin spreads requests exactly evenly', () => {
     assert.equal(simulate({ ...small, requests: 400 }, 'round-robin').maxMinLoad, 1);
   });
