@@ -92,6 +92,15 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
       logger.info({ endpoint: address, verdict, detail }, 'checked a replica after a response stream broke');
     },
   });
+  // A connect failure or a reset before any response gets the same check: a dead replica costs
+  // one failed request, not `consecutiveFailures` of them (the streak still catches a flapping
+  // replica that passes its checks).
+  const failedConnects = new BrokenStreamCheck(store, (address) => probeReplica(address, probeSettings), {
+    checked: (address, verdict, detail) => {
+      metrics.failedConnectCheck(verdict);
+      logger.info({ endpoint: address, verdict, detail }, 'checked a replica after an attempt failed to connect');
+    },
+  });
   // One signal cell per endpoint: our in-flight count (load tracker) and the server's own report
   // (scraper), read by the picker on every request.
   const board = new SignalBoard();
@@ -135,6 +144,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
         maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
         destinationFormat: config.routing.destinationFormat,
         onMidStreamBreak: (endpoint) => void brokenStreams.suspect(endpoint.address),
+        onFailedConnect: (endpoint) => void failedConnects.suspect(endpoint.address),
       }),
   });
   const ops =

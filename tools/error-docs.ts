@@ -37,7 +37,7 @@ const STATE_MEANINGS: Readonly<Record<EndpointState, string>> = {
   CrashLoop: 'A container keeps crashing and Kubernetes backs off restarting it (CrashLoopBackOff).',
   Ready: 'Pod has an IP, condition Ready=True and no deletion timestamp.',
   Quarantined:
-    'Ready in Kubernetes, but our passive health saw consecutive connect failures/resets, or a stream broke and the replica then failed its check; held out until a backoff passes.',
+    'Ready in Kubernetes, but a connect failure, a reset before response or a broken stream was followed by a failed check of the replica (or passive health saw consecutive connect failures/resets); held out until a backoff passes.',
   Terminating: 'Deletion requested (deletionTimestamp set); draining.',
   Gone: 'Deleted; removed from the cache.',
 };
@@ -52,6 +52,7 @@ const TRANSITIONS: ReadonlyArray<readonly [from: EndpointState | '[*]', to: Endp
   ['Ready', 'NotReady', 'readiness fails'],
   ['Ready', 'Quarantined', 'consecutive connect failures / resets'],
   ['Ready', 'Quarantined', 'stream broke, replica failed its check'],
+  ['Ready', 'Quarantined', 'connect failed, replica failed its check'],
   ['Quarantined', 'Ready', 'backoff elapsed'],
   ['Starting', 'CrashLoop', 'container keeps crashing'],
   ['NotReady', 'CrashLoop', 'container keeps crashing'],
@@ -372,6 +373,26 @@ function midStreamSection(): string[] {
   return lines;
 }
 
+function deadReplicaSection(): string[] {
+  return [
+    '## A dead replica costs at most one request',
+    '',
+    'An attempt that cannot connect, or is reset before any response, gets the same check as a broken',
+    'stream, at once: a replica that fails it is quarantined without waiting for',
+    '`quarantine.consecutiveFailures` (`llm_extproc_failed_connect_checks_total{verdict}`, verdicts as',
+    'above). A replica that refused once but passes its check stays Ready; the streak still counts,',
+    'so one that keeps failing requests while passing checks (flapping) is quarantined after',
+    '`consecutiveFailures`. What the client sees of the one failed attempt depends on the gateway:',
+    '',
+    '| Gateway (destination format) | The failed attempt | The requests after it |',
+    '| --- | --- | --- |',
+    '| our Envoy config (`list`, with a retry policy onto the fallbacks) | Envoy retries it on the next replica we listed: no failure reaches the client | go elsewhere once the check quarantines the replica |',
+    '| Envoy AI Gateway (`single`: ORIGINAL_DST on one address) | fails: `503 upstream_connect_failed` JSON (nothing to fall back to) | go elsewhere |',
+    '| kgateway (`single`: a subset of one exact address) | fails: `503 upstream_connect_failed` JSON | go elsewhere |',
+    '| Envoy Gateway (`list`, but no retry policy) | fails: `503 upstream_connect_failed` JSON | go elsewhere |',
+  ];
+}
+
 export function renderErrorDocs(): string {
   const lines = [
     '# Errors',
@@ -393,6 +414,8 @@ export function renderErrorDocs(): string {
     ...statesSection(),
     '',
     ...midStreamSection(),
+    '',
+    ...deadReplicaSection(),
   ];
   return `${lines.join('\n')}\n`;
 }

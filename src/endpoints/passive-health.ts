@@ -86,7 +86,7 @@ export class PassiveHealth {
       record.strikes > 1
         ? 'another failure after a previous quarantine'
         : record.lastFailure === 'failed_check'
-          ? 'a response stream broke and the replica then failed its health check'
+          ? 'an attempt failed (no connection, a reset, or a broken stream) and the replica then failed its health check'
           : `${this.policy.threshold} consecutive ${what}`;
     // An absolute time stays true however long the view is cached; a countdown would not.
     const until = new Date(record.quarantinedUntil).toISOString().replace(/\.\d+Z$/, 'Z');

@@ -37,6 +37,13 @@ export interface ProcessorDeps {
    * have died, or the client may have left. Whoever listens checks the replica actively.
    */
   readonly onMidStreamBreak?: (endpoint: Endpoint) => void;
+  /**
+   * Told about an attempt that could not connect, or was reset before any response: the replica
+   * may be dead. Whoever listens checks it actively, so that one failed request (not a streak of
+   * `quarantine.consecutiveFailures`) is enough to take a dead replica out, also behind gateways
+   * that cannot fall back to another replica.
+   */
+  readonly onFailedConnect?: (endpoint: Endpoint) => void;
 }
 
 /** Metrics label for requests whose model is absent or not served here. */
@@ -130,6 +137,7 @@ export class RequestProcessor implements StreamProcessor {
     } else {
       this.deps.routing.recordFailure(endpoint, failure);
       this.deps.metrics.attempt(endpoint.pool, endpoint.address, 'failure', reason);
+      if (failure === 'connect_failure' || failure === 'reset') this.deps.onFailedConnect?.(endpoint);
     }
   }
 }

@@ -277,12 +277,13 @@ describe('failures that need a gateway of their own', () => {
 });
 
 describe('safe retries and outcome accounting', () => {
-  it('a refusing primary falls back to a healthy replica, is counted as failed, then quarantined', async () => {
+  it('a refusing primary falls back to a healthy replica, is counted as failed, fails its check and is quarantined at once', async () => {
     const healthy = await startModelServer({ id: 'healthy', models: ['m'] });
     const refusing = await startModelServer({ id: 'refusing', host: privateLoopbackHost(), models: ['m'] });
     const gateway = await startGateway({
       pools: [{ name: 'p', models: ['m'], endpoints: [{ address: healthy.address }, { address: refusing.address }] }],
-      // Passive health is under test: no metrics scraping (a refused scrape would already keep the
+      // Quarantine is under test (the streak of 2 is not what triggers it: the check after the first
+      // refusal is): no metrics scraping (a refused scrape would already keep the
       // refusing replica from being primary) and no prefix affinity (every request has one prompt).
       configYaml:
         'quarantine:\n  consecutiveFailures: 2\n  baseSeconds: 600\n  maxSeconds: 600\npicker:\n  metrics:\n    enabled: false\n  weights:\n    prefix: 0\n',
@@ -293,7 +294,7 @@ describe('safe retries and outcome accounting', () => {
     await refusing.refuse();
     try {
       // The picker breaks ties at random, so the refusing replica is primary about half the time;
-      // keep going until passive health has seen enough of it (200 requests make a miss impossible in practice).
+      // keep going until it was (200 requests make a miss impossible in practice).
       for (let i = 0; i < 200; i++) {
         const response = await gateway.send(chat('m'));
         assert.equal(response.status, 200, response.text());
@@ -302,7 +303,7 @@ describe('safe retries and outcome accounting', () => {
       }
       const endpoint = gateway.app.store.endpointsAt(refusing.address)[0];
       assert.equal(endpoint?.state, 'Quarantined');
-      assert.match(endpoint?.reason ?? '', /2 consecutive connect failures/);
+      assert.match(endpoint?.reason ?? '', /the replica then failed its health check/);
       const metrics = await gateway.metricsText();
       assert.equal(
         metricValue(metrics, 'llm_extproc_upstream_attempts_total', {
@@ -310,7 +311,7 @@ describe('safe retries and outcome accounting', () => {
           outcome: 'failure',
           reason: 'upstream_connect_failed',
         }),
-        2,
+        1,
       );
       assert.equal(metricValue(metrics, 'llm_extproc_upstream_attempts_total', { endpoint: refusing.address, outcome: 'success' }), 0);
       assert.equal(metricValue(metrics, 'llm_extproc_endpoint_quarantines_total', { endpoint: refusing.address }), 1);
@@ -318,7 +319,8 @@ describe('safe retries and outcome accounting', () => {
       // Quarantined: no longer handed to Envoy at all, so no more failed attempts pile up.
       for (let i = 0; i < 10; i++) assert.equal((await gateway.send(chat('m'))).status, 200);
       const after = await gateway.metricsText();
-      assert.equal(metricValue(after, 'llm_extproc_upstream_attempts_total', { endpoint: refusing.address, outcome: 'failure' }), 2);
+      assert.equal(metricValue(after, 'llm_extproc_upstream_attempts_total', { endpoint: refusing.address, outcome: 'failure' }), 1);
+      assert.equal(metricValue(after, 'llm_extproc_failed_connect_checks_total', { verdict: 'replica_dead' }), 1);
     } finally {
       await gateway.stop();
       await Promise.all([healthy.close(), refusing.close()]);

@@ -103,6 +103,7 @@ for (const row of ROWS) {
         server('reset-a', { kind: 'hang-after-headers', afterEvents: 2 }),
         server('reset-b', { kind: 'hang-after-headers', afterEvents: 2 }),
       ]);
+      const [dyingA, dyingB] = await Promise.all([server('dying-a'), server('dying-b')]);
       const sse64 = await server('sse64', { kind: 'status', status: 200, contentType: 'text/event-stream', body: sixtyFourEvents() });
       const pools: StaticPoolSpec[] = [
         {
@@ -123,6 +124,7 @@ for (const row of ROWS) {
         { name: 'no-terminator', models: ['no-terminator'], endpoints: [{ address: noTerminator.address }] },
         { name: 'reset', models: ['reset'], endpoints: [{ address: resetA.address }, { address: resetB.address }] },
         { name: 'sse64', models: ['sse64'], endpoints: [{ address: sse64.address }] },
+        { name: 'dying', models: ['dying'], endpoints: [{ address: dyingA.address }, { address: dyingB.address }] },
       ];
       let pickerTls: PickerTls = { kind: row.pickerTls === 'verified' ? 'plaintext' : row.pickerTls };
       let tlsYaml = '';
@@ -227,8 +229,44 @@ for (const row of ROWS) {
       assertCatalogError(await gateway.send(chat('refuse')), 'upstream_connect_failed', 'all_replicas_failed');
     });
 
-    void it('explains a reset before response headers as JSON', async () => {
+    void it('explains a reset before response headers as JSON; the replica passes its check and stays Ready', async () => {
       assertCatalogError(await gateway.send(chat('close')), 'upstream_reset');
+      const address = get('close').address;
+      await waitUntil(
+        async () =>
+          metricValue(await gateway.metricsText(), 'llm_extproc_failed_connect_checks_total', { verdict: 'client_left' }) >= 1
+            ? true
+            : undefined,
+        { description: 'the check after the reset' },
+      );
+      assert.equal(await endpointState(address), 'Ready');
+    });
+
+    /** The state /debug/endpoints shows for an address. */
+    async function endpointState(address: string): Promise<string | undefined> {
+      const response = await fetch(`http://127.0.0.1:${gateway.app.httpPort}/debug/endpoints`);
+      const body = (await response.json()) as { pools: Array<{ endpoints: Array<{ address: string; state: string }> }> };
+      return body.pools.flatMap((p) => p.endpoints).find((e) => e.address === address)?.state;
+    }
+
+    void it('a model server killed under sequential traffic fails at most one request; the next go elsewhere; it shows Quarantined', async () => {
+      const [dead, alive] = [get('dying-a'), get('dying-b')];
+      await dead.refuse();
+      const outcomes: number[] = [];
+      for (let i = 0; i < 12; i++) {
+        const response = await gateway.send(chat('dying'));
+        if (response.status === 200) assert.equal(response.headers['x-model-server-id'], alive.id);
+        else assertCatalogError(response, 'upstream_connect_failed');
+        outcomes.push(response.status);
+      }
+      assert.ok(outcomes.filter((s) => s !== 200).length <= 1, `statuses: ${outcomes.join(' ')}`);
+      assert.equal(await endpointState(dead.address), 'Quarantined');
+      // consecutiveFailures is 1000 here: only the check after the first failure can have done it.
+      assert.equal(
+        metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', { endpoint: dead.address, outcome: 'failure' }),
+        1,
+        'the dead replica was tried exactly once',
+      );
     });
 
     void it('explains a timeout as JSON', async () => {

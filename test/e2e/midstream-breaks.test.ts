@@ -62,7 +62,10 @@ describe('mid-stream breaks: dead replica or departed client (real Envoy)', () =
         description: 'the dead replica quarantined',
       });
       t.diagnostic(`quarantined ${Date.now() - killedAt} ms after the kill`);
-      assert.match(gw.app.store.endpointsAt(victim.address)[0]?.reason ?? '', /stream broke and the replica then failed its health check/);
+      assert.match(
+        gw.app.store.endpointsAt(victim.address)[0]?.reason ?? '',
+        /a broken stream\) and the replica then failed its health check/,
+      );
       const metrics = await gw.metricsText();
       assert.equal(metricValue(metrics, 'llm_extproc_midstream_breaks_total', { verdict: 'replica_dead' }), 1);
       assert.equal(metricValue(metrics, 'llm_extproc_midstream_breaks_total', { verdict: 'client_left' }), 0);

@@ -35,7 +35,7 @@ describe('BrokenStreamCheck', () => {
     assert.equal(store.endpointsAt('10.0.0.1:8000')[0]?.state, 'Quarantined');
     assert.match(
       store.endpointsAt('10.0.0.1:8000')[0]?.reason ?? '',
-      /^a response stream broke and the replica then failed its health check; until /,
+      /^an attempt failed \(no connection, a reset, or a broken stream\) and the replica then failed its health check; until /,
     );
     assert.equal(h.quarantined.length, 1);
     assert.deepEqual(h.verdicts, [['10.0.0.1:8000', 'replica_dead', 'connect failed: ECONNREFUSED']]);

@@ -255,7 +255,10 @@ describe('PassiveHealth: quarantine after a failed check', () => {
     const health = new PassiveHealth(POLICY);
     assert.equal(health.quarantineNow(A, 0), true);
     assert.equal(health.status(A, 0)?.until, 10_000);
-    assert.match(health.status(A, 0)?.reason ?? '', /^a response stream broke and the replica then failed its health check; until /);
+    assert.match(
+      health.status(A, 0)?.reason ?? '',
+      /^an attempt failed \(no connection, a reset, or a broken stream\) and the replica then failed its health check; until /,
+    );
     assert.equal(health.quarantineNow(A, 5_000), false, 'already quarantined: no change');
     assert.equal(health.status(A, 5_000)?.until, 10_000, 'and the end does not move');
     assert.equal(health.quarantineNow(A, 10_000), true);
