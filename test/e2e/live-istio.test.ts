@@ -40,9 +40,10 @@ void describe('live Istio: the chart under istiod with its defaults', { skip: po
   before(async () => {
     bed = await IstioBed.start({
       name: 'core',
-      // A user's values over the Istio example: only a higher quarantine threshold, so the
-      // refused-connection cell does not quarantine the pool for the cells after it.
-      values: { config: { quarantine: { consecutiveFailures: 1000 } } },
+      // A user's values over the Istio example: quarantine off (baseSeconds 0), so the
+      // refused-connection cell (whose failed checks would quarantine both replicas at once) does
+      // not take the pool out for the cells after it.
+      values: { config: { quarantine: { consecutiveFailures: 1000, baseSeconds: 0 } } },
       modelPods: [{ name: 'a' }, { name: 'b' }, { name: 'c', ready: false }],
     });
   });
