@@ -5,7 +5,8 @@
 //
 // Run: `npm run build && node dist/scripts/bench-hpack.js [iterations]`.
 
-import { encodeHeaderBlock, HpackDecoder } from '../src/http2/hpack.js';
+import { HpackDecoder } from '../src/http2/hpack.js';
+import { encodeHeaderBlock } from '../src/http2/hpack-encoder.js';
 import { hpackInteger, hpackString, literalWithIndexing } from '../test/support/hpack-encode.js';
 
 // What Envoy's gRPC client sends on an ext_proc stream (values typical of a local cluster).

@@ -8,7 +8,7 @@ import { BrokenStreamCheck } from './endpoints/broken-stream-check.js';
 import { probeReplica } from './endpoints/replica-probe.js';
 import { StaticFileSource } from './endpoints/static-source.js';
 import { EndpointStore } from './endpoints/store.js';
-import { startGrpcServer } from './grpc/server.js';
+import { startExtProcServer } from './extproc/server.js';
 import type { HealthSource } from './grpc/server.js';
 import { RequestProcessor } from './request/request-processor.js';
 import { StoreRouting } from './request/routing.js';
@@ -119,7 +119,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   const requestLogger = logger.child({ component: 'extproc' });
   const tls =
     config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
-  const grpc = await startGrpcServer({
+  const grpc = await startExtProcServer({
     address: config.listen.grpc,
     transport: config.listen.transport,
     // The root logger: the server's own lines get `component: grpc-server` (a child of the

@@ -37,7 +37,7 @@ export interface StreamModes {
 }
 
 /** Our own shipped configuration, assumed when Envoy announces nothing (older Envoy versions). */
-export const DEFAULT_MODES: StreamModes = Object.freeze({ request: 'envoy-buffers', response: 'streamed', announced: '(not announced)' });
+const DEFAULT_MODES: StreamModes = Object.freeze({ request: 'envoy-buffers', response: 'streamed', announced: '(not announced)' });
 
 export function streamModes(config: ProtocolConfiguration | undefined): StreamModes {
   if (config === undefined) return DEFAULT_MODES;

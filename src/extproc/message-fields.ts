@@ -24,7 +24,7 @@ export function headerValue(map: HeaderMap | undefined, key: string): string | u
 }
 
 /** Overwrite (never append) a header; Envoy reads only raw_value in mutations. */
-export function setHeader(key: string, value: string): HeaderValueOption {
+function setHeader(key: string, value: string): HeaderValueOption {
   return { header: { key, raw_value: Buffer.from(value, 'latin1') }, append: { value: false } };
 }
 
@@ -34,7 +34,7 @@ export function headerMutation(set: ReadonlyArray<readonly [string, string]>, re
   return mutation;
 }
 
-export function stringValue(value: string): ProtoValue {
+function stringValue(value: string): ProtoValue {
   return { stringValue: value };
 }
 
@@ -49,10 +49,10 @@ export function metadataNamespaces(namespaces: Record<string, Record<string, str
   return { fields };
 }
 
-export const EXT_PROC_ATTRIBUTES_KEY = 'envoy.filters.http.ext_proc';
+const EXT_PROC_ATTRIBUTES_KEY = 'envoy.filters.http.ext_proc';
 
 /** Reads one attribute Envoy attached (request/response_attributes in the filter config). */
-export function attribute(attributes: Record<string, ProtoStruct> | undefined, name: string): string | number | undefined {
+function attribute(attributes: Record<string, ProtoStruct> | undefined, name: string): string | number | undefined {
   const value = attributes?.[EXT_PROC_ATTRIBUTES_KEY]?.fields?.[name];
   if (value === undefined) return undefined;
   if (value.stringValue !== undefined) return value.stringValue;

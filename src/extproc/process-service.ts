@@ -1,46 +1,59 @@
-// One ext_proc Process stream's lifecycle, independent of the transport carrying it: feed each
-// message to the stream's processor, hand back what it returns in order, and make sure the
-// processor hears exactly one StreamEnd whatever way the stream ends. The transports (grpc-js,
-// native HTTP/2) only translate their events into the calls below and do what the sink is told.
+// The ext_proc Process method: bytes in, calls to the stream's processor, bytes out. One
+// ProcessCall per stream (= one HTTP request through Envoy) feeds each decoded message to the
+// stream's processor, hands back what it returns in order, and makes sure the processor hears
+// exactly one StreamEnd whatever way the stream ends. The transports (grpc/) drive it through the
+// BidiCall interface and know nothing of what the messages mean.
 import type { Logger } from 'pino';
+import type { BidiCall, BidiMethod, CallErrorCode, CallSink } from '../grpc/bidi-call.js';
+import { asError } from '../util/error-message.js';
+import { decodeProcessingRequest } from './codec/decode-request.js';
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
+import { EXT_PROC_SERVICE_NAME } from './protocol-names.js';
+import { frameReply } from './reply-frames.js';
 import type { ProcessorFactory, StreamEnd, StreamProcessor } from './stream-processor.js';
 
-/** What the transport does for the call. */
-export interface ProcessCallSink {
-  /** Sends one reply; false when the transport's write buffer is full (then pauseUntilDrain follows). */
-  write(reply: ProcessingResponse): boolean;
-  /** Stop reading Envoy's messages until our replies drain; resume only while `call.open`. */
-  pauseUntilDrain(): void;
-  /** End the stream with status OK. */
-  endOk(): void;
-  /**
-   * End the stream with an error status. `details` is generic for our own failures (the cause is
-   * only logged); for protocol errors (oversized or malformed frames) it describes the frame.
-   */
-  endError(code: 'INTERNAL' | 'RESOURCE_EXHAUSTED', details: string): void;
-}
+const PROCESS_PATH = `/${EXT_PROC_SERVICE_NAME}/Process`;
 
-export interface ProcessCallContext {
+export interface ProcessServiceOptions {
   processorFactory: ProcessorFactory;
   logger: Logger;
-  onStreamError: ((err: Error) => void) | undefined;
+  /** Told about every stream that ends in error (processor threw, transport failure). */
+  onStreamError?: (err: Error) => void;
+}
+
+interface ProcessCallContext {
+  readonly processorFactory: ProcessorFactory;
+  readonly logger: Logger;
+  readonly onStreamError: ((err: Error) => void) | undefined;
   /** Release functions of the open streams (shutdown calls them at the grace deadline). */
-  openStreams: Set<() => void>;
+  readonly openStreams: Set<() => void>;
 }
 
-/** The context of every Process call of one server. */
-export function processCallContext(
-  options: { processorFactory: ProcessorFactory; onStreamError?: (err: Error) => void },
-  logger: Logger,
-): ProcessCallContext {
-  return { processorFactory: options.processorFactory, logger, onStreamError: options.onStreamError, openStreams: new Set() };
+/** The Process method of one server. */
+export function processMethod(options: ProcessServiceOptions): BidiMethod<ProcessingRequest, ProcessingResponse> {
+  const context: ProcessCallContext = {
+    processorFactory: options.processorFactory,
+    logger: options.logger,
+    onStreamError: options.onStreamError,
+    openStreams: new Set(),
+  };
+  return {
+    path: PROCESS_PATH,
+    decode: decodeProcessingRequest,
+    frame: frameReply,
+    start: (sink) => new ProcessCall(sink, context),
+    get openCalls() {
+      return context.openStreams.size;
+    },
+    releaseOpenCalls: () => {
+      for (const release of [...context.openStreams]) release();
+    },
+  };
 }
 
-export const INTERNAL_DETAILS = 'ext_proc processor failed';
+const INTERNAL_DETAILS = 'ext_proc processor failed';
 
-export class ProcessCall {
-  /** We may still process and write. Cleared on any end, never set again. */
+class ProcessCall implements BidiCall<ProcessingRequest> {
   open = true;
   private finished = false;
   private readonly processor: StreamProcessor | undefined;
@@ -53,7 +66,7 @@ export class ProcessCall {
   };
 
   constructor(
-    private readonly sink: ProcessCallSink,
+    private readonly sink: CallSink<ProcessingResponse>,
     private readonly context: ProcessCallContext,
   ) {
     try {
@@ -99,6 +112,12 @@ export class ProcessCall {
     if (!roomLeft) this.sink.pauseUntilDrain();
   }
 
+  inputEnded(): boolean {
+    if (!this.open) return false;
+    this.open = false; // Envoy sends nothing more, and we have answered everything it sent
+    return true;
+  }
+
   /** Envoy half-closed and was answered: finish, then end with OK. */
   halfClosed(): void {
     this.open = false;
@@ -112,15 +131,15 @@ export class ProcessCall {
   }
 
   /** The transport failed (not us): finish with the error and report it. */
-  transportFailed(err: Error, logger: Logger): void {
+  transportFailed(err: Error): void {
     if (this.finished) return;
-    logger.warn({ err }, 'ext_proc stream failed');
+    this.context.logger.warn({ err }, 'ext_proc stream failed');
     this.finish({ kind: 'error', error: err });
     this.context.onStreamError?.(err);
   }
 
   /** A message could not be handled (processor threw, undecodable or oversized bytes): end with an error status. */
-  fail(error: Error, code: 'INTERNAL' | 'RESOURCE_EXHAUSTED' = 'INTERNAL', details = INTERNAL_DETAILS): void {
+  fail(error: Error, code: CallErrorCode = 'INTERNAL', details = INTERNAL_DETAILS): void {
     if (this.finished) return;
     this.finish({ kind: 'error', error });
     this.context.onStreamError?.(error);
@@ -138,8 +157,4 @@ export class ProcessCall {
       this.context.logger.error({ err: asError(thrown), end: end.kind }, 'stream processor finish() threw');
     }
   }
-}
-
-export function asError(thrown: unknown): Error {
-  return thrown instanceof Error ? thrown : new Error(String(thrown));
 }

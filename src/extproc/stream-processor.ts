@@ -1,5 +1,5 @@
-// The seam between the gRPC edge (grpc-server.ts) and the per-stream request logic: the edge
-// owns the transport and only forwards; the processor owns all decisions and returns data.
+// The seam between the Process method (process-service.ts) and the per-stream request logic
+// (request/): the method only forwards; the processor owns all decisions and returns data.
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
 
 /** Why a stream ended; the processor hears exactly one of these per stream. */

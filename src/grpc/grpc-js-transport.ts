@@ -1,23 +1,36 @@
-// The gRPC edge on @grpc/grpc-js (the only module that talks to it), selectable with
-// `listen.transport: grpc-js`. It translates grpc-js call events into the shared Process call
-// (process-call.ts) and health service (health-service.ts); what to answer is decided there.
+// gRPC on @grpc/grpc-js (the only module that talks to it), selectable with `listen.transport:
+// grpc-js` as the conservative fallback. The served methods keep their own codec: grpc-js gets
+// each method's decode and encode as the method's (de)serializers, so the bytes on the wire are the
+// native transport's. It translates grpc-js call events into the BidiCall interface (bidi-call.ts)
+// and answers health from the shared HealthService; what to answer is decided there.
 import cluster from 'node:cluster';
 import { Server, ServerCredentials, status as GrpcStatus } from '@grpc/grpc-js';
 import type {
   ChannelOptions,
+  MethodDefinition,
   ServerDuplexStream,
   ServerErrorResponse,
   ServerUnaryCall,
   ServerWritableStream,
+  ServiceDefinition,
   sendUnaryData,
 } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import type { GrpcServerOptions, RunningGrpcServer } from './server.js';
+import { serviceOf } from './bidi-call.js';
+import type { CallErrorCode } from './bidi-call.js';
+import { FRAME_HEADER_BYTES } from './framing.js';
+import {
+  decodeHealthCheckRequest,
+  decodeHealthCheckResponse,
+  encodeHealthCheckRequest,
+  encodeHealthCheckResponse,
+  HEALTH_SERVICE_NAME,
+} from './health-messages.js';
+import type { HealthCheckRequest, HealthCheckResponse } from './health-messages.js';
 import { HealthService } from './health-service.js';
+import { openCalls } from './listener.js';
 import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
-import type { ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
-import { ProcessCall, processCallContext } from '../extproc/process-service.js';
-import type { ProcessCallContext } from '../extproc/process-service.js';
+import type { AnyBidiMethod, GrpcServerOptions, RunningGrpcServer } from './server-options.js';
 import type { TlsIdentitySource } from './tls-identity.js';
 import { secureContextOptions } from './tls-identity.js';
 import {
@@ -27,8 +40,6 @@ import {
   MAX_RECEIVE_MESSAGE_BYTES,
   RELEASE_FLUSH_MS,
 } from './transport-settings.js';
-import { loadWireDefinitions } from '../../test/support/proto-definitions.js';
-import type { HealthCheckRequest, HealthCheckResponse } from '../../test/support/proto-definitions.js';
 
 /**
  * Server channel options, chosen for Envoy as the (only) client:
@@ -39,7 +50,7 @@ import type { HealthCheckRequest, HealthCheckResponse } from '../../test/support
  *   (Envoy opens another connection past the cap).
  * grpc-js already leaves http2 session memory unbounded by default, which large bodies need.
  */
-export const GRPC_SERVER_OPTIONS: Readonly<ChannelOptions> = Object.freeze({
+const GRPC_SERVER_OPTIONS: Readonly<ChannelOptions> = Object.freeze({
   'grpc.keepalive_permit_without_calls': 1,
   'grpc.http2.min_ping_interval_without_data_ms': 5_000,
   'grpc.keepalive_time_ms': KEEPALIVE_INTERVAL_MS,
@@ -51,15 +62,19 @@ export const GRPC_SERVER_OPTIONS: Readonly<ChannelOptions> = Object.freeze({
 
 export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<RunningGrpcServer> {
   const logger = opts.logger.child({ component: 'grpc-server' });
-  const definitions = loadWireDefinitions();
-  const health = new HealthService(opts.health);
-  const context = processCallContext(opts, logger);
+  const health = new HealthService(
+    opts.health,
+    opts.methods.map((method) => serviceOf(method.path)),
+  );
   const server = new Server({ ...GRPC_SERVER_OPTIONS });
 
-  server.addService(definitions.externalProcessor, {
-    Process: (call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => serveProcessStream(call, context),
-  });
-  server.addService(definitions.health, {
+  for (const method of opts.methods) {
+    const name = method.path.slice(method.path.lastIndexOf('/') + 1);
+    server.addService(bidiService(method, name), {
+      [name]: (call: ServerDuplexStream<unknown, unknown>) => serveBidi(call, method),
+    });
+  }
+  server.addService(HEALTH_SERVICE, {
     Check: (call: ServerUnaryCall<HealthCheckRequest, HealthCheckResponse>, callback: sendUnaryData<HealthCheckResponse>) => {
       const answer = health.check(call.request);
       if (answer.found) callback(null, answer.response);
@@ -94,7 +109,7 @@ export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<Runnin
     ...(target.kind === 'tcp' ? { port } : {}),
     shutdown(graceMs: number): Promise<void> {
       health.stopServing();
-      stopping ??= shutdownServer(server, context.openStreams, graceMs, logger).finally(() => {
+      stopping ??= shutdownServer(server, opts.methods, graceMs, logger).finally(() => {
         if (credentials instanceof ReloadingServerCredentials) credentials.close();
       });
       return stopping;
@@ -103,52 +118,84 @@ export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<Runnin
 }
 
 // ---------------------------------------------------------------------------------------------
-// ext_proc Process stream
+// service definitions: our own codecs as grpc-js's (de)serializers
 
-function serveProcessStream(call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>, context: ProcessCallContext): void {
-  const processCall = new ProcessCall(
-    {
-      write: (reply) => call.write(reply),
-      pauseUntilDrain: () => {
-        call.pause();
-        call.once('drain', () => {
-          if (processCall.open) call.resume();
-        });
-      },
-      endOk: () => call.end(),
-      endError: (code, details) => failWith(call, code, details),
+/** A bidirectional-streaming method as grpc-js's service definition of one method. */
+function bidiService(method: AnyBidiMethod, name: string): ServiceDefinition {
+  const definition: MethodDefinition<unknown, unknown> = {
+    path: method.path,
+    requestStream: true,
+    responseStream: true,
+    requestDeserialize: (bytes) => method.decode(bytes),
+    // grpc-js frames messages itself: the bare message after our prefix (a view, no copy).
+    responseSerialize: (reply) => method.frame(reply).subarray(FRAME_HEADER_BYTES),
+    // A server never encodes requests or decodes its own replies.
+    requestSerialize: unusedDirection,
+    responseDeserialize: unusedDirection,
+  };
+  return { [name]: definition };
+}
+
+function unusedDirection(): never {
+  throw new Error('a gRPC server does not encode requests or decode replies');
+}
+
+const HEALTH_SERVICE: ServiceDefinition = {
+  Check: healthMethod('Check', false),
+  Watch: healthMethod('Watch', true),
+};
+
+function healthMethod(name: string, responseStream: boolean): MethodDefinition<HealthCheckRequest, HealthCheckResponse> {
+  return {
+    path: `/${HEALTH_SERVICE_NAME}/${name}`,
+    requestStream: false,
+    responseStream,
+    requestSerialize: encodeHealthCheckRequest,
+    requestDeserialize: decodeHealthCheckRequest,
+    responseSerialize: encodeHealthCheckResponse,
+    responseDeserialize: decodeHealthCheckResponse,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// a bidirectional-streaming call
+
+function serveBidi(call: ServerDuplexStream<unknown, unknown>, method: AnyBidiMethod): void {
+  const bidi = method.start({
+    write: (reply) => call.write(reply),
+    pauseUntilDrain: () => {
+      call.pause();
+      call.once('drain', () => {
+        if (bidi.open) call.resume();
+      });
     },
-    context,
-  );
-  if (processCall.isFinished) return;
+    endOk: () => call.end(),
+    endError: (code, details) => failWith(call, code, details),
+  });
+  if (bidi.isFinished) return;
 
-  call.on('data', (request: ProcessingRequest) => processCall.message(request));
+  call.on('data', (request: unknown) => bidi.message(request));
 
   call.on('end', () => {
-    if (!processCall.open) return;
-    processCall.open = false; // Envoy sends nothing more, and we have answered everything it sent
+    if (!bidi.inputEnded()) return;
     // Node reports a peer's RST_STREAM as end-of-input first and as the stream closing a few
     // ticks later (grpc-js then emits 'cancelled'). Waiting one macrotask tells a real
     // half-close from a cancel; a cancel arriving in that window wins.
     setImmediate(() => {
-      if (processCall.isFinished || call.cancelled) return;
-      processCall.halfClosed();
+      if (bidi.isFinished || call.cancelled) return;
+      bidi.halfClosed();
     });
   });
 
-  call.on('cancelled', () => processCall.cancelled());
+  call.on('cancelled', () => bidi.cancelled());
   // Our own failWith() also travels through 'error'; the call is finished by then.
-  call.on('error', (err: Error) => processCall.transportFailed(err, context.logger));
-  // Safety net so finish() runs exactly once even if the transport goes away without telling
+  call.on('error', (err: Error) => bidi.transportFailed(err));
+  // Safety net so the call ends exactly once even if the transport goes away without telling
   // us why (e.g. a forced shutdown destroying the session).
-  call.on('close', () => processCall.cancelled());
+  call.on('close', () => bidi.cancelled());
 }
 
-function failWith(
-  call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>,
-  code: 'INTERNAL' | 'RESOURCE_EXHAUSTED',
-  details: string,
-): void {
+function failWith(call: ServerDuplexStream<unknown, unknown>, code: CallErrorCode, details: string): void {
   // grpc-js turns an 'error' emitted on a server stream into the call's final status.
   const status: ServerErrorResponse = Object.assign(new Error(details), { code: GrpcStatus[code], details });
   call.emit('error', status);
@@ -195,12 +242,12 @@ function bind(server: Server, address: string, credentials: ServerCredentials): 
   });
 }
 
-async function shutdownServer(server: Server, openStreams: Set<() => void>, graceMs: number, logger: Logger): Promise<void> {
+async function shutdownServer(server: Server, methods: readonly AnyBidiMethod[], graceMs: number, logger: Logger): Promise<void> {
   await new Promise<void>((resolve) => {
     let flushTimer: NodeJS.Timeout | undefined;
     const timer = setTimeout(() => {
-      logger.warn({ graceMs, streams: openStreams.size }, 'ext_proc streams still open after the grace period; releasing them to Envoy');
-      for (const release of [...openStreams]) release();
+      logger.warn({ graceMs, streams: openCalls(methods) }, 'gRPC streams still open after the grace period; releasing them');
+      for (const method of methods) method.releaseOpenCalls();
       flushTimer = setTimeout(() => {
         server.forceShutdown();
         resolve();

@@ -1,12 +1,13 @@
-// grpc.health.v1 Check and Watch on one HTTP/2 stream, for the two transports that frame gRPC
-// themselves (our own HTTP/2, direct-transport.ts, and node:http2, h2-transport.ts): collect the
-// call's one request message from DATA chunks, answer through the transport's reply side, stop a
-// watch when the stream goes. What the answers are is health-service.ts's business.
+// grpc.health.v1 Check and Watch on one HTTP/2 stream, for the transport that frames gRPC itself
+// (our own HTTP/2, native-transport.ts): collect the call's one request message from DATA chunks,
+// answer through the transport's reply side, stop a watch when the stream goes. What the answers
+// are is health-service.ts's business.
+import { asError } from '../util/error-message.js';
 import { frameMessage, GrpcFramingError, MessageDeframer } from './framing.js';
-import { GRPC_STATUS } from './status.js';
+import { decodeHealthCheckRequest, encodeHealthCheckResponse } from './health-messages.js';
+import type { HealthCheckResponse } from './health-messages.js';
 import type { HealthService } from './health-service.js';
-import { asError } from '../extproc/process-service.js';
-import type { HealthCheckResponse, HealthDefinition } from '../../test/support/proto-definitions.js';
+import { GRPC_STATUS } from './status.js';
 
 /** The response side of a gRPC call, as each transport writes it. */
 export interface GrpcReply {
@@ -24,7 +25,6 @@ export class HealthCall {
   constructor(
     private readonly method: 'Check' | 'Watch',
     private readonly health: HealthService,
-    private readonly definition: HealthDefinition,
     private readonly reply: GrpcReply,
   ) {}
 
@@ -56,12 +56,11 @@ export class HealthCall {
   }
 
   private answer(bytes: Buffer): void {
-    const { Check, Watch } = this.definition;
-    const request = Check.requestDeserialize(bytes);
+    const request = decodeHealthCheckRequest(bytes);
     if (this.method === 'Watch') {
       const watch = this.health.watch(
         request,
-        (response: HealthCheckResponse) => void this.reply.write(frameMessage(Watch.responseSerialize(response))),
+        (response: HealthCheckResponse) => void this.reply.write(frameMessage(encodeHealthCheckResponse(response))),
         () => this.reply.end(GRPC_STATUS.OK),
       );
       this.stopWatch = () => watch.stop();
@@ -72,7 +71,7 @@ export class HealthCall {
       this.reply.end(GRPC_STATUS.NOT_FOUND, answer.details);
       return;
     }
-    this.reply.write(frameMessage(Check.responseSerialize(answer.response)));
+    this.reply.write(frameMessage(encodeHealthCheckResponse(answer.response)));
     this.reply.end(GRPC_STATUS.OK);
   }
 }

@@ -1,7 +1,6 @@
 // grpc.health.v1 semantics, independent of the transport that carries them: which service names
 // we answer, what each one follows, and the Watch call's "current status, then every change".
-import { EXT_PROC_SERVICE_NAME } from '../extproc/protocol-names.js';
-import type { HealthCheckRequest, HealthCheckResponse, ServingStatus } from '../../test/support/proto-definitions.js';
+import type { HealthCheckRequest, HealthCheckResponse, ServingStatus } from './health-messages.js';
 
 export interface HealthSource {
   isServing(): boolean;
@@ -11,14 +10,14 @@ export interface HealthSource {
 
 /**
  * Health service names. `liveness`: the process answers (SERVING until shutdown starts).
- * `readiness`, "" and the ext_proc service name: ready to route (synced and not draining). The
- * inference extension's endpoint-picker protocol asks for `liveness` and `readiness`; Envoy's gRPC
- * health check and most probes ask for "" or the service name.
+ * `readiness`, "" and the name of each service we serve (for us, the ext_proc service): ready to
+ * route (synced and not draining). The inference extension's endpoint-picker protocol asks for
+ * `liveness` and `readiness`; Envoy's gRPC health check and most probes ask for "" or the service name.
  */
-export const LIVENESS_SERVICE = 'liveness';
-export const READINESS_SERVICES: ReadonlySet<string> = new Set(['', 'readiness', EXT_PROC_SERVICE_NAME]);
+const LIVENESS_SERVICE = 'liveness';
+const READINESS_NAMES = ['', 'readiness'];
 
-export function servingStatus(health: HealthSource): ServingStatus {
+function servingStatus(health: HealthSource): ServingStatus {
   return health.isServing() ? 'SERVING' : 'NOT_SERVING';
 }
 
@@ -38,11 +37,19 @@ export class HealthService {
     },
   };
 
-  constructor(private readonly readiness: HealthSource) {}
+  private readonly readinessServices: ReadonlySet<string>;
+
+  /** `services`: the names of the services the server serves, which answer as readiness. */
+  constructor(
+    private readonly readiness: HealthSource,
+    services: Iterable<string>,
+  ) {
+    this.readinessServices = new Set([...READINESS_NAMES, ...services]);
+  }
 
   healthFor(service: string): HealthSource | undefined {
     if (service === LIVENESS_SERVICE) return this.liveness;
-    return READINESS_SERVICES.has(service) ? this.readiness : undefined;
+    return this.readinessServices.has(service) ? this.readiness : undefined;
   }
 
   check(request: HealthCheckRequest): CheckAnswer {
@@ -71,7 +78,7 @@ export class HealthService {
 }
 
 /** One Watch call: sends the current status, then every change, until the client goes away or shutdown. */
-export class HealthWatch {
+class HealthWatch {
   private last: ServingStatus;
   private readonly unsubscribe: () => void;
   private done = false;

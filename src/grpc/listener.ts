@@ -1,22 +1,18 @@
-// What both HTTP/2 gRPC transports (our own connection, direct-transport.ts, and node:http2,
-// h2-transport.ts) do the same way around their connections: recognise a gRPC content type, bind
-// the listener, keep connections alive with pings, and shut down gracefully.
-// (`bindEdge` is the common tail of both start functions.)
+// What the native transport does around its connections: recognise a gRPC content type, bind the
+// listener, keep connections alive with pings, and shut down gracefully. (`bindListener` is the
+// tail of its start function.)
 import cluster from 'node:cluster';
 import type { Server, Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { isReusedReply } from '../extproc/constant-replies.js';
-import { frameMessage } from './framing.js';
-import type { RunningGrpcServer } from './server.js';
+import { asError } from '../util/error-message.js';
 import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
 import type { ListenTarget } from './listen-address.js';
-import type { ProcessingResponse } from '../extproc/messages.js';
-import { asError } from '../extproc/process-service.js';
+import type { AnyBidiMethod, RunningGrpcServer } from './server-options.js';
 import type { TlsIdentitySource } from './tls-identity.js';
 import { KEEPALIVE_INTERVAL_MS, KEEPALIVE_TIMEOUT_MS, RELEASE_FLUSH_MS } from './transport-settings.js';
 
-/** A connection as shutdown and keepalive see it (an H2Connection or a node:http2 session). */
-export interface EdgeConnection {
+/** A connection as shutdown and keepalive see it. */
+export interface ListenerConnection {
   /** Graceful: GOAWAY, then close once the open streams are done. */
   close(): void;
   /** At once. */
@@ -28,22 +24,6 @@ export interface PingableConnection {
   /** Sends a PING; `onAck` runs when it is answered. False when one is still outstanding. */
   ping(onAck: () => void): boolean;
   destroy(): void;
-}
-
-/**
- * Process replies as length-prefixed gRPC messages. A reply built once and sent many times
- * (constant-replies.ts) is framed once, the first time it is sent; every other one is encoded and
- * framed per reply.
- */
-export function replyFramer(serialize: (reply: ProcessingResponse) => Buffer): (reply: ProcessingResponse) => Buffer {
-  const framed = new WeakMap<ProcessingResponse, Buffer>();
-  return (reply) => {
-    const cached = framed.get(reply);
-    if (cached !== undefined) return cached;
-    const bytes = frameMessage(serialize(reply));
-    if (isReusedReply(reply)) framed.set(reply, bytes);
-    return bytes;
-  };
 }
 
 export function isGrpcContentType(contentType: string | undefined): boolean {
@@ -88,9 +68,9 @@ function listen(server: Server, target: ListenTarget): Promise<number> {
  */
 async function shutdownServer(
   server: Server,
-  connections: ReadonlySet<EdgeConnection>,
+  connections: ReadonlySet<ListenerConnection>,
   sockets: Set<Socket>,
-  openStreams: Set<() => void>,
+  methods: readonly AnyBidiMethod[],
   graceMs: number,
   logger: Logger,
 ): Promise<void> {
@@ -102,10 +82,9 @@ async function shutdownServer(
   let flushTimer: NodeJS.Timeout | undefined;
   const deadline = new Promise<void>((resolve) => {
     graceTimer = setTimeout(() => {
-      if (openStreams.size > 0) {
-        logger.warn({ graceMs, streams: openStreams.size }, 'ext_proc streams still open after the grace period; releasing them to Envoy');
-      }
-      for (const release of [...openStreams]) release();
+      const open = openCalls(methods);
+      if (open > 0) logger.warn({ graceMs, streams: open }, 'gRPC streams still open after the grace period; releasing them');
+      for (const method of methods) method.releaseOpenCalls();
       flushTimer = setTimeout(() => {
         for (const connection of connections) connection.destroy();
         for (const socket of sockets) socket.destroy();
@@ -120,7 +99,14 @@ async function shutdownServer(
   logger.info('gRPC server stopped');
 }
 
-export interface EdgeBinding {
+/** Calls still open across the served methods. */
+export function openCalls(methods: readonly AnyBidiMethod[]): number {
+  let open = 0;
+  for (const method of methods) open += method.openCalls;
+  return open;
+}
+
+export interface ListenerBinding {
   /** The configured listen address. */
   readonly address: string;
   /** For the log line. */
@@ -128,15 +114,15 @@ export interface EdgeBinding {
   readonly tls: TlsIdentitySource | undefined;
   /** Ends the server's subscription to certificate changes. */
   readonly unsubscribeTls: () => void;
-  readonly connections: ReadonlySet<EdgeConnection>;
-  readonly openStreams: Set<() => void>;
+  readonly connections: ReadonlySet<ListenerConnection>;
+  readonly methods: readonly AnyBidiMethod[];
   readonly logger: Logger;
   /** Runs first on shutdown (refuse new connections, stop serving health). */
   readonly onShutdown: () => void;
 }
 
 /** Binds a created server, and returns it as the running gRPC server with its graceful shutdown. */
-export async function bindEdge(server: Server, binding: EdgeBinding): Promise<RunningGrpcServer> {
+export async function bindListener(server: Server, binding: ListenerBinding): Promise<RunningGrpcServer> {
   const { tls, logger } = binding;
   // Connections that never became HTTP/2 (a TLS handshake that fails or hangs) would hold
   // server.close() forever: shutdown destroys whatever is left at its deadline.
@@ -166,7 +152,7 @@ export async function bindEdge(server: Server, binding: EdgeBinding): Promise<Ru
     ...(target.kind === 'tcp' ? { port } : {}),
     shutdown(graceMs: number): Promise<void> {
       binding.onShutdown();
-      stopped ??= shutdownServer(server, binding.connections, sockets, binding.openStreams, graceMs, logger).finally(() => {
+      stopped ??= shutdownServer(server, binding.connections, sockets, binding.methods, graceMs, logger).finally(() => {
         binding.unsubscribeTls();
         tls?.close();
       });

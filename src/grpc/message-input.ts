@@ -1,19 +1,18 @@
-// The request side of a Process call on either HTTP/2 transport (our own connection and
-// node:http2): gRPC frames in, each decoded message to the ProcessCall, and the check when Envoy's
-// side ends. The transports only feed it their stream's data and end events.
+// The request side of a streaming call on a transport that frames gRPC itself (our own HTTP/2):
+// DATA chunks in, each decoded message to the call, and the check when the client's side ends.
+// The transport only feeds it its stream's data and end events.
 import type { Logger } from 'pino';
+import { asError } from '../util/error-message.js';
+import type { BidiCall } from './bidi-call.js';
 import { GrpcFramingError, MessageDeframer } from './framing.js';
-import type { ProcessingRequest } from '../extproc/messages.js';
-import { asError } from '../extproc/process-service.js';
-import type { ProcessCall } from '../extproc/process-service.js';
 import { MAX_RECEIVE_MESSAGE_BYTES } from './transport-settings.js';
 
-export class ProcessInput {
+export class MessageInput<Req> {
   private readonly deframer = new MessageDeframer(MAX_RECEIVE_MESSAGE_BYTES);
 
   constructor(
-    private readonly call: ProcessCall,
-    private readonly deserialize: (bytes: Buffer) => ProcessingRequest,
+    private readonly call: BidiCall<Req>,
+    private readonly decode: (bytes: Buffer) => Req,
     private readonly logger: Logger,
   ) {}
 
@@ -25,24 +24,23 @@ export class ProcessInput {
     } catch (thrown) {
       if (!(thrown instanceof GrpcFramingError)) {
         const error = asError(thrown);
-        this.logger.error({ err: error }, 'handling an ext_proc message failed; ending the stream with INTERNAL');
+        this.logger.error({ err: error }, 'handling a gRPC message failed; ending the stream with INTERNAL');
         this.call.fail(error);
         return;
       }
-      this.logger.warn({ err: thrown }, 'unreadable ext_proc frame; ending the stream');
+      this.logger.warn({ err: thrown }, 'unreadable gRPC frame; ending the stream');
       this.call.fail(thrown, thrown.code, thrown.message);
     }
   }
 
   /**
-   * Envoy's side ended. True when the call may half-close: it was open and no message was cut
+   * The client's side ended. True when the call may half-close: it was open and no message was cut
    * short (that one fails the call here).
    */
   ended(): boolean {
-    if (!this.call.open) return false;
-    this.call.open = false; // Envoy sends nothing more, and we have answered everything it sent
+    if (!this.call.inputEnded()) return false;
     if (!this.deframer.idle) {
-      this.call.fail(new Error('ext_proc stream ended inside a message'), 'INTERNAL', 'stream ended inside a message');
+      this.call.fail(new Error('gRPC stream ended inside a message'), 'INTERNAL', 'stream ended inside a message');
       return false;
     }
     return true;
@@ -50,12 +48,12 @@ export class ProcessInput {
 
   private readonly onMessage = (bytes: Buffer): void => {
     if (!this.call.open) return;
-    let request: ProcessingRequest;
+    let request: Req;
     try {
-      request = this.deserialize(bytes);
+      request = this.decode(bytes);
     } catch (thrown) {
       const error = asError(thrown);
-      this.logger.warn({ err: error }, 'undecodable ext_proc message; ending the stream with INTERNAL');
+      this.logger.warn({ err: error }, 'undecodable gRPC message; ending the stream with INTERNAL');
       this.call.fail(error);
       return;
     }

@@ -1,30 +1,29 @@
-// The gRPC edge on our own HTTP/2 connection (h2/connection.ts) over plain `net`/`tls` sockets
-// (`listen.transport: native`, the default). gRPC over HTTP/2 is small for what we serve: a POST
-// per call, `content-type: application/grpc`, length-prefixed messages in DATA frames
-// (grpc-framing.ts), a status in trailers. This module routes each stream to the Process call
-// (process-call.ts) or the health service (health-service.ts), decodes and encodes with the
-// hot-path codec (wire.ts), and keeps the connections healthy; it decides nothing about what to
-// answer.
+// gRPC on our own HTTP/2 connection (http2/) over plain `net`/`tls` sockets (`listen.transport:
+// native`, the default). gRPC over HTTP/2 is small for what we serve: a POST per call,
+// `content-type: application/grpc`, length-prefixed messages in DATA frames (framing.ts), a status
+// in trailers. This module routes each stream by :path to a served method (through the BidiCall
+// interface, bidi-call.ts) or the health service (health-service.ts), keeps the connections
+// healthy, and turns the connection's read-to-write timing into the turnaround metric; it decides
+// nothing about what to answer.
 import { createServer as createNetServer } from 'node:net';
 import type { Server as NetServer, Socket } from 'node:net';
 import { createServer as createTlsServer } from 'node:tls';
 import type { Server as TlsServer } from 'node:tls';
-import type { GrpcServerOptions, RunningGrpcServer } from './server.js';
-import { GRPC_STATUS, statusTrailers } from './status.js';
-import { H2Connection } from '../http2/connection.js';
-import type { H2Stream, StreamClose } from '../http2/connection.js';
+import { Http2Connection } from '../http2/connection.js';
+import type { Http2Stream, StreamClose } from '../http2/stream.js';
 import { ErrorCode } from '../http2/frames.js';
-import { encodeHeaderBlock } from '../http2/hpack.js';
+import { encodeHeaderBlock } from '../http2/hpack-encoder.js';
 import { HealthCall } from './health-call.js';
+import { HEALTH_SERVICE_NAME } from './health-messages.js';
 import { HealthService } from './health-service.js';
+import { bindListener, isGrpcContentType, startKeepalive } from './listener.js';
+import { MessageInput } from './message-input.js';
+import { serviceOf } from './bidi-call.js';
+import type { AnyBidiMethod, GrpcServerOptions, RunningGrpcServer } from './server-options.js';
+import { GRPC_STATUS, statusTrailers } from './status.js';
 import { secureContextOptions } from './tls-identity.js';
-import { ProcessCall, processCallContext } from '../extproc/process-service.js';
-import { ProcessInput } from './message-input.js';
 import { CONNECTION_WINDOW_BYTES, MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_BYTES, STREAM_WINDOW_BYTES } from './transport-settings.js';
-import { bindEdge, isGrpcContentType, replyFramer, startKeepalive } from './listener.js';
-import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, loadWireDefinitions } from '../../test/support/proto-definitions.js';
 
-const PROCESS_PATH = `/${EXT_PROC_SERVICE_NAME}/Process`;
 const CHECK_PATH = `/${HEALTH_SERVICE_NAME}/Check`;
 const WATCH_PATH = `/${HEALTH_SERVICE_NAME}/Watch`;
 
@@ -40,47 +39,44 @@ function statusFields(code: number, message?: string): Fields {
   return Object.entries(statusTrailers(code, message));
 }
 
-export async function startDirectServer(opts: GrpcServerOptions): Promise<RunningGrpcServer> {
+export async function startNativeServer(opts: GrpcServerOptions): Promise<RunningGrpcServer> {
   const logger = opts.logger.child({ component: 'grpc-server' });
-  const definitions = loadWireDefinitions();
-  const processMethod = definitions.externalProcessor.Process;
-  const frameReply = replyFramer(processMethod.responseSerialize);
-  const health = new HealthService(opts.health);
-  const context = processCallContext(opts, logger);
-  const connections = new Set<H2Connection>();
+  const methods = new Map<string, AnyBidiMethod>(opts.methods.map((method) => [method.path, method]));
+  const health = new HealthService(
+    opts.health,
+    opts.methods.map((method) => serviceOf(method.path)),
+  );
+  const connections = new Set<Http2Connection>();
   let stopping = false;
 
-  const serveProcess = (stream: H2Stream): void => {
-    const call = new GrpcCall(stream);
-    const processCall: ProcessCall = new ProcessCall(
-      {
-        write: (reply) => call.write(frameReply(reply)),
-        // Nothing to do: the connection stopped reading Envoy when its write backed up.
-        pauseUntilDrain: () => undefined,
-        endOk: () => call.end(GRPC_STATUS.OK),
-        endError: (code, details) => call.end(GRPC_STATUS[code], details),
-      },
-      context,
-    );
-    if (processCall.isFinished) return; // ended with INTERNAL; what Envoy still sends is dropped
-    const input = new ProcessInput(processCall, processMethod.requestDeserialize, logger);
+  const serveBidi = (stream: Http2Stream, method: AnyBidiMethod): void => {
+    const reply = new GrpcCall(stream);
+    const call = method.start({
+      write: (message) => reply.write(method.frame(message)),
+      // Nothing to do: the connection stopped reading the peer when its write backed up.
+      pauseUntilDrain: () => undefined,
+      endOk: () => reply.end(GRPC_STATUS.OK),
+      endError: (code, details) => reply.end(GRPC_STATUS[code], details),
+    });
+    if (call.isFinished) return; // ended with an error already; what the peer still sends is dropped
+    const input = new MessageInput(call, (bytes) => method.decode(bytes), logger);
     stream.handlers = {
       onData: (chunk) => input.data(chunk),
       // Told after the whole read it came in: an END_STREAM that came with a RST_STREAM (Envoy's
       // abrupt close) has already closed the stream as reset and never gets here.
       onEnd: () => {
-        if (input.ended()) processCall.halfClosed();
+        if (input.ended()) call.halfClosed();
       },
       onClose: (close) => {
         const failure = streamFailure(close);
-        if (failure === undefined) processCall.cancelled();
-        else processCall.transportFailed(failure, logger);
+        if (failure === undefined) call.cancelled();
+        else call.transportFailed(failure);
       },
     };
   };
 
-  const serveHealth = (stream: H2Stream, method: 'Check' | 'Watch'): void => {
-    const call = new HealthCall(method, health, definitions.health, new GrpcCall(stream));
+  const serveHealth = (stream: Http2Stream, method: 'Check' | 'Watch'): void => {
+    const call = new HealthCall(method, health, new GrpcCall(stream));
     stream.handlers = {
       onData: (chunk) => call.data(chunk),
       onEnd: () => call.end(),
@@ -92,16 +88,16 @@ export async function startDirectServer(opts: GrpcServerOptions): Promise<Runnin
     };
   };
 
-  const onStream = (stream: H2Stream, headers: Fields): void => {
-    let method: string | undefined;
+  const onStream = (stream: Http2Stream, headers: Fields): void => {
+    let httpMethod: string | undefined;
     let path: string | undefined;
     let contentType: string | undefined;
     for (const [name, value] of headers) {
-      if (name === ':method') method = value;
+      if (name === ':method') httpMethod = value;
       else if (name === ':path') path = value;
       else if (name === 'content-type') contentType = value;
     }
-    if (method !== 'POST') {
+    if (httpMethod !== 'POST') {
       refuse(stream, 405, GRPC_STATUS.UNIMPLEMENTED, 'gRPC requires POST');
       return;
     }
@@ -109,10 +105,12 @@ export async function startDirectServer(opts: GrpcServerOptions): Promise<Runnin
       refuse(stream, 415, GRPC_STATUS.INTERNAL, 'content-type must be application/grpc');
       return;
     }
+    const served = path === undefined ? undefined : methods.get(path);
+    if (served !== undefined) {
+      serveBidi(stream, served);
+      return;
+    }
     switch (path) {
-      case PROCESS_PATH:
-        serveProcess(stream);
-        return;
       case CHECK_PATH:
         serveHealth(stream, 'Check');
         return;
@@ -131,14 +129,16 @@ export async function startDirectServer(opts: GrpcServerOptions): Promise<Runnin
       socket.destroy();
       return;
     }
-    const connection: H2Connection = new H2Connection(socket, {
+    const connection: Http2Connection = new Http2Connection(socket, {
       streamWindow: STREAM_WINDOW_BYTES,
       connectionWindow: CONNECTION_WINDOW_BYTES,
       maxHeaderListBytes: MAX_HEADER_LIST_BYTES,
       maxConcurrentStreams: MAX_CONCURRENT_STREAMS,
       onStream,
       onProtocolEvent,
-      ...(opts.onTurnaround === undefined ? {} : { onTurnaround: opts.onTurnaround }),
+      // Every DATA write on our streams is one gRPC message (a reply): the connection's
+      // read-to-write timing, per write, is the turnaround of the replies it carries.
+      ...(opts.onTurnaround === undefined ? {} : { onReadAnswered: opts.onTurnaround }),
     });
     connections.add(connection);
     const keepalive = startKeepalive(connection, logger);
@@ -157,13 +157,13 @@ export async function startDirectServer(opts: GrpcServerOptions): Promise<Runnin
   const unsubscribeTls =
     tls === undefined ? () => {} : tls.onChange((identity) => (server as TlsServer).setSecureContext(secureContextOptions(identity)));
   server.on('tlsClientError', (err) => logger.debug({ err }, 'TLS handshake failed'));
-  return bindEdge(server, {
+  return bindListener(server, {
     address: opts.address,
     transport: 'native',
     tls,
     unsubscribeTls,
     connections: connections,
-    openStreams: context.openStreams,
+    methods: opts.methods,
     logger,
     onShutdown: () => {
       stopping = true;
@@ -189,7 +189,7 @@ function streamFailure(close: StreamClose): Error | undefined {
 class GrpcCall {
   private ended = false;
 
-  constructor(private readonly stream: H2Stream) {}
+  constructor(private readonly stream: Http2Stream) {}
 
   /** False when the connection's write buffer is full. */
   write(frame: Buffer): boolean {
@@ -213,7 +213,7 @@ class GrpcCall {
 }
 
 /** A plain HTTP refusal for what is not a gRPC call at all (wrong method or content type). */
-function refuse(stream: H2Stream, httpStatus: number, grpcStatus: number, message: string): void {
+function refuse(stream: Http2Stream, httpStatus: number, grpcStatus: number, message: string): void {
   stream.respond(
     encodeHeaderBlock([
       [':status', String(httpStatus)],

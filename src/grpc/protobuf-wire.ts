@@ -1,25 +1,26 @@
-// Protobuf wire-format primitives for the hand-written hot-path codec (decode-request.ts,
-// encode-response.ts). Both codecs throw `Unsupported` for anything they do not handle exactly as
-// the reflection codec (protobufjs through @grpc/proto-loader) would; the caller then hands the
-// message to the reflection codec, so behaviour never depends on which path ran.
+// Protobuf wire-format primitives for our hand-written message codecs (the ext_proc messages in
+// extproc/codec/, the health messages in health-messages.ts): a bounds-checked reader and a
+// scratch-buffer writer. Bytes that are not a protobuf message (truncated, a length past the end,
+// an unknown wire type) throw MalformedMessage; everything else decodes.
 
-/** Thrown by the fast codecs for input they leave to the reflection codec. */
-export class Unsupported extends Error {
+import { FRAME_HEADER_BYTES } from './framing.js';
+
+/** The bytes are not a well-formed protobuf message. */
+export class MalformedMessage extends Error {
   constructor(reason: string) {
-    super(reason);
-    this.name = 'Unsupported';
+    super(`malformed protobuf message: ${reason}`);
+    this.name = 'MalformedMessage';
   }
 }
 
 export const WIRE_VARINT = 0;
 export const WIRE_FIXED64 = 1;
 export const WIRE_LEN = 2;
-export const WIRE_FIXED32 = 5;
+const WIRE_FIXED32 = 5;
 
 /**
  * Reads one message's bytes. Every read is bounds-checked against the end of the enclosing
- * message; a truncated or malformed buffer throws Unsupported, and the reflection codec then
- * reports it exactly as before.
+ * message; a truncated or malformed buffer throws MalformedMessage.
  */
 export class Reader {
   pos: number;
@@ -31,21 +32,21 @@ export class Reader {
     this.pos = pos;
   }
 
-  /** A varint of at most 5 bytes that fits 32 bits unsigned (tags, lengths, enums, bools). */
+  /** A varint of at most 5 bytes that fits 32 bits unsigned: tags and lengths. */
   uint32(end: number): number {
     const buf = this.buf;
     let pos = this.pos;
-    if (pos >= end) throw new Unsupported('truncated varint');
+    if (pos >= end) throw new MalformedMessage('truncated varint');
     let byte = buf[pos++];
     let value = byte & 0x7f;
     if (byte >= 0x80) {
       let shift = 7;
       for (;;) {
-        if (pos >= end) throw new Unsupported('truncated varint');
+        if (pos >= end) throw new MalformedMessage('truncated varint');
         byte = buf[pos++];
         if (shift === 28) {
-          // 5th byte: only 4 more bits fit in 32; longer varints (negative int32) go to reflection.
-          if (byte > 0x0f) throw new Unsupported('varint beyond 32 bits');
+          // 5th byte: only 4 more bits fit in 32.
+          if (byte > 0x0f) throw new MalformedMessage('varint beyond 32 bits');
           value += byte * 0x10000000;
           break;
         }
@@ -63,7 +64,7 @@ export class Reader {
   lengthEnd(end: number): number {
     const len = this.uint32(end);
     const stop = this.pos + len;
-    if (stop > end) throw new Unsupported('length beyond the enclosing message');
+    if (stop > end) throw new MalformedMessage('length beyond the enclosing message');
     return stop;
   }
 
@@ -104,23 +105,43 @@ export class Reader {
     return this.stringAt(stop);
   }
 
+  /**
+   * A varint value of an int32, uint32, enum or bool field: up to 10 bytes (a negative int32 is
+   * sign-extended to 64 bits on the wire), of which the low 32 bits count, as protobuf parsers read it.
+   */
+  low32(end: number): number {
+    const buf = this.buf;
+    const start = this.pos;
+    let value = 0;
+    for (let i = 0; i < 10; i++) {
+      if (start + i >= end) throw new MalformedMessage('truncated varint');
+      const byte = buf[start + i];
+      if (i < 5) value += (byte & 0x7f) * 2 ** (7 * i);
+      if (byte < 0x80) {
+        this.pos = start + i + 1;
+        return value % 2 ** 32;
+      }
+    }
+    throw new MalformedMessage('varint longer than 10 bytes');
+  }
+
   bool(end: number): boolean {
-    return this.uint32(end) !== 0;
+    return this.low32(end) !== 0;
   }
 
   double(end: number): number {
-    if (this.pos + 8 > end) throw new Unsupported('truncated double');
+    if (this.pos + 8 > end) throw new MalformedMessage('truncated double');
     const value = this.buf.readDoubleLE(this.pos);
     this.pos += 8;
     return value;
   }
 
-  /** Skips a field we do not read (protobufjs drops unknown fields too); groups go to reflection. */
+  /** Skips a field we do not read (unknown to us, unused, or with a wire type we do not expect). */
   skip(wireType: number, end: number): void {
     switch (wireType) {
       case WIRE_VARINT:
         for (;;) {
-          if (this.pos >= end) throw new Unsupported('truncated varint');
+          if (this.pos >= end) throw new MalformedMessage('truncated varint');
           if (this.buf[this.pos++] < 0x80) return;
         }
       case WIRE_FIXED64:
@@ -133,9 +154,9 @@ export class Reader {
         this.pos += 4;
         break;
       default:
-        throw new Unsupported(`wire type ${wireType}`);
+        throw new MalformedMessage(`wire type ${wireType}`);
     }
-    if (this.pos > end) throw new Unsupported('truncated fixed-size field');
+    if (this.pos > end) throw new MalformedMessage('truncated fixed-size field');
   }
 }
 
@@ -195,8 +216,23 @@ export class Writer {
 
   /** A copy of what was written: the scratch buffer is reused by the next message. */
   finish(): Buffer {
-    const out = Buffer.allocUnsafe(this.pos);
-    this.buf.copy(out, 0, 0, this.pos);
+    return this.copyOut(0);
+  }
+
+  /**
+   * What was written as one gRPC length-prefixed message (flag 0, uncompressed; 4-byte big-endian
+   * length): the prefix and the message in one copy.
+   */
+  finishFramed(): Buffer {
+    const out = this.copyOut(FRAME_HEADER_BYTES);
+    out[0] = 0;
+    out.writeUInt32BE(out.length - FRAME_HEADER_BYTES, 1);
+    return out;
+  }
+
+  private copyOut(before: number): Buffer {
+    const out = Buffer.allocUnsafe(before + this.pos);
+    this.buf.copy(out, before, 0, this.pos);
     if (this.buf.length > 4 * INITIAL_CAPACITY) this.buf = Buffer.allocUnsafe(INITIAL_CAPACITY); // let a huge body's buffer go
     return out;
   }
@@ -220,6 +256,25 @@ export class Writer {
       v >>>= 7;
     }
     buf[this.pos++] = v;
+  }
+
+  /** An int32 value: a negative one is sign-extended to ten bytes, as protobuf writes it. */
+  int32(value: number): void {
+    if (value >= 0) {
+      this.uint32(value);
+      return;
+    }
+    this.ensure(10);
+    const buf = this.buf;
+    let lo = value >>> 0;
+    for (let i = 0; i < 4; i++) {
+      buf[this.pos++] = (lo & 0x7f) | 0x80;
+      lo >>>= 7;
+    }
+    // Bits 28-31 of the value, then the sign extension: all ones up to bit 63.
+    buf[this.pos++] = (lo & 0x0f) | 0xf0;
+    for (let i = 0; i < 4; i++) buf[this.pos++] = 0xff;
+    buf[this.pos++] = 0x01;
   }
 
   tag(field: number, wireType: number): void {

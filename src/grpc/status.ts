@@ -18,7 +18,7 @@ export function statusTrailers(code: number, message?: string): Record<string, s
 }
 
 /** gRPC's percent-encoding of grpc-message: printable ASCII except '%' stays, the rest is %XX of UTF-8. */
-export function encodeStatusMessage(message: string): string {
+function encodeStatusMessage(message: string): string {
   let out = '';
   for (const byte of Buffer.from(message, 'utf8')) {
     out +=

@@ -9,7 +9,6 @@ import { dirname } from 'node:path';
 import { createSecureContext } from 'node:tls';
 import type { Logger } from 'pino';
 import { generate as generateSelfSigned } from 'selfsigned';
-import type { GrpcTlsConfig } from '../config/config.js';
 
 export interface TlsIdentity {
   /** PEM certificate chain, leaf first. */
@@ -33,12 +32,16 @@ export interface TlsIdentitySource {
 }
 
 /** Throws unless `cert` and `key` are PEM and belong together (what Node's TLS would refuse later). */
-export function checkIdentity(identity: TlsIdentity): void {
+function checkIdentity(identity: TlsIdentity): void {
   createSecureContext({ cert: identity.cert, key: identity.key });
 }
 
+/** Where the identity comes from (config `listen.tls`, as config.ts builds it). */
+export type TlsIdentitySettings =
+  { readonly mode: 'files'; readonly certFile: string; readonly keyFile: string } | { readonly mode: 'self-signed' };
+
 export async function openTlsIdentity(
-  config: GrpcTlsConfig,
+  config: TlsIdentitySettings,
   logger: Logger,
   options: { pollIntervalMs?: number } = {},
 ): Promise<TlsIdentitySource> {

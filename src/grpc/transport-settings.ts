@@ -3,7 +3,7 @@
 const MiB = 1024 * 1024;
 
 /**
- * Limits both transports apply, chosen for Envoy as the (only) client. A buffered body arrives as
+ * Limits both transports (native, grpc-js) apply, chosen for Envoy as the (only) client. A buffered body arrives as
  * a single message; Envoy's buffer limit is the real cap (our configs keep it at or below 64 MiB),
  * this only has to stay well above it plus headers and attributes.
  */

@@ -13,15 +13,16 @@
 // from a microtask, so the replies to every message of one read leave together.
 import type { Socket } from 'node:net';
 import { requestFieldsProblem, trailerFieldsProblem } from './field-rules.js';
+import { HeaderBlockCharge, RapidResetCount } from './abuse-limits.js';
+import { Http2Stream } from './stream.js';
+import type { StreamClose, StreamHost } from './stream.js';
 import { HeaderListTooLargeError, HpackDecoder } from './hpack.js';
 import {
   CONNECTION_PREFACE,
   ConnectionError,
   DEFAULT_MAX_FRAME_SIZE,
   DEFAULT_WINDOW_SIZE,
-  encodeDataFrames,
   encodeGoaway,
-  encodeHeadersFrames,
   encodePing,
   encodeRstStream,
   encodeSettings,
@@ -37,7 +38,7 @@ import {
   unpad,
 } from './frames.js';
 
-export interface H2ConnectionOptions {
+export interface Http2ConnectionOptions {
   /** Receive window we grant each stream (SETTINGS_INITIAL_WINDOW_SIZE). */
   readonly streamWindow: number;
   /** Receive window we grant the connection. */
@@ -51,184 +52,17 @@ export interface H2ConnectionOptions {
    */
   readonly maxConcurrentStreams?: number;
   /** A new stream and its request header fields. Set `stream.handlers` before returning. */
-  readonly onStream: (stream: H2Stream, headers: ReadonlyArray<readonly [string, string]>) => void;
+  readonly onStream: (stream: Http2Stream, headers: ReadonlyArray<readonly [string, string]>) => void;
   /** Something worth a debug line: a peer's protocol error, a refused stream. */
   readonly onProtocolEvent?: (event: string, details: Record<string, unknown>) => void;
   /**
    * Told at each socket write that carries stream DATA written while handling a read: the seconds
-   * since that read's callback began, and how many stream writes (gRPC replies) the socket write
-   * carries: decoding, handling, encoding, and waiting for the other messages of the same read. A
-   * lower bound of our share of the round trip: bytes waiting in the kernel for the event loop
-   * and TLS record decryption come before it. Writes made later (after an await) are not told.
+   * since that read's callback began, and how many stream writes the socket write carries (decoding,
+   * handling, encoding, and waiting for the other work of the same read). A lower bound of our share
+   * of the round trip: bytes waiting in the kernel for the event loop and TLS record decryption come
+   * before it. Writes made later (after an await) are not told.
    */
-  readonly onTurnaround?: (seconds: number, replies: number) => void;
-}
-
-/**
- * Rapid reset (CVE-2023-44487): a peer opening streams and resetting them at once makes us do work
- * per stream while no concurrency limit applies (reset streams are not open). Envoy sends its
- * first ext_proc message together with the HEADERS that open the side stream, and resets a side
- * stream when its request ends or is cancelled: after that message, and often before our answer
- * (a full-duplex request whose body is still uploading when the client gives up). So what counts
- * is a stream reset before it carried any DATA and before we answered it: once at least this many,
- * and at least half the streams opened, the connection ends with ENHANCE_YOUR_CALM. A peer can
- * dodge the count by sending a byte first; the classic attack (HEADERS, RST_STREAM) cannot.
- */
-const EMPTY_RESETS_MIN = 500;
-/** Both counts are halved every time this many streams were opened: old traffic cannot hide a new burst. */
-const RESET_WINDOW_STREAMS = 2000;
-
-/** How a stream ended, told to its handlers exactly once. */
-export type StreamClose =
-  /** Both sides sent END_STREAM (or we ended and told the peer to stop with NO_ERROR). */
-  | { readonly kind: 'done' }
-  /** The peer reset it (RST_STREAM with `code`). */
-  | { readonly kind: 'reset'; readonly code: number }
-  /** We reset it. */
-  | { readonly kind: 'local-reset'; readonly code: number }
-  /** The connection went away with the stream still open. */
-  | { readonly kind: 'connection-lost' };
-
-export interface H2StreamHandlers {
-  /** A non-empty piece of the request body. */
-  onData(chunk: Buffer): void;
-  /** The peer sent END_STREAM. Deferred to the end of the read it came in, so a reset in the same read wins. */
-  onEnd(): void;
-  onClose(close: StreamClose): void;
-}
-
-const EMPTY = Buffer.alloc(0);
-const IGNORE: H2StreamHandlers = { onData: () => undefined, onEnd: () => undefined, onClose: () => undefined };
-
-/** One stream, as its gRPC call sees it. */
-export class H2Stream {
-  handlers: H2StreamHandlers = IGNORE;
-  /** We sent END_STREAM (or reset). */
-  localEnded = false;
-  /** The peer sent END_STREAM. */
-  remoteEnded = false;
-  closed = false;
-  headersSent = false;
-  /** The peer sent DATA with at least one byte on it. */
-  receivedData = false;
-  /** Bytes we may still send before the peer grants more (may go negative on a SETTINGS change). */
-  sendWindow: number;
-  /** Bytes the peer may still send us before we grant more. */
-  receiveWindow: number;
-  /** Received bytes not yet granted back. */
-  receiveConsumed = 0;
-  /** DATA waiting for window, and the end that must follow it (trailers, or null: an empty DATA). */
-  private blocked: Buffer[] | undefined;
-  private blockedEnd: Uint8Array | null | undefined;
-
-  constructor(
-    private readonly connection: H2Connection,
-    readonly id: number,
-    sendWindow: number,
-    receiveWindow: number,
-  ) {
-    this.sendWindow = sendWindow;
-    this.receiveWindow = receiveWindow;
-  }
-
-  /** Sends the response header block; `endStream` for a headers-only (trailers-only) response. */
-  respond(block: Uint8Array, endStream = false): void {
-    if (this.localEnded || this.closed) return;
-    this.headersSent = true;
-    this.connection.queue(encodeHeadersFrames(this.id, block, this.connection.peerMaxFrameSize, endStream));
-    if (endStream) this.endedLocally();
-  }
-
-  /** Sends body bytes; false when the connection's write buffer is full (the caller should pause). */
-  write(data: Uint8Array): boolean {
-    if (this.localEnded || this.closed || data.length === 0) return !this.connection.congested;
-    this.connection.repliesToRead++;
-    if (this.blocked !== undefined) this.blocked.push(Buffer.from(data));
-    else this.sendData(data);
-    return !this.connection.congested;
-  }
-
-  /** Ends our side with a trailer block, or without trailers (an empty DATA frame), after any DATA still waiting for window. */
-  end(trailers?: Uint8Array): void {
-    if (this.localEnded || this.closed) return;
-    if (this.blocked !== undefined) {
-      this.blockedEnd = trailers ?? null;
-      this.localEnded = true;
-      return;
-    }
-    this.sendEnd(trailers ?? null);
-  }
-
-  private sendEnd(trailers: Uint8Array | null): void {
-    const { peerMaxFrameSize } = this.connection;
-    this.connection.queue(
-      trailers === null
-        ? encodeDataFrames(this.id, EMPTY, peerMaxFrameSize, true)
-        : encodeHeadersFrames(this.id, trailers, peerMaxFrameSize, true),
-    );
-    this.endedLocally();
-  }
-
-  /** Resets the stream (RST_STREAM with `code`). */
-  reset(code: number): void {
-    if (this.closed) return;
-    this.connection.queue(encodeRstStream(this.id, code));
-    this.connection.closeStream(this, { kind: 'local-reset', code });
-  }
-
-  /** Sends what the windows allow now; queues the rest until WINDOW_UPDATE. False when some had to wait. */
-  private sendData(data: Uint8Array): boolean {
-    const connection = this.connection;
-    const allowed = Math.min(this.sendWindow, connection.sendWindow);
-    if (allowed >= data.length) {
-      this.sendWindow -= data.length;
-      connection.sendWindow -= data.length;
-      connection.queue(encodeDataFrames(this.id, data, connection.peerMaxFrameSize, false));
-      return true;
-    }
-    const now = Math.max(0, allowed);
-    if (now > 0) {
-      this.sendWindow -= now;
-      connection.sendWindow -= now;
-      connection.queue(encodeDataFrames(this.id, data.subarray(0, now), connection.peerMaxFrameSize, false));
-    }
-    this.blocked = [Buffer.from(data.subarray(now))];
-    connection.blockedStreams.add(this);
-    return false;
-  }
-
-  /** The windows grew: send what waits, then the end if it was held back. */
-  resumeBlocked(): void {
-    const waiting = this.blocked;
-    if (waiting === undefined || this.closed) return;
-    this.blocked = undefined;
-    this.connection.blockedStreams.delete(this);
-    for (let i = 0; i < waiting.length; i++) {
-      if (!this.sendData(waiting[i])) {
-        // Out of window again: what is left waits behind the part sendData just held back, in order.
-        // (The cast: TypeScript keeps `blocked` narrowed to undefined across the call that set it.)
-        (this.blocked as Buffer[] | undefined)?.push(...waiting.slice(i + 1));
-        return;
-      }
-    }
-    const end = this.blockedEnd;
-    if (end !== undefined) {
-      this.blockedEnd = undefined;
-      this.sendEnd(end);
-    }
-  }
-
-  private endedLocally(): void {
-    this.localEnded = true;
-    if (this.remoteEnded) {
-      this.connection.closeStream(this, { kind: 'done' });
-      return;
-    }
-    // A complete response before the whole request: ask the peer to stop sending, without error
-    // (RFC 9113 §8.1), and forget the stream.
-    this.connection.queue(encodeRstStream(this.id, ErrorCode.NO_ERROR));
-    this.connection.closeStream(this, { kind: 'done' });
-  }
+  readonly onReadAnswered?: (seconds: number, dataWrites: number) => void;
 }
 
 const PREFACE_BYTES = CONNECTION_PREFACE.length;
@@ -237,24 +71,15 @@ const GOAWAY_FLUSH_MS = 1000;
 const MAX_STREAM_ID = 2 ** 31 - 1;
 /** The payload of close()'s PING, told apart from keepalive PINGs (all zeros) by its ACK. */
 const SHUTDOWN_PING = Buffer.from('shutdown', 'latin1');
-/** Header blocks above this (all fragments) end the connection before they are decoded. */
-const HEADER_BLOCK_FACTOR = 2;
-/**
- * What each CONTINUATION frame counts against that limit at least: empty or tiny frames would
- * otherwise never reach it, and a peer could send them forever (the "CONTINUATION flood",
- * CVE-2024-27316 and kin). Real peers fill their frames, so only a flood reaches the limit this way.
- */
-const CONTINUATION_MIN_CHARGE = 1024;
-
-export class H2Connection {
+export class Http2Connection implements StreamHost {
   /** The peer's SETTINGS_MAX_FRAME_SIZE: the largest frame we may send. */
   peerMaxFrameSize = DEFAULT_MAX_FRAME_SIZE;
   /** Connection-level send window. */
   sendWindow = DEFAULT_WINDOW_SIZE;
   /** The socket's buffer is full: we stopped reading the peer until it drains. */
   congested = false;
-  readonly blockedStreams = new Set<H2Stream>();
-  private readonly streams = new Map<number, H2Stream>();
+  readonly blockedStreams = new Set<Http2Stream>();
+  private readonly streams = new Map<number, Http2Stream>();
   private peerInitialWindow = DEFAULT_WINDOW_SIZE;
   private readonly reader = new FrameReader(DEFAULT_MAX_FRAME_SIZE);
   private readonly decoder: HpackDecoder;
@@ -267,20 +92,17 @@ export class H2Connection {
   private continuationFlags = 0;
   private continuationParts: Buffer[] = [];
   private continuationBytes = 0;
-  /** continuationBytes, with every frame counted as at least CONTINUATION_MIN_CHARGE. */
-  private continuationCharge = 0;
+  private readonly headerBlockCharge: HeaderBlockCharge;
   /** Streams whose END_STREAM came in the current read (told after the read: a reset in it wins). */
-  private endedInRead: H2Stream[] = [];
+  private endedInRead: Http2Stream[] = [];
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private flushScheduled = false;
-  /** Streams opened, and streams the peer reset with nothing sent either way (see EMPTY_RESETS_MIN). */
-  private streamsOpened = 0;
-  private emptyResets = 0;
+  private readonly resets = new RapidResetCount();
   /** performance.now() when the read being answered came in; -1 outside one or when nobody is told. */
   private readStartedAt = -1;
   /** Stream writes since that read came in (counted always: cheaper than asking). */
-  repliesToRead = 0;
+  dataWritesSinceRead = 0;
   /** The final GOAWAY went out (an error, or the second step of close()): new streams are refused. */
   private goawaySent = false;
   /** close() sent its first GOAWAY and waits for the PING's ACK. */
@@ -291,9 +113,10 @@ export class H2Connection {
 
   constructor(
     private readonly socket: Socket,
-    private readonly options: H2ConnectionOptions,
+    private readonly options: Http2ConnectionOptions,
   ) {
     this.decoder = new HpackDecoder({ maxListBytes: options.maxHeaderListBytes });
+    this.headerBlockCharge = new HeaderBlockCharge(options.maxHeaderListBytes);
     socket.setNoDelay(true);
     // Our SETTINGS may go before the client's preface arrives (RFC 9113 §3.4).
     this.queue(
@@ -379,10 +202,11 @@ export class H2Connection {
     if (this.readStartedAt >= 0) {
       // Timed before the write: on loopback the write can hand the CPU to the reader at once, and
       // that time is the peer's, not ours.
-      if (this.repliesToRead > 0) this.options.onTurnaround?.((performance.now() - this.readStartedAt) / 1000, this.repliesToRead);
+      if (this.dataWritesSinceRead > 0)
+        this.options.onReadAnswered?.((performance.now() - this.readStartedAt) / 1000, this.dataWritesSinceRead);
       this.readStartedAt = -1;
     }
-    this.repliesToRead = 0;
+    this.dataWritesSinceRead = 0;
     if (!this.socket.write(out)) {
       // Stop reading a peer that does not read us: every frame read can add a reply (a PING or
       // SETTINGS ack, a RST_STREAM, a gRPC reply), and a peer that never takes them would have us
@@ -399,7 +223,7 @@ export class H2Connection {
   };
 
   /** Forgets a stream and tells its handlers how it ended. */
-  closeStream(stream: H2Stream, close: StreamClose): void {
+  closeStream(stream: Http2Stream, close: StreamClose): void {
     if (stream.closed) return;
     stream.closed = true;
     stream.localEnded = true;
@@ -431,8 +255,8 @@ export class H2Connection {
     // everything buffered at once): then the replies of all of them leave in one write, timed
     // from the first.
     if (this.readStartedAt < 0) {
-      if (this.options.onTurnaround !== undefined) this.readStartedAt = performance.now();
-      this.repliesToRead = 0;
+      if (this.options.onReadAnswered !== undefined) this.readStartedAt = performance.now();
+      this.dataWritesSinceRead = 0;
     }
     try {
       let data = chunk;
@@ -629,7 +453,7 @@ export class H2Connection {
     const stream = this.streams.get(streamId);
     if (stream === undefined) return;
     const empty = !stream.headersSent && !stream.receivedData;
-    if (empty && ++this.emptyResets >= EMPTY_RESETS_MIN && this.emptyResets * 2 >= this.streamsOpened) {
+    if (empty && this.resets.emptyResetIsTooMany()) {
       throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, 'most streams were reset before carrying anything (rapid reset)');
     }
     this.closeStream(stream, { kind: 'reset', code: payload.readUInt32BE(0) });
@@ -699,15 +523,14 @@ export class H2Connection {
     this.continuationFlags = flags;
     this.continuationParts = [Buffer.from(fragment)];
     this.continuationBytes = fragment.length;
-    this.continuationCharge = fragment.length;
+    this.headerBlockCharge.start(fragment.length);
   }
 
   private onContinuation(flags: number, streamId: number, payload: Buffer): void {
     if (streamId === 0 || streamId !== this.continuationStream) {
       throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'CONTINUATION without its HEADERS');
     }
-    this.continuationCharge += Math.max(payload.length, CONTINUATION_MIN_CHARGE);
-    if (this.continuationCharge > HEADER_BLOCK_FACTOR * this.options.maxHeaderListBytes) {
+    if (this.headerBlockCharge.continuationIsTooMuch(payload.length)) {
       throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, 'header block too large');
     }
     this.continuationBytes += payload.length;
@@ -718,7 +541,6 @@ export class H2Connection {
     this.continuationStream = 0;
     this.continuationParts = [];
     this.continuationBytes = 0;
-    this.continuationCharge = 0;
     this.onHeaderBlock(headersFlags, streamId, block);
   }
 
@@ -776,11 +598,8 @@ export class H2Connection {
       this.queue(encodeRstStream(streamId, ErrorCode.REFUSED_STREAM));
       return;
     }
-    if (++this.streamsOpened >= RESET_WINDOW_STREAMS) {
-      this.streamsOpened /= 2;
-      this.emptyResets /= 2;
-    }
-    const stream = new H2Stream(this, streamId, this.peerInitialWindow, this.options.streamWindow);
+    this.resets.opened();
+    const stream = new Http2Stream(this, streamId, this.peerInitialWindow, this.options.streamWindow);
     this.streams.set(streamId, stream);
     // Marked before onStream, as for DATA: a response completed at once then closes the stream cleanly.
     if (endStream) this.remoteEnd(stream);
@@ -792,7 +611,7 @@ export class H2Connection {
     }
   }
 
-  private remoteEnd(stream: H2Stream): void {
+  private remoteEnd(stream: Http2Stream): void {
     if (stream.closed || stream.remoteEnded) return;
     stream.remoteEnded = true;
     this.endedInRead.push(stream);

@@ -3,7 +3,7 @@
 // frames out; what a frame means for the connection is connection.ts's business.
 
 export const CONNECTION_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
-export const FRAME_HEADER_BYTES = 9;
+const FRAME_HEADER_BYTES = 9;
 /** The protocol's initial SETTINGS_MAX_FRAME_SIZE and flow-control window. */
 export const DEFAULT_MAX_FRAME_SIZE = 16_384;
 export const DEFAULT_WINDOW_SIZE = 65_535;

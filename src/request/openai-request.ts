@@ -18,7 +18,7 @@ export interface InferenceRequest {
  * 16 blocks of 128 characters: the first ~2 KiB of the prompt (about 500 tokens), enough for the
  * picker's affinity key (`picker.prefix.keyBlocks` ≤ 16) whatever the prompt's length.
  */
-export const PROMPT_HASHING: PromptHashOptions = { blockChars: 128, maxBlocks: 16 };
+const PROMPT_HASHING: PromptHashOptions = { blockChars: 128, maxBlocks: 16 };
 
 export function readInferenceRequest(body: Buffer): InferenceRequest {
   if (body.length === 0)

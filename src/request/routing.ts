@@ -8,7 +8,7 @@ import type { EndpointStore } from '../endpoints/store.js';
 import { GatewayError } from '../errors/gateway-error.js';
 import { noReadyReplicaError } from '../errors/no-ready-replica.js';
 import type { LoadTracker } from '../picker/load-tracker.js';
-import { Picker } from '../picker/pipeline.js';
+import { Picker } from '../picker/picker.js';
 import { IN_FLIGHT_ONLY, poolSettings } from '../picker/settings.js';
 import type { PickerSettings } from '../picker/settings.js';
 

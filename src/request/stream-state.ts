@@ -4,10 +4,10 @@
 import type { DestinationFormat } from '../config/config.js';
 import type { Endpoint } from '../endpoints/model.js';
 import type { AttemptFailure } from '../endpoints/passive-health.js';
-import type { GatewayError } from '../errors/gateway-error.js';
+import { GatewayError } from '../errors/gateway-error.js';
 import type { SseInspector } from '../inspect/sse-inspector.js';
 import type { ProcessingResponse } from '../extproc/messages.js';
-import { immediateError } from '../extproc/replies.js';
+import { immediateError } from './decision-replies.js';
 import type { RequestResult } from './request-result.js';
 import type { RoutedRequest, Routing } from './routing.js';
 import type { StreamModes } from '../extproc/body-modes.js';
@@ -244,4 +244,8 @@ export function exchangeOf(state: Exclude<StreamState, { kind: 'Done' }>): Excha
 export function pathOnly(path: string): string {
   const q = path.indexOf('?');
   return q === -1 ? path : path.slice(0, q);
+}
+
+export function protocolViolation(what: string, state: StreamState): GatewayError {
+  return new GatewayError('internal_error', `ext_proc protocol violation: got ${what} in state ${state.kind}`);
 }

@@ -1,5 +1,5 @@
-// Issue 7 end to end: the same scenarios through a real Envoy under the configuration each gateway
-// generates for an InferencePool (src/envoy-config/gateway-profiles.ts). One table row per gateway;
+// End to end: the same scenarios through a real Envoy under the configuration each gateway
+// generates for an InferencePool (tools/envoy-config/gateway-profiles.ts). One table row per gateway;
 // a scenario a gateway cannot support is listed in its row with the documented fallback, and that
 // fallback is what the cell asserts (docs/gateways.md explains each).
 

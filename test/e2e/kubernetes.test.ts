@@ -1,4 +1,4 @@
-// Issue 3 end to end: real Envoy + our server with the Kubernetes source (the real
+// End to end: real Envoy + our server with the Kubernetes source (the real
 // @kubernetes/client-node) against the fake API server, and real model servers bound on the
 // pods' IPs (127.0.0.2-4, all on one port, as pods of one Deployment would be).
 

@@ -48,7 +48,7 @@ export interface GatewayOptions {
   /** Wait for the endpoint cache to sync before returning (default true). */
   readonly waitForSync?: boolean;
   /**
-   * Run Envoy with the configuration this gateway generates (src/envoy-config/gateway-profiles.ts)
+   * Run Envoy with the configuration this gateway generates (tools/envoy-config/gateway-profiles.ts)
    * instead of ours; llm-extproc gets the profile's `routing.destinationFormat` unless configYaml
    * sets one. Only `envoy.routeTimeoutSeconds` applies to a profile.
    */

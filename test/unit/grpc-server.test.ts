@@ -15,7 +15,7 @@ import { pino } from 'pino';
 import type { Logger } from 'pino';
 import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
 import type { ProcessorFactory, StreamEnd, StreamProcessor } from '../../src/extproc/stream-processor.js';
-import { startGrpcServer } from '../../src/grpc/server.js';
+import { startExtProcServer } from '../../src/extproc/server.js';
 import type { HealthSource, RunningGrpcServer } from '../../src/grpc/server.js';
 import type { GrpcTransport } from '../../src/config/config.js';
 import { GRPC_TRANSPORTS } from '../../src/config/schema.js';
@@ -163,7 +163,7 @@ async function startHarness(
   opts: { factory?: ProcessorFactory; health?: HealthSource; logger?: Logger; onStreamError?: (err: Error) => void } = {},
 ): Promise<Harness> {
   const dir = transport === 'unix' ? mkdtempSync(join(tmpdir(), 'llm-extproc-grpc-')) : undefined;
-  const server = await startGrpcServer({
+  const server = await startExtProcServer({
     transport: impl,
     address: dir !== undefined ? `unix://${join(dir, 'ext-proc.sock')}` : '127.0.0.1:0',
     processorFactory: opts.factory ?? recordingFactory(echoReply).factory,
@@ -283,7 +283,7 @@ function messageType(name: string): MessageTypeDefinition<object, object> {
 for (const impl of GRPC_TRANSPORTS) {
   // Every behaviour below must hold for both implementations.
   // ---------------------------------------------------------------------------------------------
-  // Process stream, over both transports
+  // Process stream, over TCP and a Unix socket
 
   for (const transport of ['tcp', 'unix'] as const) {
     void describe(`${impl}: ext_proc Process stream over ${transport}`, () => {
@@ -685,7 +685,7 @@ for (const impl of GRPC_TRANSPORTS) {
           },
         );
         await new Promise<void>((resolve) => holder.stdout.once('data', () => resolve()));
-        const live = startGrpcServer({
+        const live = startExtProcServer({
           transport: impl,
           address: `unix://${socketPath}`,
           processorFactory: recordingFactory(echoReply).factory,
@@ -698,7 +698,7 @@ for (const impl of GRPC_TRANSPORTS) {
         await exited;
         assert.ok(existsSync(socketPath));
 
-        const server = await startGrpcServer({
+        const server = await startExtProcServer({
           transport: impl,
           address: `unix://${socketPath}`,
           processorFactory: recordingFactory(echoReply).factory,

@@ -10,7 +10,7 @@ import { Client, credentials } from '@grpc/grpc-js';
 import type { ClientDuplexStream, ServiceError } from '@grpc/grpc-js';
 import { pino } from 'pino';
 import { GRPC_TRANSPORTS } from '../../src/config/schema.js';
-import { startGrpcServer } from '../../src/grpc/server.js';
+import { startExtProcServer } from '../../src/extproc/server.js';
 import type { RunningGrpcServer } from '../../src/grpc/server.js';
 import type { GrpcTransport } from '../../src/config/config.js';
 import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
@@ -84,7 +84,7 @@ const headers: ProcessingRequest = {
 };
 
 function startTlsServer(transport: GrpcTransport, tls: TlsIdentitySource): Promise<RunningGrpcServer> {
-  return startGrpcServer({
+  return startExtProcServer({
     transport,
     address: '127.0.0.1:0',
     processorFactory: continueFactory,

@@ -163,7 +163,7 @@ function routeTimeout(options: ProfileOptions, gatewayDefault: string | undefine
 
 const ours: GatewayProfile = {
   name: 'ours',
-  title: 'Our own Envoy configuration (src/envoy-config/gateway-config.ts; shipped as envoy/*.yaml)',
+  title: 'Our own Envoy configuration (tools/envoy-config/gateway-config.ts; shipped as envoy/*.yaml)',
   source: 'this repository',
   requestBodyMode: 'BUFFERED',
   responseBodyMode: 'STREAMED',
