@@ -140,11 +140,12 @@ describe('container image (runtime stage emulated outside Docker)', () => {
   it('the runtime tree starts as an unprivileged user with a read-only app directory and reaches /readyz 200', async () => {
     const app = join(work, 'app');
     mkdirSync(app);
+    const asRoot = process.getuid?.() === 0;
     // The runtime stage's steps, in order: COPY from the context or the build stage, RUN npm ci.
     for (const { op, args } of runtime.instructions) {
       if (op === 'COPY') {
         const parts = args.split(/\s+/);
-        const fromBuild = parts[0]?.startsWith('--from=') === true;
+        const fromBuild = parts.some((p) => p.startsWith('--from='));
         const paths = parts.filter((p) => !p.startsWith('--'));
         const dest = paths.pop() as string;
         for (const src of paths) {
@@ -154,6 +155,12 @@ describe('container image (runtime stage emulated outside Docker)', () => {
           // A destination ending in `/` is a directory the sources go into; otherwise it is the new name.
           const target = dest.endsWith('/') ? join(app, dest, basename(src)) : join(app, dest);
           cpSync(source, target, { recursive: true });
+          // COPY makes root the owner unless --chown says otherwise; as root we can do the same.
+          const chown = parts.find((p) => p.startsWith('--chown='))?.slice('--chown='.length);
+          if (chown !== undefined && asRoot) {
+            const { uid, gid } = imageUser(chown.split(':')[0]);
+            spawnSync('chown', ['-R', `${uid}:${gid}`, target]);
+          }
         }
       } else if (op === 'RUN') {
         // `npm cache clean` only shrinks the image; a private cache keeps the user's untouched.
@@ -200,7 +207,10 @@ describe('container image (runtime stage emulated outside Docker)', () => {
       `listen:\n  grpc: 127.0.0.1:0\n  http: 127.0.0.1:0\nstatic:\n  path: ${join(etc, 'endpoints.yaml')}\n`,
       { mode: 0o644 },
     );
-    spawnSync('chmod', ['-R', 'a-w', app, etc]);
+    // As root the tree is owned as in the image (root, or what --chown names) and left as copied:
+    // the probe below then tests what the image does. Without root every file is ours, so the
+    // owner's write bits are taken away to stand for root's ownership.
+    if (!asRoot) spawnSync('chmod', ['-R', 'a-w', app, etc]);
 
     const entry = runtime.instructions.find((i) => i.op === 'ENTRYPOINT')?.args;
     assert.equal(entry, '["node", "dist/src/main.js"]');
