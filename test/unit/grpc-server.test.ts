@@ -402,29 +402,24 @@ for (const impl of GRPC_TRANSPORTS) {
         assert.equal(processed.requests.length, 0);
       });
 
-      // grpc-js accepts a flagged message without a grpc-encoding (it decodes it as identity): native only.
-      void it(
-        'a compressed message (no compression was negotiated) ends the stream with an error status, unprocessed',
-        { skip: impl === 'grpc-js' },
-        async () => {
-          const recording = recordingFactory(echoReply);
-          const harness = await startHarness(impl, transport, { factory: recording.factory });
-          try {
-            const framed = frameMessage(processMethod.requestSerialize(headersMessage('/v1/models')));
-            framed[0] = 1; // compressed flag
-            const response = await http2Call(harness.server.address, 'POST', processMethod.path, framed);
-            assert.ok(
-              [String(GrpcStatus.INTERNAL), String(GrpcStatus.UNIMPLEMENTED)].includes(String(response['grpc-status'])),
-              `grpc-status ${String(response['grpc-status'])}`,
-            );
-            const processed = await recording.firstStream;
-            assert.equal(processed.ends.length, 1);
-            assert.equal(processed.requests.length, 0);
-          } finally {
-            await harness.close();
-          }
-        },
-      );
+      void it('a compressed message (no compression was negotiated) ends the stream with an error status, unprocessed', async () => {
+        const recording = recordingFactory(echoReply);
+        const harness = await startHarness(impl, transport, { factory: recording.factory });
+        try {
+          const framed = frameMessage(processMethod.requestSerialize(headersMessage('/v1/models')));
+          framed[0] = 1; // compressed flag
+          const response = await http2Call(harness.server.address, 'POST', processMethod.path, framed);
+          assert.ok(
+            [String(GrpcStatus.INTERNAL), String(GrpcStatus.UNIMPLEMENTED)].includes(String(response['grpc-status'])),
+            `grpc-status ${String(response['grpc-status'])}`,
+          );
+          const processed = await recording.firstStream;
+          assert.equal(processed.ends.length, 1);
+          assert.equal(processed.requests.length, 0);
+        } finally {
+          await harness.close();
+        }
+      });
 
       void it('a throwing processor ends the stream with INTERNAL, finishes it with the error, and logs it', async () => {
         const boom = new Error('picker exploded at 10.0.0.7');
@@ -638,9 +633,9 @@ for (const impl of GRPC_TRANSPORTS) {
       assert.equal(first.log.at(-1), 'finish:half-closed');
     });
 
-    // grpc-js does not look at the method (a GET is served like a POST): the HTTP check is native only.
-    void it('answers an unknown method with UNIMPLEMENTED and a non-POST request with 405', { skip: impl === 'grpc-js' }, async (t) => {
-      const harness = await startHarness(impl, 'tcp');
+    void it('answers an unknown method with UNIMPLEMENTED and a non-POST request with 405, without calling the method', async (t) => {
+      const recording = recordingFactory(echoReply);
+      const harness = await startHarness(impl, 'tcp', { factory: recording.factory });
       t.after(() => harness.close());
       const unknown = new Promise<ServiceError | null>((resolve) => {
         harness.client.makeUnaryRequest(
@@ -652,8 +647,17 @@ for (const impl of GRPC_TRANSPORTS) {
         );
       });
       assert.equal((await unknown)?.code, GrpcStatus.UNIMPLEMENTED);
-      const response = await http2Call(harness.server.address, 'GET', processMethod.path, Buffer.alloc(0));
-      assert.equal(response[':status'], 405);
+      for (const method of ['GET', 'PUT']) {
+        const response = await http2Call(
+          harness.server.address,
+          method,
+          processMethod.path,
+          method === 'PUT' ? frameMessage(processMethod.requestSerialize(headersMessage('/v1/models'))) : Buffer.alloc(0),
+        );
+        assert.equal(response[':status'], 405, method);
+        assert.equal(response['grpc-status'], String(GrpcStatus.UNIMPLEMENTED), method);
+      }
+      assert.equal(recording.streams.length, 0, 'no Process call was started for them');
     });
 
     void it('reports the real TCP port and a dialable unix address', async () => {
