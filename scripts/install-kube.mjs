@@ -1,12 +1,17 @@
 #!/usr/bin/env node
 // Builds (or reuses) the real Kubernetes control plane the test bed runs: kube-apiserver and etcd,
-// compiled with the machine's Go from the Go module proxy at pinned versions, plus the
-// InferencePool CRD manifest from the Gateway API Inference Extension module.
+// compiled with the machine's Go from the Go module proxy at pinned versions, plus the CRD
+// manifests of every kind the chart renders, each from its project's own Go module: InferencePool
+// (Gateway API Inference Extension), Envoy Gateway's gateway.envoyproxy.io kinds, and the
+// Prometheus operator's ServiceMonitor and PrometheusRule. (Istio's come with istiod's base chart,
+// scripts/install-istiod.mjs.)
 //
 // Everything lands outside the clone, in `${LLM_EXTPROC_TOOLS_DIR:-$HOME/.cache/llm-extproc}`:
 //   kube-apiserver-v1.34.3/kube-apiserver
 //   etcd-v3.6.5/etcd
 //   gateway-api-inference-extension-v1.0.1/inferencepools.yaml
+//   envoy-gateway-v1.9.1/gateway.envoyproxy.io-crds.yaml
+//   prometheus-operator-v0.85.0/monitoring.coreos.com-crds.yaml
 // A binary is reused when it exists and reports the pinned version; a build writes to a temporary
 // name and renames at the end, so an interrupted build never leaves a half-written binary behind.
 // Go's own caches (module cache, build cache) stay at Go's defaults, also outside the clone, so a
@@ -16,12 +21,13 @@
 // module), so kube-apiserver builds from a small wrapper module that requires k8s.io/kubernetes and
 // maps every k8s.io/* staging module to its v0.x release; etcd likewise wraps etcdmain.
 //
-// Output: one JSON line on stdout, {"kubeApiserver": path, "etcd": path, "inferencePoolCrd": path}.
+// Output: one JSON line on stdout, {"kubeApiserver", "etcd", "inferencePoolCrd", "envoyGatewayCrds",
+// "prometheusOperatorCrds"}: paths.
 // Progress goes to stderr. Plain Node ESM without dependencies: it runs before the TypeScript build.
 // Options: --print (do nothing but print where the files would be, and whether they are present).
 
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { InstallError, goModDownload, isExecutable, runChecked, runInstaller, toolsDir } from './install-common.mjs';
 
@@ -31,6 +37,16 @@ const STAGING_VERSION = 'v0.34.3';
 const ETCD_VERSION = 'v3.6.5';
 const INFERENCE_EXTENSION_VERSION = 'v1.0.1';
 const INFERENCE_POOL_CRD_FILE = 'config/crd/bases/inference.networking.k8s.io_inferencepools.yaml';
+/** The Envoy Gateway release whose controller the gateway tests run (same pin as its installer). */
+const ENVOY_GATEWAY_VERSION = 'v1.9.1';
+/** Envoy Gateway's own CRDs as its gateway-crds-helm chart ships them: one template per CRD. */
+const ENVOY_GATEWAY_CRD_DIR = 'charts/gateway-crds-helm/templates/generated';
+const PROMETHEUS_OPERATOR_VERSION = 'v0.85.0';
+/** The two Prometheus operator kinds the chart renders (metrics.serviceMonitor, metrics.prometheusRule). */
+const PROMETHEUS_OPERATOR_CRD_FILES = [
+  'example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml',
+  'example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml',
+];
 
 const TOOLS_DIR = toolsDir();
 
@@ -38,6 +54,8 @@ const paths = {
   kubeApiserver: join(TOOLS_DIR, `kube-apiserver-${KUBERNETES_VERSION}`, 'kube-apiserver'),
   etcd: join(TOOLS_DIR, `etcd-${ETCD_VERSION}`, 'etcd'),
   inferencePoolCrd: join(TOOLS_DIR, `gateway-api-inference-extension-${INFERENCE_EXTENSION_VERSION}`, 'inferencepools.yaml'),
+  envoyGatewayCrds: join(TOOLS_DIR, `envoy-gateway-${ENVOY_GATEWAY_VERSION}`, 'gateway.envoyproxy.io-crds.yaml'),
+  prometheusOperatorCrds: join(TOOLS_DIR, `prometheus-operator-${PROMETHEUS_OPERATOR_VERSION}`, 'monitoring.coreos.com-crds.yaml'),
 };
 
 function log(message) {
@@ -168,6 +186,55 @@ function installInferencePoolCrd() {
   renameSync(`${target}.partial`, target);
 }
 
+/** Writes `parts` as one YAML stream at `target`, through a temporary name. */
+function writeManifests(target, parts) {
+  const documents = parts.map((text) => text.trim().replace(/^---\n/, ''));
+  writeFileSync(`${target}.partial`, `${documents.join('\n---\n')}\n`);
+  renameSync(`${target}.partial`, target);
+}
+
+function installEnvoyGatewayCrds() {
+  const target = paths.envoyGatewayCrds;
+  if (existsSync(target)) return;
+  log(`fetching the gateway.envoyproxy.io CRDs from github.com/envoyproxy/gateway@${ENVOY_GATEWAY_VERSION}`);
+  mkdirSync(join(target, '..'), { recursive: true });
+  const info = goModDownload(`github.com/envoyproxy/gateway@${ENVOY_GATEWAY_VERSION}`, join(target, '..'));
+  const dir = join(info.Dir, ENVOY_GATEWAY_CRD_DIR);
+  const files = existsSync(dir) ? readdirSync(dir).filter((f) => f.startsWith('gateway.envoyproxy.io_') && f.endsWith('.yaml')) : [];
+  if (files.length === 0) throw new InstallError(`no gateway.envoyproxy.io CRDs in ${dir}`);
+  // Each template is the CRD inside `{{- if .Values.crds.envoyGateway.enabled }} ... {{- end }}`
+  // and nothing else: what `helm template` gives with that value on is the text between the two.
+  const parts = files.sort().map((file) => {
+    const lines = readFileSync(join(dir, file), 'utf8').trimEnd().split('\n');
+    const inner = lines.slice(1, -1);
+    if (
+      !/^\{\{-? if .*\}\}$/.test(lines[0] ?? '') ||
+      !/^\{\{-? end -?\}\}$/.test(lines.at(-1) ?? '') ||
+      inner.some((l) => l.includes('{{'))
+    ) {
+      throw new InstallError(`${file} is not one CRD wrapped in a single if/end (a newer Envoy Gateway layout?)`);
+    }
+    return inner.join('\n');
+  });
+  writeManifests(target, parts);
+}
+
+function installPrometheusOperatorCrds() {
+  const target = paths.prometheusOperatorCrds;
+  if (existsSync(target)) return;
+  log(
+    `fetching the ServiceMonitor and PrometheusRule CRDs from github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}`,
+  );
+  mkdirSync(join(target, '..'), { recursive: true });
+  const info = goModDownload(`github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}`, join(target, '..'));
+  const parts = PROMETHEUS_OPERATOR_CRD_FILES.map((file) => {
+    const source = join(info.Dir, file);
+    if (!existsSync(source)) throw new InstallError(`${source} is missing from the downloaded module`);
+    return readFileSync(source, 'utf8');
+  });
+  writeManifests(target, parts);
+}
+
 function requireGo() {
   const res = spawnSync('go', ['version'], { encoding: 'utf8' });
   if (res.error || res.status !== 0) {
@@ -184,10 +251,14 @@ function main() {
   }
   const missing =
     !existsSync(paths.inferencePoolCrd) ||
+    !existsSync(paths.envoyGatewayCrds) ||
+    !existsSync(paths.prometheusOperatorCrds) ||
     !ready(paths.etcd, `etcd Version: ${ETCD_VERSION.slice(1)}`) ||
     !ready(paths.kubeApiserver, `Kubernetes ${KUBERNETES_VERSION}`);
   if (missing) requireGo();
   installInferencePoolCrd();
+  installEnvoyGatewayCrds();
+  installPrometheusOperatorCrds();
   installEtcd();
   installKubeApiserver();
   process.stdout.write(`${JSON.stringify(paths)}\n`);

@@ -131,7 +131,9 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   const grpc = await startExtProcServer({
     address: config.listen.grpc,
     transport: config.listen.transport,
-    logger: requestLogger,
+    // The root logger: the server's own lines get `component: grpc-server` (a child of the
+    // request logger would carry `component` twice, which log pipelines reject or collapse).
+    logger,
     health,
     ...(tls === undefined ? {} : { tls }),
     onTurnaround: (seconds, replies) => metrics.messageTurnaround(seconds, replies),

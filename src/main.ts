@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// Process entry: read the config file (--config PATH or LLM_EXTPROC_CONFIG), start the app,
-// shut down gracefully on SIGTERM/SIGINT (in-flight streams get the configured grace period).
+// Process entry: the command line (cli.ts: --help, --version, --check-config), then read the config
+// file (--config PATH or LLM_EXTPROC_CONFIG), start the app, and shut down gracefully on
+// SIGTERM/SIGINT (in-flight streams get the configured grace period). Exit statuses: cli.ts.
 // An error nothing caught ends the process (exit 1) after it is logged: the program's state is
 // unknown from then on, and a proxy in an unknown state is worse than a restart. (A throwing
 // stream processor is not such an error: the gRPC edge catches it and fails only that stream.)
@@ -10,42 +11,67 @@
 import cluster from 'node:cluster';
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import type { Logger } from 'pino';
 import { startApp } from './app.js';
+import { CheckFailed, checkConfig } from './check-config.js';
+import { briefUsage, EXIT, parseCommandLine, usage, UsageError } from './cli.js';
+import type { Command } from './cli.js';
 import { attachWorker, parseWorkers, runPrimary } from './cluster.js';
-import { buildConfig } from './config/config.js';
+import { configPathFrom, loadConfig } from './config/load-config.js';
 import { errorMessage } from './util/error-message.js';
 
-function readConfigText(path: string | undefined): string | undefined {
-  if (path === undefined || path === '') return undefined;
-  return readFileSync(path, 'utf8');
+function fail(message: string, code: number = EXIT.failure): never {
+  process.stderr.write(`llm-extproc: ${message}\n`);
+  process.exit(code);
 }
 
-function fail(message: string): never {
-  process.stderr.write(`llm-extproc: ${message}\n`);
-  process.exit(2);
+function commandLine(): Command {
+  try {
+    return parseCommandLine(process.argv.slice(2));
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    process.stderr.write(`llm-extproc: ${err.message}\n${briefUsage()}`);
+    process.exit(EXIT.usage);
+  }
+}
+
+/** dist/src/main.js → the package.json beside dist/ (in the image too: /app/package.json). */
+function version(): string {
+  const text = readFileSync(new URL('../../package.json', import.meta.url), 'utf8');
+  return (JSON.parse(text) as { version: string }).version;
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    options: { config: { type: 'string', short: 'c' }, workers: { type: 'string' } },
-    allowPositionals: false,
-  });
-  const configPath = values.config ?? process.env.LLM_EXTPROC_CONFIG;
+  const command = commandLine();
+  if (command.kind === 'help') {
+    process.stdout.write(usage());
+    return;
+  }
+  if (command.kind === 'version') {
+    process.stdout.write(`llm-extproc ${version()} (node ${process.version})\n`);
+    return;
+  }
+  const configPath = configPathFrom(command.configPath, process.env);
+  const workersText = command.workers ?? process.env.LLM_EXTPROC_WORKERS;
+  if (command.kind === 'check-config') {
+    try {
+      const report = await checkConfig(configPath, workersText, process.env, availableParallelism());
+      process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+      process.stderr.write(`llm-extproc: configuration is valid${configPath === undefined ? '' : ` (${configPath})`}\n`);
+    } catch (err) {
+      if (err instanceof CheckFailed) fail(err.message);
+      throw err;
+    }
+    return;
+  }
   let config;
   let workers;
   try {
-    config = buildConfig(readConfigText(configPath), process.env);
+    config = loadConfig(configPath, process.env);
+    workers = parseWorkers(workersText, availableParallelism());
   } catch (err) {
-    const message = errorMessage(err);
-    fail(`invalid configuration${configPath === undefined ? '' : ` (${configPath})`}: ${message}`);
-  }
-  try {
-    workers = parseWorkers(values.workers ?? process.env.LLM_EXTPROC_WORKERS, availableParallelism());
-  } catch (err) {
-    fail(errorMessage(err));
+    fail(`invalid configuration${configPath === undefined ? '' : ` (${configPath})`}: ${errorMessage(err)}`);
   }
   const workerIndex = cluster.isWorker ? process.env.LLM_EXTPROC_WORKER_INDEX : undefined;
   const logger = pino({

@@ -175,6 +175,9 @@ export function valuesSchema(): object {
         annotations: Labels('Service annotations.'),
       }),
       headlessService: Closed({ enabled: Type.Boolean() }),
+      tests: Closed({
+        checkConfig: Closed({ enabled: Type.Boolean({ description: '`helm test`: run --check-config on the installed config.' }) }),
+      }),
       podDisruptionBudget: Closed({
         enabled: Type.Boolean(),
         maxUnavailable: Type.Union([Type.Integer({ minimum: 0 }), Type.String({ pattern: '^[0-9]+%$' })]),

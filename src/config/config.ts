@@ -8,7 +8,7 @@ import { ValueErrorType } from '@sinclair/typebox/errors';
 import type { TSchema } from '@sinclair/typebox';
 import { parse as parseYaml } from 'yaml';
 import type { KubernetesSourceConfig } from '../endpoints/kubernetes-source.js';
-import { errorMessage } from '../util/error-message.js';
+import { errorMessage, firstLine } from '../util/error-message.js';
 import type { PickerSettings } from '../picker/settings.js';
 import { PickerConfigError, pickerSettings } from './picker-config.js';
 import { configFileSchema, DEFAULTS, LOG_LEVELS } from './schema.js';
@@ -78,10 +78,18 @@ export class ConfigError extends Error {
 type Raw = Record<string, unknown>;
 type Env = Readonly<Record<string, string | undefined>>;
 
+/** The environment variables that override the config file (read by applyEnvironment and toConfig; listed by `--help`). */
+export const ENVIRONMENT_OVERRIDES = [
+  { name: 'LLM_EXTPROC_GRPC_ADDRESS', help: 'listen.grpc: host:port or unix:///path/to.sock.' },
+  { name: 'LLM_EXTPROC_HTTP_ADDRESS', help: 'listen.http: host:port of /metrics, /healthz, /readyz.' },
+  { name: 'LLM_EXTPROC_LOG_LEVEL', help: `logLevel: ${LOG_LEVELS.join(', ')}.` },
+  { name: 'LLM_EXTPROC_ENDPOINTS_FILE', help: 'Use the static endpoints file at this path (wins over a kubernetes section).' },
+] as const;
+
 /**
  * Builds the configuration. `fileText` is the YAML config file's content (or undefined), `env`
- * the process environment. Environment variables override the file:
- * LLM_EXTPROC_GRPC_ADDRESS, LLM_EXTPROC_HTTP_ADDRESS, LLM_EXTPROC_LOG_LEVEL, LLM_EXTPROC_ENDPOINTS_FILE.
+ * the process environment. Environment variables override the file (ENVIRONMENT_OVERRIDES).
+ * An empty variable counts as unset.
  */
 export function buildConfig(fileText: string | undefined, env: Env): Config {
   const raw = parseFile(fileText);
@@ -101,7 +109,7 @@ function parseFile(fileText: string | undefined): Raw {
   try {
     parsed = parseYaml(fileText);
   } catch (err) {
-    throw new ConfigError(`config file is not valid YAML: ${errorMessage(err)}`);
+    throw new ConfigError(`config file is not valid YAML: ${firstLine(errorMessage(err))}`);
   }
   if (parsed === null || parsed === undefined) return {};
   if (typeof parsed !== 'object' || Array.isArray(parsed)) throw new ConfigError('config file: expected a mapping at the top level');
@@ -269,8 +277,10 @@ function crossFieldChecks(file: ConfigFile): void {
     if (hasCert !== hasKey) throw new ConfigError('listen.tls: give both certFile and keyFile, or neither for a self-signed certificate');
   }
   const q = file.quarantine;
-  if ((q?.maxSeconds ?? DEFAULTS.maxSeconds) < (q?.baseSeconds ?? DEFAULTS.baseSeconds))
-    throw new ConfigError('quarantine.maxSeconds: must be ≥ quarantine.baseSeconds');
+  const baseSeconds = q?.baseSeconds ?? DEFAULTS.baseSeconds;
+  const maxSeconds = q?.maxSeconds ?? DEFAULTS.maxSeconds;
+  if (maxSeconds < baseSeconds)
+    throw new ConfigError(`quarantine.maxSeconds: must be ≥ quarantine.baseSeconds (${baseSeconds}), got ${maxSeconds}`);
   const k8s = file.kubernetes;
   if (k8s === undefined) return;
   const pools = k8s.pools ?? [];

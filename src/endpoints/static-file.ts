@@ -4,7 +4,7 @@
 import { parse as parseYaml } from 'yaml';
 import { ENDPOINT_STATES } from './model.js';
 import type { ObservedEndpoint, ObservedPool } from './model.js';
-import { errorMessage } from '../util/error-message.js';
+import { errorMessage, firstLine } from '../util/error-message.js';
 
 export class StaticFileError extends Error {
   override readonly name = 'StaticFileError';
@@ -45,7 +45,7 @@ export function parseStaticEndpoints(text: string): ObservedPool[] {
   try {
     doc = parseYaml(text);
   } catch (err) {
-    throw new StaticFileError(`not valid YAML: ${errorMessage(err)}`);
+    throw new StaticFileError(`not valid YAML: ${firstLine(errorMessage(err))}`);
   }
   if (typeof doc !== 'object' || doc === null || !Array.isArray((doc as Record<string, unknown>).pools))
     fail('pools', 'expected a list of pools at the top level');

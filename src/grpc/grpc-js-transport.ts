@@ -4,6 +4,8 @@
 // native transport's. It translates grpc-js call events into the BidiCall interface (bidi-call.ts)
 // and answers health from the shared HealthService; what to answer is decided there.
 import cluster from 'node:cluster';
+import type { EventEmitter } from 'node:events';
+import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import { Server, ServerCredentials, status as GrpcStatus } from '@grpc/grpc-js';
 import type {
   ChannelOptions,
@@ -28,6 +30,7 @@ import {
 } from './health-messages.js';
 import type { HealthCheckRequest, HealthCheckResponse } from './health-messages.js';
 import { HealthService } from './health-service.js';
+import { GRPC_STATUS, statusTrailers } from './status.js';
 import { openCalls } from './listener.js';
 import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
 import type { AnyBidiMethod, GrpcServerOptions, RunningGrpcServer } from './server-options.js';
@@ -100,6 +103,7 @@ export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<Runnin
   }
   const credentials = opts.tls === undefined ? ServerCredentials.createInsecure() : new ReloadingServerCredentials(opts.tls);
   const port = await bind(server, target.kind === 'unix' ? `unix://${target.path}` : opts.address, credentials);
+  checkRequestsBeforeGrpcJs(server);
   const address = dialAddress(target, port);
   logger.info({ address, tls: opts.tls !== undefined, transport: 'grpc-js' }, 'gRPC server listening');
 
@@ -199,6 +203,50 @@ function failWith(call: ServerDuplexStream<unknown, unknown>, code: CallErrorCod
   // grpc-js turns an 'error' emitted on a server stream into the call's final status.
   const status: ServerErrorResponse = Object.assign(new Error(details), { code: GrpcStatus[code], details });
   call.emit('error', status);
+}
+
+// ---------------------------------------------------------------------------------------------
+// what grpc-js does not check: the HTTP method, and a compressed message nobody negotiated
+
+/** The grpc-encoding we hand grpc-js for a call that sent none: no decompressor has this name. */
+const NO_ENCODING_SENT = 'none-negotiated';
+
+/**
+ * Puts our checks in front of grpc-js's stream handler, so this transport answers as the native one
+ * does (native-transport.ts; tests in grpc-server.test.ts run both):
+ * - gRPC is POST only: any other method gets 405 with grpc-status UNIMPLEMENTED, and never reaches
+ *   a method (grpc-js would serve a GET like a POST).
+ * - A message flagged compressed on a call that sent no grpc-encoding must fail the call (gRPC's
+ *   HTTP/2 protocol: the flag needs an encoding); grpc-js would read it as identity. Such a call
+ *   reaches grpc-js with an encoding that names no decompressor, so grpc-js's own check ends it
+ *   with UNIMPLEMENTED before the message is decoded; uncompressed messages ignore the encoding.
+ * grpc-js has no public hook before its handler, so this reads its `http2Servers` map; a grpc-js
+ * whose internals moved fails here at start, loudly, rather than serving without the checks.
+ */
+function checkRequestsBeforeGrpcJs(server: Server): void {
+  const internals = (server as unknown as { http2Servers?: unknown }).http2Servers;
+  if (!(internals instanceof Map) || internals.size === 0)
+    throw new Error('@grpc/grpc-js: its HTTP/2 servers are not where this transport expects them (a grpc-js upgrade?)');
+  for (const http2Server of internals.keys() as Iterable<EventEmitter>) {
+    const grpcJsHandlers = http2Server.listeners('stream') as Array<(...args: unknown[]) => void>;
+    if (grpcJsHandlers.length === 0) throw new Error('@grpc/grpc-js: no stream handler on its HTTP/2 server (a grpc-js upgrade?)');
+    http2Server.removeAllListeners('stream');
+    http2Server.on('stream', (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, ...rest: unknown[]) => {
+      if (headers[':method'] !== 'POST') {
+        refuseNonPost(stream);
+        return;
+      }
+      if (headers['grpc-encoding'] === undefined) headers['grpc-encoding'] = NO_ENCODING_SENT;
+      for (const handler of grpcJsHandlers) handler.call(http2Server, stream, headers, ...rest);
+    });
+  }
+}
+
+function refuseNonPost(stream: ServerHttp2Stream): void {
+  const message = 'gRPC requires POST';
+  stream.on('error', () => undefined); // the peer may be gone already; nothing to do about it
+  stream.respond({ ':status': 405, 'content-type': 'text/plain; charset=utf-8', ...statusTrailers(GRPC_STATUS.UNIMPLEMENTED, message) });
+  stream.end(message);
 }
 
 // ---------------------------------------------------------------------------------------------

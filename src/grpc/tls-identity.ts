@@ -115,14 +115,7 @@ class FileTlsIdentity implements TlsIdentitySource {
   }
 
   static async open(certFile: string, keyFile: string, logger: Logger, pollIntervalMs: number): Promise<FileTlsIdentity> {
-    const identity = await readIdentity(certFile, keyFile);
-    try {
-      checkIdentity(identity);
-    } catch (err) {
-      throw new Error(`gRPC TLS: ${certFile} and ${keyFile} are not a usable certificate and key: ${(err as Error).message}`, {
-        cause: err,
-      });
-    }
+    const identity = await readUsableIdentity(certFile, keyFile);
     logger.info({ certFile, keyFile }, 'gRPC TLS: serving the configured certificate; reloading it when the files change');
     return new FileTlsIdentity(certFile, keyFile, identity, logger, pollIntervalMs);
   }
@@ -183,6 +176,19 @@ class FileTlsIdentity implements TlsIdentitySource {
     this.logger.info({ certFile: this.certFile }, 'gRPC TLS: certificate reloaded; new connections use it, open streams continue');
     for (const listener of [...this.listeners]) listener(next);
   }
+}
+
+/** Reads the pair and checks it as TLS would at start (also `--check-config`'s check); the error names both files. */
+export async function readUsableIdentity(certFile: string, keyFile: string): Promise<TlsIdentity> {
+  const identity = await readIdentity(certFile, keyFile);
+  try {
+    checkIdentity(identity);
+  } catch (err) {
+    throw new Error(`gRPC TLS: ${certFile} and ${keyFile} are not a usable certificate and key: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+  return identity;
 }
 
 async function readIdentity(certFile: string, keyFile: string): Promise<TlsIdentity> {

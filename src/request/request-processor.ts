@@ -105,7 +105,14 @@ export class RequestProcessor implements StreamProcessor {
       const model = done.model !== undefined && this.deps.routing.servesModel(done.model) ? done.model : UNKNOWN_MODEL;
       // Label only models we serve: a client must not be able to mint metric series at will.
       this.deps.metrics.requestFinished(model, done.result);
-      if (done.result !== 'ok') {
+      if (done.result === 'ok') {
+        // One line per request at debug level (an access log for debugging); nothing is built at info.
+        if (this.deps.logger.isLevelEnabled('debug'))
+          this.deps.logger.debug(
+            { model: done.model, status: done.status, endpoint: done.endpoint, requestId: done.requestId },
+            'request served',
+          );
+      } else {
         this.deps.logger.info(
           {
             model: done.model,

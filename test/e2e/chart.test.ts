@@ -6,17 +6,20 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { CATALOG } from '../../src/errors/catalog.js';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildConfig } from '../../src/config/config.js';
 import type { Config } from '../../src/config/config.js';
 import { configFileSchema } from '../../src/config/schema.js';
 import { parseStaticEndpoints } from '../../src/endpoints/static-file.js';
+import { makeSelfSignedIdentity } from '../../src/grpc/tls-identity.js';
 import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE } from '../../src/extproc/protocol-names.js';
 import { repoRoot } from '../../scripts/repo-root.js';
 import { CHART_DIR, chartFiles } from '../../scripts/chart/chart-files.js';
 import { envoyBinaryPath } from '../support/envoy-binary.js';
+import { runExtprocCommand } from '../support/extproc-process.js';
+import type { CommandResult } from '../support/extproc-process.js';
 import { helm, parseManifests, run } from '../support/helm.js';
 import type { K8sObject } from '../support/helm.js';
 
@@ -75,6 +78,50 @@ function serverConfig(objects: readonly K8sObject[]): { config: Config; text: st
 
 function portOf(address: string): number {
   return Number(address.slice(address.lastIndexOf(':') + 1));
+}
+
+/** The pod spec that runs the server: the Deployment's, or the sidecar patch of the Envoy pods. */
+function serverPodSpec(objects: readonly K8sObject[]): Obj {
+  const deployment = objects.find((o) => o.kind === 'Deployment');
+  if (deployment !== undefined) return field(deployment, 'spec', 'template', 'spec') as Obj;
+  const patch = field(only(objects, 'EnvoyProxy'), 'spec', 'provider', 'kubernetes', 'envoyDeployment', 'patch', 'value');
+  return field(patch, 'spec', 'template', 'spec') as Obj;
+}
+
+function serverContainer(objects: readonly K8sObject[]): Obj {
+  const container = (serverPodSpec(objects).containers as Obj[]).find((c) => c.name === 'llm-extproc');
+  assert.ok(container !== undefined, 'a container named llm-extproc');
+  return container;
+}
+
+const CONFIG_DIR = '/etc/llm-extproc';
+
+/**
+ * Runs the `helm test` Pod's command with the real program, as its kubelet would: the ConfigMap's
+ * files (and a certificate pair for a mounted TLS Secret) written to a directory standing for the
+ * mount path, the Pod's literal environment variables set.
+ */
+async function runCheckConfigPod(
+  objects: readonly K8sObject[],
+): Promise<{ result: CommandResult; configText: string; env: Record<string, string> }> {
+  const pod = only(objects, 'Pod', `${FULLNAME}-check-config`);
+  const container = (field(pod, 'spec', 'containers') as Obj[])[0];
+  const dir = mkdtempSync(join(home, 'mount-'));
+  const local = (text: string): string => text.replaceAll(CONFIG_DIR, dir);
+  const data = field(only(objects, 'ConfigMap', FULLNAME), 'data') as Record<string, string>;
+  for (const [name, text] of Object.entries(data)) writeFileSync(join(dir, name), local(text));
+  const mounts = container.volumeMounts as Obj[];
+  if (mounts.some((m) => m.mountPath === `${CONFIG_DIR}/tls`)) {
+    const identity = await makeSelfSignedIdentity(['llm-extproc']);
+    mkdirSync(join(dir, 'tls'));
+    writeFileSync(join(dir, 'tls', 'tls.crt'), identity.cert);
+    writeFileSync(join(dir, 'tls', 'tls.key'), identity.key);
+  }
+  const env = Object.fromEntries(
+    (container.env as Obj[]).filter((e) => typeof e.value === 'string').map((e) => [e.name as string, e.value as string]),
+  );
+  const args = (container.args as string[]).map(local);
+  return { result: await runExtprocCommand(args, { env }), configText: local(data['config.yaml']), env };
 }
 
 describe('chart: helm lint', () => {
@@ -138,23 +185,8 @@ describe('chart: rendered manifests', () => {
       it('the pod spec (Deployment or sidecar patch) probes the ports the server listens on and is locked down', () => {
         const { config } = serverConfig(objects);
         const deployment = objects.find((o) => o.kind === 'Deployment');
-        const podSpec = (
-          deployment !== undefined
-            ? field(deployment, 'spec', 'template', 'spec')
-            : field(
-                only(objects, 'EnvoyProxy'),
-                'spec',
-                'provider',
-                'kubernetes',
-                'envoyDeployment',
-                'patch',
-                'value',
-                'spec',
-                'template',
-                'spec',
-              )
-        ) as Obj;
-        const container = (podSpec.containers as Obj[]).find((c) => c.name === 'llm-extproc') as Obj;
+        const podSpec = serverPodSpec(objects);
+        const container = serverContainer(objects);
         const ports = new Map((container.ports as Obj[]).map((p) => [p.name as string, p.containerPort as number]));
         assert.equal(ports.get('http-metrics'), portOf(config.listen.http));
         if (config.listen.grpc.startsWith('unix://')) assert.equal(ports.has('grpc'), false);
@@ -203,8 +235,58 @@ describe('chart: rendered manifests', () => {
           assert.equal(field(service, 'spec', 'clusterIP'), headless ? 'None' : undefined);
         }
       });
+
+      it('helm test: a Pod runs the server image with --check-config, its env and its config mounts, and that check passes', async () => {
+        const pod = only(objects, 'Pod', `${FULLNAME}-check-config`);
+        assert.equal(field(pod, 'metadata', 'annotations', 'helm.sh/hook'), 'test');
+        assert.equal(field(pod, 'spec', 'restartPolicy'), 'Never');
+        assert.equal(field(pod, 'spec', 'automountServiceAccountToken'), false, 'it needs no API access');
+        const [check, ...others] = field(pod, 'spec', 'containers') as Obj[];
+        assert.equal(others.length, 0);
+        const server = serverContainer(objects);
+        assert.equal(check.image, server.image);
+        assert.deepEqual(check.args, [...(server.args as string[]), '--check-config']);
+        assert.deepEqual(check.env, server.env, 'the same environment overrides');
+        assert.deepEqual(check.securityContext, server.securityContext);
+        const serverMounts = server.volumeMounts as Obj[];
+        for (const mount of check.volumeMounts as Obj[])
+          assert.ok(serverMounts.some((m) => m.name === mount.name && m.mountPath === mount.mountPath));
+        for (const mount of serverMounts.filter((m) => String(m.mountPath).startsWith(CONFIG_DIR)))
+          assert.ok(
+            (check.volumeMounts as Obj[]).some((m) => m.mountPath === mount.mountPath),
+            `mounts ${String(mount.mountPath)}`,
+          );
+        const { result, configText, env } = await runCheckConfigPod(objects);
+        assert.equal(result.code, 0, result.stderr);
+        const report = JSON.parse(result.stdout) as { config: unknown };
+        assert.deepEqual(
+          report.config,
+          JSON.parse(JSON.stringify(buildConfig(configText, env))),
+          'the effective config is the one the server loads',
+        );
+      });
     });
   }
+});
+
+describe('chart: helm test catches what the values schema cannot', () => {
+  it('a config that breaks a cross-field rule renders, and the check-config Pod exits 1 naming the field', async () => {
+    const objects = await template(
+      ['static-endpoints.yaml'],
+      ['--set', 'config.quarantine.baseSeconds=60', '--set', 'config.quarantine.maxSeconds=30'],
+    );
+    const { result } = await runCheckConfigPod(objects);
+    assert.equal(result.code, 1, result.stdout);
+    assert.match(
+      result.stderr,
+      /^llm-extproc: invalid configuration \(.*config\.yaml\): quarantine\.maxSeconds: must be ≥ quarantine\.baseSeconds \(60\), got 30\n$/,
+    );
+  });
+
+  it('tests.checkConfig.enabled=false leaves the Pod out', async () => {
+    const objects = await template([], ['--set', 'tests.checkConfig.enabled=false']);
+    assert.equal(objects.filter((o) => o.kind === 'Pod').length, 0);
+  });
 });
 
 describe('chart: gateway wiring', () => {

@@ -21,6 +21,7 @@ import type { RunningEnvoy } from '../support/envoy-process.js';
 import { metricValue, poolsYaml } from '../support/gateway.js';
 import { send } from '../support/http-client.js';
 import { startModelServer } from '../support/model-server.js';
+import { parseStrictJson } from '../support/strict-json.js';
 import type { ModelServer } from '../support/model-server.js';
 import { repoRoot } from '../../scripts/repo-root.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -76,6 +77,21 @@ describe('--workers 2 behind Envoy', () => {
   let envoy: RunningEnvoy;
   let httpPort: number;
   let output = '';
+  let stdout = '';
+  const rejected: string[] = [];
+  /** The JSON log lines of the primary and its workers so far (they share stdout); non-strict lines go to `rejected`. */
+  const logLines = (): Array<Record<string, unknown>> => {
+    const lines: Array<Record<string, unknown>> = [];
+    rejected.length = 0;
+    for (const text of stdout.split('\n').slice(0, -1)) {
+      try {
+        lines.push(parseStrictJson(text) as Record<string, unknown>);
+      } catch (err) {
+        rejected.push(`${(err as Error).message}: ${text}`);
+      }
+    }
+    return lines;
+  };
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'llm-extproc-cluster-'));
@@ -90,15 +106,19 @@ describe('--workers 2 behind Envoy', () => {
       toYaml({
         listen: { grpc: `unix://${socket}`, http: `127.0.0.1:${httpPort}` },
         static: { path: endpointsFile },
-        logLevel: 'info',
+        // debug: every served request logs one line, with the index of the worker that served it.
+        logLevel: 'debug',
         shutdownDrainSeconds: 0,
-        shutdownGraceSeconds: 2,
+        shutdownGraceSeconds: 20,
       }),
     );
     server = spawn(process.execPath, [join(repoRoot(), 'dist', 'src', 'main.js'), '--config', configFile, '--workers', '2'], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    server.stdout?.on('data', (b: Buffer) => (output += b.toString()));
+    server.stdout?.on('data', (b: Buffer) => {
+      output += b.toString();
+      stdout += b.toString();
+    });
     server.stderr?.on('data', (b: Buffer) => (output += b.toString()));
     exited = exitOf(server);
     const gone = new AbortController();
@@ -115,6 +135,10 @@ describe('--workers 2 behind Envoy', () => {
       extProc: `unix://${socket}`,
       backends: { kind: 'static', addresses: [model.address] },
     });
+    // Exact balance: the two Envoy workers take turns accepting client connections, so both open
+    // their own connection to us, and the primary hands one to each of our workers.
+    const listeners = (config.static_resources as { listeners: Array<Record<string, unknown>> }).listeners;
+    for (const listener of listeners) listener.connection_balance_config = { exact_balance: {} };
     envoy = await startEnvoy({ configYaml: toYaml(config), name: 'cluster', logLevel: 'warning', concurrency: 2 });
   });
 
@@ -139,6 +163,17 @@ describe('--workers 2 behind Envoy', () => {
     for (const res of results) assert.equal(res.status, 200, res.text());
     const metrics = (await httpGet(httpPort, '/metrics')).body;
     assert.equal(metricValue(metrics, 'llm_extproc_requests_total', { model: MODEL, result: 'ok' }), 20);
+    // Which worker served each request: its 'request served' line carries the worker's index.
+    const served = await waitUntil(
+      () => {
+        const lines = logLines().filter((line) => line.msg === 'request served');
+        return lines.length === 20 ? lines : undefined;
+      },
+      { description: "20 'request served' lines" },
+    );
+    const byWorker = new Map<unknown, number>();
+    for (const line of served) byWorker.set(line.worker, (byWorker.get(line.worker) ?? 0) + 1);
+    assert.deepEqual([...byWorker.keys()].sort(), [0, 1], `both workers served requests: ${JSON.stringify([...byWorker])}`);
     // The cache is the same in every worker: reported once, not summed.
     assert.equal(metricValue(metrics, 'llm_extproc_endpoints', { pool: 'pool', state: 'Ready' }), 1);
     assert.match(metrics, /^llm_extproc_event_loop_delay_seconds_count \d+/m);
@@ -179,14 +214,44 @@ describe('--workers 2 behind Envoy', () => {
     );
   });
 
-  void it('SIGTERM drains every worker and the primary exits 0', async () => {
+  void it('SIGTERM drains every worker: a stream in flight completes, the primary exits 0, every log line strict JSON', async () => {
     const workers = childPids(server.pid ?? 0);
     assert.equal(workers.length, 2);
-    server.kill('SIGTERM');
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    model.nextBehavior({ kind: 'paused-stream', release: released, afterEvents: 2 });
+    let streaming!: () => void;
+    const firstBytes = new Promise<void>((resolve) => (streaming = resolve));
+    const inFlight = send(envoy.listenerPort('llm_gateway'), {
+      path: CHAT,
+      body: { model: MODEL, stream: true, messages: [{ role: 'user', content: 'in flight at SIGTERM' }] },
+      onData: () => streaming(),
+    });
+    try {
+      await firstBytes;
+      const shuttingDown = (): number => logLines().filter((line) => line.msg === 'shutting down').length;
+      const before = shuttingDown();
+      server.kill('SIGTERM');
+      // The primary and both workers say so; the workers' gRPC servers then wait for the open stream.
+      await waitUntil(() => (shuttingDown() >= before + 3 ? true : undefined), {
+        description: 'the primary and both workers shutting down',
+      });
+      assert.equal(server.exitCode, null, 'still running while the stream is open');
+    } finally {
+      release();
+    }
+    const response = await inFlight;
+    assert.equal(response.status, 200);
+    assert.equal(response.error, undefined, 'the stream in flight at SIGTERM completed');
+    assert.deepEqual(response.body, model.requests.at(-1)?.response.body, 'every byte the model server sent');
+    assert.match(response.text(), /data: \[DONE\]\n\n$/);
     const { code, signal } = await exited;
     assert.deepEqual({ code, signal }, { code: 0, signal: null }, output.split('\n').slice(-20).join('\n'));
     for (const pid of workers) assert.throws(() => process.kill(pid, 0), /ESRCH/, `worker ${pid} is gone`);
-    const stopped = output.split('\n').filter((line) => line.includes('"gRPC server stopped"')).length;
-    assert.ok(stopped >= 2, `each worker stopped its gRPC server (${stopped} seen)`);
+    const lines = logLines();
+    const stopped = lines.filter((line) => line.msg === 'gRPC server stopped').map((line) => line.worker);
+    assert.deepEqual(stopped.sort(), [0, 1], 'each worker stopped its gRPC server');
+    assert.ok(!lines.some((line) => /grace period/.test(String(line.msg))), 'the stream ended before the grace period ran out');
+    assert.deepEqual(rejected, [], 'every stdout line is strict JSON');
   });
 });

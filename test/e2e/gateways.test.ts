@@ -18,11 +18,12 @@ import {
 } from '../../tools/envoy-config/gateway-profiles.js';
 import { CATALOG } from '../../src/errors/catalog.js';
 import { assertCatalogError, type ErrorBody } from '../support/catalog-assert.js';
-import { metricValue, startGateway, type Gateway, type StaticPoolSpec } from '../support/gateway.js';
+import { metricValue, startGateway, type Gateway, type GatewayOptions, type StaticPoolSpec } from '../support/gateway.js';
 import type { ClientRequest } from '../support/http-client.js';
 import { startModelServer, type Behavior, type ModelServer } from '../support/model-server.js';
 import { fingerprint, makeTestCa, secretVolume, servedFingerprint } from '../support/tls-files.js';
 import { waitUntil } from '../support/wait-until.js';
+import { assertSameBytes, sequencedText } from '../support/sequenced-bytes.js';
 
 const CHAT = '/v1/chat/completions';
 
@@ -193,16 +194,16 @@ for (const row of ROWS) {
         ? 'delivers a 5 MB request body byte-identical'
         : 'answers a 5 MB request body with 413 body_too_large JSON (gateway buffer limit)',
       async () => {
+        // Every 16 bytes name their own offset: a chunk lost, repeated or moved changes the digest.
         const body = Buffer.from(
-          JSON.stringify({ model: 'chat', messages: [{ role: 'user', content: 'big' }], pad: 'x'.repeat(5 * 1024 * 1024) }),
+          JSON.stringify({ model: 'chat', messages: [{ role: 'user', content: 'big' }], pad: sequencedText(5 * 1024 * 1024) }),
         );
         const before = get('chat-a').requests.length + get('chat-b').requests.length;
         const response = await gateway.send({ path: CHAT, body, timeoutMs: 60_000 });
         if (row.bigBody === 'identical') {
           assert.equal(response.status, 200, response.text().slice(0, 500));
           const served = get(response.headers['x-model-server-id'] ?? '').requests.at(-1)!;
-          assert.equal(served.body.length, body.length);
-          assert.ok(served.body.equals(body), 'the 5 MB body reaches the model server unchanged');
+          assertSameBytes(served.body, body, 'the 5 MB body the model server got');
         } else {
           assertCatalogError(response, 'body_too_large');
           assert.equal(get('chat-a').requests.length + get('chat-b').requests.length, before, 'nothing reached a model server');
@@ -323,9 +324,12 @@ for (const row of ROWS) {
         } else {
           assert.equal(response.status, 200);
           assert.ok(response.body.length > 0, 'the client had received part of the stream');
-          assert.ok(
-            response.error !== undefined || !response.text().includes('[DONE]'),
-            'the client sees a broken stream, not a complete one',
+          assert.ok(response.error !== undefined, 'the client sees its response end before the body did');
+          const sent = served.requests[0].response.body;
+          assertSameBytes(
+            response.body,
+            sent.subarray(0, response.body.length),
+            'what the client got: a part of what the server sent, unchanged',
           );
         }
         assert.equal(other.requests.length, 0, 'never retried onto another replica');
@@ -356,15 +360,26 @@ for (const row of ROWS) {
 
     if (row.subsetHint === 'honoured') {
       void it('subset hint: picks only hinted endpoints', async () => {
+        // N distinct prompts, first without a hint: prefix affinity spreads them over both ready
+        // endpoints (the control; the test needs both seen). Then the same N prompts hinted to
+        // chat-b must all land on chat-b. A picker that ignored the hint would route them as the
+        // control did, so the ones chat-a took would go there again (affinity is deterministic);
+        // were it random instead, all N on chat-b by chance has probability 2^-N = 2^-24 ≈ 6·10^-8.
+        const N = 24;
+        const prompt = (i: number): ClientRequest => chat('chat', { messages: [{ role: 'user', content: `subset hint prompt ${i}` }] });
+        const control: string[] = [];
+        for (let i = 0; i < N; i++) {
+          const response = await gateway.send(prompt(i));
+          assert.equal(response.status, 200, response.text());
+          control.push(response.headers['x-model-server-id'] ?? '');
+        }
+        assert.ok(control.includes('chat-a') && control.includes('chat-b'), `the prompts spread over both endpoints: ${control.join(',')}`);
         const b = get('chat-b');
         const before = get('chat-a').requests.length;
-        for (let i = 0; i < 8; i++) {
-          const response = await gateway.send({
-            ...chat('chat'),
-            headers: { [TEST_SUBSET_HINT_HEADER]: subsetHintHeaderValue([b.address]) },
-          });
+        for (let i = 0; i < N; i++) {
+          const response = await gateway.send({ ...prompt(i), headers: { [TEST_SUBSET_HINT_HEADER]: subsetHintHeaderValue([b.address]) } });
           assert.equal(response.status, 200, response.text());
-          assert.equal(response.headers['x-model-server-id'], 'chat-b');
+          assert.equal(response.headers['x-model-server-id'], 'chat-b', `prompt ${i} (went to ${control[i]} without the hint)`);
         }
         assert.equal(get('chat-a').requests.length, before, 'the endpoint outside the hint is never picked');
       });
@@ -401,10 +416,33 @@ for (const row of ROWS) {
 // ---------------------------------------------------------------------------------------------
 // TLS from Envoy to llm-extproc
 
+/** The ext_proc cluster with one stream per connection (Envoy's max_requests_per_connection: 1). */
+function oneStreamPerExtprocConnection(config: Record<string, unknown>): Record<string, unknown> {
+  const key = 'envoy.extensions.upstreams.http.v3.HttpProtocolOptions';
+  const resources = config.static_resources as { clusters: Array<Record<string, unknown>> };
+  const clusters = resources.clusters.map((cluster) => {
+    if (cluster.name !== 'llm_extproc') return cluster;
+    const options = cluster.typed_extension_protocol_options as Record<string, Record<string, unknown>>;
+    return {
+      ...cluster,
+      typed_extension_protocol_options: {
+        ...options,
+        [key]: { ...options[key], common_http_protocol_options: { max_requests_per_connection: 1 } },
+      },
+    };
+  });
+  assert.ok(
+    clusters.some((c) => c.name === 'llm_extproc'),
+    'the Envoy config has the llm_extproc cluster',
+  );
+  return { ...config, static_resources: { ...resources, clusters } };
+}
+
 void describe('Envoy reaches llm-extproc over TLS', () => {
   async function withGateway(
     pickerTls: PickerTls,
     configYaml: string,
+    options: Pick<GatewayOptions, 'transformEnvoyConfig'>,
     fn: (gateway: Gateway, server: ModelServer) => Promise<void>,
   ): Promise<void> {
     const server = await startModelServer({ id: 'tls-m', models: ['m'], behavior: { kind: 'slow-chunks', delayMs: 200 } });
@@ -414,6 +452,7 @@ void describe('Envoy reaches llm-extproc over TLS', () => {
         pools: [{ name: 'p', models: ['m'], endpoints: [{ address: server.address }] }],
         pickerTls,
         configYaml,
+        ...options,
       });
       await fn(gateway, server);
     } finally {
@@ -423,7 +462,7 @@ void describe('Envoy reaches llm-extproc over TLS', () => {
   }
 
   void it('without verifying the certificate (self-signed at start)', async () => {
-    await withGateway({ kind: 'unverified' }, 'listen:\n  tls:\n    enabled: true\n', async (gateway) => {
+    await withGateway({ kind: 'unverified' }, 'listen:\n  tls:\n    enabled: true\n', {}, async (gateway) => {
       const response = await gateway.send(chat('m'));
       assert.equal(response.status, 200, response.text());
     });
@@ -435,11 +474,11 @@ void describe('Envoy reaches llm-extproc over TLS', () => {
       const [ca, stranger] = await Promise.all([makeTestCa(), makeTestCa()]);
       const volume = await secretVolume(join(dir, 'tls'), await ca.issue());
       const tlsYaml = `listen:\n  tls:\n    enabled: true\n    certFile: ${volume.certFile}\n    keyFile: ${volume.keyFile}\n`;
-      await withGateway({ kind: 'verified', caPem: ca.caPem, serverName: 'localhost' }, tlsYaml, async (gateway, server) => {
+      await withGateway({ kind: 'verified', caPem: ca.caPem, serverName: 'localhost' }, tlsYaml, {}, async (gateway, server) => {
         assert.equal((await gateway.send(chat('m'))).status, 200);
         assert.equal(server.requests.length, 1);
       });
-      await withGateway({ kind: 'verified', caPem: stranger.caPem, serverName: 'localhost' }, tlsYaml, async (gateway, server) => {
+      await withGateway({ kind: 'verified', caPem: stranger.caPem, serverName: 'localhost' }, tlsYaml, {}, async (gateway, server) => {
         assertCatalogError(await gateway.send(chat('m')), 'gateway_unavailable');
         assert.equal(server.requests.length, 0, 'nothing is routed without the picker');
       });
@@ -448,34 +487,74 @@ void describe('Envoy reaches llm-extproc over TLS', () => {
     }
   });
 
-  void it('replaced certificate files are picked up without a restart and without failing requests in flight', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-tls-e2e-'));
-    try {
-      const ca = await makeTestCa();
-      const first = await ca.issue();
-      const volume = await secretVolume(join(dir, 'tls'), first);
-      const tlsYaml = `listen:\n  tls:\n    enabled: true\n    certFile: ${volume.certFile}\n    keyFile: ${volume.keyFile}\n`;
-      await withGateway({ kind: 'verified', caPem: ca.caPem, serverName: 'localhost' }, tlsYaml, async (gateway, server) => {
-        const grpcPort = Number(gateway.app.grpcAddress.slice(gateway.app.grpcAddress.lastIndexOf(':') + 1));
-        let streaming!: () => void;
-        const firstChunk = new Promise<void>((resolve) => (streaming = resolve));
-        const inFlight = gateway.send({ ...chat('m', { stream: true }), onData: () => streaming() });
-        await firstChunk;
-        const second = await ca.issue();
-        await volume.write(second);
-        await waitUntil(async () => ((await servedFingerprint('127.0.0.1', grpcPort)) === fingerprint(second) ? true : undefined), {
-          description: 'the new certificate served',
+  for (const rotatedTo of ['a certificate of the same CA', 'a certificate of a CA Envoy does not trust'] as const) {
+    const trusted = rotatedTo === 'a certificate of the same CA';
+    void it(`certificate files replaced by ${rotatedTo}: a stream open across the swap completes; new connections ${trusted ? 'are served' : 'are refused (fail closed, JSON)'}`, async () => {
+      const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-tls-e2e-'));
+      try {
+        const [ca, stranger] = await Promise.all([makeTestCa(), makeTestCa()]);
+        const volume = await secretVolume(join(dir, 'tls'), await ca.issue());
+        const tlsYaml = `listen:\n  tls:\n    enabled: true\n    certFile: ${volume.certFile}\n    keyFile: ${volume.keyFile}\n`;
+        const pickerTls: PickerTls = { kind: 'verified', caPem: ca.caPem, serverName: 'localhost' };
+        // One ext_proc stream per connection: every request after the swap makes Envoy handshake
+        // anew (with one shared connection, later requests would reuse the old session and never
+        // see the new certificate).
+        await withGateway(pickerTls, tlsYaml, { transformEnvoyConfig: oneStreamPerExtprocConnection }, async (gateway, server) => {
+          const grpcPort = Number(gateway.app.grpcAddress.slice(gateway.app.grpcAddress.lastIndexOf(':') + 1));
+          const tlsStats = async (): Promise<{ handshakes: number; failures: number }> => {
+            const stats = await gateway.envoy.stats('^cluster\\.llm_extproc\\.ssl\\.');
+            return {
+              handshakes: stats['cluster.llm_extproc.ssl.handshake'] ?? 0,
+              failures:
+                (stats['cluster.llm_extproc.ssl.fail_verify_error'] ?? 0) + (stats['cluster.llm_extproc.ssl.connection_error'] ?? 0),
+            };
+          };
+          let release!: () => void;
+          const released = new Promise<void>((resolve) => (release = resolve));
+          server.nextBehavior({ kind: 'paused-stream', release: released, afterEvents: 2 });
+          let streaming!: () => void;
+          const firstBytes = new Promise<void>((resolve) => (streaming = resolve));
+          const inFlight = gateway.send({ ...chat('m', { stream: true }), onData: () => streaming() });
+          try {
+            await firstBytes;
+            const before = await tlsStats();
+            const next = trusted ? await ca.issue() : await stranger.issue();
+            await volume.write(next);
+            await waitUntil(async () => ((await servedFingerprint('127.0.0.1', grpcPort)) === fingerprint(next) ? true : undefined), {
+              description: 'the new certificate served',
+            });
+            const served = server.requests.length;
+            for (let i = 0; i < 3; i++) {
+              const response = await gateway.send(chat('m'));
+              if (trusted) assert.equal(response.status, 200, `request ${i} after the swap: ${response.text()}`);
+              else assertCatalogError(response, 'gateway_unavailable');
+            }
+            const after = await tlsStats();
+            if (trusted) {
+              assert.ok(
+                after.handshakes >= before.handshakes + 3,
+                `a new handshake per request after the swap: ${JSON.stringify({ before, after })}`,
+              );
+              assert.equal(server.requests.length, served + 3);
+            } else {
+              assert.ok(after.failures >= before.failures + 1, `Envoy refused the new certificate: ${JSON.stringify({ before, after })}`);
+              assert.equal(server.requests.length, served, 'nothing is routed without the picker');
+            }
+            assert.equal(server.requests[0].response.outcome, undefined, 'the first stream is still open, across the swap');
+          } finally {
+            release();
+          }
+          const response = await inFlight;
+          assert.equal(response.status, 200);
+          assert.equal(response.error, undefined, 'the stream open across the swap completes');
+          const first = server.requests[0];
+          assert.equal(await first.response.settled, 'ended');
+          assert.deepEqual(response.body, first.response.body, 'every byte, the ones sent after the swap included');
+          assert.match(response.text(), /data: \[DONE\]\n\n$/);
         });
-        const response = await inFlight;
-        assert.equal(response.status, 200);
-        assert.equal(response.error, undefined, 'the stream in flight during the swap completes');
-        const served = server.requests[0];
-        await served.response.settled;
-        assert.deepEqual(response.body, served.response.body);
-        for (let i = 0; i < 3; i++) assert.equal((await gateway.send(chat('m'))).status, 200, 'requests after the swap are served');
-      });
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
-  });
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+  }
 });

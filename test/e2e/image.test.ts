@@ -1,7 +1,8 @@
 // The container image without a Docker engine: the Dockerfile's runtime stage is read, its steps are
 // performed outside Docker (a production-only `npm ci` of the lockfile, then only the files the
-// stage copies), and the server is started from that tree as an unprivileged user with the app
-// directory read-only. It must reach /readyz 200 on a static endpoints file — what the kubelet's
+// stage copies), and the server is started from that tree as the image's unprivileged user (as
+// root, as CI runs; otherwise as the non-root user running the test) with a tree that user cannot
+// write (proved by a write probe running as that user, since root would bypass the mode bits). It must reach /readyz 200 on a static endpoints file — what the kubelet's
 // readiness probe asks of the real image.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -55,13 +56,57 @@ function httpGet(port: number, path: string): Promise<number> {
   });
 }
 
-/** uid/gid of `nobody` when we may switch to it (running as root), else undefined. */
-function unprivilegedUser(): { uid: number; gid: number } | undefined {
-  if (process.getuid?.() !== 0) return undefined;
-  const uid = spawnSync('id', ['-u', 'nobody'], { encoding: 'utf8' });
-  const gid = spawnSync('id', ['-g', 'nobody'], { encoding: 'utf8' });
-  if (uid.status !== 0 || gid.status !== 0) return undefined;
-  return { uid: Number(uid.stdout.trim()), gid: Number(gid.stdout.trim()) };
+/**
+ * The uid/gid the runtime stage's USER names: `node` is 1000:1000 in the official node images, a
+ * number is itself. Anything else cannot be emulated here and fails the test.
+ */
+function imageUser(user: string | undefined): { uid: number; gid: number } {
+  if (user === 'node') return { uid: 1000, gid: 1000 };
+  const numeric = /^(\d+)(?::(\d+))?$/.exec(user ?? '');
+  assert.ok(numeric !== null, `USER ${String(user)}: the test knows the uid of "node" or a numeric user only`);
+  return { uid: Number(numeric[1]), gid: Number(numeric[2] ?? numeric[1]) };
+}
+
+/**
+ * Who the server runs as: the image's user when we may switch to it (running as root, as CI does),
+ * else ourselves, which must then not be root either.
+ */
+function runAs(user: string | undefined): { uid: number; gid: number } | undefined {
+  if (process.getuid?.() === 0) return imageUser(user);
+  return undefined;
+}
+
+/** The real and effective uid of a live process (the `Uid:` line of /proc/PID/status). */
+function uidsOf(pid: number): number[] {
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('Uid:'));
+  assert.ok(line !== undefined, `no Uid line for pid ${pid}`);
+  return line.split(/\s+/).slice(1, 3).map(Number);
+}
+
+/**
+ * Tries, as the server's user, to create a file in each directory and to append to each file;
+ * returns what succeeded (it must be nothing). Root would bypass the permission bits, which is why
+ * the probe runs as the server's own uid.
+ */
+function writesThatSucceed(targets: readonly string[], ids: { uid: number; gid: number } | undefined): string[] {
+  const probe = `
+    const fs = require('node:fs');
+    const ok = [];
+    for (const target of JSON.parse(process.argv[1])) {
+      try {
+        if (fs.statSync(target).isDirectory()) fs.writeFileSync(target + '/.write-probe', 'x');
+        else fs.appendFileSync(target, '');
+        ok.push(target);
+      } catch (err) {
+        if (!['EACCES', 'EPERM', 'EROFS'].includes(err.code)) ok.push(target + ': ' + err.code);
+      }
+    }
+    process.stdout.write(JSON.stringify(ok));`;
+  const res = spawnSync(process.execPath, ['-e', probe, JSON.stringify(targets)], { encoding: 'utf8', ...(ids ?? {}) });
+  assert.equal(res.status, 0, res.stderr);
+  return JSON.parse(res.stdout) as string[];
 }
 
 describe('container image (runtime stage emulated outside Docker)', () => {
@@ -95,11 +140,12 @@ describe('container image (runtime stage emulated outside Docker)', () => {
   it('the runtime tree starts as an unprivileged user with a read-only app directory and reaches /readyz 200', async () => {
     const app = join(work, 'app');
     mkdirSync(app);
+    const asRoot = process.getuid?.() === 0;
     // The runtime stage's steps, in order: COPY from the context or the build stage, RUN npm ci.
     for (const { op, args } of runtime.instructions) {
       if (op === 'COPY') {
         const parts = args.split(/\s+/);
-        const fromBuild = parts[0]?.startsWith('--from=') === true;
+        const fromBuild = parts.some((p) => p.startsWith('--from='));
         const paths = parts.filter((p) => !p.startsWith('--'));
         const dest = paths.pop() as string;
         for (const src of paths) {
@@ -109,6 +155,12 @@ describe('container image (runtime stage emulated outside Docker)', () => {
           // A destination ending in `/` is a directory the sources go into; otherwise it is the new name.
           const target = dest.endsWith('/') ? join(app, dest, basename(src)) : join(app, dest);
           cpSync(source, target, { recursive: true });
+          // COPY makes root the owner unless --chown says otherwise; as root we can do the same.
+          const chown = parts.find((p) => p.startsWith('--chown='))?.slice('--chown='.length);
+          if (chown !== undefined && asRoot) {
+            const { uid, gid } = imageUser(chown.split(':')[0]);
+            spawnSync('chown', ['-R', `${uid}:${gid}`, target]);
+          }
         }
       } else if (op === 'RUN') {
         // `npm cache clean` only shrinks the image; a private cache keeps the user's untouched.
@@ -155,11 +207,26 @@ describe('container image (runtime stage emulated outside Docker)', () => {
       `listen:\n  grpc: 127.0.0.1:0\n  http: 127.0.0.1:0\nstatic:\n  path: ${join(etc, 'endpoints.yaml')}\n`,
       { mode: 0o644 },
     );
-    spawnSync('chmod', ['-R', 'a-w', app, etc]);
+    // As root the tree is owned as in the image (root, or what --chown names) and left as copied:
+    // the probe below then tests what the image does. Without root every file is ours, so the
+    // owner's write bits are taken away to stand for root's ownership.
+    if (!asRoot) spawnSync('chmod', ['-R', 'a-w', app, etc]);
 
     const entry = runtime.instructions.find((i) => i.op === 'ENTRYPOINT')?.args;
     assert.equal(entry, '["node", "dist/src/main.js"]');
-    const user = unprivilegedUser();
+    const user = runAs(runtime.instructions.filter((i) => i.op === 'USER').at(-1)?.args);
+    // The tree is read-only for the server's user (the probe runs as that uid): no new file in
+    // the app, its code or the config directory, no write to the entry point or a dependency.
+    const targets = [
+      app,
+      join(app, 'dist', 'src'),
+      join(app, 'node_modules'),
+      etc,
+      join(app, 'dist', 'src', 'main.js'),
+      join(app, 'package.json'),
+      join(app, 'node_modules', 'pino', 'package.json'),
+    ];
+    assert.deepEqual(writesThatSucceed(targets, user), [], 'nothing in the tree is writable by the server');
     server = spawn(process.execPath, ['dist/src/main.js', '--config', join(etc, 'config.yaml')], {
       cwd: app,
       env: { PATH: process.env.PATH ?? '', NODE_ENV: 'production', HOME: '/nonexistent' },
@@ -184,10 +251,12 @@ describe('container image (runtime stage emulated outside Docker)', () => {
       timeoutMs: 30_000,
     });
     assert.equal(status, 200);
-    if (user !== undefined) {
-      const owner = spawnSync('ps', ['-o', 'uid=', '-p', String(server.pid)], { encoding: 'utf8' }).stdout.trim();
-      assert.equal(Number(owner), user.uid, 'the server runs as nobody');
-    }
+    const uids = uidsOf(server.pid ?? 0);
+    if (user !== undefined) assert.deepEqual(uids, [user.uid, user.uid], `the server runs as the image's user (uid ${user.uid})`);
+    assert.ok(
+      uids.every((uid) => uid !== 0),
+      `the server is not root (real and effective uid ${uids.join(', ')})`,
+    );
     server.kill('SIGTERM');
     assert.equal(await exited, 0, `clean exit on SIGTERM:\n${logs}`);
   });

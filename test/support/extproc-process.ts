@@ -6,6 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LogRing } from './log-ring.js';
+import { parseStrictJson } from './strict-json.js';
 import { waitUntil } from './wait-until.js';
 
 /** dist/test/support → dist/src/main.js */
@@ -32,6 +33,8 @@ export interface ExtprocProcess {
   exitWithin(timeoutMs: number): Promise<ProcessExit>;
   /** Parsed JSON log lines so far. */
   logLines(): readonly LogLine[];
+  /** Stdout lines that are not strict JSON (a parse error, or a key twice), each with the reason. */
+  rejectedLines(): readonly string[];
   /** Raw stdout+stderr (for failure messages). */
   output(): string;
   /** Resolves with the first log line whose `msg` matches. */
@@ -57,11 +60,14 @@ function killLeftovers(): void {
   live.clear();
 }
 
+function killLeftoversOnExit(): void {
+  if (hookInstalled) return;
+  hookInstalled = true;
+  process.on('exit', killLeftovers);
+}
+
 export async function startExtprocProcess(options: StartExtprocOptions): Promise<ExtprocProcess> {
-  if (!hookInstalled) {
-    hookInstalled = true;
-    process.on('exit', killLeftovers);
-  }
+  killLeftoversOnExit();
   const child = spawn(process.execPath, [...(options.nodeArgs ?? []), MAIN_JS, '--config', options.configPath], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...options.env },
@@ -69,6 +75,7 @@ export async function startExtprocProcess(options: StartExtprocOptions): Promise
   live.add(child);
   const ring = new LogRing(1024 * 1024);
   const lines: LogLine[] = [];
+  const rejected: string[] = [];
   let partial = '';
   child.stdout.on('data', (chunk: Buffer) => {
     ring.push(chunk);
@@ -77,9 +84,10 @@ export async function startExtprocProcess(options: StartExtprocOptions): Promise
     partial = complete.pop() ?? '';
     for (const text of complete) {
       try {
-        lines.push(JSON.parse(text) as LogLine);
-      } catch {
-        // Not a log line (should not happen; kept in the raw output).
+        lines.push(parseStrictJson(text) as LogLine);
+      } catch (err) {
+        // Not JSON, or a key twice (what strict log pipelines refuse): kept for the tests to assert on.
+        rejected.push(`${(err as Error).message}: ${text}`);
       }
     }
   });
@@ -122,6 +130,7 @@ export async function startExtprocProcess(options: StartExtprocOptions): Promise
     exited,
     exitWithin: (timeoutMs) => waitUntil(() => exit, { description: `llm-extproc (pid ${child.pid}) to exit`, timeoutMs }),
     logLines: () => lines,
+    rejectedLines: () => rejected,
     output: () => ring.toString(),
     waitForLog,
     signal: (signal) => {
@@ -132,4 +141,39 @@ export async function startExtprocProcess(options: StartExtprocOptions): Promise
       return exited;
     },
   };
+}
+
+export interface CommandResult extends ProcessExit {
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs `node dist/src/main.js ARGS` to its exit (bounded: a command that hangs fails the test). */
+export function runExtprocCommand(
+  args: readonly string[],
+  options: { env?: Readonly<Record<string, string>>; cwd?: string; timeoutMs?: number } = {},
+): Promise<CommandResult> {
+  killLeftoversOnExit();
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [MAIN_JS, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, ...options.env },
+      ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
+    });
+    live.add(child);
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on('data', (chunk: Buffer) => out.push(chunk));
+    child.stderr.on('data', (chunk: Buffer) => err.push(chunk));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`llm-extproc ${args.join(' ')} did not exit within ${options.timeoutMs ?? 15_000} ms`));
+    }, options.timeoutMs ?? 15_000);
+    child.once('error', reject);
+    child.once('close', (code, signal) => {
+      clearTimeout(timer);
+      live.delete(child);
+      resolve({ code, signal, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') });
+    });
+  });
 }

@@ -6,8 +6,8 @@ import { connect } from 'node:net';
 import type { Socket } from 'node:net';
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
-export const FRAME = Object.freeze({ DATA: 0, HEADERS: 1, RST_STREAM: 3, SETTINGS: 4, GOAWAY: 7 });
-export const FLAG = Object.freeze({ END_STREAM: 0x1, END_HEADERS: 0x4 });
+export const FRAME = Object.freeze({ DATA: 0, HEADERS: 1, RST_STREAM: 3, SETTINGS: 4, PING: 6, GOAWAY: 7 });
+export const FLAG = Object.freeze({ END_STREAM: 0x1, ACK: 0x1, END_HEADERS: 0x4 });
 export const NGHTTP2_CANCEL = 8;
 
 export function frame(type: number, flags: number, streamId: number, payload: Buffer = Buffer.alloc(0)): Buffer {
@@ -52,11 +52,30 @@ export interface RawH2Connection {
   write(bytes: Buffer): void;
   /** Everything the server sent so far. */
   received(): Buffer;
-  /** Resolves once the server has closed the connection. */
-  closed(): Promise<void>;
-  /** Resolves when what the server sent so far satisfies `condition` (checked on every read); rejects if it closes first. */
-  until(condition: (received: Buffer) => boolean): Promise<void>;
+  /**
+   * Resolves once the server has closed the connection; rejects when it has not within `withinMs`
+   * (a bound of the test's own, so a server that keeps the connection fails with a message, not
+   * by the runner's timeout).
+   */
+  closed(withinMs?: number): Promise<void>;
+  /**
+   * Resolves when what the server sent so far satisfies `condition` (checked on every read);
+   * rejects if it closes first, or when `withinMs` pass first.
+   */
+  until(condition: (received: Buffer) => boolean, withinMs?: number): Promise<void>;
   close(): void;
+}
+
+/** How long a raw connection waits for the server by default: far above any answer's time here, far below the runner's timeout. */
+const DEFAULT_WAIT_MS = 10_000;
+
+/** `promise`, or a rejection naming `what` once `ms` have passed. */
+export function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
+  });
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
 }
 
 /** Connects over plaintext TCP or a Unix socket (`unix:///path`) and sends the preface and empty SETTINGS. */
@@ -82,10 +101,11 @@ export function rawConnection(socket: Socket): RawH2Connection {
   return {
     write: (bytes) => void socket.write(bytes),
     received,
-    closed: () => closed,
-    until: (condition) =>
-      new Promise((resolve, reject) => {
-        const check = (): void => {
+    closed: (withinMs = DEFAULT_WAIT_MS) => within(closed, withinMs, 'the server to close the connection'),
+    until: (condition, withinMs = DEFAULT_WAIT_MS) => {
+      let check = (): void => undefined;
+      const met = new Promise<void>((resolve, reject) => {
+        check = (): void => {
           if (!condition(received())) return;
           socket.off('data', check);
           resolve();
@@ -93,7 +113,9 @@ export function rawConnection(socket: Socket): RawH2Connection {
         socket.on('data', check);
         void closed.then(() => reject(new Error('the server closed the connection first')));
         check();
-      }),
+      });
+      return within(met, withinMs, 'what the server sent to meet the condition').finally(() => socket.off('data', check));
+    },
     close: () => void socket.destroy(),
   };
 }

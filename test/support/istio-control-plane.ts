@@ -98,15 +98,8 @@ export class Istiod {
     const tools = await istioTools();
     const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-istiod-'));
     try {
-      await plane.createNamespace(ISTIO_NAMESPACE);
       await plane.installCrds(await readFile(tools.gatewayApiCrds, 'utf8'));
-      const base = parseManifests(await renderChart(tools.baseChart, 'istio-base', {}, dir));
-      await plane.installCrds(
-        base
-          .filter((o) => !REJECTED_CRDS.has(o.metadata.name))
-          .map((o) => toYaml(o))
-          .join('---\n'),
-      );
+      await installIstioBase(plane, tools, dir);
       await plane.installInferencePoolCrd();
 
       const objects = parseManifests(await renderChart(tools.istiodChart, 'istiod', options.values ?? BED_ISTIOD_VALUES, dir));
@@ -200,6 +193,22 @@ export class Istiod {
 }
 
 /** `helm template` of one of Istio's charts into the istio-system namespace. */
+/**
+ * Istio's CRDs (DestinationRule, EnvoyFilter, ...) as a user installs them: the `base` chart of
+ * the pinned commit rendered and applied into `istio-system`, less the CRDs the API server refuses
+ * (REJECTED_CRDS). `dir` is a scratch directory for Helm.
+ */
+export async function installIstioBase(plane: KubeControlPlane, tools: IstioTools, dir: string): Promise<void> {
+  await plane.createNamespace(ISTIO_NAMESPACE);
+  const base = parseManifests(await renderChart(tools.baseChart, 'istio-base', {}, dir));
+  await plane.installCrds(
+    base
+      .filter((o) => !REJECTED_CRDS.has(o.metadata.name))
+      .map((o) => toYaml(o))
+      .join('---\n'),
+  );
+}
+
 async function renderChart(chart: string, release: string, values: object, dir: string): Promise<string> {
   const valuesFile = join(dir, `${release}-values.yaml`);
   await writeFile(valuesFile, toYaml(values));

@@ -34,6 +34,14 @@ export interface ControlPlaneOptions {
   readonly apiserverArgs?: readonly string[];
 }
 
+/** How apply() sends objects. */
+export interface ApplyOptions {
+  /** fieldValidation=Strict: a field the API does not know, or one given twice, fails the apply instead of being dropped. */
+  readonly strict?: boolean;
+  /** dryRun=All: validated and admitted as if stored, nothing stored. */
+  readonly dryRun?: boolean;
+}
+
 export class KubeControlPlane {
   private apiserver: TiedProcess | undefined;
   private stopped = false;
@@ -210,15 +218,21 @@ export class KubeControlPlane {
    * does: each object is sent as written (client-node's typed serializer would drop keys it does
    * not model, such as a CRD schema's `x-kubernetes-*` extensions).
    */
-  async apply(manifests: string, fieldManager = 'llm-extproc-tests'): Promise<KubernetesObject[]> {
+  async apply(manifests: string, fieldManager = 'llm-extproc-tests', options: ApplyOptions = {}): Promise<KubernetesObject[]> {
     const kc = this.kubeConfig();
     const paths = kc.makeApiClient(ObjectPaths);
     paths.useNamespaceOf(kc);
     const applied: KubernetesObject[] = [];
+    const query = [
+      `fieldManager=${encodeURIComponent(fieldManager)}`,
+      'force=true',
+      ...(options.strict === true ? ['fieldValidation=Strict'] : []),
+      ...(options.dryRun === true ? ['dryRun=All'] : []),
+    ].join('&');
     for (const doc of parseAllDocuments(manifests)) {
       const object = doc.toJS() as KubernetesObject | null;
       if (object === null || object.kind === undefined) continue;
-      const path = `${await paths.pathOf(object)}?fieldManager=${encodeURIComponent(fieldManager)}&force=true`;
+      const path = `${await paths.pathOf(object)}?${query}`;
       const res = await this.request('PATCH', path, JSON.stringify(object), 'application/apply-patch+yaml');
       if (res.status >= 300) {
         throw Object.assign(new Error(`apply ${object.kind}/${object.metadata?.name ?? ''}: ${res.status} ${res.body}`), {

@@ -12,6 +12,10 @@ export interface KubeTools {
   readonly etcd: string;
   /** The InferencePool CRD manifest (YAML) from the Gateway API Inference Extension module. */
   readonly inferencePoolCrd: string;
+  /** Envoy Gateway's gateway.envoyproxy.io CRDs (YAML stream) from its Go module. */
+  readonly envoyGatewayCrds: string;
+  /** The Prometheus operator's ServiceMonitor and PrometheusRule CRDs (YAML stream) from its Go module. */
+  readonly prometheusOperatorCrds: string;
 }
 
 let pending: Promise<KubeTools> | undefined;

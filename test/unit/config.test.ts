@@ -523,3 +523,62 @@ describe('gRPC TLS, pool scope and destination format', () => {
     assert.throws(() => buildConfig('routing:\n  destinationFormat: csv\n', {}), /routing\.destinationFormat: expected list or single/);
   });
 });
+
+describe('buildConfig: rules that span fields hold at their boundary and fail just past it', () => {
+  const cases: Array<{ name: string; accepted: string; refused: string; message: string | RegExp }> = [
+    {
+      name: 'quarantine.maxSeconds ≥ baseSeconds',
+      accepted: 'quarantine: { baseSeconds: 20, maxSeconds: 20 }\n',
+      refused: 'quarantine: { baseSeconds: 20, maxSeconds: 19.5 }\n',
+      message: 'quarantine.maxSeconds: must be ≥ quarantine.baseSeconds (20), got 19.5',
+    },
+    {
+      name: 'quarantine.maxSeconds alone is held against the default baseSeconds (10)',
+      accepted: 'quarantine: { maxSeconds: 10 }\n',
+      refused: 'quarantine: { maxSeconds: 5 }\n',
+      message: 'quarantine.maxSeconds: must be ≥ quarantine.baseSeconds (10), got 5',
+    },
+    {
+      name: 'quarantine.baseSeconds alone is held against the default maxSeconds (300)',
+      accepted: 'quarantine: { baseSeconds: 300 }\n',
+      refused: 'quarantine: { baseSeconds: 301 }\n',
+      message: 'quarantine.maxSeconds: must be ≥ quarantine.baseSeconds (301), got 300',
+    },
+    {
+      name: 'kubernetes.backoff.maxMs ≥ initialMs',
+      accepted: `${K8S_POOL}  backoff: { initialMs: 500, maxMs: 500 }\n`,
+      refused: `${K8S_POOL}  backoff: { initialMs: 500, maxMs: 499 }\n`,
+      message: 'kubernetes.backoff.maxMs: must be ≥ initialMs (500)',
+    },
+    {
+      name: 'picker.metrics.staleAfterSeconds ≥ intervalSeconds',
+      accepted: 'picker:\n  metrics: { intervalSeconds: 5, staleAfterSeconds: 5 }\n',
+      refused: 'picker:\n  metrics: { intervalSeconds: 5, staleAfterSeconds: 4.9 }\n',
+      message: /^picker\.metrics\.staleAfterSeconds: must be ≥ intervalSeconds/,
+    },
+    {
+      name: 'TLS files need enabled: true',
+      accepted: 'listen:\n  tls: { enabled: true, certFile: /a, keyFile: /b }\n',
+      refused: 'listen:\n  tls: { certFile: /a, keyFile: /b }\n',
+      message: 'listen.tls.enabled: set it to true to use certFile/keyFile',
+    },
+    {
+      name: 'TLS files come as a pair',
+      accepted: 'listen:\n  tls: { enabled: true }\n',
+      refused: 'listen:\n  tls: { enabled: true, keyFile: /b }\n',
+      message: 'listen.tls: give both certFile and keyFile, or neither for a self-signed certificate',
+    },
+    {
+      name: 'enabled InferencePools name a namespace',
+      accepted: 'kubernetes:\n  inferencePools: { enabled: true, namespaces: [models] }\n',
+      refused: 'kubernetes:\n  inferencePools: { enabled: true }\n',
+      message: 'kubernetes.inferencePools.namespaces: list at least one namespace whose InferencePools to watch',
+    },
+  ];
+  for (const c of cases) {
+    it(c.name, () => {
+      assert.doesNotThrow(() => buildConfig(c.accepted, {}));
+      rejects(c.refused, {}, c.message);
+    });
+  }
+});

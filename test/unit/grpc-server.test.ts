@@ -19,7 +19,17 @@ import { startExtProcServer } from '../../src/extproc/server.js';
 import type { HealthSource, RunningGrpcServer } from '../../src/grpc/server.js';
 import type { GrpcTransport } from '../../src/config/config.js';
 import { GRPC_TRANSPORTS } from '../../src/config/schema.js';
-import { dataFrame, grpcRequestHeaders, headersFrame, rawH2Connect, rstStreamFrame } from '../support/h2-frames.js';
+import {
+  dataFrame,
+  FLAG,
+  frame,
+  FRAME,
+  grpcRequestHeaders,
+  headersFrame,
+  parseFrames,
+  rawH2Connect,
+  rstStreamFrame,
+} from '../support/h2-frames.js';
 import { frameMessage } from '../../src/grpc/framing.js';
 import { waitUntil } from '../support/wait-until.js';
 import { EXT_PROC_SERVICE_NAME, loadWireDefinitions } from '../support/proto-definitions.js';
@@ -392,29 +402,24 @@ for (const impl of GRPC_TRANSPORTS) {
         assert.equal(processed.requests.length, 0);
       });
 
-      // grpc-js accepts a flagged message without a grpc-encoding (it decodes it as identity): native only.
-      void it(
-        'a compressed message (no compression was negotiated) ends the stream with an error status, unprocessed',
-        { skip: impl === 'grpc-js' },
-        async () => {
-          const recording = recordingFactory(echoReply);
-          const harness = await startHarness(impl, transport, { factory: recording.factory });
-          try {
-            const framed = frameMessage(processMethod.requestSerialize(headersMessage('/v1/models')));
-            framed[0] = 1; // compressed flag
-            const response = await http2Call(harness.server.address, 'POST', processMethod.path, framed);
-            assert.ok(
-              [String(GrpcStatus.INTERNAL), String(GrpcStatus.UNIMPLEMENTED)].includes(String(response['grpc-status'])),
-              `grpc-status ${String(response['grpc-status'])}`,
-            );
-            const processed = await recording.firstStream;
-            assert.equal(processed.ends.length, 1);
-            assert.equal(processed.requests.length, 0);
-          } finally {
-            await harness.close();
-          }
-        },
-      );
+      void it('a compressed message (no compression was negotiated) ends the stream with an error status, unprocessed', async () => {
+        const recording = recordingFactory(echoReply);
+        const harness = await startHarness(impl, transport, { factory: recording.factory });
+        try {
+          const framed = frameMessage(processMethod.requestSerialize(headersMessage('/v1/models')));
+          framed[0] = 1; // compressed flag
+          const response = await http2Call(harness.server.address, 'POST', processMethod.path, framed);
+          assert.ok(
+            [String(GrpcStatus.INTERNAL), String(GrpcStatus.UNIMPLEMENTED)].includes(String(response['grpc-status'])),
+            `grpc-status ${String(response['grpc-status'])}`,
+          );
+          const processed = await recording.firstStream;
+          assert.equal(processed.ends.length, 1);
+          assert.equal(processed.requests.length, 0);
+        } finally {
+          await harness.close();
+        }
+      });
 
       void it('a throwing processor ends the stream with INTERNAL, finishes it with the error, and logs it', async () => {
         const boom = new Error('picker exploded at 10.0.0.7');
@@ -565,9 +570,72 @@ for (const impl of GRPC_TRANSPORTS) {
       assert.equal((await stream.status).code, GrpcStatus.OK);
     });
 
-    // grpc-js does not look at the method (a GET is served like a POST): the HTTP check is native only.
-    void it('answers an unknown method with UNIMPLEMENTED and a non-POST request with 405', { skip: impl === 'grpc-js' }, async (t) => {
-      const harness = await startHarness(impl, 'tcp');
+    void it('after the final GOAWAY a new stream is refused and never processed; the stream open across the shutdown completes', async (t) => {
+      const recording = recordingFactory(echoReply);
+      const harness = await startHarness(impl, 'tcp', { factory: recording.factory });
+      t.after(() => harness.close());
+      const raw = await rawH2Connect(harness.server.address);
+      t.after(() => raw.close());
+      const processMessage = (request: ProcessingRequest): Buffer => frameMessage(processMethod.requestSerialize(request));
+      const sent = (type: number): Array<{ flags: number; streamId: number; payload: Buffer }> =>
+        parseFrames(raw.received()).filter((f) => f.type === type);
+      raw.write(
+        Buffer.concat([
+          headersFrame(1, grpcRequestHeaders(processMethod.path)),
+          dataFrame(1, processMessage(headersMessage('/v1/models'))),
+        ]),
+      );
+      const first = await recording.firstStream;
+      await waitUntil(() => (first.requests.length === 1 ? true : undefined), { description: 'the first message processed' });
+      const stopped = harness.server.shutdown(30_000);
+      // Act as a peer that has read each GOAWAY: acknowledge every PING (our HTTP/2's two-step
+      // close waits for that ACK before its final GOAWAY) until one names stream 1 as the last.
+      const acked = new Set<string>();
+      await raw.until(() => {
+        for (const ping of sent(FRAME.PING).filter((f) => (f.flags & FLAG.ACK) === 0)) {
+          const key = ping.payload.toString('hex');
+          if (acked.has(key)) continue;
+          acked.add(key);
+          raw.write(frame(FRAME.PING, FLAG.ACK, 0, ping.payload));
+        }
+        return sent(FRAME.GOAWAY).some((g) => g.payload.readUInt32BE(0) === 1);
+      });
+      const pingAcks = (): number => sent(FRAME.PING).filter((f) => (f.flags & FLAG.ACK) !== 0).length;
+      const acksBefore = pingAcks();
+      raw.write(
+        Buffer.concat([
+          headersFrame(3, grpcRequestHeaders(processMethod.path)),
+          dataFrame(3, processMessage(headersMessage('/v1/late'))),
+          frame(FRAME.PING, 0, 0, Buffer.alloc(8, 3)),
+        ]),
+      );
+      await raw.until(() => pingAcks() > acksBefore); // the server has read stream 3
+      const onThree = parseFrames(raw.received()).filter((f) => f.streamId === 3);
+      if (impl === 'native') {
+        // RFC 9113 §8.7: REFUSED_STREAM tells the peer nothing was processed, so it may retry elsewhere.
+        assert.deepEqual(
+          onThree.map((f) => [f.type, f.payload.readUInt32BE(0)]),
+          [[FRAME.RST_STREAM, 0x7]],
+        );
+      } else {
+        // nghttp2 (under grpc-js and node:http2) ignores streams above its GOAWAY's last stream id
+        // (RFC 9113 §6.8 allows it): no answer at all, which the peer reads the same way.
+        assert.deepEqual(onThree, [], 'stream 3 got no frame');
+      }
+      assert.equal(recording.streams.length, 1, 'no processor was made for stream 3');
+      raw.write(dataFrame(1, processMessage(bodyMessage('last', true)), true));
+      await stopped;
+      await raw.closed();
+      const trailers = parseFrames(raw.received()).filter(
+        (f) => f.streamId === 1 && f.type === FRAME.HEADERS && (f.flags & FLAG.END_STREAM) !== 0,
+      );
+      assert.equal(trailers.length, 1, 'stream 1 was answered to its end');
+      assert.equal(first.log.at(-1), 'finish:half-closed');
+    });
+
+    void it('answers an unknown method with UNIMPLEMENTED and a non-POST request with 405, without calling the method', async (t) => {
+      const recording = recordingFactory(echoReply);
+      const harness = await startHarness(impl, 'tcp', { factory: recording.factory });
       t.after(() => harness.close());
       const unknown = new Promise<ServiceError | null>((resolve) => {
         harness.client.makeUnaryRequest(
@@ -579,8 +647,17 @@ for (const impl of GRPC_TRANSPORTS) {
         );
       });
       assert.equal((await unknown)?.code, GrpcStatus.UNIMPLEMENTED);
-      const response = await http2Call(harness.server.address, 'GET', processMethod.path, Buffer.alloc(0));
-      assert.equal(response[':status'], 405);
+      for (const method of ['GET', 'PUT']) {
+        const response = await http2Call(
+          harness.server.address,
+          method,
+          processMethod.path,
+          method === 'PUT' ? frameMessage(processMethod.requestSerialize(headersMessage('/v1/models'))) : Buffer.alloc(0),
+        );
+        assert.equal(response[':status'], 405, method);
+        assert.equal(response['grpc-status'], String(GrpcStatus.UNIMPLEMENTED), method);
+      }
+      assert.equal(recording.streams.length, 0, 'no Process call was started for them');
     });
 
     void it('reports the real TCP port and a dialable unix address', async () => {

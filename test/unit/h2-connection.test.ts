@@ -323,8 +323,9 @@ void describe('HTTP/2 connection lifecycle', () => {
     const raw = await rawH2Connect(harness.address);
     t.after(() => raw.close());
     const request = (id: number): Buffer => Buffer.concat([headersFrame(id, POST_X), dataFrame(id, Buffer.from('hi'), true)]);
-    raw.write(request(1));
-    await raw.until((received) => parseFrames(received).some((f) => f.streamId === 1 && (f.flags & FLAG.END_STREAM) !== 0));
+    // Stream 1 stays open (its request not ended) and keeps the connection up through the shutdown.
+    raw.write(Buffer.concat([headersFrame(1, POST_X), dataFrame(1, Buffer.from('one'))]));
+    await raw.until((received) => parseFrames(received).some((f) => f.streamId === 1 && f.type === FRAME.DATA));
     harness.observed.connections[0].close();
     await raw.until((received) => parseFrames(received).some((f) => f.type === 6 && (f.flags & 1) === 0));
     const notice = parseFrames(raw.received()).filter((f) => f.type === FRAME.GOAWAY);
@@ -341,7 +342,19 @@ void describe('HTTP/2 connection lifecycle', () => {
     await raw.until((received) => parseFrames(received).filter((f) => f.type === FRAME.GOAWAY).length === 2);
     const final = parseFrames(raw.received()).filter((f) => f.type === FRAME.GOAWAY)[1];
     assert.equal(final.payload.readUInt32BE(0), 3);
+    // A stream opened after the final GOAWAY is refused (safe for the peer to retry elsewhere) and
+    // never reaches the handler; the open stream 1 still completes.
+    raw.write(request(5));
+    await raw.until(() => framesOn(raw, 5).length > 0);
+    assert.deepEqual(framesOn(raw, 5), [[FRAME.RST_STREAM, 0]], 'stream 5: a reset, no response');
+    const refusal = parseFrames(raw.received()).find((f) => f.streamId === 5 && f.type === FRAME.RST_STREAM)!;
+    assert.equal(refusal.payload.readUInt32BE(0), ErrorCode.REFUSED_STREAM);
+    assert.deepEqual(harness.observed.ends.sort(), [3], 'only streams 1 and 3 were handled; 1 is still open');
+    raw.write(dataFrame(1, Buffer.from(' done'), true));
     await raw.closed();
+    const echoed = parseFrames(raw.received()).filter((f) => f.type === FRAME.DATA && f.streamId === 1);
+    assert.equal(Buffer.concat(echoed.map((f) => f.payload)).toString(), 'one done', 'the stream open across the shutdown completed');
+    assert.deepEqual(harness.observed.ends.sort(), [1, 3]);
   });
 
   void it('an END_STREAM and a RST_STREAM in one read: the reset wins, the end is never told', async (t) => {
@@ -468,7 +481,7 @@ void describe('HTTP/2 connection errors end the connection with GOAWAY and the r
       const raw = preface ? await rawH2Connect(harness.address) : await rawConnect(harness.address);
       t.after(() => raw.close());
       raw.write(bytes());
-      await raw.closed();
+      await raw.closed(ABUSE_BOUND_MS);
       const goaway = parseFrames(raw.received()).find((f) => f.type === FRAME.GOAWAY);
       assert.ok(goaway !== undefined, 'a GOAWAY before the close');
       assert.equal(goaway.payload.readUInt32BE(4), code);
@@ -482,6 +495,12 @@ async function rawConnect(address: string): Promise<RawH2Connection> {
   await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
   return rawConnection(socket);
 }
+
+/**
+ * How long an abused connection may take to end: the guards act on the read that crosses their
+ * limit, so this only absorbs a busy machine; a guard switched off fails here, with a message.
+ */
+const ABUSE_BOUND_MS = 5_000;
 
 /** A PING's ACK: proof the server has read every frame sent before the PING. */
 const PING = frame(6, 0, 0, Buffer.alloc(8));
@@ -507,7 +526,7 @@ void describe('HTTP/2 connection under abuse (memory stays bounded)', () => {
         raw.write(emptyContinuations);
         await new Promise<void>((resolve) => setImmediate(resolve));
       }
-      await raw.closed();
+      await raw.closed(ABUSE_BOUND_MS);
       const goaway = parseFrames(raw.received()).find((f) => f.type === FRAME.GOAWAY);
       assert.ok(goaway !== undefined, 'a GOAWAY before the close');
       assert.equal(goaway.payload.readUInt32BE(4), ErrorCode.ENHANCE_YOUR_CALM);
@@ -528,7 +547,9 @@ void describe('HTTP/2 connection under abuse (memory stays bounded)', () => {
     const serverSocket = (): Socket | undefined => harness.observed.sockets[0];
     // Without a bound, every PING read is another ACK kept in the server's memory for a peer that
     // will never take it. Send until the server's writes back up (its kernel buffers are full).
+    const deadline = Date.now() + ABUSE_BOUND_MS;
     while (serverSocket()?.writableNeedDrain !== true) {
+      assert.ok(Date.now() < deadline, `the server's writes did not back up within ${ABUSE_BOUND_MS} ms of PINGs`);
       if (client.writableLength < 4 * 1024 * 1024) client.write(pings);
       await new Promise<void>((resolve) => setImmediate(resolve));
     }
@@ -679,7 +700,7 @@ void describe('HTTP/2 connection limits on streams', () => {
       await raw.until(() => pingAcks() === batch + 1);
       assert.equal(harness.observed.connections[0]?.closed, false, `still open after ${(batch + 1) * 100} resets`);
     }
-    await raw.closed();
+    await raw.closed(ABUSE_BOUND_MS);
     const goaway = parseFrames(raw.received()).find((f) => f.type === FRAME.GOAWAY);
     assert.ok(goaway !== undefined, 'a GOAWAY before the close');
     assert.equal(goaway.payload.readUInt32BE(4), ErrorCode.ENHANCE_YOUR_CALM);

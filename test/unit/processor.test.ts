@@ -15,6 +15,7 @@ import { Metrics } from '../../src/metrics/metrics.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';
 import { requestBody, requestHeaders, responseBody, responseHeaders as envoyResponseHeaders } from '../support/envoy-messages.js';
 import type { ReplyAttributes } from '../support/envoy-messages.js';
+import { assertSameBytes, sequencedText } from '../support/sequenced-bytes.js';
 
 // ── fixtures ──────────────────────────────────────────────────────────────────────────────────
 
@@ -934,12 +935,21 @@ describe('RequestProcessor: full duplex', () => {
       maxInspectedBodyBytes: LIMIT,
     });
     p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'));
-    const text = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'y'.repeat(150_000) }] });
-    const replies = p.process(requestBody(text, true));
+    // Sequence-numbered text, in three body messages of different sizes (one above 64 KiB): the
+    // streamed chunks must give back exactly these bytes, in order.
+    const text = Buffer.from(JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: sequencedText(300_000) }] }));
+    const cuts = [0, 100_000, 100_017, text.length];
+    const replies = cuts
+      .slice(1)
+      .flatMap((end, i) => p.process(requestBody(text.subarray(cuts[i], end).toString('latin1'), i === cuts.length - 2)));
     const chunks = replies.slice(1).map((r) => streamedChunk(r, 'request_body'));
-    assert.ok(chunks.length >= 3);
+    assert.ok(chunks.length >= 5);
     assert.ok(chunks.every((c) => c.body.length <= 64 * 1024));
-    assert.equal(Buffer.concat(chunks.map((c) => c.body)).toString(), text);
+    assert.deepEqual(
+      chunks.map((c) => c.end),
+      chunks.map((_, i) => i === chunks.length - 1),
+    );
+    assertSameBytes(Buffer.concat(chunks.map((c) => c.body)), text, 'the body streamed back');
   });
 
   it('request trailers end a collected body: headers, body (no end_of_stream), then the trailers reply', () => {

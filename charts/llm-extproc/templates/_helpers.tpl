@@ -127,27 +127,37 @@ resources:
 securityContext:
   {{- toYaml .Values.securityContext | nindent 2 }}
 env:
-  - name: NODE_OPTIONS
-    value: {{ .Values.nodeOptions | quote }}
-{{- with .Values.extraEnv }}
-  {{- toYaml . | nindent 2 }}
-{{- end }}
+  {{- include "llm-extproc.env" . | nindent 2 }}
 volumeMounts:
-  - name: llm-extproc-config
-    mountPath: {{ include "llm-extproc.configDir" . }}
-    readOnly: true
-{{- if and .Values.tls.enabled .Values.tls.secretName }}
-  - name: llm-extproc-tls
-    mountPath: {{ include "llm-extproc.configDir" . }}/tls
-    readOnly: true
-{{- end }}
+  {{- include "llm-extproc.configMounts" . | nindent 2 }}
 {{- if .Values.gateway.envoyGateway.sidecar.enabled }}
   - name: llm-extproc-socket
     mountPath: {{ include "llm-extproc.socketDir" . }}
 {{- end }}
-  # Node writes nothing else; a writable /tmp keeps libraries that want one working.
-  - name: tmp
-    mountPath: /tmp
+{{- end -}}
+
+{{- /* What the server reads (config, endpoints, TLS pair) and /tmp: the server's mounts and the check-config test pod's. */ -}}
+{{- define "llm-extproc.configMounts" -}}
+- name: llm-extproc-config
+  mountPath: {{ include "llm-extproc.configDir" . }}
+  readOnly: true
+{{- if and .Values.tls.enabled .Values.tls.secretName }}
+- name: llm-extproc-tls
+  mountPath: {{ include "llm-extproc.configDir" . }}/tls
+  readOnly: true
+{{- end }}
+# Node writes nothing else; a writable /tmp keeps libraries that want one working.
+- name: tmp
+  mountPath: /tmp
+{{- end -}}
+
+{{- /* The container's environment: the server's and the check-config test pod's. */ -}}
+{{- define "llm-extproc.env" -}}
+- name: NODE_OPTIONS
+  value: {{ .Values.nodeOptions | quote }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "llm-extproc.volumes" -}}
