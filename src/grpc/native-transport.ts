@@ -212,15 +212,38 @@ class GrpcCall {
   }
 }
 
-/** A plain HTTP refusal for what is not a gRPC call at all (wrong method or content type). */
+/**
+ * Past this much request body, a request that is not a gRPC call is answered at once (and told to
+ * stop sending, RST_STREAM NO_ERROR) instead of being read to its end.
+ */
+const REFUSED_BODY_MAX_BYTES = 64 * 1024;
+
+/**
+ * A plain HTTP refusal for what is not a gRPC call at all (wrong method or content type), sent when
+ * the request has ended: the ordinary exchange, so the peer's frames that follow are checked by
+ * the HTTP/2 rules like any other request's (content-length, trailers) rather than racing an early
+ * answer. Its body is read and dropped, up to REFUSED_BODY_MAX_BYTES.
+ */
 function refuse(stream: Http2Stream, httpStatus: number, grpcStatus: number, message: string): void {
-  stream.respond(
-    encodeHeaderBlock([
-      [':status', String(httpStatus)],
-      ['content-type', 'text/plain; charset=utf-8'],
-      ...statusFields(grpcStatus, message),
-    ]),
-  );
-  stream.write(Buffer.from(message, 'utf8'));
-  stream.end();
+  let bodyBytes = 0;
+  const answer = (): void => {
+    if (stream.closed || stream.localEnded) return;
+    stream.respond(
+      encodeHeaderBlock([
+        [':status', String(httpStatus)],
+        ['content-type', 'text/plain; charset=utf-8'],
+        ...statusFields(grpcStatus, message),
+      ]),
+    );
+    stream.write(Buffer.from(message, 'utf8'));
+    stream.end();
+  };
+  stream.handlers = {
+    onData: (chunk) => {
+      bodyBytes += chunk.length;
+      if (bodyBytes > REFUSED_BODY_MAX_BYTES) answer();
+    },
+    onEnd: answer,
+    onClose: () => undefined,
+  };
 }
