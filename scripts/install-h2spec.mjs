@@ -5,7 +5,7 @@
 // Order: $H2SPEC_BIN (if set it must be executable; an explicit choice is never silently ignored),
 // then the tools cache `${LLM_EXTPROC_TOOLS_DIR:-$HOME/.cache/llm-extproc}/h2spec-v2.2.1/h2spec`,
 // then a fresh build of `github.com/summerwind/h2spec/cmd/h2spec` v2.2.1 from the Go module proxy
-// (the only source CI may use; about 30 s on a 2-core machine with a cold Go cache). The cache lives
+// (the only source CI may use; 1.5 min of CPU with a cold Go cache, 4 s warm). The cache lives
 // outside the clone so every clone and CI run on the machine reuses one build.
 //
 // h2spec v2.2.1 predates Go modules (the proxy serves it as `v2.2.1+incompatible`, without a
