@@ -10,6 +10,8 @@ import type { Server as NetServer, Socket } from 'node:net';
 import { createServer as createTlsServer } from 'node:tls';
 import type { Server as TlsServer } from 'node:tls';
 import { Http2Connection } from '../http2/connection.js';
+import type { ProtocolEventKind } from '../http2/connection.js';
+import { LogThrottle } from '../util/log-throttle.js';
 import type { Http2Stream, StreamClose } from '../http2/stream.js';
 import { ErrorCode } from '../http2/frames.js';
 import { encodeHeaderBlock } from '../http2/hpack-encoder.js';
@@ -122,7 +124,15 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
     }
   };
 
-  const onProtocolEvent = (event: string, details: Record<string, unknown>): void => logger.debug(details, `HTTP/2 ${event}`);
+  // Counted one by one (the metric), logged at most once per kind per interval: these are what a
+  // stranger or a fuzzer on the port produces by the thousand.
+  const protocolLog = new LogThrottle<ProtocolEventKind>();
+  const onProtocolEvent = (kind: ProtocolEventKind, details: Record<string, unknown>): void => {
+    opts.onProtocolEvent?.(kind);
+    const suppressed = protocolLog.admit(kind, performance.now());
+    if (suppressed === undefined) logger.debug(details, `HTTP/2 ${kind}`);
+    else logger.info(suppressed === 0 ? { ...details, kind } : { ...details, kind, suppressed }, `HTTP/2 ${kind}`);
+  };
 
   const serveConnection = (socket: Socket): void => {
     if (stopping) {

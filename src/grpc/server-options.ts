@@ -29,6 +29,11 @@ export interface GrpcServerOptions {
    * since that read and the number of replies the write carries.
    */
   onTurnaround?: (seconds: number, replies: number) => void;
+  /**
+   * The native transport only: a peer's HTTP/2 protocol error, a refused stream, a rapid reset
+   * (one of a closed set of kinds, `PROTOCOL_EVENT_KINDS` in http2/connection.ts), for a metric.
+   */
+  onProtocolEvent?: (kind: string) => void;
 }
 
 export interface RunningGrpcServer {
