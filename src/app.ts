@@ -130,6 +130,8 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
     ...(tls === undefined ? {} : { tls }),
     onTurnaround: (seconds, replies) => metrics.messageTurnaround(seconds, replies),
     onProtocolEvent: (kind) => metrics.protocolEvent(kind),
+    maxConnections: config.listen.maxConnections,
+    idleTimeoutMs: config.listen.idleTimeoutMs,
     processorFactory: () =>
       new RequestProcessor({
         routing,

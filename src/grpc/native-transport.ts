@@ -126,8 +126,8 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
 
   // Counted one by one (the metric), logged at most once per kind per interval: these are what a
   // stranger or a fuzzer on the port produces by the thousand.
-  const protocolLog = new LogThrottle<ProtocolEventKind>();
-  const onProtocolEvent = (kind: ProtocolEventKind, details: Record<string, unknown>): void => {
+  const protocolLog = new LogThrottle<ProtocolEventKind | ListenerEventKind>();
+  const onProtocolEvent = (kind: ProtocolEventKind | ListenerEventKind, details: Record<string, unknown>): void => {
     opts.onProtocolEvent?.(kind);
     const suppressed = protocolLog.admit(kind, performance.now());
     if (suppressed === undefined) logger.debug(details, `HTTP/2 ${kind}`);
@@ -167,6 +167,12 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
   const unsubscribeTls =
     tls === undefined ? () => {} : tls.onChange((identity) => (server as TlsServer).setSecureContext(secureContextOptions(identity)));
   server.on('tlsClientError', (err) => logger.debug({ err }, 'TLS handshake failed'));
+  // Over the cap, Node closes a new socket at once and tells us ('drop'): the peer sees the close.
+  if (opts.maxConnections !== undefined) server.maxConnections = opts.maxConnections;
+  server.on('drop', (peer?: { remoteAddress?: string }) =>
+    onProtocolEvent('connection_refused', { peer: peer?.remoteAddress, maxConnections: opts.maxConnections }),
+  );
+  const idleSweep = opts.idleTimeoutMs === undefined ? undefined : sweepIdle(connections, opts.idleTimeoutMs, onProtocolEvent);
   return bindListener(server, {
     address: opts.address,
     transport: 'native',
@@ -177,9 +183,38 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
     logger,
     onShutdown: () => {
       stopping = true;
+      clearInterval(idleSweep);
       health.stopServing();
     },
   });
+}
+
+/** What the listener itself reports, beside the connections' events. */
+type ListenerEventKind = 'connection_refused' | 'idle_closed';
+
+/**
+ * Closes connections that had no open stream for `idleTimeoutMs`, gracefully (GOAWAY NO_ERROR, then
+ * the socket once the peer read it): a peer that only answers PINGs holds no connection forever.
+ * One timer for the listener, checking a few times per timeout: close within 1.25 × the timeout.
+ */
+function sweepIdle(
+  connections: ReadonlySet<Http2Connection>,
+  idleTimeoutMs: number,
+  report: (kind: ListenerEventKind, details: Record<string, unknown>) => void,
+): NodeJS.Timeout {
+  const timer = setInterval(
+    () => {
+      const now = performance.now();
+      for (const connection of connections) {
+        if (connection.idleMs(now) < idleTimeoutMs || connection.closing) continue;
+        report('idle_closed', { idleTimeoutMs });
+        connection.close();
+      }
+    },
+    Math.max(10, idleTimeoutMs / 4),
+  );
+  timer.unref();
+  return timer;
 }
 
 /** A peer's reset other than CANCEL, or our own reset: the stream failed rather than being cancelled. */

@@ -34,6 +34,10 @@ export interface GrpcServerOptions {
    * (one of a closed set of kinds, `PROTOCOL_EVENT_KINDS` in http2/connection.ts), for a metric.
    */
   onProtocolEvent?: (kind: string) => void;
+  /** Most connections held at once (native transport; one more is closed and reported as `connection_refused`). */
+  maxConnections?: number;
+  /** A connection with no open stream this long is closed gracefully (GOAWAY NO_ERROR); both transports. */
+  idleTimeoutMs?: number;
 }
 
 export interface RunningGrpcServer {

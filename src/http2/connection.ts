@@ -195,6 +195,11 @@ export class Http2Connection implements StreamHost {
     return this.destroyed;
   }
 
+  /** A graceful close has begun (close()), or the connection ended. */
+  get closing(): boolean {
+    return this.destroyed || this.draining || this.goawaySent;
+  }
+
   /** How long the connection has had no open stream (ms, on performance.now()'s clock); 0 while streams are open. */
   idleMs(now: number = performance.now()): number {
     return this.idleSinceMs < 0 ? 0 : now - this.idleSinceMs;

@@ -31,6 +31,34 @@ function allowedLines(elapsedMs: number): number {
   return 1 + Math.ceil(elapsedMs / LOG_INTERVAL_MS);
 }
 
+/** The real program on a TCP gRPC port with `listen` settings added. */
+async function startProgram(
+  dir: string,
+  name: string,
+  listen: Record<string, unknown>,
+): Promise<{ proc: ExtprocProcess; grpcAddress: string }> {
+  await writeFile(join(dir, 'endpoints.yaml'), 'pools: []\n');
+  const configPath = join(dir, `${name}.yaml`);
+  await writeFile(
+    configPath,
+    toYaml({
+      listen: { grpc: '127.0.0.1:0', http: '127.0.0.1:0', transport: 'native', ...listen },
+      logLevel: 'info',
+      static: { path: join(dir, 'endpoints.yaml') },
+    }),
+  );
+  const proc = await startExtprocProcess({ configPath });
+  const address = proc.logLines().find((line) => line.msg === 'llm-extproc started')?.['grpc'];
+  assert.ok(typeof address === 'string');
+  return { proc, grpcAddress: address };
+}
+
+const GOAWAY_TYPE = 7;
+const goawayCode = (received: Buffer): number | undefined =>
+  parseFrames(received)
+    .find((f) => f.type === GOAWAY_TYPE)
+    ?.payload.readUInt32BE(4);
+
 void describe('abuse of the gRPC port: counted in metrics, bounded in the log', () => {
   let dir: string;
   let proc: ExtprocProcess;
@@ -38,20 +66,7 @@ void describe('abuse of the gRPC port: counted in metrics, bounded in the log', 
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'llm-extproc-abuse-'));
-    await writeFile(join(dir, 'endpoints.yaml'), 'pools: []\n');
-    const configPath = join(dir, 'config.yaml');
-    await writeFile(
-      configPath,
-      toYaml({
-        listen: { grpc: '127.0.0.1:0', http: '127.0.0.1:0', transport: 'native' },
-        logLevel: 'info',
-        static: { path: join(dir, 'endpoints.yaml') },
-      }),
-    );
-    proc = await startExtprocProcess({ configPath });
-    const address = proc.logLines().find((line) => line.msg === 'llm-extproc started')?.['grpc'];
-    assert.ok(typeof address === 'string');
-    grpcAddress = address;
+    ({ proc, grpcAddress } = await startProgram(dir, 'default', {}));
   });
 
   after(async () => {
@@ -108,6 +123,48 @@ void describe('abuse of the gRPC port: counted in metrics, bounded in the log', 
     const client = healthClient(grpcAddress);
     try {
       assert.equal(await client.check(), 'SERVING');
+    } finally {
+      client.close();
+    }
+  });
+
+  void it('listen.maxConnections: 3 refuses the 4th connection; listen.idleTimeoutSeconds closes the idle ones (GOAWAY NO_ERROR), not one with an open stream; then a new one is served', async (t) => {
+    const limited = await startProgram(dir, 'limited', { maxConnections: 3, idleTimeoutSeconds: 0.5 });
+    t.after(() => limited.proc.kill());
+    const idle = [await rawH2Connect(limited.grpcAddress), await rawH2Connect(limited.grpcAddress)];
+    const busy = await rawH2Connect(limited.grpcAddress);
+    t.after(() => [...idle, busy].forEach((raw) => raw.close()));
+    busy.write(Buffer.concat([headersFrame(1, grpcRequestHeaders(PROCESS_PATH)), PING]));
+    await busy.until((received) => parseFrames(received).some((f) => f.type === PING_TYPE && (f.flags & 1) === 1));
+
+    const fourth = await rawH2Connect(limited.grpcAddress);
+    await fourth.closed();
+    assert.equal(goawayCode(fourth.received()), undefined, 'closed at once, before any HTTP/2');
+    await waitUntil(
+      async () =>
+        metricValue(await metricsText(limited.proc), 'llm_extproc_grpc_protocol_events_total', { kind: 'connection_refused' }) === 1
+          ? true
+          : undefined,
+      { description: 'the refused connection counted', timeoutMs: 10_000 },
+    );
+
+    for (const raw of idle) {
+      await raw.until((received) => goawayCode(received) !== undefined);
+      assert.equal(goawayCode(raw.received()), 0, 'GOAWAY NO_ERROR');
+    }
+    assert.equal(goawayCode(busy.received()), undefined, 'the connection with an open stream is not idle');
+    assert.ok(
+      metricValue(await metricsText(limited.proc), 'llm_extproc_grpc_protocol_events_total', { kind: 'idle_closed' }) >= 2,
+      'idle closes counted',
+    );
+    for (const raw of idle) raw.close();
+    // Slots free once the server has seen those sockets close: until then a connection is refused.
+    const client = healthClient(limited.grpcAddress);
+    try {
+      await waitUntil(async () => ((await client.check().catch(() => undefined)) === 'SERVING' ? true : undefined), {
+        description: 'a new connection served once slots are free',
+        timeoutMs: 10_000,
+      });
     } finally {
       client.close();
     }
