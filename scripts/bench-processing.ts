@@ -27,6 +27,8 @@ import type * as Processor from '../src/request/request-processor.js';
 import type * as Routing from '../src/request/routing.js';
 import type * as MetricsModule from '../src/metrics/metrics.js';
 import type * as Load from '../src/picker/load-tracker.js';
+import type { RequestResult } from '../src/request/request-result.js';
+import { LogThrottle } from '../src/util/log-throttle.js';
 
 const { values } = parseArgs({
   options: {
@@ -82,12 +84,15 @@ async function server(name: string, dist: string | undefined): Promise<Server> {
   const metrics = new m.Metrics();
   // Production logs at info to stdout; here to /dev/null (a request that succeeds logs nothing).
   const logger = pino({ level: 'info' }, pino.destination({ dest: '/dev/null', sync: true })).child({ component: 'extproc' });
+  // As app.ts: one throttle for every stream's failure lines (an older build, --against, ignores it).
+  const failureLog = new LogThrottle<RequestResult>();
   const process = m.processMethod({
     processorFactory: () =>
       new m.RequestProcessor({
         routing,
         metrics,
         logger,
+        failureLog,
         maxRequestBodyBytes: 1024 * 1024,
         maxInspectedBodyBytes: 1024 * 1024,
         destinationFormat: 'list',

@@ -19,6 +19,8 @@ import { LoadTracker } from './picker/load-tracker.js';
 import { MetricsScraper } from './picker/scraper.js';
 import { metricsFormatFor } from './picker/settings.js';
 import { SignalBoard } from './picker/signals.js';
+import type { RequestResult } from './request/request-result.js';
+import { LogThrottle } from './util/log-throttle.js';
 
 export interface RunningApp {
   /** Bound gRPC address (`host:port` or `unix:///path`). */
@@ -126,6 +128,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
     for (const cell of board.all()) yield cell.metricsState;
   });
   const requestLogger = logger.child({ component: 'extproc' });
+  const failureLog = new LogThrottle<RequestResult>();
   const tls =
     config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
   const grpc = await startExtProcServer({
@@ -137,11 +140,15 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
     health,
     ...(tls === undefined ? {} : { tls }),
     onTurnaround: (seconds, replies) => metrics.messageTurnaround(seconds, replies),
+    onProtocolEvent: (kind) => metrics.protocolEvent(kind),
+    maxConnections: config.listen.maxConnections,
+    idleTimeoutMs: config.listen.idleTimeoutMs,
     processorFactory: () =>
       new RequestProcessor({
         routing,
         metrics,
         logger: requestLogger,
+        failureLog,
         maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
         maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
         destinationFormat: config.routing.destinationFormat,

@@ -28,6 +28,10 @@ export interface Config {
     readonly tls?: GrpcTlsConfig;
     /** Which implementation serves the gRPC listener. */
     readonly transport: GrpcTransport;
+    /** Most connections the gRPC listener holds at once (native transport). */
+    readonly maxConnections: number;
+    /** A gRPC connection with no open stream this long is closed gracefully. */
+    readonly idleTimeoutMs: number;
   };
   readonly logLevel: LogLevel;
   readonly source:
@@ -318,6 +322,8 @@ function toConfig(file: ConfigFile, endpointsFile: string | undefined): Config {
       grpc: listen.grpc ?? DEFAULTS.grpcAddress,
       http: listen.http ?? DEFAULTS.httpAddress,
       transport: listen.transport ?? DEFAULTS.grpcTransport,
+      maxConnections: listen.maxConnections ?? DEFAULTS.maxConnections,
+      idleTimeoutMs: (listen.idleTimeoutSeconds ?? DEFAULTS.idleTimeoutSeconds) * 1000,
       ...(tls === undefined ? {} : { tls }),
     },
     logLevel: file.logLevel ?? DEFAULTS.logLevel,

@@ -30,6 +30,8 @@ export const DEFAULTS = {
   grpcAddress: '0.0.0.0:9002',
   httpAddress: '0.0.0.0:9090',
   grpcTransport: 'native',
+  maxConnections: 1024,
+  idleTimeoutSeconds: 300,
   logLevel: 'info',
   staticPath: 'endpoints.yaml',
   targetPort: 8000,
@@ -280,6 +282,22 @@ export const configFileSchema = Mapping(
             NonEmpty({ default: DEFAULTS.httpAddress, description: 'HTTP /metrics, /healthz, /readyz, /debug/endpoints: host:port.' }),
           ),
           tls: Type.Optional(Tls),
+          maxConnections: Type.Optional(
+            Type.Integer({
+              minimum: 1,
+              default: DEFAULTS.maxConnections,
+              description:
+                'Most connections the gRPC listener holds at once (TLS handshakes included); one more is closed at once and counted. Native transport.',
+            }),
+          ),
+          idleTimeoutSeconds: Type.Optional(
+            Type.Number({
+              exclusiveMinimum: 0,
+              default: DEFAULTS.idleTimeoutSeconds,
+              description:
+                'A gRPC connection with no open stream for this long is closed gracefully (GOAWAY NO_ERROR; the gateway reconnects when it needs to).',
+            }),
+          ),
           transport: Type.Optional(
             StringEnum(GRPC_TRANSPORTS, {
               default: DEFAULTS.grpcTransport,

@@ -6,6 +6,7 @@
 import type { Logger } from 'pino';
 import type { BidiCall, BidiMethod, CallErrorCode, CallSink } from '../grpc/bidi-call.js';
 import { asError } from '../util/error-message.js';
+import { LogThrottle } from '../util/log-throttle.js';
 import { decodeProcessingRequest } from './codec/decode-request.js';
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
 import { EXT_PROC_SERVICE_NAME } from './protocol-names.js';
@@ -25,6 +26,8 @@ interface ProcessCallContext {
   readonly processorFactory: ProcessorFactory;
   readonly logger: Logger;
   readonly onStreamError: ((err: Error) => void) | undefined;
+  /** At most one 'ext_proc stream failed' line per interval: a peer can reset streams by the thousand. */
+  readonly failureLog: LogThrottle<'transport_failed'>;
   /** Release functions of the open streams (shutdown calls them at the grace deadline). */
   readonly openStreams: Set<() => void>;
 }
@@ -35,6 +38,7 @@ export function processMethod(options: ProcessServiceOptions): BidiMethod<Proces
     processorFactory: options.processorFactory,
     logger: options.logger,
     onStreamError: options.onStreamError,
+    failureLog: new LogThrottle(),
     openStreams: new Set(),
   };
   return {
@@ -133,7 +137,9 @@ class ProcessCall implements BidiCall<ProcessingRequest> {
   /** The transport failed (not us): finish with the error and report it. */
   transportFailed(err: Error): void {
     if (this.finished) return;
-    this.context.logger.warn({ err }, 'ext_proc stream failed');
+    const suppressed = this.context.failureLog.admit('transport_failed', performance.now());
+    if (suppressed === undefined) this.context.logger.debug({ err }, 'ext_proc stream failed');
+    else this.context.logger.warn(suppressed === 0 ? { err } : { err, suppressed }, 'ext_proc stream failed');
     this.finish({ kind: 'error', error: err });
     this.context.onStreamError?.(err);
   }

@@ -69,7 +69,10 @@ export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<Runnin
     opts.health,
     opts.methods.map((method) => serviceOf(method.path)),
   );
-  const server = new Server({ ...GRPC_SERVER_OPTIONS });
+  const server = new Server({
+    ...GRPC_SERVER_OPTIONS,
+    ...(opts.idleTimeoutMs === undefined ? {} : { 'grpc.max_connection_idle_ms': opts.idleTimeoutMs }),
+  });
 
   for (const method of opts.methods) {
     const name = method.path.slice(method.path.lastIndexOf('/') + 1);

@@ -10,6 +10,8 @@ import type { Server as NetServer, Socket } from 'node:net';
 import { createServer as createTlsServer } from 'node:tls';
 import type { Server as TlsServer } from 'node:tls';
 import { Http2Connection } from '../http2/connection.js';
+import type { ProtocolEventKind } from '../http2/connection.js';
+import { LogThrottle } from '../util/log-throttle.js';
 import type { Http2Stream, StreamClose } from '../http2/stream.js';
 import { ErrorCode } from '../http2/frames.js';
 import { encodeHeaderBlock } from '../http2/hpack-encoder.js';
@@ -122,7 +124,15 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
     }
   };
 
-  const onProtocolEvent = (event: string, details: Record<string, unknown>): void => logger.debug(details, `HTTP/2 ${event}`);
+  // Counted one by one (the metric), logged at most once per kind per interval: these are what a
+  // stranger or a fuzzer on the port produces by the thousand.
+  const protocolLog = new LogThrottle<ProtocolEventKind | ListenerEventKind>();
+  const onProtocolEvent = (kind: ProtocolEventKind | ListenerEventKind, details: Record<string, unknown>): void => {
+    opts.onProtocolEvent?.(kind);
+    const suppressed = protocolLog.admit(kind, performance.now());
+    if (suppressed === undefined) logger.debug(details, `HTTP/2 ${kind}`);
+    else logger.info(suppressed === 0 ? { ...details, kind } : { ...details, kind, suppressed }, `HTTP/2 ${kind}`);
+  };
 
   const serveConnection = (socket: Socket): void => {
     if (stopping) {
@@ -157,6 +167,12 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
   const unsubscribeTls =
     tls === undefined ? () => {} : tls.onChange((identity) => (server as TlsServer).setSecureContext(secureContextOptions(identity)));
   server.on('tlsClientError', (err) => logger.debug({ err }, 'TLS handshake failed'));
+  // Over the cap, Node closes a new socket at once and tells us ('drop'): the peer sees the close.
+  if (opts.maxConnections !== undefined) server.maxConnections = opts.maxConnections;
+  server.on('drop', (peer?: { remoteAddress?: string }) =>
+    onProtocolEvent('connection_refused', { peer: peer?.remoteAddress, maxConnections: opts.maxConnections }),
+  );
+  const idleSweep = opts.idleTimeoutMs === undefined ? undefined : sweepIdle(connections, opts.idleTimeoutMs, onProtocolEvent);
   return bindListener(server, {
     address: opts.address,
     transport: 'native',
@@ -167,9 +183,38 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
     logger,
     onShutdown: () => {
       stopping = true;
+      clearInterval(idleSweep);
       health.stopServing();
     },
   });
+}
+
+/** What the listener itself reports, beside the connections' events. */
+type ListenerEventKind = 'connection_refused' | 'idle_closed';
+
+/**
+ * Closes connections that had no open stream for `idleTimeoutMs`, gracefully (GOAWAY NO_ERROR, then
+ * the socket once the peer read it): a peer that only answers PINGs holds no connection forever.
+ * One timer for the listener, checking a few times per timeout: close within 1.25 × the timeout.
+ */
+function sweepIdle(
+  connections: ReadonlySet<Http2Connection>,
+  idleTimeoutMs: number,
+  report: (kind: ListenerEventKind, details: Record<string, unknown>) => void,
+): NodeJS.Timeout {
+  const timer = setInterval(
+    () => {
+      const now = performance.now();
+      for (const connection of connections) {
+        if (connection.idleMs(now) < idleTimeoutMs || connection.closing) continue;
+        report('idle_closed', { idleTimeoutMs });
+        connection.close();
+      }
+    },
+    Math.max(10, idleTimeoutMs / 4),
+  );
+  timer.unref();
+  return timer;
 }
 
 /** A peer's reset other than CANCEL, or our own reset: the stream failed rather than being cancelled. */
@@ -212,15 +257,38 @@ class GrpcCall {
   }
 }
 
-/** A plain HTTP refusal for what is not a gRPC call at all (wrong method or content type). */
+/**
+ * Past this much request body, a request that is not a gRPC call is answered at once (and told to
+ * stop sending, RST_STREAM NO_ERROR) instead of being read to its end.
+ */
+const REFUSED_BODY_MAX_BYTES = 64 * 1024;
+
+/**
+ * A plain HTTP refusal for what is not a gRPC call at all (wrong method or content type), sent when
+ * the request has ended: the ordinary exchange, so the peer's frames that follow are checked by
+ * the HTTP/2 rules like any other request's (content-length, trailers) rather than racing an early
+ * answer. Its body is read and dropped, up to REFUSED_BODY_MAX_BYTES.
+ */
 function refuse(stream: Http2Stream, httpStatus: number, grpcStatus: number, message: string): void {
-  stream.respond(
-    encodeHeaderBlock([
-      [':status', String(httpStatus)],
-      ['content-type', 'text/plain; charset=utf-8'],
-      ...statusFields(grpcStatus, message),
-    ]),
-  );
-  stream.write(Buffer.from(message, 'utf8'));
-  stream.end();
+  let bodyBytes = 0;
+  const answer = (): void => {
+    if (stream.closed || stream.localEnded) return;
+    stream.respond(
+      encodeHeaderBlock([
+        [':status', String(httpStatus)],
+        ['content-type', 'text/plain; charset=utf-8'],
+        ...statusFields(grpcStatus, message),
+      ]),
+    );
+    stream.write(Buffer.from(message, 'utf8'));
+    stream.end();
+  };
+  stream.handlers = {
+    onData: (chunk) => {
+      bodyBytes += chunk.length;
+      if (bodyBytes > REFUSED_BODY_MAX_BYTES) answer();
+    },
+    onEnd: answer,
+    onClose: () => undefined,
+  };
 }

@@ -12,8 +12,8 @@
 // Writes are batched: frames queue during a turn of the event loop and go out in one socket write
 // from a microtask, so the replies to every message of one read leave together.
 import type { Socket } from 'node:net';
-import { requestFieldsProblem, trailerFieldsProblem } from './field-rules.js';
-import { HeaderBlockCharge, RapidResetCount } from './abuse-limits.js';
+import { checkRequestFields, trailerFieldsProblem } from './field-rules.js';
+import { HeaderBlockCharge, LocallyClosedStreams, RapidResetCount } from './abuse-limits.js';
 import { Http2Stream } from './stream.js';
 import type { StreamClose, StreamHost } from './stream.js';
 import { HeaderListTooLargeError, HpackDecoder } from './hpack.js';
@@ -31,6 +31,7 @@ import {
   Flag,
   FrameReader,
   FrameType,
+  headersDependency,
   MAX_FRAME_SIZE_LIMIT,
   MAX_WINDOW_SIZE,
   SETTINGS_ACK,
@@ -53,8 +54,12 @@ export interface Http2ConnectionOptions {
   readonly maxConcurrentStreams?: number;
   /** A new stream and its request header fields. Set `stream.handlers` before returning. */
   readonly onStream: (stream: Http2Stream, headers: ReadonlyArray<readonly [string, string]>) => void;
-  /** Something worth a debug line: a peer's protocol error, a refused stream. */
-  readonly onProtocolEvent?: (event: string, details: Record<string, unknown>) => void;
+  /**
+   * A peer's protocol error, a refused stream, a handler that threw: one of a closed set of kinds
+   * (fit for a metric label), with details for a log line. Never called on the path of a
+   * well-behaved peer's messages.
+   */
+  readonly onProtocolEvent?: (kind: ProtocolEventKind, details: Record<string, unknown>) => void;
   /**
    * Told at each socket write that carries stream DATA written while handling a read: the seconds
    * since that read's callback began, and how many stream writes the socket write carries (decoding,
@@ -65,10 +70,48 @@ export interface Http2ConnectionOptions {
   readonly onReadAnswered?: (seconds: number, dataWrites: number) => void;
 }
 
+/** What `onProtocolEvent` reports. */
+export const PROTOCOL_EVENT_KINDS = [
+  /** The connection ended with GOAWAY and an error code (see `code`), rapid reset and header floods aside. */
+  'connection_error',
+  /** Most streams were reset while waiting for us (abuse-limits.ts): GOAWAY ENHANCE_YOUR_CALM. */
+  'rapid_reset',
+  /** A header block past the size limit in CONTINUATION frames: GOAWAY ENHANCE_YOUR_CALM. */
+  'header_flood',
+  /** A request or trailers malformed by RFC 9113 §8 (fields, pseudo-headers, content-length): RST_STREAM PROTOCOL_ERROR. */
+  'malformed_request',
+  /** A request header list above SETTINGS_MAX_HEADER_LIST_SIZE: RST_STREAM. */
+  'header_list_too_large',
+  /** A stream over SETTINGS_MAX_CONCURRENT_STREAMS: RST_STREAM REFUSED_STREAM. */
+  'refused_stream',
+  /** Another stream error of the peer's (flow control, frames on a half-closed stream): RST_STREAM. */
+  'stream_error',
+  /** Our own stream handler threw: RST_STREAM INTERNAL_ERROR. */
+  'handler_error',
+  /** The socket failed (reset by the peer, TLS error after the handshake). */
+  'socket_error',
+] as const;
+export type ProtocolEventKind = (typeof PROTOCOL_EVENT_KINDS)[number];
+
 const PREFACE_BYTES = CONNECTION_PREFACE.length;
+/** Ranges of stream ids a peer skipped that we remember (clients number streams one after another; beyond this, cosmetic). */
+const SKIPPED_RANGES_MAX = 32;
 /** How long a connection ended for a protocol error gets to write its GOAWAY before it is destroyed. */
 const GOAWAY_FLUSH_MS = 1000;
 const MAX_STREAM_ID = 2 ** 31 - 1;
+/** A flag bit no frame uses, set on a header block's flags when its HEADERS frame made the stream depend on itself. */
+const SELF_DEPENDENT = 0x100;
+
+/** A peer that makes us work without doing the same (abuse-limits.ts): GOAWAY ENHANCE_YOUR_CALM. */
+class AbuseError extends ConnectionError {
+  constructor(
+    readonly kind: 'rapid_reset' | 'header_flood',
+    message: string,
+  ) {
+    super(ErrorCode.ENHANCE_YOUR_CALM, message);
+  }
+}
+
 /** The payload of close()'s PING, told apart from keepalive PINGs (all zeros) by its ACK. */
 const SHUTDOWN_PING = Buffer.from('shutdown', 'latin1');
 export class Http2Connection implements StreamHost {
@@ -99,6 +142,14 @@ export class Http2Connection implements StreamHost {
   private pendingBytes = 0;
   private flushScheduled = false;
   private readonly resets = new RapidResetCount();
+  /** Streams we closed before the peer did: their late frames are dropped, not errors. */
+  private readonly locallyClosed = new LocallyClosedStreams();
+  /** Stream ids the peer skipped (implicitly closed, never used), as [first, last] pairs. */
+  private readonly skippedIds: Array<readonly [number, number]> = [];
+  /** performance.now() at the start of the current read: the clock of stream lifetimes. */
+  private now = 0;
+  /** performance.now() when the last stream closed and none was left open; -1 while streams are open. */
+  private idleSinceMs: number;
   /** performance.now() when the read being answered came in; -1 outside one or when nobody is told. */
   private readStartedAt = -1;
   /** Stream writes since that read came in (counted always: cheaper than asking). */
@@ -115,6 +166,7 @@ export class Http2Connection implements StreamHost {
     private readonly socket: Socket,
     private readonly options: Http2ConnectionOptions,
   ) {
+    this.idleSinceMs = performance.now();
     this.decoder = new HpackDecoder({ maxListBytes: options.maxHeaderListBytes });
     this.headerBlockCharge = new HeaderBlockCharge(options.maxHeaderListBytes);
     socket.setNoDelay(true);
@@ -131,7 +183,7 @@ export class Http2Connection implements StreamHost {
     if (options.connectionWindow > DEFAULT_WINDOW_SIZE) this.queue(encodeWindowUpdate(0, options.connectionWindow - DEFAULT_WINDOW_SIZE));
     socket.on('data', this.onSocketData);
     socket.on('drain', this.onDrain);
-    socket.on('error', (err) => this.options.onProtocolEvent?.('socket error', { err }));
+    socket.on('error', (err) => this.options.onProtocolEvent?.('socket_error', { err }));
     socket.on('close', this.onSocketClose);
   }
 
@@ -141,6 +193,16 @@ export class Http2Connection implements StreamHost {
 
   get closed(): boolean {
     return this.destroyed;
+  }
+
+  /** A graceful close has begun (close()), or the connection ended. */
+  get closing(): boolean {
+    return this.destroyed || this.draining || this.goawaySent;
+  }
+
+  /** How long the connection has had no open stream (ms, on performance.now()'s clock); 0 while streams are open. */
+  idleMs(now: number = performance.now()): number {
+    return this.idleSinceMs < 0 ? 0 : now - this.idleSinceMs;
   }
 
   onClose(listener: () => void): void {
@@ -229,10 +291,15 @@ export class Http2Connection implements StreamHost {
     stream.localEnded = true;
     this.streams.delete(stream.id);
     this.blockedStreams.delete(stream);
+    // We reset it, or ended it before the peer did (RST_STREAM NO_ERROR): what the peer sent
+    // before it heard may still come, and is dropped.
+    if (close.kind === 'local-reset' || (close.kind === 'done' && !stream.remoteEnded))
+      this.locallyClosed.add(stream.id, performance.now());
+    if (this.streams.size === 0) this.idleSinceMs = performance.now();
     try {
       stream.handlers.onClose(close);
     } catch (err) {
-      this.options.onProtocolEvent?.('stream close handler threw', { err, stream: stream.id });
+      this.options.onProtocolEvent?.('handler_error', { err, stream: stream.id, handler: 'close' });
     }
     if (this.goawaySent && this.streams.size === 0) this.endSocket();
   }
@@ -251,11 +318,13 @@ export class Http2Connection implements StreamHost {
 
   private readonly onSocketData = (chunk: Buffer): void => {
     if (this.destroyed) return;
+    const now = performance.now();
+    this.now = now;
     // Reads can come back to back with no microtask between them (after a pause, Node hands over
     // everything buffered at once): then the replies of all of them leave in one write, timed
     // from the first.
     if (this.readStartedAt < 0) {
-      if (this.options.onReadAnswered !== undefined) this.readStartedAt = performance.now();
+      if (this.options.onReadAnswered !== undefined) this.readStartedAt = now;
       this.dataWritesSinceRead = 0;
     }
     try {
@@ -292,7 +361,7 @@ export class Http2Connection implements StreamHost {
       try {
         stream.handlers.onEnd();
       } catch (err) {
-        this.options.onProtocolEvent?.('stream end handler threw', { err, stream: stream.id });
+        this.options.onProtocolEvent?.('handler_error', { err, stream: stream.id, handler: 'end' });
         stream.reset(ErrorCode.INTERNAL_ERROR);
       }
     }
@@ -301,7 +370,8 @@ export class Http2Connection implements StreamHost {
   private failConnection(err: unknown): void {
     const code = err instanceof ConnectionError ? err.code : ErrorCode.INTERNAL_ERROR;
     const message = err instanceof Error ? err.message : String(err);
-    this.options.onProtocolEvent?.('connection error', { code, message });
+    const kind = err instanceof AbuseError ? err.kind : 'connection_error';
+    this.options.onProtocolEvent?.(kind, { code, message, ...(err instanceof ConnectionError ? {} : { err }) });
     if (!this.goawaySent) {
       this.goawaySent = true;
       this.queue(encodeGoaway(this.lastStreamId, code, message));
@@ -348,15 +418,54 @@ export class Http2Connection implements StreamHost {
         // The peer opens no more streams; the ones open carry on.
         return;
       case FrameType.PRIORITY:
-        if (streamId === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'PRIORITY on stream 0');
-        if (payload.length !== 5) this.resetIdleOrOpen(streamId, ErrorCode.FRAME_SIZE_ERROR);
-        return; // priorities mean nothing to a server that answers in arrival order
+        this.onPriority(streamId, payload);
+        return;
       case FrameType.PUSH_PROMISE:
         throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'a client cannot push');
       default:
         return; // unknown frame types are ignored (RFC 9113 §4.1)
     }
   };
+
+  /** Priorities mean nothing to a server that answers in arrival order; only the frame's validity is checked. */
+  private onPriority(streamId: number, payload: Buffer): void {
+    if (streamId === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'PRIORITY on stream 0');
+    let code: number | undefined;
+    if (payload.length !== 5) code = ErrorCode.FRAME_SIZE_ERROR;
+    else if ((payload.readUInt32BE(0) & 0x7fffffff) === streamId) code = ErrorCode.PROTOCOL_ERROR; // §5.3.1: not on itself
+    if (code === undefined) return;
+    // A stream error (RFC 9113 §6.3); on a stream that is not open there is nothing to reset (an
+    // idle stream must never see RST_STREAM), so the connection ends instead.
+    const stream = this.streams.get(streamId);
+    if (stream === undefined) throw new ConnectionError(code, 'invalid PRIORITY frame');
+    this.streamError(stream, code, 'invalid PRIORITY frame');
+  }
+
+  /** Resets a stream for the peer's error, and says so. */
+  private streamError(stream: Http2Stream, code: number, problem: string): void {
+    this.options.onProtocolEvent?.('stream_error', { stream: stream.id, code, problem });
+    stream.reset(code);
+  }
+
+  /**
+   * A DATA or HEADERS frame on a stream that is neither open nor idle. One we closed first: the
+   * peer sent it before it heard, and it is dropped. Any other (ended both ways, reset by the peer,
+   * skipped): a STREAM_CLOSED connection error (RFC 9113 §5.1 "closed"; a stream error there may
+   * be treated as a connection error, §5.4), or PROTOCOL_ERROR for a HEADERS frame that reuses a
+   * lower id than the last (§5.1.1).
+   */
+  private onClosedStream(type: 'DATA' | 'HEADERS', streamId: number): void {
+    if (this.locallyClosed.expectsLateFrames(streamId, this.now)) return;
+    if (type === 'HEADERS' && this.wasSkipped(streamId)) {
+      throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'HEADERS with a stream id lower than one already used');
+    }
+    throw new ConnectionError(ErrorCode.STREAM_CLOSED, `${type} on a closed stream`);
+  }
+
+  private wasSkipped(streamId: number): boolean {
+    if (this.skippedIds.length >= SKIPPED_RANGES_MAX) return true;
+    return this.skippedIds.some(([first, last]) => streamId >= first && streamId <= last);
+  }
 
   private onSettings(flags: number, streamId: number, payload: Buffer): void {
     if (streamId !== 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'SETTINGS on a stream');
@@ -428,12 +537,12 @@ export class Http2Connection implements StreamHost {
       return; // a stream we closed; the peer had not heard yet
     }
     if (increment === 0) {
-      stream.reset(ErrorCode.PROTOCOL_ERROR);
+      this.streamError(stream, ErrorCode.PROTOCOL_ERROR, 'WINDOW_UPDATE of 0');
       return;
     }
     stream.sendWindow += increment;
     if (stream.sendWindow > MAX_WINDOW_SIZE) {
-      stream.reset(ErrorCode.FLOW_CONTROL_ERROR);
+      this.streamError(stream, ErrorCode.FLOW_CONTROL_ERROR, 'stream window above 2^31-1');
       return;
     }
     stream.resumeBlocked();
@@ -451,10 +560,9 @@ export class Http2Connection implements StreamHost {
     if (payload.length !== 4) throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, 'RST_STREAM payload not 4 bytes');
     if (streamId > this.lastStreamId) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'RST_STREAM on an idle stream');
     const stream = this.streams.get(streamId);
-    if (stream === undefined) return;
-    const empty = !stream.headersSent && !stream.receivedData;
-    if (empty && this.resets.emptyResetIsTooMany()) {
-      throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, 'most streams were reset before carrying anything (rapid reset)');
+    if (stream === undefined) return; // closed already: the peer had not heard, or resets twice
+    if (this.resets.resetIsTooMany(this.now - stream.openedAt, stream.waiting)) {
+      throw new AbuseError('rapid_reset', 'most streams were reset as soon as they opened, before our answer (rapid reset)');
     }
     this.closeStream(stream, { kind: 'reset', code: payload.readUInt32BE(0) });
   }
@@ -466,33 +574,43 @@ export class Http2Connection implements StreamHost {
     if (this.receiveConsumed > this.options.connectionWindow) {
       throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, 'peer sent beyond the connection window');
     }
+    // Padding is checked on every DATA frame, whatever its stream's state (§6.1).
+    const data = unpad(payload, flags, FrameType.DATA);
     const stream = this.streams.get(streamId);
     if (stream === undefined) {
       if (streamId > this.lastStreamId) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'DATA on an idle stream');
-      return; // a stream we closed or reset; its data is dropped (and its window counted above)
+      this.onClosedStream('DATA', streamId); // its window was counted above either way
+      return;
     }
     if (stream.remoteEnded) {
-      stream.reset(ErrorCode.STREAM_CLOSED);
+      this.streamError(stream, ErrorCode.STREAM_CLOSED, 'DATA after END_STREAM');
       return;
     }
     stream.receiveWindow -= payload.length;
     if (stream.receiveWindow < 0) {
-      stream.reset(ErrorCode.FLOW_CONTROL_ERROR);
+      this.streamError(stream, ErrorCode.FLOW_CONTROL_ERROR, 'peer sent beyond the stream window');
       return;
     }
     stream.receiveConsumed += payload.length;
-    const data = unpad(payload, flags, FrameType.DATA);
+    const endStream = (flags & Flag.END_STREAM) !== 0;
+    // A declared content-length holds the DATA to it (§8.1.1); gRPC requests declare none.
+    if (stream.remainingLength >= 0) {
+      stream.remainingLength -= data.length;
+      if (stream.remainingLength < 0 || (endStream && stream.remainingLength > 0)) {
+        this.malformed(stream, 'DATA length differs from content-length');
+        return;
+      }
+    }
     // The end is marked before the data is handed on: a handler that completes the response from
     // this last piece (a unary call) then closes a stream that is done both ways, rather than
     // telling the peer to stop sending what it already finished (RST_STREAM NO_ERROR).
-    const endStream = (flags & Flag.END_STREAM) !== 0;
     if (endStream) this.remoteEnd(stream);
     if (data.length > 0) {
-      stream.receivedData = true;
+      stream.waiting = true;
       try {
         stream.handlers.onData(data);
       } catch (err) {
-        this.options.onProtocolEvent?.('stream data handler threw', { err, stream: streamId });
+        this.options.onProtocolEvent?.('handler_error', { err, stream: streamId, handler: 'data' });
         stream.reset(ErrorCode.INTERNAL_ERROR);
         return;
       }
@@ -515,12 +633,14 @@ export class Http2Connection implements StreamHost {
   private onHeaders(flags: number, streamId: number, payload: Buffer): void {
     if (streamId === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'HEADERS on stream 0');
     const fragment = unpad(payload, flags, FrameType.HEADERS);
+    // A stream cannot depend on itself (§5.3.1): a stream error, told once the block is decoded.
+    const blockFlags = headersDependency(payload, flags) === streamId ? flags | SELF_DEPENDENT : flags;
     if ((flags & Flag.END_HEADERS) !== 0) {
-      this.onHeaderBlock(flags, streamId, fragment);
+      this.onHeaderBlock(blockFlags, streamId, fragment);
       return;
     }
     this.continuationStream = streamId;
-    this.continuationFlags = flags;
+    this.continuationFlags = blockFlags;
     this.continuationParts = [Buffer.from(fragment)];
     this.continuationBytes = fragment.length;
     this.headerBlockCharge.start(fragment.length);
@@ -531,7 +651,7 @@ export class Http2Connection implements StreamHost {
       throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'CONTINUATION without its HEADERS');
     }
     if (this.headerBlockCharge.continuationIsTooMuch(payload.length)) {
-      throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, 'header block too large');
+      throw new AbuseError('header_flood', 'header block too large');
     }
     this.continuationBytes += payload.length;
     if (payload.length > 0) this.continuationParts.push(Buffer.from(payload));
@@ -558,68 +678,93 @@ export class Http2Connection implements StreamHost {
     const existing = this.streams.get(streamId);
     if (existing !== undefined) {
       // Trailers: they must end the stream (RFC 9113 §8.1).
-      if (existing.remoteEnded || !endStream) {
-        existing.reset(existing.remoteEnded ? ErrorCode.STREAM_CLOSED : ErrorCode.PROTOCOL_ERROR);
+      if (existing.remoteEnded) {
+        this.streamError(existing, ErrorCode.STREAM_CLOSED, 'HEADERS after END_STREAM');
+        return;
+      }
+      if (!endStream) {
+        this.malformed(existing, 'a second HEADERS frame that does not end the stream');
         return;
       }
       const malformed = fields === undefined ? undefined : trailerFieldsProblem(fields);
       if (malformed !== undefined) {
-        this.options.onProtocolEvent?.('malformed trailers', { stream: streamId, problem: malformed });
-        existing.reset(ErrorCode.PROTOCOL_ERROR);
+        this.malformed(existing, malformed);
+        return;
+      }
+      if ((flags & SELF_DEPENDENT) !== 0) {
+        this.streamError(existing, ErrorCode.PROTOCOL_ERROR, 'stream depends on itself');
+        return;
+      }
+      if (existing.remainingLength > 0) {
+        this.malformed(existing, 'DATA length differs from content-length');
         return;
       }
       this.remoteEnd(existing);
       return;
     }
+    if (streamId % 2 === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'client stream with an even id');
     if (streamId <= this.lastStreamId) {
-      // A stream we already closed: nothing to do but say so (its header block was decoded above).
-      this.queue(encodeRstStream(streamId, ErrorCode.STREAM_CLOSED));
+      this.onClosedStream('HEADERS', streamId); // its header block was decoded above: the table stays in sync
       return;
     }
-    if (streamId % 2 === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'client stream with an even id');
+    if (streamId > this.lastStreamId + 2 && this.skippedIds.length < SKIPPED_RANGES_MAX) {
+      this.skippedIds.push([this.lastStreamId + 2, streamId - 2]);
+    }
     this.lastStreamId = streamId;
+    // Refused from here on: the HEADERS opened the stream, so RST_STREAM on it is allowed, and the
+    // peer's frames that follow before it hears are dropped.
+    const refuse = (code: number): void => {
+      this.queue(encodeRstStream(streamId, code));
+      this.locallyClosed.add(streamId, this.now);
+    };
     if (this.goawaySent) {
-      this.queue(encodeRstStream(streamId, ErrorCode.REFUSED_STREAM));
+      refuse(ErrorCode.REFUSED_STREAM);
       return;
     }
     if (fields === undefined) {
-      this.options.onProtocolEvent?.('header list too large', { stream: streamId });
-      this.queue(encodeRstStream(streamId, ErrorCode.ENHANCE_YOUR_CALM));
+      this.options.onProtocolEvent?.('header_list_too_large', { stream: streamId });
+      refuse(ErrorCode.ENHANCE_YOUR_CALM);
       return;
     }
-    const malformed = requestFieldsProblem(fields);
-    if (malformed !== undefined) {
-      this.options.onProtocolEvent?.('malformed request', { stream: streamId, problem: malformed });
-      this.queue(encodeRstStream(streamId, ErrorCode.PROTOCOL_ERROR));
+    const check = checkRequestFields(fields);
+    let problem = check.ok ? undefined : check.problem;
+    if (check.ok && check.contentLength > 0 && endStream) problem = 'content-length without DATA';
+    if ((flags & SELF_DEPENDENT) !== 0) problem ??= 'stream depends on itself';
+    if (problem !== undefined) {
+      this.options.onProtocolEvent?.('malformed_request', { stream: streamId, problem });
+      refuse(ErrorCode.PROTOCOL_ERROR);
       return;
     }
     if (this.streams.size >= (this.options.maxConcurrentStreams ?? Infinity)) {
-      this.options.onProtocolEvent?.('stream over the concurrency limit refused', { stream: streamId });
-      this.queue(encodeRstStream(streamId, ErrorCode.REFUSED_STREAM));
+      this.options.onProtocolEvent?.('refused_stream', { stream: streamId });
+      refuse(ErrorCode.REFUSED_STREAM);
       return;
     }
     this.resets.opened();
     const stream = new Http2Stream(this, streamId, this.peerInitialWindow, this.options.streamWindow);
+    stream.openedAt = this.now;
+    if (check.ok) stream.remainingLength = check.contentLength;
     this.streams.set(streamId, stream);
+    this.idleSinceMs = -1;
     // Marked before onStream, as for DATA: a response completed at once then closes the stream cleanly.
     if (endStream) this.remoteEnd(stream);
     try {
       this.options.onStream(stream, fields);
     } catch (err) {
-      this.options.onProtocolEvent?.('stream handler threw', { err, stream: streamId });
+      this.options.onProtocolEvent?.('handler_error', { err, stream: streamId, handler: 'stream' });
       stream.reset(ErrorCode.INTERNAL_ERROR);
     }
+  }
+
+  /** A malformed request or trailers (§8.1.1): a stream error of type PROTOCOL_ERROR. */
+  private malformed(stream: Http2Stream, problem: string): void {
+    this.options.onProtocolEvent?.('malformed_request', { stream: stream.id, problem });
+    stream.reset(ErrorCode.PROTOCOL_ERROR);
   }
 
   private remoteEnd(stream: Http2Stream): void {
     if (stream.closed || stream.remoteEnded) return;
     stream.remoteEnded = true;
     this.endedInRead.push(stream);
-  }
-
-  private resetIdleOrOpen(streamId: number, code: number): void {
-    const stream = this.streams.get(streamId);
-    if (stream !== undefined) stream.reset(code);
-    else this.queue(encodeRstStream(streamId, code));
   }
 }

@@ -266,3 +266,10 @@ export function unpad(payload: Buffer, flags: number, type: number): Buffer {
   if (to < from) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, 'padding longer than the frame');
   return payload.subarray(from, to);
 }
+
+/** The stream a HEADERS frame with the PRIORITY flag depends on (its 31-bit dependency), or -1 without the flag. */
+export function headersDependency(payload: Buffer, flags: number): number {
+  if ((flags & Flag.PRIORITY) === 0) return -1;
+  const at = (flags & Flag.PADDED) !== 0 ? 1 : 0;
+  return payload.length >= at + 4 ? payload.readUInt32BE(at) & 0x7fffffff : -1;
+}

@@ -51,8 +51,16 @@ export class Http2Stream {
   remoteEnded = false;
   closed = false;
   headersSent = false;
-  /** The peer sent DATA with at least one byte on it. */
-  receivedData = false;
+  /** When it opened (the connection's clock, ms). */
+  openedAt = 0;
+  /**
+   * The peer sent something (the HEADERS that opened it, DATA) that no write of ours answered yet:
+   * what tells a peer resetting streams without reading our replies from Envoy, which resets a
+   * stream only after our reply to its last message (abuse-limits.ts).
+   */
+  waiting = true;
+  /** Bytes of DATA still to come by the request's `content-length`; -1 when it declared none. */
+  remainingLength = -1;
   /** Bytes we may still send before the peer grants more (may go negative on a SETTINGS change). */
   sendWindow: number;
   /** Bytes the peer may still send us before we grant more. */
@@ -77,6 +85,7 @@ export class Http2Stream {
   respond(block: Uint8Array, endStream = false): void {
     if (this.localEnded || this.closed) return;
     this.headersSent = true;
+    this.waiting = false;
     this.connection.queue(encodeHeadersFrames(this.id, block, this.connection.peerMaxFrameSize, endStream));
     if (endStream) this.endedLocally();
   }
@@ -84,6 +93,7 @@ export class Http2Stream {
   /** Sends body bytes; false when the connection's write buffer is full (the caller should pause). */
   write(data: Uint8Array): boolean {
     if (this.localEnded || this.closed || data.length === 0) return !this.connection.congested;
+    this.waiting = false;
     this.connection.dataWritesSinceRead++;
     if (this.blocked !== undefined) this.blocked.push(Buffer.from(data));
     else this.sendData(data);
@@ -93,6 +103,7 @@ export class Http2Stream {
   /** Ends our side with a trailer block, or without trailers (an empty DATA frame), after any DATA still waiting for window. */
   end(trailers?: Uint8Array): void {
     if (this.localEnded || this.closed) return;
+    this.waiting = false;
     if (this.blocked !== undefined) {
       this.blockedEnd = trailers ?? null;
       this.localEnded = true;

@@ -100,6 +100,13 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  private readonly protocolEvents = new Counter({
+    name: 'llm_extproc_grpc_protocol_events_total',
+    help: "HTTP/2 events on the gRPC listener (native transport), by kind: a peer's protocol errors (connection_error, malformed_request, stream_error, header_list_too_large), refused streams, abuse ended with ENHANCE_YOUR_CALM (rapid_reset, header_flood), handler_error, socket_error; connections closed over listen.maxConnections (connection_refused) or after listen.idleTimeoutSeconds without a stream (idle_closed).",
+    labelNames: ['kind'] as const,
+    registers: [this.registry],
+  });
+
   private readonly watchRestarts = new Counter({
     name: 'llm_extproc_kubernetes_watch_restarts_total',
     help: 'Kubernetes watch restarts, by resource and reason (gone = 410 relist, dropped, error).',
@@ -216,6 +223,10 @@ export class Metrics {
 
   servedOutsidePick(): void {
     this.outsidePick.inc();
+  }
+
+  protocolEvent(kind: string): void {
+    this.protocolEvents.inc({ kind });
   }
 
   watchRestarted(resource: string, reason: string): void {

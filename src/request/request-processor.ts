@@ -10,6 +10,7 @@ import type { AttemptFailure } from '../endpoints/passive-health.js';
 import type { ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
 import type { StreamEnd, StreamProcessor } from '../extproc/stream-processor.js';
 import type { RequestResult } from './request-result.js';
+import type { LogThrottle } from '../util/log-throttle.js';
 import type { RoutedRequest, Routing } from './routing.js';
 import { onMessage, onStreamEnd } from './stream-machine.js';
 import type { MachineContext, Step, StreamState } from './stream-state.js';
@@ -27,6 +28,12 @@ export interface ProcessorDeps {
   readonly routing: Routing;
   readonly metrics: ProcessorMetrics;
   readonly logger: Logger;
+  /**
+   * Shared by every stream: at most one 'request failed' line per result per interval at info
+   * (the rest at debug; all of them are counted in llm_extproc_requests_total). A peer that opens
+   * and drops streams by the thousand must not write as many lines.
+   */
+  readonly failureLog: LogThrottle<RequestResult>;
   readonly maxRequestBodyBytes: number;
   /** JSON answers larger than this are not held for validation; they pass through. */
   readonly maxInspectedBodyBytes: number;
@@ -113,17 +120,17 @@ export class RequestProcessor implements StreamProcessor {
             'request served',
           );
       } else {
-        this.deps.logger.info(
-          {
-            model: done.model,
-            result: done.result,
-            status: done.status,
-            endpoint: done.endpoint,
-            path: done.path,
-            requestId: done.requestId,
-          },
-          'request failed',
-        );
+        const fields = {
+          model: done.model,
+          result: done.result,
+          status: done.status,
+          endpoint: done.endpoint,
+          path: done.path,
+          requestId: done.requestId,
+        };
+        const suppressed = this.deps.failureLog.admit(done.result, performance.now());
+        if (suppressed === undefined) this.deps.logger.debug(fields, 'request failed');
+        else this.deps.logger.info(suppressed === 0 ? fields : { ...fields, suppressed }, 'request failed');
       }
       if (done.brokenMidStream) {
         this.deps.logger.warn(

@@ -3,6 +3,7 @@
 
 import { Client, credentials } from '@grpc/grpc-js';
 import type { ClientReadableStream, ServiceError } from '@grpc/grpc-js';
+import type { TlsIdentity } from '../../src/grpc/tls-identity.js';
 import { loadWireDefinitions } from './proto-definitions.js';
 import type { HealthCheckRequest, HealthCheckResponse, ServingStatus } from './proto-definitions.js';
 
@@ -25,9 +26,19 @@ export interface HealthClient {
 
 const wire = loadWireDefinitions();
 
-/** `address` is what the gRPC server reports: `host:port` or `unix:///path.sock`. */
-export function healthClient(address: string): HealthClient {
-  const client = new Client(address, credentials.createInsecure());
+/** TLS to the server: the CA that signed its certificate, and a client certificate to present (mTLS). */
+export interface HealthClientTls {
+  readonly caPem: string;
+  readonly client?: TlsIdentity;
+}
+
+/** `address` is what the gRPC server reports: `host:port` or `unix:///path.sock`; plaintext unless `tls`. */
+export function healthClient(address: string, tls?: HealthClientTls): HealthClient {
+  const channelCredentials =
+    tls === undefined
+      ? credentials.createInsecure()
+      : credentials.createSsl(Buffer.from(tls.caPem), tls.client?.key ?? null, tls.client?.cert ?? null);
+  const client = new Client(address, channelCredentials);
   const watches = new Set<ClientReadableStream<HealthCheckResponse>>();
   const { Check, Watch } = wire.health;
   return {

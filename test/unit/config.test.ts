@@ -44,7 +44,13 @@ describe('buildConfig: defaults', () => {
   for (const { name, fileText } of inputs) {
     it(name, () => {
       const config = buildConfig(fileText, {});
-      assert.deepEqual(config.listen, { grpc: '0.0.0.0:9002', http: '0.0.0.0:9090', transport: 'native' });
+      assert.deepEqual(config.listen, {
+        grpc: '0.0.0.0:9002',
+        http: '0.0.0.0:9090',
+        transport: 'native',
+        maxConnections: 1024,
+        idleTimeoutMs: 300_000,
+      });
       assert.equal(config.logLevel, 'info');
       assert.deepEqual(config.source, { kind: 'static', path: 'endpoints.yaml' });
       assert.deepEqual(config.routing, {
@@ -67,6 +73,8 @@ listen:
   grpc: unix:///run/llm-extproc.sock
   http: 127.0.0.1:9191
   transport: grpc-js
+  maxConnections: 8
+  idleTimeoutSeconds: 1.5
 logLevel: debug
 static:
   path: /etc/llm-extproc/endpoints.yaml
@@ -84,7 +92,13 @@ shutdownGraceSeconds: 0
 `,
       {},
     );
-    assert.deepEqual(config.listen, { grpc: 'unix:///run/llm-extproc.sock', http: '127.0.0.1:9191', transport: 'grpc-js' });
+    assert.deepEqual(config.listen, {
+      grpc: 'unix:///run/llm-extproc.sock',
+      http: '127.0.0.1:9191',
+      transport: 'grpc-js',
+      maxConnections: 8,
+      idleTimeoutMs: 1500,
+    });
     assert.equal(config.logLevel, 'debug');
     assert.deepEqual(config.source, { kind: 'static', path: '/etc/llm-extproc/endpoints.yaml' });
     assert.deepEqual(config.routing, { fallbacks: 0, maxRequestBodyBytes: MiB, maxInspectedBodyBytes: 0, destinationFormat: 'list' });
@@ -118,13 +132,13 @@ describe('buildConfig: environment overrides', () => {
       name: 'LLM_EXTPROC_GRPC_ADDRESS',
       env: { LLM_EXTPROC_GRPC_ADDRESS: 'unix:///tmp/x.sock' },
       pick: (c) => c.listen,
-      expected: { grpc: 'unix:///tmp/x.sock', http: '0.0.0.0:2', transport: 'native' },
+      expected: { grpc: 'unix:///tmp/x.sock', http: '0.0.0.0:2', transport: 'native', maxConnections: 1024, idleTimeoutMs: 300_000 },
     },
     {
       name: 'LLM_EXTPROC_HTTP_ADDRESS',
       env: { LLM_EXTPROC_HTTP_ADDRESS: '127.0.0.1:0' },
       pick: (c) => c.listen,
-      expected: { grpc: '0.0.0.0:1', http: '127.0.0.1:0', transport: 'native' },
+      expected: { grpc: '0.0.0.0:1', http: '127.0.0.1:0', transport: 'native', maxConnections: 1024, idleTimeoutMs: 300_000 },
     },
     { name: 'LLM_EXTPROC_LOG_LEVEL', env: { LLM_EXTPROC_LOG_LEVEL: 'trace' }, pick: (c) => c.logLevel, expected: 'trace' },
     {
@@ -172,7 +186,13 @@ describe('buildConfig: environment overrides', () => {
 
   it('an empty LLM_EXTPROC_GRPC_ADDRESS counts as unset, like LLM_EXTPROC_ENDPOINTS_FILE', () => {
     const config = buildConfig(file, { LLM_EXTPROC_GRPC_ADDRESS: '', LLM_EXTPROC_HTTP_ADDRESS: '' });
-    assert.deepEqual(config.listen, { grpc: '0.0.0.0:1', http: '0.0.0.0:2', transport: 'native' });
+    assert.deepEqual(config.listen, {
+      grpc: '0.0.0.0:1',
+      http: '0.0.0.0:2',
+      transport: 'native',
+      maxConnections: 1024,
+      idleTimeoutMs: 300_000,
+    });
   });
 });
 

@@ -438,6 +438,7 @@ void describe('HTTP/2 connection: a request whose HEADERS carry END_STREAM, answ
         1,
         [
           [':method', 'POST'],
+          [':scheme', 'http'],
           [':path', '/nope'],
         ],
         true,
@@ -562,6 +563,7 @@ const CONTINUATION = 9;
 /** The request header fields of a POST to /x. */
 const POST_X: ReadonlyArray<readonly [string, string]> = [
   [':method', 'POST'],
+  [':scheme', 'http'],
   [':path', '/x'],
 ];
 
@@ -648,6 +650,12 @@ void describe('HTTP/2 connection turnaround after a pause', () => {
   });
 });
 
+/** Answers a stream only once its request has ended, as a full-duplex processor holds its first reply until the body is in. */
+const answerAtEnd: Behaviour = (stream) => {
+  const previous = stream.handlers;
+  stream.handlers = { ...previous, onEnd: () => answerOk(stream) };
+};
+
 void describe('HTTP/2 connection limits on streams', () => {
   void it('advertises SETTINGS_MAX_CONCURRENT_STREAMS, refuses one stream over it with REFUSED_STREAM, and takes a new one once a slot frees', async (t) => {
     const harness = await startServer(echo, { maxConcurrentStreams: 3 });
@@ -681,37 +689,44 @@ void describe('HTTP/2 connection limits on streams', () => {
     assert.equal(Buffer.concat(echoed.map((f) => f.payload)).toString(), 'nine');
   });
 
-  void it('rapid reset: streams reset before they were ever answered end the connection with ENHANCE_YOUR_CALM', async (t) => {
-    const harness = await startServer(() => undefined); // never answers on its own
-    t.after(() => harness.server.close());
-    const raw = await rawH2Connect(harness.address);
-    t.after(() => raw.close());
-    const pingAcks = (): number => parseFrames(raw.received()).filter((f) => f.type === 6 && (f.flags & 1) === 1).length;
-    // Five batches of 100 opened-and-reset streams; the 500th reset is the last frame of the last
-    // batch, so the server has read all we sent when it closes (unread bytes would make its
-    // kernel answer with a TCP reset, which can destroy the GOAWAY in flight).
-    let id = 1;
-    for (let batch = 0; batch < 5; batch++) {
-      const frames: Buffer[] = [];
-      for (let i = 0; i < 100; i++, id += 2) frames.push(headersFrame(id, POST_X), rstStreamFrame(id));
-      raw.write(Buffer.concat(frames));
-      if (batch === 4) break;
-      raw.write(PING);
-      await raw.until(() => pingAcks() === batch + 1);
-      assert.equal(harness.observed.connections[0]?.closed, false, `still open after ${(batch + 1) * 100} resets`);
-    }
-    await raw.closed(ABUSE_BOUND_MS);
-    const goaway = parseFrames(raw.received()).find((f) => f.type === FRAME.GOAWAY);
-    assert.ok(goaway !== undefined, 'a GOAWAY before the close');
-    assert.equal(goaway.payload.readUInt32BE(4), ErrorCode.ENHANCE_YOUR_CALM);
-    assert.match(goaway.payload.subarray(8).toString(), /rapid reset/);
-  });
+  for (const [what, framesFor] of [
+    ['HEADERS then RST_STREAM', (id: number) => [headersFrame(id, POST_X), rstStreamFrame(id)]],
+    [
+      'HEADERS, one byte of DATA, then RST_STREAM',
+      (id: number) => [headersFrame(id, POST_X), dataFrame(id, Buffer.from('x')), rstStreamFrame(id)],
+    ],
+    [
+      'HEADERS, a whole request ended, then RST_STREAM before the answer',
+      (id: number) => [headersFrame(id, POST_X), dataFrame(id, Buffer.alloc(64, 1), true), rstStreamFrame(id)],
+    ],
+  ] as const) {
+    void it(`rapid reset (${what}): streams reset before our answer end the connection with ENHANCE_YOUR_CALM`, async (t) => {
+      const harness = await startServer(answerAtEnd);
+      t.after(() => harness.server.close());
+      const raw = await rawH2Connect(harness.address);
+      t.after(() => raw.close());
+      const pingAcks = (): number => parseFrames(raw.received()).filter((f) => f.type === 6 && (f.flags & 1) === 1).length;
+      // Five batches of 100 opened-and-reset streams; the 500th reset is the last frame of the last
+      // batch, so the server has read all we sent when it closes (unread bytes would make its
+      // kernel answer with a TCP reset, which can destroy the GOAWAY in flight).
+      let id = 1;
+      for (let batch = 0; batch < 5; batch++) {
+        const frames: Buffer[] = [];
+        for (let i = 0; i < 100; i++, id += 2) frames.push(...framesFor(id));
+        raw.write(Buffer.concat(frames));
+        if (batch === 4) break;
+        raw.write(PING);
+        await raw.until(() => pingAcks() === batch + 1);
+        assert.equal(harness.observed.connections[0]?.closed, false, `still open after ${(batch + 1) * 100} resets`);
+      }
+      await raw.closed(ABUSE_BOUND_MS);
+      const goaway = parseFrames(raw.received()).find((f) => f.type === FRAME.GOAWAY);
+      assert.ok(goaway !== undefined, 'a GOAWAY before the close');
+      assert.equal(goaway.payload.readUInt32BE(4), ErrorCode.ENHANCE_YOUR_CALM);
+      assert.match(goaway.payload.subarray(8).toString(), /rapid reset/);
+    });
+  }
 
-  /** Answers a stream only once its request has ended, as a full-duplex processor holds its first reply until the body is in. */
-  const answerAtEnd: Behaviour = (stream) => {
-    const previous = stream.handlers;
-    stream.handlers = { ...previous, onEnd: () => answerOk(stream) };
-  };
   /** Sends `frames`, then proves with a PING that the server has read all of it. */
   const sendAndSync = async (raw: RawH2Connection, frames: Buffer[]): Promise<void> => {
     const acks = parseFrames(raw.received()).filter((f) => f.type === 6 && (f.flags & 1) === 1).length;
@@ -743,25 +758,32 @@ void describe('HTTP/2 connection limits on streams', () => {
     );
   };
 
-  void it("Envoy's cancellations never count: 2,000 streams reset after our answer, or after a message but before it (an upload given up)", async (t) => {
-    for (const [behaviour, what] of [
-      [echo, 'answered at once, then reset'],
-      [answerAtEnd, 'a message sent, no answer yet, then reset'],
+  void it("Envoy's cancellations never count: 2,000 streams ended as Envoy ends them, after our answer to their last message", async (t) => {
+    for (const [what, framesFor] of [
+      // Envoy's close() without graceful close: END_STREAM, then RST_STREAM CANCEL, in one write.
+      ['a message answered, then END_STREAM and RST_STREAM', (id: number) => [dataFrame(id, Buffer.alloc(0), true), rstStreamFrame(id)]],
+      // A client that hangs up mid-response: the last message was answered, then RST_STREAM.
+      ['a message answered, then RST_STREAM', (id: number) => [rstStreamFrame(id)]],
     ] as const) {
-      const harness = await startServer(behaviour);
+      const harness = await startServer(echo);
       t.after(() => harness.server.close());
       const raw = await rawH2Connect(harness.address);
       t.after(() => raw.close());
-      const next = await sendStreams(raw, 1, 2000, (id) => [
-        headersFrame(id, POST_X),
-        dataFrame(id, Buffer.from('part')),
-        rstStreamFrame(id),
-      ]);
-      await t.test(what, () => servedStill(raw, next));
+      let id = 1;
+      for (let sent = 0; sent < 2000; sent += 100) {
+        const first = id;
+        const opened: Buffer[] = [];
+        for (let i = 0; i < 100; i++, id += 2) opened.push(headersFrame(id, POST_X), dataFrame(id, Buffer.from('part')));
+        await sendAndSync(raw, opened); // echo answers each message at once
+        const ended: Buffer[] = [];
+        for (let closing = first; closing < id; closing += 2) ended.push(...framesFor(closing));
+        await sendAndSync(raw, ended);
+      }
+      await t.test(what, () => servedStill(raw, id));
     }
   });
 
-  void it('empty resets under half of the streams opened do not end the connection: 500 among 1,100', async (t) => {
+  void it('rapid resets under half of the streams opened do not end the connection: 500 among 1,100', async (t) => {
     const harness = await startServer(answerAtEnd);
     t.after(() => harness.server.close());
     const raw = await rawH2Connect(harness.address);

@@ -1,10 +1,21 @@
 // Malformed HTTP/2 requests (RFC 9113 §8.2, §8.3): what Envoy sends passes, each rule catches its case.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { requestFieldsProblem, trailerFieldsProblem } from '../../src/http2/field-rules.js';
+import { checkRequestFields, trailerFieldsProblem } from '../../src/http2/field-rules.js';
 import { grpcRequestHeaders } from '../support/h2-frames.js';
 
 type Fields = Array<[string, string]>;
+
+function requestFieldsProblem(fields: Fields): string | undefined {
+  const check = checkRequestFields(fields);
+  return check.ok ? undefined : check.problem;
+}
+
+const GET: Fields = [
+  [':method', 'GET'],
+  [':scheme', 'http'],
+  [':path', '/'],
+];
 
 /** An ext_proc side stream as Envoy 1.40 opens it, with Istio's picker authority. */
 const ENVOY_REQUEST: Fields = [
@@ -17,7 +28,7 @@ const ENVOY_REQUEST: Fields = [
 
 void describe('HTTP/2 request field rules', () => {
   void it("accept what Envoy sends: its side-stream request and Envoy's trailers", () => {
-    assert.equal(requestFieldsProblem(ENVOY_REQUEST), undefined);
+    assert.deepEqual(checkRequestFields(ENVOY_REQUEST), { ok: true, contentLength: -1 });
     assert.equal(
       trailerFieldsProblem([
         ['grpc-status', '0'],
@@ -151,9 +162,29 @@ void describe('HTTP/2 request field rules', () => {
       /te other than/,
     ],
   ];
+  malformedRequests.push(
+    ['no :method', GET.slice(1), /no :method/],
+    ['no :scheme', [GET[0], GET[2]], /no :scheme/],
+    ['no :path', GET.slice(0, 2), /no :path/],
+    ['a content-length that is not a number', [...GET, ['content-length', '12a']], /content-length not a number/],
+    ['a negative content-length', [...GET, ['content-length', '-1']], /content-length not a number/],
+    ['two different content-lengths', [...GET, ['content-length', '3'], ['content-length', '4']], /content-length given twice/],
+  );
   for (const [what, fields, problem] of malformedRequests) {
     void it(`refuse a request with ${what}`, () => assert.match(requestFieldsProblem(fields) ?? 'accepted', problem));
   }
+
+  void it('read the declared content-length; CONNECT needs no :scheme or :path', () => {
+    assert.deepEqual(checkRequestFields([...GET, ['content-length', '42']]), { ok: true, contentLength: 42 });
+    assert.deepEqual(checkRequestFields([...GET, ['content-length', '0']]), { ok: true, contentLength: 0 });
+    assert.deepEqual(
+      checkRequestFields([
+        [':method', 'CONNECT'],
+        [':authority', 'example.com:443'],
+      ]),
+      { ok: true, contentLength: -1 },
+    );
+  });
 
   void it('refuse trailers with a pseudo-header, a bad name or a connection-specific field', () => {
     assert.match(trailerFieldsProblem([[':status', '200']]) ?? 'accepted', /pseudo-header :status in trailers/);

@@ -8,6 +8,7 @@ import { EndpointStore } from '../../src/endpoints/store.js';
 import type { Clock } from '../../src/endpoints/store.js';
 import type { EndpointState, ObservedEndpoint, ObservedPool } from '../../src/endpoints/model.js';
 import { GatewayError } from '../../src/errors/gateway-error.js';
+import { LogThrottle } from '../../src/util/log-throttle.js';
 import { RequestProcessor } from '../../src/request/request-processor.js';
 import { StoreRouting } from '../../src/request/routing.js';
 import type { HeaderMutation, ProcessingRequest, ProcessingResponse, ProtoStruct } from '../../src/extproc/messages.js';
@@ -73,6 +74,7 @@ function harness(
         routing,
         metrics,
         logger,
+        failureLog: new LogThrottle(),
         maxRequestBodyBytes: LIMIT,
         maxInspectedBodyBytes: LIMIT,
         destinationFormat: options.destinationFormat ?? 'list',
@@ -931,6 +933,7 @@ describe('RequestProcessor: full duplex', () => {
       routing: new StoreRouting(h.store, h.load, { fallbacks: 0, random: () => 0 }),
       metrics: h.metrics,
       logger: pino({ level: 'silent' }),
+      failureLog: new LogThrottle(),
       maxRequestBodyBytes: 1 << 20,
       maxInspectedBodyBytes: LIMIT,
     });
