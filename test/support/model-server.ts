@@ -28,6 +28,8 @@ export type Behavior =
   | { readonly kind: 'ok'; readonly eventDelayMs?: number }
   /** Normal answer, `delayMs` between SSE events (JSON bodies: between four slices). */
   | { readonly kind: 'slow-chunks'; readonly delayMs: number }
+  /** Always SSE: exactly these bytes (events and terminator, as the test made them), `gapMs` apart. */
+  | { readonly kind: 'sse-events'; readonly events: readonly (string | Buffer)[]; readonly gapMs: number }
   /** Read the request, then drop the connection (FIN; `rst: true` sends a TCP reset instead). */
   | { readonly kind: 'close-before-headers'; readonly rst?: boolean }
   /** 200 headers and `afterEvents` (default 2) events, then a TCP reset. Non-stream: half the JSON. */
@@ -338,6 +340,11 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
         }
         return undefined;
       }
+      case 'sse-events':
+        w.head(200, SSE_HEADERS);
+        await sendEvents(b.events, b.gapMs);
+        await w.end();
+        return undefined;
       case 'paused-stream': {
         const plan = stream();
         const first = b.afterEvents ?? 1;
