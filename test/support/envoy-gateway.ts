@@ -15,6 +15,7 @@
 // pair only from /certs (internal/xds/runner/runner.go), so one controller runs per machine at a
 // time (machine-lock.ts) and /certs must be writable (it is as root, as in CI).
 
+import { accessSync, constants, mkdirSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { request as httpsRequest } from 'node:https';
 import { tmpdir } from 'node:os';
@@ -28,6 +29,7 @@ import { send, type ClientRequest, type ClientResponse } from './http-client.js'
 import { installerOutput } from './installer-output.js';
 import type { KubeControlPlane } from './kube-control-plane.js';
 import { acquireMachineLock, type MachineLock } from './machine-lock.js';
+import { canManagePodAddresses } from './pod-network.js';
 import { TiedProcess } from './tied-process.js';
 import { waitUntil } from './wait-until.js';
 
@@ -37,6 +39,22 @@ export const EG_CONTROLLER_NAME = 'gateway.envoyproxy.io/gatewayclass-controller
 const CERTS_DIR = '/certs';
 const HEALTH_URL = 'http://127.0.0.1:8081/readyz';
 const START_TIMEOUT_MS = 180_000;
+
+/**
+ * Why this machine cannot run the live bed (false when it can): pod addresses need CAP_NET_ADMIN
+ * (pod-network.ts) and the controller's serving pair goes to /certs.
+ */
+export function liveEnvoyGatewayUnavailable(): string | false {
+  const network = canManagePodAddresses();
+  if (!network.ok) return `live Envoy Gateway bed ${network.reason}`;
+  try {
+    mkdirSync(CERTS_DIR, { recursive: true });
+    accessSync(CERTS_DIR, constants.W_OK);
+  } catch {
+    return `live Envoy Gateway bed needs a writable ${CERTS_DIR} (envoy-gateway v1.9 reads its xDS serving pair only there)`;
+  }
+  return false;
+}
 
 interface EnvoyGatewayTools {
   readonly envoyGateway: string;
