@@ -371,7 +371,7 @@ describe('chart: gateway wiring', () => {
     assert.deepEqual(mountsOf('envoy'), mountsOf('llm-extproc'));
     assert.equal(String(socket).startsWith(String(mountsOf('envoy')[0])), true);
     const binding = only(objects, 'RoleBinding');
-    assert.equal(field(binding, 'subjects', 0, 'name'), 'envoy-llm-gateway');
+    assert.equal(field(binding, 'subjects', 0, 'name'), 'llm-gateway');
   });
 
   const plainEnvoy: ReadonlyArray<{ values: string; extra: readonly string[]; tls: boolean }> = [

@@ -21,7 +21,7 @@ import { CustomObjectsApi, KubernetesObjectApi } from '@kubernetes/client-node';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { repoRoot } from '../../scripts/repo-root.js';
 import { CHART_DIR } from '../../scripts/chart/chart-files.js';
-import { EG_CONTROLLER_NAME, EnvoyGatewayController, type EnvoyGatewayOptions, type GatewayProxy } from './envoy-gateway.js';
+import { EG_CONTROLLER_NAME, EnvoyGatewayController, deepMerge, type EnvoyGatewayOptions, type GatewayProxy } from './envoy-gateway.js';
 import { dumpRoutes } from './envoy-config-dump.js';
 import { startExtprocProcess, type ExtprocProcess } from './extproc-process.js';
 import { helm, parseManifests, type K8sObject } from './helm.js';
@@ -32,6 +32,8 @@ import { startModelServer, type Behavior, type ModelServer } from './model-serve
 import { notReadyPod, readyPod, startingPod } from './pod-builders.js';
 import { addPodAddresses, removePodAddresses } from './pod-network.js';
 import { waitUntil } from './wait-until.js';
+
+export { deepMerge };
 
 export const RELEASE = 'edge';
 export const RELEASE_NS = 'llm';
@@ -139,8 +141,8 @@ export class EnvoyGatewayBed {
       const bed = new EnvoyGatewayBed(plane, controller, dir, pods, port, gatewayPort, addresses, kubelet, options, undefined);
       try {
         await bed.writeModelEndpoints();
-        // As in a cluster: the policies are applied before llm-extproc's pod is ready (Envoy Gateway
-        // marks the extension policy Invalid until its Service has a ready endpoint).
+        // As in a cluster: the policies are applied before llm-extproc's pod is ready (Envoy
+        // Gateway marks the extension policy Invalid until its Service has a ready endpoint).
         await bed.install(options.values ?? {}, { wait: false });
         await bed.startExtproc();
         await bed.waitForPoliciesAccepted();
@@ -502,18 +504,4 @@ function endpointSlice(namespace: string, service: string, portName: string, por
       targetRef: { kind: 'Pod', namespace, name: e.pod },
     })),
   });
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-/** Helm's merge of values files: maps merge key by key, anything else is replaced. */
-export function deepMerge(base: Record<string, unknown>, over: Record<string, unknown>): Record<string, unknown> {
-  const out: Record<string, unknown> = { ...base };
-  for (const [key, value] of Object.entries(over)) {
-    const current = out[key];
-    out[key] = isObject(current) && isObject(value) ? deepMerge(current, value) : value;
-  }
-  return out;
 }

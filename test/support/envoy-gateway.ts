@@ -105,7 +105,7 @@ export class EnvoyGatewayController {
       await writeSecretFiles(plane, 'envoy-gateway', CERTS_DIR);
 
       const configPath = join(dir, 'envoy-gateway.yaml');
-      await writeFile(configPath, toYaml(controllerConfig(dir, options.config ?? {})));
+      await writeFile(configPath, toYaml(deepMerge(controllerConfig(dir), options.config ?? {})));
       process = new TiedProcess('envoy-gateway', envoyGateway, ['server', '--config-path', configPath], {
         logFile: join(dir, 'envoy-gateway.log'),
         env,
@@ -139,7 +139,8 @@ export class EnvoyGatewayController {
     const apps = this.plane.kubeConfig().makeApiClient(AppsV1Api);
     const selector = `gateway.envoyproxy.io/owning-gateway-namespace=${gatewayNamespace},gateway.envoyproxy.io/owning-gateway-name=${gatewayName}`;
     const deployment = await waitUntil(
-      async () => (await apps.listNamespacedDeployment({ namespace: EG_NAMESPACE, labelSelector: selector })).items[0],
+      // In the controller's namespace by default, in the Gateway's with deploy.type GatewayNamespace.
+      async () => (await apps.listDeploymentForAllNamespaces({ labelSelector: selector })).items[0],
       { description: `the Envoy Deployment for Gateway ${gatewayNamespace}/${gatewayName}`, timeoutMs: START_TIMEOUT_MS, intervalMs: 200 },
     );
     const dir = await mkdtemp(join(this.dir, 'proxy-'));
@@ -164,7 +165,7 @@ export class EnvoyGatewayController {
 }
 
 /** Envoy Gateway's config: its Helm chart's defaults, plus what running out of the cluster needs. */
-function controllerConfig(dir: string, extra: Record<string, unknown>): Record<string, unknown> {
+function controllerConfig(dir: string): Record<string, unknown> {
   return {
     apiVersion: 'gateway.envoyproxy.io/v1alpha1',
     kind: 'EnvoyGateway',
@@ -178,7 +179,6 @@ function controllerConfig(dir: string, extra: Record<string, unknown>): Record<s
     // socket (Node's child-process pipes are socketpairs; a container's stdout is a pipe or file):
     // the listener would be rejected. Same log, to a file (handy when a test fails).
     envoyProxy: { telemetry: { accessLog: { settings: [{ sinks: [{ type: 'File', file: { path: join(dir, 'access.log') } }] }] } } },
-    ...extra,
   };
 }
 
@@ -252,24 +252,8 @@ async function proxyBootstrap(
   const args = container?.args ?? [];
   const configIndex = args.indexOf('--config-yaml');
   if (configIndex < 0) throw new Error(`no --config-yaml in the Envoy Deployment's args: ${JSON.stringify(args)}`);
-  const bootstrap = parseYaml(args[configIndex + 1] ?? '') as Record<string, unknown>;
-
-  // The mounted files: the `envoy` Secret (client pair + CA) and the SDS ConfigMap that points at them.
-  const certs = join(dir, 'certs');
-  await writeSecretFiles(plane, 'envoy', certs);
-  const sdsVolume = deployment.spec?.template.spec?.volumes?.find((v) => v.name === 'sds');
-  const sdsConfigMap = sdsVolume?.configMap?.name;
-  if (sdsConfigMap === undefined) throw new Error('the Envoy Deployment has no sds ConfigMap volume');
-  const sds = await plane.kubeConfig().makeApiClient(CoreV1Api).readNamespacedConfigMap({
-    namespace: EG_NAMESPACE,
-    name: sdsConfigMap,
-  });
-  const sdsDir = join(dir, 'sds');
-  await mkdir(sdsDir, { recursive: true });
-  for (const [key, value] of Object.entries(sds.data ?? {})) {
-    await writeFile(join(sdsDir, key), value.replaceAll('/certs/', `${certs}/`));
-  }
-  const rewritten = rewriteBootstrap(bootstrap, sdsDir);
+  const mounts = await mountVolumes(plane, deployment, 'envoy', dir);
+  const bootstrap = rewriteBootstrap(parseYaml(args[configIndex + 1] ?? '') as Record<string, unknown>, mounts);
 
   // The other flags as the controller wrote them; $(ENVOY_POD_NAME) is the kubelet's env expansion.
   const flags: string[] = [];
@@ -282,18 +266,80 @@ async function proxyBootstrap(
     if (arg === '--cpuset-threads') continue;
     flags.push(arg.replace('$(ENVOY_POD_NAME)', `${deployment.metadata?.name ?? 'envoy'}-0`));
   }
-  return { bootstrap: rewritten, args: flags };
+  return { bootstrap, args: flags };
+}
+
+/** A container's mount path → the directory standing in for it on this machine. */
+type Mounts = ReadonlyMap<string, string>;
+
+/** Replaces every mount path (`"/sds/…`, `"/certs/…`) in a JSON or YAML text with its directory. */
+function remap(text: string, mounts: Mounts): string {
+  let out = text;
+  for (const [mountPath, local] of mounts) out = out.replaceAll(`${mountPath}/`, `${local}/`);
+  return out;
 }
 
 /**
- * What differs between a pod and this machine: the xDS server is on loopback, the SDS files are
+ * What the kubelet would mount into the container, written to directories: Secret and ConfigMap
+ * volumes (their keys, or the listed items), and projected ServiceAccount tokens (issued through
+ * the TokenRequest API with the volume's audience). File contents that name other mount paths (the
+ * SDS files name the certificate files) are remapped too.
+ */
+async function mountVolumes(plane: KubeControlPlane, deployment: V1Deployment, containerName: string, dir: string): Promise<Mounts> {
+  const spec = deployment.spec?.template.spec;
+  const namespace = deployment.metadata?.namespace ?? EG_NAMESPACE;
+  const container = spec?.containers.find((c) => c.name === containerName);
+  const mounts = new Map<string, string>();
+  const files: Array<{ path: string; content: string | Buffer }> = [];
+  const core = plane.kubeConfig().makeApiClient(CoreV1Api);
+  for (const mount of container?.volumeMounts ?? []) {
+    const volume = spec?.volumes?.find((v) => v.name === mount.name);
+    const local = join(dir, 'volumes', mount.name);
+    mounts.set(mount.mountPath.replace(/\/$/, ''), local);
+    if (volume?.secret?.secretName !== undefined) {
+      const secret = await core.readNamespacedSecret({ namespace, name: volume.secret.secretName });
+      for (const [key, value] of Object.entries(secret.data ?? {}))
+        files.push({ path: join(local, key), content: Buffer.from(value, 'base64') });
+    } else if (volume?.configMap?.name !== undefined) {
+      const configMap = await core.readNamespacedConfigMap({ namespace, name: volume.configMap.name });
+      const items = volume.configMap.items ?? Object.keys(configMap.data ?? {}).map((key) => ({ key, path: key }));
+      for (const item of items) files.push({ path: join(local, item.path), content: configMap.data?.[item.key] ?? '' });
+    } else if (volume?.projected !== undefined) {
+      for (const source of volume.projected.sources ?? []) {
+        const projection = source.serviceAccountToken;
+        if (projection === undefined) continue;
+        const response = await core.createNamespacedServiceAccountToken({
+          namespace,
+          name: spec?.serviceAccountName ?? 'default',
+          body: {
+            spec: {
+              audiences: projection.audience === undefined ? [] : [projection.audience],
+              expirationSeconds: projection.expirationSeconds ?? 3600,
+            },
+          },
+        });
+        files.push({ path: join(local, projection.path), content: response.status?.token ?? '' });
+      }
+    }
+  }
+  for (const file of files) {
+    await mkdir(join(file.path, '..'), { recursive: true });
+    await writeFile(file.path, typeof file.content === 'string' ? remap(file.content, mounts) : file.content, { mode: 0o600 });
+  }
+  return mounts;
+}
+
+/**
+ * What differs between a pod and this machine: the xDS server is on loopback, mounted files are
  * ours, and the admin and stats listeners bind free loopback ports.
  */
-export function rewriteBootstrap(bootstrap: Record<string, unknown>, sdsDir: string): Record<string, unknown> {
-  const text = JSON.stringify(bootstrap)
-    // The controller writes the Service's FQDN with a trailing dot (svc.cluster.local.).
-    .replace(new RegExp(`"envoy-gateway\\.${EG_NAMESPACE}\\.svc\\.[a-z.]+?\\.?"`, 'g'), '"127.0.0.1"')
-    .replaceAll('"/sds/', `"${sdsDir}/`);
+export function rewriteBootstrap(bootstrap: Record<string, unknown>, mounts: Mounts): Record<string, unknown> {
+  const text = remap(
+    JSON.stringify(bootstrap)
+      // The controller writes the Service's FQDN with a trailing dot (svc.cluster.local.).
+      .replace(new RegExp(`"envoy-gateway\\.${EG_NAMESPACE}\\.svc\\.[a-z.]+?\\.?"`, 'g'), '"127.0.0.1"'),
+    mounts,
+  );
   const copy = JSON.parse(text) as {
     admin?: { address?: { socket_address?: { address?: string; port_value?: number } } };
     static_resources?: { listeners?: Array<{ address?: { socket_address?: { address?: string; port_value?: number } } }> };
@@ -331,7 +377,7 @@ export class GatewayProxy {
       cluster_statuses?: Array<{
         name: string;
         host_statuses?: Array<{
-          address?: { socket_address?: { address: string; port_value: number } };
+          address?: { socket_address?: { address: string; port_value: number }; pipe?: { path: string } };
           health_status?: { eds_health_status?: string; failed_active_health_check?: boolean };
         }>;
       }>;
@@ -341,7 +387,10 @@ export class GatewayProxy {
       out.set(
         cluster.name,
         (cluster.host_statuses ?? []).map((h) => ({
-          address: `${h.address?.socket_address?.address}:${h.address?.socket_address?.port_value}`,
+          address:
+            h.address?.pipe !== undefined
+              ? `unix://${h.address.pipe.path}`
+              : `${h.address?.socket_address?.address}:${h.address?.socket_address?.port_value}`,
           edsHealth: h.health_status?.eds_health_status ?? 'UNKNOWN',
         })),
       );
@@ -380,4 +429,18 @@ function exitSignal(process: TiedProcess): AbortSignal {
   const controller = new AbortController();
   void process.whenExited().then((code) => controller.abort(new Error(`${process.name} exited with code ${code}`)));
   return controller.signal;
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Helm's merge of values files: maps merge key by key, anything else is replaced. */
+export function deepMerge(base: Record<string, unknown>, over: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...base };
+  for (const [key, value] of Object.entries(over)) {
+    const current = out[key];
+    out[key] = isObject(current) && isObject(value) ? deepMerge(current, value) : value;
+  }
+  return out;
 }
