@@ -4,8 +4,8 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json ./
-COPY proto ./proto
 COPY src ./src
+COPY tools ./tools
 COPY scripts ./scripts
 COPY test ./test
 RUN npx tsc -p tsconfig.json
@@ -15,7 +15,9 @@ ENV NODE_ENV=production
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
-COPY proto ./proto
+# The server's own codec needs no .proto files at run time (proto/ is the tests' oracle), and
+# build-time code (tools/: the Envoy config renderer, the error-docs generator) compiles to
+# dist/tools, which is not copied.
 COPY --from=build /app/dist/src ./dist/src
 USER node
 # 9002: gRPC ext_proc + grpc.health.v1; 9090: /metrics, /healthz, /readyz, /debug/endpoints

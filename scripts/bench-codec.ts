@@ -6,9 +6,9 @@
 import { parseArgs } from 'node:util';
 import { decodeProcessingRequest } from '../src/extproc/codec/decode-request.js';
 import { encodeProcessingResponse } from '../src/extproc/codec/encode-response.js';
-import { Writer } from '../src/extproc/codec/wire-format.js';
+import { Writer } from '../src/grpc/protobuf-wire.js';
 import type { ProcessingResponse } from '../src/extproc/messages.js';
-import { loadWireDefinitions } from '../src/extproc/wire.js';
+import { loadWireDefinitions } from '../test/support/proto-definitions.js';
 
 const { values } = parseArgs({ options: { iterations: { type: 'string', default: '100000' } } });
 const iterations = Number(values.iterations);

@@ -1,11 +1,12 @@
 // CPU cost of decoding the request header block of an Envoy ext_proc gRPC call with our HPACK
-// decoder (src/extproc/h2/hpack.ts), and of encoding our response headers and trailers. Pure CPU,
+// decoder (src/http2/hpack.ts), and of encoding our response headers and trailers. Pure CPU,
 // in this process; figures are CPU time (process.cpuUsage) per block, so a busy machine slows the
 // run but barely moves them.
 //
 // Run: `npm run build && node dist/scripts/bench-hpack.js [iterations]`.
 
-import { encodeHeaderBlock, HpackDecoder } from '../src/extproc/h2/hpack.js';
+import { HpackDecoder } from '../src/http2/hpack.js';
+import { encodeHeaderBlock } from '../src/http2/hpack-encoder.js';
 import { hpackInteger, hpackString, literalWithIndexing } from '../test/support/hpack-encode.js';
 
 // What Envoy's gRPC client sends on an ext_proc stream (values typical of a local cluster).

@@ -1,6 +1,6 @@
 // `npm run bench:processing`: CPU time per request (and per streamed chunk) of our own processing
 // path, without the HTTP/2 transport: decode each ext_proc message, run it through the stream's
-// ProcessCall and RequestProcessor (real routing, store, load tracker, metrics and logger, as
+// BidiCall<ProcessingRequest> and RequestProcessor (real routing, store, load tracker, metrics and logger, as
 // app.ts wires them), encode and frame every reply. The messages have the shapes Envoy 1.40 sends
 // in `npm run bench`'s setup (request BUFFERED, response STREAMED, response attributes, an empty
 // metadata_context on every message), encoded by the reflection codec.
@@ -18,14 +18,13 @@ import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import type { ProcessingRequest, ProcessingResponse } from '../src/extproc/messages.js';
-import type { ProcessCall } from '../src/extproc/process-call.js';
+import type { BidiCall } from '../src/grpc/bidi-call.js';
+import { envoyAttributes, headerMap } from '../test/support/envoy-messages.js';
+import { loadWireDefinitions } from '../test/support/proto-definitions.js';
 import type * as Store from '../src/endpoints/store.js';
-import type * as Framing from '../src/extproc/grpc-framing.js';
-import type * as Call from '../src/extproc/process-call.js';
-import type * as Processor from '../src/extproc/processor.js';
-import type * as Routing from '../src/extproc/routing.js';
-import type * as Constants from '../src/extproc/constant-replies.js';
-import type * as Wire from '../src/extproc/wire.js';
+import type * as Call from '../src/extproc/process-service.js';
+import type * as Processor from '../src/request/request-processor.js';
+import type * as Routing from '../src/request/routing.js';
 import type * as MetricsModule from '../src/metrics/metrics.js';
 import type * as Load from '../src/picker/load-tracker.js';
 
@@ -54,12 +53,9 @@ async function loadModules(dist: string | undefined) {
   const load = <T>(path: string): Promise<T> => import(url(path)) as Promise<T>;
   return {
     ...(await load<typeof Store>('endpoints/store.js')),
-    ...(await load<typeof Framing>('extproc/grpc-framing.js')),
-    ...(await load<typeof Call>('extproc/process-call.js')),
-    ...(await load<typeof Processor>('extproc/processor.js')),
-    ...(await load<typeof Routing>('extproc/routing.js')),
-    ...(await load<typeof Constants>('extproc/constant-replies.js')),
-    ...(await load<typeof Wire>('extproc/wire.js')),
+    ...(await load<typeof Call>('extproc/process-service.js')),
+    ...(await load<typeof Processor>('request/request-processor.js')),
+    ...(await load<typeof Routing>('request/routing.js')),
     ...(await load<typeof MetricsModule>('metrics/metrics.js')),
     ...(await load<typeof Load>('picker/load-tracker.js')),
   };
@@ -70,7 +66,7 @@ const ENDPOINTS = ['127.0.0.1:41949', '127.0.0.1:41950', '127.0.0.1:41951'];
 
 interface Server {
   readonly name: string;
-  openCall(): ProcessCall;
+  openCall(): BidiCall<ProcessingRequest>;
   decode(bytes: Buffer): ProcessingRequest;
   encodeRequest(message: ProcessingRequest): Buffer;
 }
@@ -86,28 +82,21 @@ async function server(name: string, dist: string | undefined): Promise<Server> {
   const metrics = new m.Metrics();
   // Production logs at info to stdout; here to /dev/null (a request that succeeds logs nothing).
   const logger = pino({ level: 'info' }, pino.destination({ dest: '/dev/null', sync: true })).child({ component: 'extproc' });
-  const wire = m.loadWireDefinitions();
-  const processMethod = wire.externalProcessor.Process;
-  const framedConstants = new Map<ProcessingResponse, Buffer>(
-    m.CONSTANT_REPLIES.map((reply) => [reply, m.frameMessage(processMethod.responseSerialize(reply))]),
-  );
-  const context = m.processCallContext(
-    {
-      processorFactory: () =>
-        new m.RequestProcessor({
-          routing,
-          metrics,
-          logger,
-          maxRequestBodyBytes: 1024 * 1024,
-          maxInspectedBodyBytes: 1024 * 1024,
-          destinationFormat: 'list',
-        }),
-    },
+  const process = m.processMethod({
+    processorFactory: () =>
+      new m.RequestProcessor({
+        routing,
+        metrics,
+        logger,
+        maxRequestBodyBytes: 1024 * 1024,
+        maxInspectedBodyBytes: 1024 * 1024,
+        destinationFormat: 'list',
+      }),
     logger,
-  );
+  });
   const sink = {
     write: (reply: ProcessingResponse) => {
-      sentBytes += (framedConstants.get(reply) ?? m.frameMessage(processMethod.responseSerialize(reply))).length;
+      sentBytes += process.frame(reply).length;
       return true;
     },
     pauseUntilDrain: () => undefined,
@@ -116,17 +105,18 @@ async function server(name: string, dist: string | undefined): Promise<Server> {
       throw new Error(`stream ended with ${code}: ${details}`);
     },
   };
-  const requestType = wire.packageDefinition['envoy.service.ext_proc.v3.ProcessingRequest'] as unknown as {
-    serialize(value: object): Buffer;
-  };
   return {
     name,
-    openCall: () => new m.ProcessCall(sink, context),
-    decode: (bytes) => processMethod.requestDeserialize(bytes),
+    openCall: () => process.start(sink),
+    decode: (bytes) => process.decode(bytes),
     encodeRequest: (message) => requestType.serialize(message),
   };
 }
 
+// Envoy's side of the wire: the test oracle encodes what Envoy would send.
+const requestType = loadWireDefinitions().packageDefinition['envoy.service.ext_proc.v3.ProcessingRequest'] as unknown as {
+  serialize(value: object): Buffer;
+};
 let sentBytes = 0;
 const servers = [await server('this build', undefined)];
 if (values.against !== undefined) servers.push(await server(values.against, values.against));
@@ -134,18 +124,8 @@ const encode = (message: ProcessingRequest): Buffer => servers[0].encodeRequest(
 
 // ── Envoy's messages ───────────────────────────────────────────────────────────────────────────
 
-const headers = (pairs: Record<string, string>) => ({
-  headers: Object.entries(pairs).map(([key, value]) => ({ key, raw_value: Buffer.from(value, 'latin1') })),
-});
-const responseAttributes = {
-  'envoy.filters.http.ext_proc': {
-    fields: {
-      'upstream.address': { stringValue: ENDPOINTS[0] },
-      'response.flags': { numberValue: 0 },
-      'response.code_details': { stringValue: 'via_upstream' },
-    },
-  },
-};
+const headers = headerMap;
+const responseAttributes = envoyAttributes({ upstream: ENDPOINTS[0], flags: 0, details: 'via_upstream' });
 const requestBody = Buffer.from(
   JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say hello in one short sentence.' }], max_tokens: 32 }),
 );
@@ -257,7 +237,7 @@ function streamingRequest(requestId: string): { head: Buffer[]; chunks: Buffer[]
 
 /** Runs `count` calls of `messages`, `concurrency` at a time, one message per call per turn. */
 function drive(target: Server, count: number, messagesOf: (i: number) => readonly Buffer[]): void {
-  const slots: { call: ProcessCall; messages: readonly Buffer[]; next: number }[] = [];
+  const slots: { call: BidiCall<ProcessingRequest>; messages: readonly Buffer[]; next: number }[] = [];
   let started = 0;
   let done = 0;
   const start = (): void => {

@@ -5,9 +5,8 @@
 // renderGatewayConfig) in front of one local model server (a separate process):
 //   baseline  the rendered config with the ext_proc filter and its cluster deleted, nothing else changed
 //   tcp       llm-extproc as its own process, reached over TCP loopback (standalone placement)
-//   nodehttp2 as tcp, with the gRPC listener on node:http2 (`listen.transport: node-http2`) instead
-//             of our own HTTP/2 connection (the default, `native`): a transport A/B
-//   grpcjs    as tcp, with the gRPC listener on @grpc/grpc-js (`listen.transport: grpc-js`): the other A/B
+//   grpcjs    as tcp, with the gRPC listener on @grpc/grpc-js (`listen.transport: grpc-js`) instead
+//             of our own HTTP/2 (the default, `native`): the transport A/B
 //   uds       llm-extproc as its own process, reached over a Unix domain socket (sidecar placement)
 //   workers   llm-extproc with --workers N (node:cluster), over a Unix domain socket
 //   duplex    as tcp, with the ext_proc filter in FULL_DUPLEX_STREAMED both ways (the InferencePool
@@ -28,7 +27,7 @@
 // --envoy-concurrency N (Envoy worker threads of every setup, default 2: one per core, as Envoy
 // runs by default; each Envoy worker holds its own connection to llm-extproc), --no-modes (leave
 // out the duplex and tls setups), --setups a,b,… (run only these setups besides the baseline, e.g.
-// `--setups tcp,nodehttp2,grpcjs` for a quick transport A/B), --external-extproc HOST:PORT (one more
+// `--setups tcp,grpcjs` for a quick transport A/B), --external-extproc HOST:PORT (one more
 // setup: the same Envoy config pointed at an ext_proc server started elsewhere, e.g. the do-nothing
 // Go server of scripts/bench/go-floor, to measure the floor of the ext_proc hop itself; its CPU and
 // metrics are not read).
@@ -41,8 +40,8 @@ import { release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../src/envoy-config/gateway-config.js';
-import type { GatewayConfigOptions } from '../src/envoy-config/gateway-config.js';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../tools/envoy-config/gateway-config.js';
+import type { GatewayConfigOptions } from '../tools/envoy-config/gateway-config.js';
 import { envoyBinaryPath } from '../test/support/envoy-binary.js';
 import { startEnvoy } from '../test/support/envoy-process.js';
 import type { RunningEnvoy } from '../test/support/envoy-process.js';
@@ -450,10 +449,7 @@ async function main(): Promise<void> {
     plans.push({ key: 'tcp', config: gatewayConfig(tcpServer.grpcAddress, upstreamAddress), server: tcpServer });
   }
   // The transport A/B: the same server with another `listen.transport`, over TCP like `tcp`.
-  for (const [key, transport] of [
-    ['nodehttp2', 'node-http2'],
-    ['grpcjs', 'grpc-js'],
-  ] as const) {
+  for (const [key, transport] of [['grpcjs', 'grpc-js']] as const) {
     if (!wanted(key)) continue;
     const transportConfig = join(dir, `${transport}.yaml`);
     await writeFile(transportConfig, toYaml({ listen: { transport } }));

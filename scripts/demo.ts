@@ -8,7 +8,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../src/envoy-config/gateway-config.js';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../tools/envoy-config/gateway-config.js';
 import { startEnvoy, type RunningEnvoy } from '../test/support/envoy-process.js';
 import { send } from '../test/support/http-client.js';
 import { startModelServer, type ModelServer } from '../test/support/model-server.js';

@@ -1,7 +1,7 @@
 // Writes the shipped Envoy configurations into envoy/.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { SHIPPED_CONFIGS, renderShippedConfig } from '../src/envoy-config/shipped-configs.js';
+import { SHIPPED_CONFIGS, renderShippedConfig } from '../tools/envoy-config/shipped-configs.js';
 import { repoRoot } from './repo-root.js';
 
 for (const config of SHIPPED_CONFIGS) {

@@ -3,7 +3,7 @@
 
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { renderErrorDocs } from '../src/errors/docs.js';
+import { renderErrorDocs } from '../tools/error-docs.js';
 
 const target = fileURLToPath(new URL('../../docs/errors.md', import.meta.url));
 writeFileSync(target, renderErrorDocs());

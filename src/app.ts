@@ -8,12 +8,12 @@ import { BrokenStreamCheck } from './endpoints/broken-stream-check.js';
 import { probeReplica } from './endpoints/replica-probe.js';
 import { StaticFileSource } from './endpoints/static-source.js';
 import { EndpointStore } from './endpoints/store.js';
-import { startGrpcServer } from './extproc/grpc-server.js';
-import type { HealthSource } from './extproc/grpc-server.js';
-import { RequestProcessor } from './extproc/processor.js';
-import { StoreRouting } from './extproc/routing.js';
-import { openTlsIdentity } from './extproc/tls-identity.js';
-import { startOpsServer } from './http/ops-server.js';
+import { startExtProcServer } from './extproc/server.js';
+import type { HealthSource } from './grpc/server.js';
+import { RequestProcessor } from './request/request-processor.js';
+import { StoreRouting } from './request/routing.js';
+import { openTlsIdentity } from './grpc/tls-identity.js';
+import { startOpsServer } from './ops/ops-server.js';
 import { Metrics } from './metrics/metrics.js';
 import { LoadTracker } from './picker/load-tracker.js';
 import { MetricsScraper } from './picker/scraper.js';
@@ -119,7 +119,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   const requestLogger = logger.child({ component: 'extproc' });
   const tls =
     config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
-  const grpc = await startGrpcServer({
+  const grpc = await startExtProcServer({
     address: config.listen.grpc,
     transport: config.listen.transport,
     logger: requestLogger,

@@ -22,8 +22,8 @@ import type { Logger } from 'pino';
 import { AggregatorRegistry } from 'prom-client';
 import type { RunningApp } from './app.js';
 import type { Config } from './config/config.js';
-import { parseAddress, removeStaleSocket } from './extproc/listen-address.js';
-import { startOpsServer, viewAsJson } from './http/ops-server.js';
+import { parseAddress, removeStaleSocket } from './grpc/listen-address.js';
+import { startOpsServer, viewAsJson } from './ops/ops-server.js';
 
 /** Messages between primary and workers (over cluster IPC). */
 type WorkerMessage =

@@ -17,7 +17,7 @@ export interface ApiWriterOptions {
 }
 
 /** An API error as the bench's retry logic reads it: `code` is the HTTP status or a socket error code. */
-export class ApiWriteError extends Error {
+class ApiWriteError extends Error {
   constructor(
     readonly code: number | string,
     message: string,

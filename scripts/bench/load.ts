@@ -23,7 +23,7 @@ function elapsedMs(from: bigint, to: bigint = process.hrtime.bigint()): number {
   return Number(to - from) * MS_PER_NS;
 }
 
-export class RequestFailed extends Error {
+class RequestFailed extends Error {
   override readonly name = 'RequestFailed';
 }
 

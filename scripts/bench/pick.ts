@@ -10,8 +10,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isRoutable } from '../../src/endpoints/model.js';
 import type { Endpoint, PoolView } from '../../src/endpoints/model.js';
-import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS, Picker } from '../../src/picker/pipeline.js';
-import type { PickRequest } from '../../src/picker/pipeline.js';
+import { Picker } from '../../src/picker/picker.js';
+import type { PickRequest } from '../../src/picker/picker.js';
+import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
 import { promptBlockHashes } from '../../src/picker/prompt-hash.js';
 import { recordScrape, SignalBoard } from '../../src/picker/signals.js';
 import type { ServerLoad } from '../../src/picker/signals.js';
@@ -153,7 +154,7 @@ function timed(count: number, budgetMs: number, run: (i: number) => void): Float
   return samples.subarray(0, taken).sort();
 }
 
-export function measurePick(n: number, budgetMs = 400): PickTiming {
+function measurePick(n: number, budgetMs = 400): PickTiming {
   const { picker, board, pools, requests } = benchFleet(n);
   // Warm-up: compile the candidate set and let the JIT settle.
   for (let i = 0; i < Math.max(200, 200_000 / n); i++) picker.pick(pools, requests[i % requests.length]);
@@ -174,7 +175,7 @@ export function measurePick(n: number, budgetMs = 400): PickTiming {
   };
 }
 
-export function renderPickReport(rows: readonly PickTiming[]): string {
+function renderPickReport(rows: readonly PickTiming[]): string {
   const fmt = (us: number): string => (us < 10 ? us.toFixed(2) : us < 100 ? us.toFixed(1) : us.toFixed(0));
   return [
     '| ready endpoints | picks timed | mean µs | p50 µs | p99 µs | before: sort every candidate, p50 µs |',

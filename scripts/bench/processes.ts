@@ -154,7 +154,7 @@ export function cpuSeconds(pid: number): number {
 }
 
 /** `pid` and all its descendants (cluster workers are children of the primary). */
-export function processTree(pid: number): number[] {
+function processTree(pid: number): number[] {
   const out = [pid];
   for (let i = 0; i < out.length; i++) {
     let children = '';

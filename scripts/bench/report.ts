@@ -5,12 +5,11 @@ import { histogramQuantile, summarize } from './stats.js';
 import type { HistogramSnapshot, Summary } from './stats.js';
 import type { ServerPhaseStats } from './server-stats.js';
 
-export type SetupKey = 'baseline' | 'tcp' | 'nodehttp2' | 'grpcjs' | 'uds' | 'workers' | 'duplex' | 'tls' | 'external';
+export type SetupKey = 'baseline' | 'tcp' | 'grpcjs' | 'uds' | 'workers' | 'duplex' | 'tls' | 'external';
 
 export const SETUP_LABELS: Readonly<Record<SetupKey, string>> = {
   baseline: 'baseline (Envoy, no ext_proc)',
   tcp: 'llm-extproc, TCP loopback',
-  nodehttp2: 'llm-extproc on node:http2, TCP loopback',
   grpcjs: 'llm-extproc on grpc-js, TCP loopback',
   uds: 'llm-extproc, Unix socket',
   workers: 'llm-extproc workers, Unix socket',

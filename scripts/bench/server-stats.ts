@@ -6,14 +6,14 @@
 import { histogramDelta, histogramSum, histogramTotal, parseHistogram } from './stats.js';
 import type { HistogramSnapshot } from './stats.js';
 
-export const EVENT_LOOP_METRIC = 'llm_extproc_event_loop_delay_seconds';
-export const GC_METRIC = 'llm_extproc_nodejs_gc_duration_seconds';
-export const TURNAROUND_METRIC = 'llm_extproc_message_turnaround_seconds';
+const EVENT_LOOP_METRIC = 'llm_extproc_event_loop_delay_seconds';
+const GC_METRIC = 'llm_extproc_nodejs_gc_duration_seconds';
+const TURNAROUND_METRIC = 'llm_extproc_message_turnaround_seconds';
 
 export interface ServerSnapshot {
   readonly loop: HistogramSnapshot | undefined;
   readonly gc: HistogramSnapshot | undefined;
-  /** Absent on the transports that do not report it (node-http2, grpc-js). */
+  /** Absent on the transports that do not report it (grpc-js). */
   readonly turnaround: HistogramSnapshot | undefined;
 }
 

@@ -13,8 +13,9 @@
 // `scrapeMs`, and the hashes of the system prompt (the request minus its last message).
 
 import type { Endpoint, PoolView } from '../../src/endpoints/model.js';
-import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS, Picker } from '../../src/picker/pipeline.js';
-import type { ScorerWeights } from '../../src/picker/pipeline.js';
+import { Picker } from '../../src/picker/picker.js';
+import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
+import type { ScorerWeights } from '../../src/picker/settings.js';
 import { recordScrape, SignalBoard } from '../../src/picker/signals.js';
 
 export interface SimConfig {
@@ -71,7 +72,7 @@ export interface SimResult {
 const BLOCK_TOKENS = 16;
 
 /** Seeded PRNG (mulberry32). */
-export function prng(seed: number): () => number {
+function prng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;

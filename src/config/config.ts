@@ -179,7 +179,7 @@ function coerceNumericStrings(schema: TSchema, value: unknown): unknown {
  * `errorMessage` supplies the wording (and the reported field); otherwise it is derived from the
  * failing schema's keywords.
  */
-export function describeSchemaError(error: ValueError, root: TSchema = configFileSchema): string {
+function describeSchemaError(error: ValueError, root: TSchema = configFileSchema): string {
   const segments = error.path.split('/').slice(1).map(unescapePointer);
   const chain = schemaChain(root, segments);
   for (let depth = chain.length - 1; depth >= 0; depth--) {

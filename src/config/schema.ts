@@ -9,6 +9,7 @@
 // `errorMessage` (an annotation ignored by JSON Schema validators) replaces the generated wording
 // for any error at that node or below it; see describeSchemaError in config.ts.
 
+import { DEFAULT_PICKER_SETTINGS } from '../picker/settings.js';
 import { Kind, Type, TypeRegistry } from '@sinclair/typebox';
 import type { SchemaOptions, Static, TProperties, TUnsafe } from '@sinclair/typebox';
 
@@ -20,9 +21,9 @@ declare module '@sinclair/typebox' {
 }
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-export const DESTINATION_FORMATS = ['list', 'single'] as const;
-/** Implementations of the gRPC listener (src/extproc/grpc-server.ts). */
-export const GRPC_TRANSPORTS = ['native', 'node-http2', 'grpc-js'] as const;
+const DESTINATION_FORMATS = ['list', 'single'] as const;
+/** Implementations of the gRPC listener (src/grpc/server.ts). */
+export const GRPC_TRANSPORTS = ['native', 'grpc-js'] as const;
 
 /** Defaults, shown in the schema (`default`) and applied by config.ts. */
 export const DEFAULTS = {
@@ -140,17 +141,18 @@ const Tls = Mapping(
 export const METRICS_FLAVOURS = ['vllm', 'sglang', 'tgi'] as const;
 const Weight = (description: string) => Type.Optional(Type.Number({ minimum: 0, description }));
 
-/** Load-aware, cache-affine picking (defaults: src/picker/settings.ts, DEFAULT_PICKER_SETTINGS). */
+/** Load-aware, cache-affine picking; the defaults shown are DEFAULT_PICKER_SETTINGS (src/picker/settings.ts), the one place they live. */
+const PICKER = DEFAULT_PICKER_SETTINGS;
 const Picker = Mapping(
   {
     weights: Type.Optional(
       Mapping(
         {
-          queue: Weight('Model-server queue depth (num_requests_waiting), shorter first. Default 1.'),
-          kvCache: Weight('KV-cache utilisation, emptier first. Default 1.'),
-          inFlight: Weight('Our own in-flight requests per endpoint, fewer first. Default 1.'),
-          prefix: Weight('Prefix-cache affinity: the rendezvous owner of the prompt prefix. Default 4.'),
-          lora: Weight('LoRA affinity: servers already running the requested adapter. Default 2.'),
+          queue: Weight(`Model-server queue depth (num_requests_waiting), shorter first. Default ${PICKER.weights.queue}.`),
+          kvCache: Weight(`KV-cache utilisation, emptier first. Default ${PICKER.weights.kvCache}.`),
+          inFlight: Weight(`Our own in-flight requests per endpoint, fewer first. Default ${PICKER.weights.inFlight}.`),
+          prefix: Weight(`Prefix-cache affinity: the rendezvous owner of the prompt prefix. Default ${PICKER.weights.prefix}.`),
+          lora: Weight(`LoRA affinity: servers already running the requested adapter. Default ${PICKER.weights.lora}.`),
         },
         { description: 'Scorer weights (0 turns a scorer off).' },
       ),
@@ -162,20 +164,20 @@ const Picker = Mapping(
             Type.Integer({
               minimum: 1,
               maximum: 16,
-              description: 'Affinity key = hash of the first keyBlocks × 128 characters of the shared prompt. Default 8.',
+              description: `Affinity key = hash of the first keyBlocks × 128 characters of the shared prompt. Default ${PICKER.prefix.keyBlocks}.`,
             }),
           ),
           loadFactor: Type.Optional(
             Type.Number({
               minimum: 1,
-              description: 'Bounded load: the owner keeps a prefix while its load ≤ loadFactor × mean + loadSlack. Default 1.1.',
+              description: `Bounded load: the owner keeps a prefix while its load ≤ loadFactor × mean + loadSlack. Default ${PICKER.prefix.loadFactor}.`,
             }),
           ),
-          loadSlack: Type.Optional(Type.Number({ minimum: 0, description: 'See loadFactor. Default 1.' })),
+          loadSlack: Type.Optional(Type.Number({ minimum: 0, description: `See loadFactor. Default ${PICKER.prefix.loadSlack}.` })),
           maxQueue: Type.Optional(
             Type.Integer({
               minimum: 0,
-              description: 'The owner gives its prefixes up while it reports more waiting requests than this. Default 0.',
+              description: `The owner gives its prefixes up while it reports more waiting requests than this. Default ${PICKER.prefix.maxQueue}.`,
             }),
           ),
         },
@@ -188,7 +190,7 @@ const Picker = Mapping(
           maxAdaptersPerServer: Type.Optional(
             Type.Integer({
               minimum: 1,
-              description: 'Adapters a server may hold before LoRA affinity stops adding new ones to it. Default 4.',
+              description: `Adapters a server may hold before LoRA affinity stops adding new ones to it. Default ${PICKER.lora.maxAdaptersPerServer}.`,
             }),
           ),
         },
@@ -198,27 +200,33 @@ const Picker = Mapping(
     metrics: Type.Optional(
       Mapping(
         {
-          enabled: Type.Optional(Type.Boolean({ default: true, description: 'Scrape model-server metrics.' })),
+          enabled: Type.Optional(Type.Boolean({ default: PICKER.metrics.enabled, description: 'Scrape model-server metrics.' })),
           format: Type.Optional(
-            StringEnum(METRICS_FLAVOURS, { default: 'vllm', description: 'Default metrics flavour of the model servers.' }),
+            StringEnum(METRICS_FLAVOURS, { default: PICKER.metrics.format, description: 'Default metrics flavour of the model servers.' }),
           ),
           path: Type.Optional(
             Type.String({
               pattern: '^/',
               errorMessage: 'expected a path starting with /',
-              default: '/metrics',
+              default: PICKER.metrics.path,
               description: 'HTTP path of the metrics endpoint.',
             }),
           ),
-          intervalSeconds: Type.Optional(Type.Number({ minimum: 0.05, description: 'Scrape interval. Default 1.' })),
-          timeoutSeconds: Type.Optional(Type.Number({ minimum: 0.01, description: 'Timeout of one scrape. Default 0.5.' })),
+          intervalSeconds: Type.Optional(
+            Type.Number({ minimum: 0.05, description: `Scrape interval. Default ${PICKER.metrics.intervalMs / 1000}.` }),
+          ),
+          timeoutSeconds: Type.Optional(
+            Type.Number({ minimum: 0.01, description: `Timeout of one scrape. Default ${PICKER.metrics.timeoutMs / 1000}.` }),
+          ),
           staleAfterSeconds: Type.Optional(
             Type.Number({
               minimum: 0.01,
               description: 'A report older than this no longer counts (≥ intervalSeconds). Default max(5, 3 × intervalSeconds).',
             }),
           ),
-          concurrency: Type.Optional(Type.Integer({ minimum: 1, description: 'Scrapes in flight at once. Default 16.' })),
+          concurrency: Type.Optional(
+            Type.Integer({ minimum: 1, description: `Scrapes in flight at once. Default ${PICKER.metrics.concurrency}.` }),
+          ),
         },
         { description: 'Scraping of model-server Prometheus metrics.' },
       ),
@@ -264,7 +272,7 @@ export const configFileSchema = Mapping(
             StringEnum(GRPC_TRANSPORTS, {
               default: DEFAULTS.grpcTransport,
               description:
-                'gRPC implementation: native (our own HTTP/2 on the socket, least CPU per message), node-http2 (our gRPC handler on node:http2) or grpc-js (@grpc/grpc-js); the last two for comparison.',
+                'gRPC implementation: native (our own HTTP/2 on the socket, least CPU per message) or grpc-js (@grpc/grpc-js, the conservative fallback).',
             }),
           ),
         },

@@ -11,7 +11,7 @@ export interface Clock {
   setTimer(callback: () => void, delayMs: number): { cancel(): void };
 }
 
-export const systemClock: Clock = {
+const systemClock: Clock = {
   now: () => Date.now(),
   setTimer(callback, delayMs) {
     const timer = setTimeout(callback, delayMs);

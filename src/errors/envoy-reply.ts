@@ -11,7 +11,7 @@ import type { ErrorKind } from './catalog.js';
 import { hasResponseFlag } from './envoy-response-flags.js';
 import type { ResponseFlagName } from './envoy-response-flags.js';
 
-export { RESPONSE_FLAGS, hasResponseFlag, responseFlagNames } from './envoy-response-flags.js';
+export { RESPONSE_FLAGS, responseFlagNames } from './envoy-response-flags.js';
 export type { ResponseFlagName } from './envoy-response-flags.js';
 
 export interface EnvoyReplyFacts {
@@ -137,7 +137,7 @@ function normalize(text: string): string {
 }
 
 /** A human phrase for a connect failure from Envoy's transport failure reason (normalised). */
-export function connectFailureDetail(resetReason: string, transportFailure: string): string {
+function connectFailureDetail(resetReason: string, transportFailure: string): string {
   const errno = /connect_error:_?(\d+)/.exec(transportFailure)?.[1];
   if (transportFailure.includes('connection_refused') || errno === '111') return 'connection refused';
   if (resetReason === 'connection_timeout' || transportFailure.includes('timed_out') || errno === '110') return 'connection timed out';

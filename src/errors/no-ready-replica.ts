@@ -87,7 +87,7 @@ export function noReadyReplicaRetryAfter(counts: ReplicaCounts): number {
 }
 
 /** `error.replicas`: every reported state, zero included, so clients see a stable shape. */
-export function replicaBreakdown(counts: ReplicaCounts): Record<string, number> {
+function replicaBreakdown(counts: ReplicaCounts): Record<string, number> {
   const out: Record<string, number> = {};
   for (const state of REPORTED_STATES) out[REPLICA_STATE_KEYS[state]] = counts[state] ?? 0;
   return out;
@@ -98,7 +98,7 @@ export function replicaBreakdown(counts: ReplicaCounts): Record<string, number> 
  * 1 terminating (pod is being deleted). Retry in about 15 s.` Distinct reasons per state are
  * listed (at most three), so the message stays short for large pools.
  */
-export function noReadyReplicaMessage(model: string, replicas: readonly ReplicaFacts[], retryAfterSeconds: number): string {
+function noReadyReplicaMessage(model: string, replicas: readonly ReplicaFacts[], retryAfterSeconds: number): string {
   const wait = `Retry in about ${retryAfterSeconds} s.`;
   const reported = replicas.filter((r): r is ReplicaFacts & { state: ReportedState } =>
     (REPORTED_STATES as readonly string[]).includes(r.state),

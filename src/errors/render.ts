@@ -35,7 +35,7 @@ export interface ErrorBodyFields {
 }
 
 /** The object under `error`: OpenAI's four fields first, then our details. */
-export function errorFields(err: GatewayError, requestId?: string): ErrorBodyFields {
+function errorFields(err: GatewayError, requestId?: string): ErrorBodyFields {
   const entry = err.entry;
   const fields: ErrorBodyFields = { message: err.message, type: entry.type, code: entry.code, param: null };
   if (requestId !== undefined && requestId !== '') fields.request_id = requestId;
@@ -63,7 +63,7 @@ function errorJson(err: GatewayError, requestId?: string): string {
 }
 
 /** Effective Retry-After in whole seconds, or undefined when none applies. */
-export function retryAfterFor(err: GatewayError, opts?: RenderOptions): number | undefined {
+function retryAfterFor(err: GatewayError, opts?: RenderOptions): number | undefined {
   const seconds = opts?.retryAfterSeconds ?? err.retryAfterSeconds ?? err.entry.retryAfterSeconds;
   if (seconds === undefined || !Number.isFinite(seconds)) return undefined;
   // Retry-After is a non-negative integer of seconds; round up so clients never come back early.

@@ -1,5 +1,5 @@
 // The replies that carry nothing but "continue". They are most of what we send (one per streamed
-// chunk), so they are frozen singletons whose wire bytes `wire.ts` encodes once, not per message.
+// chunk), so they are frozen singletons whose bytes reply-frames.ts encodes once, not per message.
 
 import type { ProcessingResponse } from './messages.js';
 
@@ -28,8 +28,8 @@ export const CONSTANT_REPLIES: readonly ProcessingResponse[] = [
 
 /**
  * Replies built once, never changed, and sent many times: the constants above, and those that are
- * not constant but repeat (the routing reply of one destination list). `wire.ts` encodes each of
- * them once, and the HTTP/2 transports frame each once (grpc-edge.ts `replyFramer`).
+ * not constant but repeat (the routing reply of one destination list). reply-frames.ts encodes and
+ * frames each of them once, the first time it is sent.
  */
 const REUSED_REPLIES = new WeakSet<ProcessingResponse>(CONSTANT_REPLIES);
 

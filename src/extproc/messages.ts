@@ -1,7 +1,8 @@
-// Plain TypeScript shapes of the ext_proc messages we exchange with Envoy, exactly as
-// @grpc/proto-loader decodes and encodes them with the options in `wire.ts`
-// (snake_case field names, enums as strings, bytes as Buffer, oneofs named by a `*` property).
-// The processor sees only these values; the gRPC edge is the only place that touches grpc-js.
+// The one model of the ext_proc messages we exchange with Envoy: plain TypeScript shapes, which our
+// codec (codec/) decodes and encodes. They are the shapes @grpc/proto-loader gives with the
+// options of test/support/proto-definitions.ts, the codec's test oracle (snake_case field names,
+// enums as strings, bytes as Buffer, oneofs named by a discriminator property). The request layer
+// sees only these values; no transport library touches them.
 
 export interface HeaderValue {
   key: string;

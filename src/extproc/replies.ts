@@ -1,34 +1,13 @@
-// Builders for the replies we send Envoy. Pure: values in, ProcessingResponse values out.
-// The constant "continue" replies live in constant-replies.ts (encoded once by wire.ts).
+// Builders for ext_proc replies by what they do to the HTTP request (answer it, change headers,
+// replace or stream a body), whatever we decided. Pure: values in, ProcessingResponse values out.
+// The constant "continue" replies live in constant-replies.ts (framed once, reply-frames.ts); the
+// replies that carry our own decisions (the pick, our errors) in request/decision-replies.ts.
 
-import type { DestinationFormat } from '../config/config.js';
-import type { GatewayError } from '../errors/gateway-error.js';
-import { renderError } from '../errors/render.js';
-import { reusedReply } from './constant-replies.js';
 import type { HeaderMutation, ProcessingResponse } from './messages.js';
-import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE } from './protocol-names.js';
-import { headerMutation, metadataNamespaces } from './wire-values.js';
+import { headerMutation } from './message-fields.js';
 
 /** Envoy's limit for one `streamed_response` chunk in FULL_DUPLEX_STREAMED mode. */
-export const MAX_STREAMED_CHUNK_BYTES = 64 * 1024;
-
-/**
- * Answer the client ourselves. Envoy honours this at any point before the response headers
- * reached the client — on the request path and on the response path alike — so it is our one
- * way to replace an answer, whatever the body mode. `details` becomes Envoy's
- * `response.code_details`, which our shipped local-reply mappers use to leave our answers alone.
- */
-export function immediateError(err: GatewayError, requestId: string, statusOverride?: number): ProcessingResponse {
-  const rendered = renderError(err, requestId === '' ? {} : { requestId });
-  return {
-    immediate_response: {
-      status: { code: statusOverride ?? rendered.status },
-      headers: headerMutation(rendered.headers),
-      body: rendered.body,
-      details: `llm_extproc_${err.kind}`,
-    },
-  };
-}
+const MAX_STREAMED_CHUNK_BYTES = 64 * 1024;
 
 export function immediateJson(body: unknown, details: string): ProcessingResponse {
   const bytes = Buffer.from(JSON.stringify(body));
@@ -43,68 +22,6 @@ export function immediateJson(body: unknown, details: string): ProcessingRespons
       details,
     },
   };
-}
-
-/**
- * Routing replies by phase and destination format, then by each destination address in order
- * (the addresses are the store's own strings, so no key is built per request); the reply sits
- * under REPLY at the end of its path. Bounded: pod churn can mint many lists.
- */
-type ReplyTree = Map<string | typeof REPLY, ReplyTree | ProcessingResponse>;
-const REPLY = Symbol('reply');
-const ROUTING_REPLIES = new Map<string, ReplyTree>();
-const MAX_ROUTING_REPLIES = 4096;
-let routingReplies = 0;
-
-/**
- * Hands Envoy our pick, in the reply to the request headers or to the request body: the primary
- * in the destination header (which ORIGINAL_DST clusters and header-based overrides parse as one
- * address), and in the `envoy.lb` metadata override_host reads the whole list (first is primary,
- * the rest are walked on retries) unless the gateway reads exactly one address (`single`). A
- * destination list repeats from request to request, so each reply is built once and reused
- * (wire.ts then encodes it once).
- */
-export function routingReply(
-  phase: 'request_headers' | 'request_body',
-  destinations: readonly string[],
-  format: DestinationFormat,
-): ProcessingResponse {
-  const used = format === 'list' ? destinations.length : Math.min(1, destinations.length);
-  const root = phase === 'request_headers' ? format : format === 'list' ? 'list body' : 'single body';
-  let level = ROUTING_REPLIES.get(root);
-  if (level === undefined) ROUTING_REPLIES.set(root, (level = newReplyTree()));
-  for (let i = 0; i < used; i++) {
-    let next = level.get(destinations[i]) as ReplyTree | undefined;
-    if (next === undefined) level.set(destinations[i], (next = newReplyTree()));
-    level = next;
-  }
-  const known = level.get(REPLY) as ProcessingResponse | undefined;
-  if (known !== undefined) return known;
-  if (routingReplies >= MAX_ROUTING_REPLIES) {
-    ROUTING_REPLIES.clear(); // `level` is no longer reachable: this one reply is simply not kept
-    routingReplies = 0;
-    return buildRoutingReply(phase, destinations, format);
-  }
-  const reply = reusedReply(buildRoutingReply(phase, destinations, format));
-  level.set(REPLY, reply);
-  routingReplies++;
-  return reply;
-}
-
-function newReplyTree(): ReplyTree {
-  return new Map<string | typeof REPLY, ReplyTree | ProcessingResponse>();
-}
-
-function buildRoutingReply(
-  phase: 'request_headers' | 'request_body',
-  destinations: readonly string[],
-  format: DestinationFormat,
-): ProcessingResponse {
-  const primary = destinations[0] ?? '';
-  const response = { response: { header_mutation: headerMutation([[DESTINATION_HEADER, primary]]) } };
-  const metadataValue = format === 'list' ? destinations.join(',') : primary;
-  const dynamic_metadata = metadataNamespaces({ [DESTINATION_METADATA_NAMESPACE]: { [DESTINATION_HEADER]: metadataValue } });
-  return phase === 'request_headers' ? { request_headers: response, dynamic_metadata } : { request_body: response, dynamic_metadata };
 }
 
 export function responseHeadersReply(mutation?: HeaderMutation, bufferBody?: 'BUFFERED' | 'BUFFERED_PARTIAL'): ProcessingResponse {

@@ -3,7 +3,7 @@
 // plain-text local replies answered clients with `invalid character 'u' looking for beginning of value`.
 
 /** `Text/Event-Stream; charset=UTF-8` → `text/event-stream`; undefined/empty → ''. */
-export function mediaType(contentType: string | undefined): string {
+function mediaType(contentType: string | undefined): string {
   if (contentType === undefined) return '';
   const semi = contentType.indexOf(';');
   return (semi === -1 ? contentType : contentType.slice(0, semi)).trim().toLowerCase();

@@ -6,7 +6,7 @@ import { isWellFormedJson } from './json-syntax.js';
 import { OK_VERDICT } from './verdict.js';
 import type { BodyVerdict } from './verdict.js';
 
-export { isJsonContentType, isSseContentType, mediaType } from './content-type.js';
+export { isJsonContentType, isSseContentType } from './content-type.js';
 
 function truncated(detail: string): BodyVerdict {
   return { ok: false, kind: 'truncated_response', detail };
@@ -29,7 +29,7 @@ export function inspectJsonBody(body: Buffer): BodyVerdict {
  * Why `text` is not JSON, in words: where it stopped if it was cut short, or what it looks like
  * otherwise. Tracks only strings and nesting, which is enough to tell a truncation from garbage.
  */
-export function describeInvalidJson(text: string, byteLength: number): string {
+function describeInvalidJson(text: string, byteLength: number): string {
   const first = text.trimStart().charAt(0);
   if (first === '<') return `body is not JSON: it looks like HTML or XML (${byteLength} bytes)`;
   if (!/^[[{"\-0-9tfn]$/.test(first)) return `body is not JSON: it starts with ${JSON.stringify(first)} (${byteLength} bytes)`;

@@ -42,7 +42,7 @@ export interface SseInspectorOptions {
   maxBufferedChars?: number;
 }
 
-export const DEFAULT_MAX_BUFFERED_CHARS = 4 * 1024 * 1024;
+const DEFAULT_MAX_BUFFERED_CHARS = 4 * 1024 * 1024;
 
 /** Enough tail to decide the SSE prefix (`\r\n\r\n` is the longest ending that matters). */
 const TAIL_BYTES = 4;

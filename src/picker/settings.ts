@@ -1,9 +1,30 @@
 // The picker's settings as the configuration file gives them, with their defaults. Shared by the
 // config parser (config.ts), the wiring (app.ts) and the routing glue.
 
-import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS } from './pipeline.js';
-import type { PoolPolicy, ScorerWeights } from './pipeline.js';
 import type { MetricsFormat } from './server-metrics.js';
+
+export interface ScorerWeights {
+  readonly queue: number;
+  readonly kvCache: number;
+  readonly inFlight: number;
+  readonly prefix: number;
+  readonly lora: number;
+}
+
+/** Prefix affinity dominates while the owner is within bounds; load decides the rest. */
+export const DEFAULT_WEIGHTS: ScorerWeights = { queue: 1, kvCache: 1, inFlight: 1, prefix: 4, lora: 2 };
+
+export interface PoolPolicy {
+  /** Endpoints reporting at least this many waiting requests take no new ones; all of them = shed. */
+  readonly maxQueueDepth?: number;
+}
+
+/**
+ * Tight bounds: an LLM server with a full batch makes every new request wait, so a prefix owner
+ * gives way as soon as it reports a queue or runs 10 % (+1) above the mean (see docs/benchmarks.md,
+ * simulation).
+ */
+export const DEFAULT_BOUNDED_LOAD = { factor: 1.1, slack: 1, maxQueue: 0 } as const;
 
 export interface PoolPickerSettings extends PoolPolicy {
   /** The flavour of the pool's model servers, or `none` to not scrape them. */

@@ -70,7 +70,7 @@ function resetRecord(signals: Float64Array, slot: number): void {
 const DETACHED = -1;
 
 /** One address's signals: its record in the board's signals, and what the picker never reads. */
-export class SignalCell {
+class SignalCell {
   private state: MetricsState = 'missing';
   /** Last good report; kept while stale/failing for /debug/endpoints, never used for picking then. */
   load: ServerLoad | undefined = undefined;
@@ -165,7 +165,7 @@ const EMPTY_SET: ReadonlySet<string> = new Set();
  * whether a requested model is a LoRA adapter anyone has, and mark its holders without asking
  * every candidate.
  */
-export class AdapterIndex {
+class AdapterIndex {
   private readonly holders = new Map<string, Set<number>>();
 
   add(adapter: string, slot: number): void {

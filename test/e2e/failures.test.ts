@@ -1,4 +1,4 @@
-// Issue 4 end to end: every catalog entry reachable through the data path, produced through a real
+// End to end: every catalog entry reachable through the data path, produced through a real
 // Envoy by real (misbehaving) model servers, and the outcome accounting behind them.
 
 import assert from 'node:assert/strict';

@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { stringify as toYaml } from 'yaml';
-import type { PickerTls } from '../../src/envoy-config/gateway-config.js';
-import { GATEWAY_PROFILE_NAMES, GATEWAY_PROFILES } from '../../src/envoy-config/gateway-profiles.js';
+import type { PickerTls } from '../../tools/envoy-config/gateway-config.js';
+import { GATEWAY_PROFILE_NAMES, GATEWAY_PROFILES } from '../../tools/envoy-config/gateway-profiles.js';
 import { envoyBinaryPath } from '../support/envoy-binary.js';
 import { makeTestCa } from '../support/tls-files.js';
 

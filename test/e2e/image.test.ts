@@ -137,6 +137,12 @@ describe('container image (runtime stage emulated outside Docker)', () => {
       !existsSync(join(app, 'src')) && !existsSync(join(app, 'test')) && !existsSync(join(app, 'dist', 'test')),
       'no sources or tests in the image',
     );
+    // Build-time code (tools/: the Envoy config renderer, the gateway profiles, the error-docs
+    // generator) and the .proto files (the tests' codec oracle) stay out of the runtime tree.
+    assert.ok(!existsSync(join(app, 'dist', 'tools')) && !existsSync(join(app, 'proto')), 'no build-time code or protos in the image');
+    for (const buildTime of ['envoy-config', join('errors', 'docs.js')]) {
+      assert.ok(!existsSync(join(app, 'dist', 'src', buildTime)), `dist/src/${buildTime} is build-time code`);
+    }
 
     // Config and endpoints come from a mounted ConfigMap in Kubernetes: a separate read-only dir.
     const etc = join(work, 'etc');

@@ -11,12 +11,13 @@ import { pino } from 'pino';
 import { stringify as toYaml } from 'yaml';
 import type { GrpcTransport } from '../../src/config/config.js';
 import { GRPC_TRANSPORTS } from '../../src/config/schema.js';
-import { GATEWAY_PROFILES, SERVED_ENDPOINT_KEY } from '../../src/envoy-config/gateway-profiles.js';
-import { startGrpcServer, type RunningGrpcServer } from '../../src/extproc/grpc-server.js';
+import { GATEWAY_PROFILES, SERVED_ENDPOINT_KEY } from '../../tools/envoy-config/gateway-profiles.js';
+import { startExtProcServer } from '../../src/extproc/server.js';
+import type { RunningGrpcServer } from '../../src/grpc/server.js';
 import type { ProcessingRequest, ProcessingResponse, ProtoStruct } from '../../src/extproc/messages.js';
-import type { StreamProcessor } from '../../src/extproc/processor-contract.js';
+import type { StreamProcessor } from '../../src/extproc/stream-processor.js';
 import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE } from '../../src/extproc/protocol-names.js';
-import { metadataNamespaces } from '../../src/extproc/wire-values.js';
+import { metadataNamespaces } from '../../src/extproc/message-fields.js';
 import { startEnvoy, type RunningEnvoy } from '../support/envoy-process.js';
 import { send } from '../support/http-client.js';
 import { startModelServer, type ModelServer } from '../support/model-server.js';
@@ -88,7 +89,7 @@ async function startIstioBed(
   options: { transport?: GrpcTransport; authority?: string; processor: (model: ModelServer) => StreamProcessor },
 ): Promise<IstioBed> {
   const model = await startModelServer({ id: name, models: ['m'] });
-  const grpc = await startGrpcServer({
+  const grpc = await startExtProcServer({
     address: '127.0.0.1:0',
     ...(options.transport === undefined ? {} : { transport: options.transport }),
     health: { isServing: () => true, onChange: () => () => {} },

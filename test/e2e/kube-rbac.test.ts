@@ -1,4 +1,4 @@
-// Issue 9, RBAC for real: the chart's own ServiceAccount, Role and RoleBinding (rendered by
+// RBAC for real: the chart's own ServiceAccount, Role and RoleBinding (rendered by
 // `helm template` from charts/llm-extproc and applied by server-side apply) are all llm-extproc
 // may use against a real kube-apiserver with --authorization-mode=RBAC. It syncs with exactly
 // those grants; a pool in a namespace the chart did not bind gets the documented 403 (unsynced,

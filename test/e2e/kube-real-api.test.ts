@@ -1,4 +1,4 @@
-// Issue 9 end to end: real Envoy + llm-extproc (the real @kubernetes/client-node) against a real
+// End to end: real Envoy + llm-extproc (the real @kubernetes/client-node) against a real
 // kube-apiserver and etcd (TLS, token auth, RBAC, admission, the watch cache). The tests play the
 // kubelet: they create pods bound to a node and report readiness through the status subresource.
 // Model servers listen on the pods' IPs (127.0.0.2-4, one port), as pods of one Deployment would.

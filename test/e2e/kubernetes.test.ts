@@ -1,4 +1,4 @@
-// Issue 3 end to end: real Envoy + our server with the Kubernetes source (the real
+// End to end: real Envoy + our server with the Kubernetes source (the real
 // @kubernetes/client-node) against the fake API server, and real model servers bound on the
 // pods' IPs (127.0.0.2-4, all on one port, as pods of one Deployment would be).
 
@@ -10,7 +10,7 @@ import { describe, it } from 'node:test';
 import type { TestContext } from 'node:test';
 import { stringify as toYaml } from 'yaml';
 import type { EndpointState, EndpointView } from '../../src/endpoints/model.js';
-import { EXT_PROC_SERVICE_NAME } from '../../src/extproc/wire.js';
+import { EXT_PROC_SERVICE_NAME } from '../support/proto-definitions.js';
 import { FakeKubeApi, podsPath, writeKubeconfig } from '../support/fake-kube-api.js';
 import { metricValue, startGateway } from '../support/gateway.js';
 import type { Gateway } from '../support/gateway.js';

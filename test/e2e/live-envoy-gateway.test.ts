@@ -21,7 +21,7 @@ import { stringify as toYaml } from 'yaml';
 import { CHART_DIR } from '../../scripts/chart/chart-files.js';
 import { repoRoot } from '../../scripts/repo-root.js';
 import { helmBinaryPath, run } from '../support/helm.js';
-import { GATEWAY_PROFILES } from '../../src/envoy-config/gateway-profiles.js';
+import { GATEWAY_PROFILES } from '../../tools/envoy-config/gateway-profiles.js';
 import {
   bootstrapAsDump,
   connectionManager,
@@ -56,24 +56,6 @@ function chat(model: string, extra: Record<string, unknown> = {}): ClientRequest
 }
 
 const sha256 = (bytes: Buffer): string => createHash('sha256').update(bytes).digest('hex');
-
-/** SSE chat chunks whose content is random (base64 of random bytes), then the terminator. */
-function randomEvents(model: string, count: number, bytesPerEvent: number): Buffer[] {
-  const events: Buffer[] = [];
-  for (let i = 0; i < count; i++) {
-    const content = randomBytes(bytesPerEvent).toString('base64');
-    const chunk = {
-      id: 'chatcmpl-live',
-      object: 'chat.completion.chunk',
-      created: 1,
-      model,
-      choices: [{ index: 0, delta: { content }, finish_reason: null }],
-    };
-    events.push(Buffer.from(`data: ${JSON.stringify(chunk)}\n\n`));
-  }
-  events.push(Buffer.from('data: [DONE]\n\n'));
-  return events;
-}
 
 /** A chat request of about `bytes` bytes whose bulk is random. */
 function bigRequest(model: string, bytes: number): Buffer {
@@ -159,11 +141,14 @@ void describe('live Envoy Gateway v1.9.1', { skip: NEEDS }, () => {
     });
 
     void it('passes a 64-event SSE stream of random content byte-identical', async () => {
-      const events = randomEvents('stream', 64, 600);
-      for (const id of ['stream-a', 'stream-b']) bed.server(id).nextBehavior({ kind: 'sse-events', events, gapMs: 0 });
+      for (const id of ['stream-a', 'stream-b'])
+        bed.server(id).nextBehavior({ kind: 'paced-random-sse', events: 64, gapMs: 0, bytesPerEvent: 600 });
       const response = await bed.send(chat('stream', { stream: true }));
       assert.equal(response.status, 200, response.text());
-      assert.equal(sha256(response.body), sha256(Buffer.concat(events)));
+      const served = bed.server(servedBy(response)).requests.at(-1)!;
+      assert.equal(await served.response.settled, 'ended');
+      assert.equal(sha256(response.body), sha256(served.response.body));
+      assert.match(response.text(), /data: \[DONE\]\n\n$/);
       for (const id of ['stream-a', 'stream-b']) bed.server(id).setBehavior({ kind: 'ok' });
     });
 
@@ -183,21 +168,23 @@ void describe('live Envoy Gateway v1.9.1', { skip: NEEDS }, () => {
       { timeout: LONG_STREAMS_MS[1] * 2 },
       async () => {
         // The model servers pace their chunks (one a second); the test waits only for the answers.
-        const plans = LONG_STREAMS_MS.map((ms) => randomEvents(`long-${ms / 1000}`, ms / 1000, 300));
         const responses = await Promise.all(
-          LONG_STREAMS_MS.map((ms, i) => {
-            bed.server(`long-${ms / 1000}-a`).setBehavior({ kind: 'sse-events', events: plans[i], gapMs: 1000 });
+          LONG_STREAMS_MS.map((ms) => {
+            bed.server(`long-${ms / 1000}-a`).setBehavior({ kind: 'paced-random-sse', events: ms / 1000, gapMs: 1000, bytesPerEvent: 300 });
             return bed.send({ ...chat(`long-${ms / 1000}`, { stream: true }), timeoutMs: ms * 2 });
           }),
         );
         for (const [i, response] of responses.entries()) {
           assert.equal(response.status, 200, response.text().slice(0, 300));
           assert.equal(response.error, undefined, 'the stream completes');
+          const served = bed.server(`long-${LONG_STREAMS_MS[i] / 1000}-a`).requests.at(-1)!;
+          assert.equal(await served.response.settled, 'ended');
           assert.equal(
             sha256(response.body),
-            sha256(Buffer.concat(plans[i])),
+            sha256(served.response.body),
             `the ${LONG_STREAMS_MS[i] / 1000} s stream arrives byte-identical`,
           );
+          assert.match(response.text(), /data: \[DONE\]\n\n$/);
         }
       },
     );
@@ -524,8 +511,7 @@ void describe('live Envoy Gateway v1.9.1', { skip: NEEDS }, () => {
     });
 
     void it('llm-extproc draining at SIGTERM: the stream in flight completes, new requests are served while it drains; once it is gone, gateway_unavailable JSON (FailClose)', async () => {
-      const events = randomEvents('long-20', 6, 200);
-      bed.server('long-20-a').setBehavior({ kind: 'sse-events', events, gapMs: 1000 });
+      bed.server('long-20-a').setBehavior({ kind: 'paced-random-sse', events: 6, gapMs: 1000, bytesPerEvent: 200 });
       const before = bed.server('long-20-a').requests.length;
       const inFlight = bed.send({ ...chat('long-20', { stream: true }), timeoutMs: 60_000 });
       await waitUntil(() => (bed.server('long-20-a').requests.length > before ? true : undefined), { description: 'the stream under way' });
@@ -537,7 +523,9 @@ void describe('live Envoy Gateway v1.9.1', { skip: NEEDS }, () => {
       const response = await inFlight;
       assert.equal(response.status, 200);
       assert.equal(response.error, undefined);
-      assert.equal(sha256(response.body), sha256(Buffer.concat(events)), 'the stream in flight at SIGTERM arrives whole');
+      const served = bed.server('long-20-a').requests.at(-1)!;
+      assert.equal(await served.response.settled, 'ended');
+      assert.equal(sha256(response.body), sha256(served.response.body), 'the stream in flight at SIGTERM arrives whole');
       assert.equal(bed.server('long-20-a').requests.length, before + 1, 'and was never retried');
       bed.server('long-20-a').setBehavior({ kind: 'ok' });
       assert.deepEqual(await bed.extproc.exitWithin(60_000), { code: 0, signal: null });

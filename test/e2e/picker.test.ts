@@ -1,4 +1,4 @@
-// Issue 10 end to end: load-aware, cache-affine picking through a real Envoy, with model servers
+// End to end: load-aware, cache-affine picking through a real Envoy, with model servers
 // that report vLLM metrics (test/support/model-server.ts answers GET /metrics like vLLM).
 
 import assert from 'node:assert/strict';

@@ -9,7 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { stringify as toYaml } from 'yaml';
 import { CATALOG, type ErrorKind } from '../../src/errors/catalog.js';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../src/envoy-config/gateway-config.js';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
 import { startEnvoy, type RunningEnvoy } from '../support/envoy-process.js';
 import { startExtprocProcess, type ExtprocProcess } from '../support/extproc-process.js';
 import { poolsYaml, type StaticPoolSpec } from '../support/gateway.js';

@@ -1,4 +1,4 @@
-// Issue 2 end to end: real Envoy + our server + real model servers, static endpoints file.
+// End to end: real Envoy + our server + real model servers, static endpoints file.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { promisify } from 'node:util';
-import { SHIPPED_CONFIGS, renderShippedConfig } from '../../src/envoy-config/shipped-configs.js';
+import { SHIPPED_CONFIGS, renderShippedConfig } from '../../tools/envoy-config/shipped-configs.js';
 import { repoRoot } from '../../scripts/repo-root.js';
 import { envoyBinaryPath } from '../support/envoy-binary.js';
 

@@ -30,7 +30,7 @@ import { KubeControlPlane } from './kube-control-plane.js';
 import { FakeKubelet, type TestPod } from './kube-kubelet.js';
 import { startModelServer, type Behavior, type ModelServer } from './model-server.js';
 import { notReadyPod, readyPod, startingPod } from './pod-builders.js';
-import { addPodAddresses, removePodAddresses } from './pod-network.js';
+import { claimPodAddresses, releasePodAddresses } from './pod-network.js';
 import { waitUntil } from './wait-until.js';
 
 export { deepMerge };
@@ -111,7 +111,7 @@ export class EnvoyGatewayBed {
       const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-eg-bed-'));
       for (const ns of [RELEASE_NS, MODELS_NS]) await plane.createNamespace(ns);
       // The first address is llm-extproc's; one per model pod after it.
-      addresses = addPodAddresses(1 + options.pools.reduce((n, p) => n + p.pods.length, 0));
+      addresses = claimPodAddresses(1 + options.pools.reduce((n, p) => n + p.pods.length, 0));
 
       // Model servers: one pod address each, all on one port (a Service has one targetPort).
       const pods = new Map<string, ModelPod>();
@@ -162,7 +162,7 @@ export class EnvoyGatewayBed {
       }
     } catch (err) {
       await Promise.all(servers.map((s) => s.close()));
-      removePodAddresses(addresses);
+      releasePodAddresses(addresses);
       await controller?.stop();
       await plane.stop();
       throw err;
@@ -407,7 +407,7 @@ export class EnvoyGatewayBed {
     await this.proxyRef?.stop();
     await this.extprocProcess?.kill();
     await Promise.all([...this.pods.values()].map((p) => p.server.close()));
-    removePodAddresses(this.addresses);
+    releasePodAddresses(this.addresses);
     await this.controller.stop();
     await this.plane.stop();
     await rm(this.dir, { recursive: true, force: true });

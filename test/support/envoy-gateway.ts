@@ -29,7 +29,7 @@ import { send, type ClientRequest, type ClientResponse } from './http-client.js'
 import { installerOutput } from './installer-output.js';
 import type { KubeControlPlane } from './kube-control-plane.js';
 import { acquireMachineLock, type MachineLock } from './machine-lock.js';
-import { canManagePodAddresses } from './pod-network.js';
+import { podNetworkUnavailable } from './pod-network.js';
 import { TiedProcess } from './tied-process.js';
 import { waitUntil } from './wait-until.js';
 
@@ -45,8 +45,8 @@ const START_TIMEOUT_MS = 180_000;
  * (pod-network.ts) and the controller's serving pair goes to /certs.
  */
 export function liveEnvoyGatewayUnavailable(): string | false {
-  const network = canManagePodAddresses();
-  if (!network.ok) return `live Envoy Gateway bed ${network.reason}`;
+  const network = podNetworkUnavailable();
+  if (network !== undefined) return `live Envoy Gateway bed: ${network}`;
   try {
     mkdirSync(CERTS_DIR, { recursive: true });
     accessSync(CERTS_DIR, constants.W_OK);

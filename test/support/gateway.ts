@@ -16,8 +16,8 @@ import {
   type BackendsCluster,
   type GatewayConfigOptions,
   type PickerTls,
-} from '../../src/envoy-config/gateway-config.js';
-import { GATEWAY_PROFILES, type GatewayProfileName } from '../../src/envoy-config/gateway-profiles.js';
+} from '../../tools/envoy-config/gateway-config.js';
+import { GATEWAY_PROFILES, type GatewayProfileName } from '../../tools/envoy-config/gateway-profiles.js';
 import { startEnvoy, type RunningEnvoy } from './envoy-process.js';
 import { send, type ClientRequest, type ClientResponse } from './http-client.js';
 import { waitUntil } from './wait-until.js';
@@ -48,7 +48,7 @@ export interface GatewayOptions {
   /** Wait for the endpoint cache to sync before returning (default true). */
   readonly waitForSync?: boolean;
   /**
-   * Run Envoy with the configuration this gateway generates (src/envoy-config/gateway-profiles.ts)
+   * Run Envoy with the configuration this gateway generates (tools/envoy-config/gateway-profiles.ts)
    * instead of ours; llm-extproc gets the profile's `routing.destinationFormat` unless configYaml
    * sets one. Only `envoy.routeTimeoutSeconds` applies to a profile.
    */
@@ -59,8 +59,6 @@ export interface GatewayOptions {
    * sets `listen.tls`.
    */
   readonly pickerTls?: PickerTls;
-  /** Istio profile: the EnvoyFilter-set `:authority` for the picker stream (see ProfileOptions). */
-  readonly istioPickerAuthority?: string;
   /** Our server's logger (default: pino at LLM_EXTPROC_TEST_LOG_LEVEL, silent), e.g. to assert on log lines. */
   readonly logger?: Logger;
 }
@@ -125,7 +123,6 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
             pickerTls,
             backends: addresses,
             ...(options.envoy?.routeTimeoutSeconds === undefined ? {} : { routeTimeoutSeconds: options.envoy.routeTimeoutSeconds }),
-            ...(options.istioPickerAuthority === undefined ? {} : { istioPickerAuthority: options.istioPickerAuthority }),
           })
         : renderGatewayConfig({
             ...DEFAULT_GATEWAY_OPTIONS,

@@ -3,8 +3,8 @@
 
 import { Client, credentials } from '@grpc/grpc-js';
 import type { ClientReadableStream, ServiceError } from '@grpc/grpc-js';
-import { loadWireDefinitions } from '../../src/extproc/wire.js';
-import type { HealthCheckRequest, HealthCheckResponse, ServingStatus } from '../../src/extproc/wire.js';
+import { loadWireDefinitions } from './proto-definitions.js';
+import type { HealthCheckRequest, HealthCheckResponse, ServingStatus } from './proto-definitions.js';
 
 export interface HealthWatch {
   /** Every status received so far, in order (`UNKNOWN` for the proto zero value). */

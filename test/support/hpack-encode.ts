@@ -1,7 +1,7 @@
 // HPACK building blocks for writing header blocks by hand in tests and benchmarks: integers,
 // string literals (raw or Huffman-coded, RFC 7541 §5) and bit strings for deliberately broken
 // Huffman data. Our server never Huffman-codes what it sends, so this encoder lives here.
-import { HUFFMAN_CODE_LENGTHS, HUFFMAN_CODES } from '../../src/extproc/h2/huffman.js';
+import { HUFFMAN_CODE_LENGTHS, HUFFMAN_CODES } from '../../src/http2/huffman.js';
 
 /** The EOS symbol's number in the Huffman code list. */
 export const HUFFMAN_EOS = 256;

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import type { Agent } from 'node:http';
 import { describe, it } from 'node:test';
 import type { TestContext } from 'node:test';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../src/envoy-config/gateway-config.js';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
 import { Metrics } from '../../src/metrics/metrics.js';
 import { withoutExtProc } from '../../scripts/bench/baseline-config.js';
 import { codeArea, summarizeProfile } from '../../scripts/bench/cpu-profile.js';
@@ -62,7 +62,7 @@ describe('bench statistics', () => {
   it("adds up llm-extproc's turnaround over phases from real scrapes, and leaves it out when never reported", async () => {
     const metrics = new Metrics({ processMetrics: false });
     const silent = serverSnapshot(await metrics.registry.metrics());
-    assert.equal(silent.turnaround, undefined, 'a transport that never reports it (node-http2, grpc-js) shows no figure');
+    assert.equal(silent.turnaround, undefined, 'a transport that never reports it (grpc-js) shows no figure');
     metrics.messageTurnaround(0.00007, 3);
     const first = serverSnapshot(await metrics.registry.metrics());
     metrics.messageTurnaround(0.0003, 2);

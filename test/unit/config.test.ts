@@ -265,7 +265,7 @@ describe('buildConfig: validation errors name the field', () => {
     {
       name: 'listen.transport unknown',
       fileText: 'listen:\n  transport: grpc\n',
-      message: 'listen.transport: expected one of native, node-http2, grpc-js, got "grpc"',
+      message: 'listen.transport: expected native or grpc-js, got "grpc"',
     },
     {
       name: 'logLevel unknown',

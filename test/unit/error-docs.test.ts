@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { ENDPOINT_STATES } from '../../src/endpoints/model.js';
 import { ERROR_KINDS } from '../../src/errors/catalog.js';
-import { ENDPOINT_TRANSITIONS, renderErrorDocs } from '../../src/errors/docs.js';
+import { ENDPOINT_TRANSITIONS, renderErrorDocs } from '../../tools/error-docs.js';
 
 // Compiled to dist/test/unit/, so the repository root is three levels up.
 const DOC_PATH = fileURLToPath(new URL('../../../docs/errors.md', import.meta.url));

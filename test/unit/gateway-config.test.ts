@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { CATALOG } from '../../src/errors/catalog.js';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig, type GatewayConfigOptions } from '../../src/envoy-config/gateway-config.js';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig, type GatewayConfigOptions } from '../../tools/envoy-config/gateway-config.js';
 
 type Node = Record<string, unknown>;
 const at = (value: unknown, ...path: Array<string | number>): unknown =>

@@ -3,7 +3,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { frameMessage, GrpcFramingError, MessageDeframer } from '../../src/extproc/grpc-framing.js';
+import { frameMessage, GrpcFramingError, MessageDeframer } from '../../src/grpc/framing.js';
 import { splitBytes } from '../support/split-bytes.js';
 
 function deframeAll(chunks: readonly Buffer[], max = 1 << 20): { messages: Buffer[]; idle: boolean } {

@@ -14,16 +14,16 @@ import type { MessageTypeDefinition } from '@grpc/proto-loader';
 import { pino } from 'pino';
 import type { Logger } from 'pino';
 import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
-import type { ProcessorFactory, StreamEnd, StreamProcessor } from '../../src/extproc/processor-contract.js';
-import { startGrpcServer } from '../../src/extproc/grpc-server.js';
-import type { HealthSource, RunningGrpcServer } from '../../src/extproc/grpc-server.js';
+import type { ProcessorFactory, StreamEnd, StreamProcessor } from '../../src/extproc/stream-processor.js';
+import { startExtProcServer } from '../../src/extproc/server.js';
+import type { HealthSource, RunningGrpcServer } from '../../src/grpc/server.js';
 import type { GrpcTransport } from '../../src/config/config.js';
 import { GRPC_TRANSPORTS } from '../../src/config/schema.js';
 import { dataFrame, grpcRequestHeaders, headersFrame, rawH2Connect, rstStreamFrame } from '../support/h2-frames.js';
-import { frameMessage } from '../../src/extproc/grpc-framing.js';
+import { frameMessage } from '../../src/grpc/framing.js';
 import { waitUntil } from '../support/wait-until.js';
-import { EXT_PROC_SERVICE_NAME, loadWireDefinitions } from '../../src/extproc/wire.js';
-import type { HealthCheckRequest, HealthCheckResponse } from '../../src/extproc/wire.js';
+import { EXT_PROC_SERVICE_NAME, loadWireDefinitions } from '../support/proto-definitions.js';
+import type { HealthCheckRequest, HealthCheckResponse } from '../support/proto-definitions.js';
 
 const wire = loadWireDefinitions();
 const processMethod = wire.externalProcessor.Process;
@@ -153,7 +153,7 @@ async function startHarness(
   opts: { factory?: ProcessorFactory; health?: HealthSource; logger?: Logger; onStreamError?: (err: Error) => void } = {},
 ): Promise<Harness> {
   const dir = transport === 'unix' ? mkdtempSync(join(tmpdir(), 'llm-extproc-grpc-')) : undefined;
-  const server = await startGrpcServer({
+  const server = await startExtProcServer({
     transport: impl,
     address: dir !== undefined ? `unix://${join(dir, 'ext-proc.sock')}` : '127.0.0.1:0',
     processorFactory: opts.factory ?? recordingFactory(echoReply).factory,
@@ -273,7 +273,7 @@ function messageType(name: string): MessageTypeDefinition<object, object> {
 for (const impl of GRPC_TRANSPORTS) {
   // Every behaviour below must hold for both implementations.
   // ---------------------------------------------------------------------------------------------
-  // Process stream, over both transports
+  // Process stream, over TCP and a Unix socket
 
   for (const transport of ['tcp', 'unix'] as const) {
     void describe(`${impl}: ext_proc Process stream over ${transport}`, () => {
@@ -612,7 +612,7 @@ for (const impl of GRPC_TRANSPORTS) {
           },
         );
         await new Promise<void>((resolve) => holder.stdout.once('data', () => resolve()));
-        const live = startGrpcServer({
+        const live = startExtProcServer({
           transport: impl,
           address: `unix://${socketPath}`,
           processorFactory: recordingFactory(echoReply).factory,
@@ -625,7 +625,7 @@ for (const impl of GRPC_TRANSPORTS) {
         await exited;
         assert.ok(existsSync(socketPath));
 
-        const server = await startGrpcServer({
+        const server = await startExtProcServer({
           transport: impl,
           address: `unix://${socketPath}`,
           processorFactory: recordingFactory(echoReply).factory,

@@ -10,14 +10,14 @@ import { Client, credentials } from '@grpc/grpc-js';
 import type { ClientDuplexStream, ServiceError } from '@grpc/grpc-js';
 import { pino } from 'pino';
 import { GRPC_TRANSPORTS } from '../../src/config/schema.js';
-import { startGrpcServer } from '../../src/extproc/grpc-server.js';
-import type { RunningGrpcServer } from '../../src/extproc/grpc-server.js';
+import { startExtProcServer } from '../../src/extproc/server.js';
+import type { RunningGrpcServer } from '../../src/grpc/server.js';
 import type { GrpcTransport } from '../../src/config/config.js';
 import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
-import type { ProcessorFactory } from '../../src/extproc/processor-contract.js';
-import { makeSelfSignedIdentity, openTlsIdentity, type TlsIdentity, type TlsIdentitySource } from '../../src/extproc/tls-identity.js';
-import { loadWireDefinitions } from '../../src/extproc/wire.js';
-import type { HealthCheckResponse } from '../../src/extproc/wire.js';
+import type { ProcessorFactory } from '../../src/extproc/stream-processor.js';
+import { makeSelfSignedIdentity, openTlsIdentity, type TlsIdentity, type TlsIdentitySource } from '../../src/grpc/tls-identity.js';
+import { loadWireDefinitions } from '../support/proto-definitions.js';
+import type { HealthCheckResponse } from '../support/proto-definitions.js';
 import { fingerprint, secretVolume, servedFingerprint } from '../support/tls-files.js';
 import { waitUntil } from '../support/wait-until.js';
 
@@ -84,7 +84,7 @@ const headers: ProcessingRequest = {
 };
 
 function startTlsServer(transport: GrpcTransport, tls: TlsIdentitySource): Promise<RunningGrpcServer> {
-  return startGrpcServer({
+  return startExtProcServer({
     transport,
     address: '127.0.0.1:0',
     processorFactory: continueFactory,

@@ -1,4 +1,4 @@
-// Our HTTP/2 connection (src/extproc/h2/connection.ts) against node:http2's client (nghttp2: a
+// Our HTTP/2 connection (src/http2/connection.ts) against node:http2's client (nghttp2: a
 // conformant peer with Huffman, indexing, CONTINUATION, flow control and PING) and, for what no
 // conformant client sends, a raw frame writer. The server under test echoes each request body
 // back and ends with a trailer carrying what it received, so every test checks bytes end to end.
@@ -9,10 +9,11 @@ import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
 import { connect, createServer } from 'node:net';
 import type { AddressInfo, Server, Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { H2Connection } from '../../src/extproc/h2/connection.js';
-import type { H2ConnectionOptions, H2Stream, StreamClose } from '../../src/extproc/h2/connection.js';
-import { ErrorCode } from '../../src/extproc/h2/frames.js';
-import { encodeHeaderBlock } from '../../src/extproc/h2/hpack.js';
+import { Http2Connection } from '../../src/http2/connection.js';
+import type { Http2ConnectionOptions } from '../../src/http2/connection.js';
+import type { Http2Stream, StreamClose } from '../../src/http2/stream.js';
+import { ErrorCode } from '../../src/http2/frames.js';
+import { encodeHeaderBlock } from '../../src/http2/hpack-encoder.js';
 import {
   dataFrame,
   FLAG,
@@ -30,12 +31,12 @@ import { waitUntil } from '../support/wait-until.js';
 interface Observed {
   readonly closes: StreamClose[];
   readonly ends: number[];
-  readonly connections: H2Connection[];
+  readonly connections: Http2Connection[];
   /** The server side of each connection's socket. */
   readonly sockets: Socket[];
 }
 
-type Behaviour = (stream: H2Stream, headers: ReadonlyArray<readonly [string, string]>) => void;
+type Behaviour = (stream: Http2Stream, headers: ReadonlyArray<readonly [string, string]>) => void;
 
 /** Echo: answers headers at once, sends each body chunk back, ends with `x-received-bytes` and `x-sha256` trailers. */
 const echo: Behaviour = (stream, headers) => {
@@ -70,12 +71,12 @@ const echo: Behaviour = (stream, headers) => {
 
 async function startServer(
   behaviour: Behaviour,
-  options: Partial<Omit<H2ConnectionOptions, 'onStream'>> = {},
+  options: Partial<Omit<Http2ConnectionOptions, 'onStream'>> = {},
 ): Promise<{ server: Server; url: string; address: string; observed: Observed }> {
   const observed: Observed = { closes: [], ends: [], connections: [], sockets: [] };
   const server = createServer((socket) => {
     observed.sockets.push(socket);
-    const connection = new H2Connection(socket, {
+    const connection = new Http2Connection(socket, {
       streamWindow: 16 * 1024 * 1024,
       connectionWindow: 128 * 1024 * 1024,
       maxHeaderListBytes: 1024 * 1024,
@@ -289,7 +290,7 @@ void describe('HTTP/2 connection: padding', () => {
 
 void describe('HTTP/2 connection lifecycle', () => {
   void it('close(): GOAWAY, the open stream finishes, new streams are refused, then the connection ends', async (t) => {
-    let held: H2Stream | undefined;
+    let held: Http2Stream | undefined;
     const harness = await startServer((stream, headers) => {
       held = stream;
       echo(stream, headers);
@@ -544,7 +545,7 @@ const POST_X: ReadonlyArray<readonly [string, string]> = [
 ];
 
 /** A complete response at once: headers, then trailers with grpc-status 0. */
-function answerOk(stream: H2Stream): void {
+function answerOk(stream: Http2Stream): void {
   stream.respond(encodeHeaderBlock([[':status', '200']]));
   stream.end(encodeHeaderBlock([['grpc-status', '0']]));
 }
@@ -572,7 +573,7 @@ void describe('HTTP/2 connection turnaround (the time a message spends with us)'
         },
       };
     };
-    const harness = await startServer(deferredEcho, { onTurnaround: (seconds, replies) => told.push({ seconds, replies }) });
+    const harness = await startServer(deferredEcho, { onReadAnswered: (seconds, replies) => told.push({ seconds, replies }) });
     t.after(() => harness.server.close());
     const raw = await rawH2Connect(harness.address);
     t.after(() => raw.close());
@@ -604,7 +605,7 @@ void describe('HTTP/2 connection turnaround (the time a message spends with us)'
 void describe('HTTP/2 connection turnaround after a pause', () => {
   void it('reads handed over back to back (after the connection paused reading) are all told, in one write', async (t) => {
     const told: Array<{ seconds: number; replies: number }> = [];
-    const harness = await startServer(echo, { onTurnaround: (seconds, replies) => told.push({ seconds, replies }) });
+    const harness = await startServer(echo, { onReadAnswered: (seconds, replies) => told.push({ seconds, replies }) });
     t.after(() => harness.server.close());
     const raw = await rawH2Connect(harness.address);
     t.after(() => raw.close());

@@ -1,7 +1,7 @@
 // Malformed HTTP/2 requests (RFC 9113 §8.2, §8.3): what Envoy sends passes, each rule catches its case.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { requestFieldsProblem, trailerFieldsProblem } from '../../src/extproc/h2/field-rules.js';
+import { requestFieldsProblem, trailerFieldsProblem } from '../../src/http2/field-rules.js';
 import { grpcRequestHeaders } from '../support/h2-frames.js';
 
 type Fields = Array<[string, string]>;

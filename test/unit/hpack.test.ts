@@ -11,7 +11,8 @@ import { createServer } from 'node:net';
 import type { AddressInfo, Socket } from 'node:net';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { encodeHeaderBlock, HeaderListTooLargeError, HpackDecoder, HpackError } from '../../src/extproc/h2/hpack.js';
+import { HeaderListTooLargeError, HpackDecoder, HpackError } from '../../src/http2/hpack.js';
+import { encodeHeaderBlock } from '../../src/http2/hpack-encoder.js';
 import {
   HUFFMAN_EOS,
   huffmanBits,

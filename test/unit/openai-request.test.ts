@@ -2,7 +2,7 @@
 // every body we cannot route.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { readInferenceRequest } from '../../src/extproc/openai-request.js';
+import { readInferenceRequest } from '../../src/request/openai-request.js';
 import { GatewayError } from '../../src/errors/gateway-error.js';
 import type { ErrorKind } from '../../src/errors/catalog.js';
 

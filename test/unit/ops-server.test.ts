@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { EndpointStore } from '../../src/endpoints/store.js';
-import { startOpsServer, type RunningOpsServer } from '../../src/http/ops-server.js';
+import { startOpsServer, type RunningOpsServer } from '../../src/ops/ops-server.js';
 import { Metrics } from '../../src/metrics/metrics.js';
 
 describe('ops server', () => {

@@ -8,8 +8,9 @@ import fc from 'fast-check';
 import type { Endpoint, PoolView } from '../../src/endpoints/model.js';
 import { CountedExtremes } from '../../src/picker/aggregates.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';
-import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS, Picker } from '../../src/picker/pipeline.js';
-import type { CandidateSet } from '../../src/picker/pipeline.js';
+import { Picker } from '../../src/picker/picker.js';
+import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
+import type { CandidateSet } from '../../src/picker/candidate-set.js';
 import { inFlightScore, kvCacheScore, queueDepthScore } from '../../src/picker/scorers.js';
 import { markStaleIfOld, recordScrape, recordScrapeFailure, SignalBoard } from '../../src/picker/signals.js';
 

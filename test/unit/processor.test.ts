@@ -8,11 +8,13 @@ import { EndpointStore } from '../../src/endpoints/store.js';
 import type { Clock } from '../../src/endpoints/store.js';
 import type { EndpointState, ObservedEndpoint, ObservedPool } from '../../src/endpoints/model.js';
 import { GatewayError } from '../../src/errors/gateway-error.js';
-import { RequestProcessor } from '../../src/extproc/processor.js';
-import { StoreRouting } from '../../src/extproc/routing.js';
+import { RequestProcessor } from '../../src/request/request-processor.js';
+import { StoreRouting } from '../../src/request/routing.js';
 import type { HeaderMutation, ProcessingRequest, ProcessingResponse, ProtoStruct } from '../../src/extproc/messages.js';
 import { Metrics } from '../../src/metrics/metrics.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';
+import { requestBody, requestHeaders, responseBody, responseHeaders as envoyResponseHeaders } from '../support/envoy-messages.js';
+import type { ReplyAttributes } from '../support/envoy-messages.js';
 
 // ── fixtures ──────────────────────────────────────────────────────────────────────────────────
 
@@ -79,36 +81,7 @@ function harness(
 
 // ── message builders (shapes of messages.ts; values in raw_value like Envoy sends them) ────────
 
-function headerMap(pairs: Record<string, string>): { headers: Array<{ key: string; raw_value: Buffer }> } {
-  return { headers: Object.entries(pairs).map(([key, value]) => ({ key, raw_value: Buffer.from(value, 'latin1') })) };
-}
-
-function requestHeaders(pairs: Record<string, string>, endOfStream = false): ProcessingRequest {
-  return { request: 'request_headers', request_headers: { headers: headerMap(pairs), end_of_stream: endOfStream } };
-}
-
 const POST_CHAT = { ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json', 'x-request-id': 'req-1' };
-
-function requestBody(body: string | object, endOfStream = true): ProcessingRequest {
-  return {
-    request: 'request_body',
-    request_body: { body: Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)), end_of_stream: endOfStream },
-  };
-}
-
-interface ReplyAttributes {
-  details?: string;
-  flags?: number;
-  upstream?: string;
-}
-
-function attributes(attrs: ReplyAttributes): Record<string, ProtoStruct> {
-  const fields: NonNullable<ProtoStruct['fields']> = {};
-  if (attrs.details !== undefined) fields['response.code_details'] = { stringValue: attrs.details };
-  if (attrs.flags !== undefined) fields['response.flags'] = { numberValue: attrs.flags };
-  if (attrs.upstream !== undefined) fields['upstream.address'] = { stringValue: attrs.upstream };
-  return { 'envoy.filters.http.ext_proc': { fields } };
-}
 
 const VIA_UPSTREAM: ReplyAttributes = { details: 'via_upstream', flags: 0, upstream: A };
 
@@ -119,19 +92,7 @@ function responseHeaders(
   attrs: ReplyAttributes | null = VIA_UPSTREAM,
   endOfStream = false,
 ): ProcessingRequest {
-  const message: ProcessingRequest = {
-    request: 'response_headers',
-    response_headers: { headers: headerMap({ ':status': String(status), ...pairs }), end_of_stream: endOfStream },
-  };
-  if (attrs !== null) message.attributes = attributes(attrs);
-  return message;
-}
-
-function responseBody(body: string | Buffer, endOfStream: boolean): ProcessingRequest {
-  return {
-    request: 'response_body',
-    response_body: { body: typeof body === 'string' ? Buffer.from(body) : body, end_of_stream: endOfStream },
-  };
+  return envoyResponseHeaders(status, pairs, attrs, endOfStream);
 }
 
 const SSE = { 'content-type': 'text/event-stream' };

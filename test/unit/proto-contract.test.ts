@@ -4,7 +4,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { AnyDefinition } from '@grpc/proto-loader';
-import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, PROTO_LOADER_OPTIONS, loadWireDefinitions } from '../../src/extproc/wire.js';
+import { EXT_PROC_SERVICE_NAME, HEALTH_SERVICE_NAME, PROTO_LOADER_OPTIONS, loadWireDefinitions } from '../support/proto-definitions.js';
 
 const wire = loadWireDefinitions();
 const pkg = wire.packageDefinition;

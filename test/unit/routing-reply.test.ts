@@ -3,8 +3,9 @@
 
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
-import { routingReply } from '../../src/extproc/replies.js';
-import { loadWireDefinitions } from '../../src/extproc/wire.js';
+import { routingReply } from '../../src/request/decision-replies.js';
+import { encodeReply } from '../../src/extproc/reply-frames.js';
+import { loadWireDefinitions } from '../support/proto-definitions.js';
 
 const A = '10.0.0.1:8000';
 const B = '10.0.0.2:8000';
@@ -14,9 +15,9 @@ it('reuses the reply of a destination list and encodes it like a fresh copy', ()
   const first = routingReply('request_body', [A, B, A], 'list');
   assert.equal(routingReply('request_body', [A, B, A], 'list'), first);
   const fresh = structuredClone(first);
-  assert.deepEqual(Process.responseSerialize(first), Process.responseSerialize(fresh));
-  assert.deepEqual(Process.responseSerialize(first), Process.responseSerialize(first));
-  assert.deepEqual(Process.responseDeserialize(Process.responseSerialize(first)), {
+  assert.deepEqual(encodeReply(first), Process.responseSerialize(fresh));
+  assert.deepEqual(encodeReply(first), encodeReply(first));
+  assert.deepEqual(Process.responseDeserialize(encodeReply(first)), {
     request_body: {
       response: {
         header_mutation: {

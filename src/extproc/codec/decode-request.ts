@@ -1,11 +1,12 @@
-// Hand-written decoder for envoy.service.ext_proc.v3.ProcessingRequest, the message Envoy sends
-// for every header block and body chunk. It builds the same plain objects the reflection codec
-// builds with PROTO_LOADER_OPTIONS (snake_case names; enums as names; bytes as Buffer views; a
-// field is present iff it was on the wire; oneofs named by a discriminator property; Struct/Value
-// with protobufjs's camelCase names) without protobufjs's intermediate message objects and
-// generic toObject conversion. Field numbers are those of proto/ (pinned by proto-contract.test).
-// Anything it does not decode exactly like the reflection codec throws Unsupported; see
-// test/unit/fast-codec.test.ts for the equivalence checks.
+// Decoder for envoy.service.ext_proc.v3.ProcessingRequest, the message Envoy sends for every header
+// block and body chunk: the only one at run time. It builds the plain objects of messages.ts
+// (snake_case names; enums as names; bytes as Buffer views; a field is present iff it was on the
+// wire; oneofs named by a discriminator property; Struct/Value with protobufjs's camelCase names)
+// and is total over what we read, as proto3 parsers are: unknown and unused fields are skipped, as
+// are fields with an unexpected wire type and enum numbers we have no name for; of two members of
+// one oneof the last wins; a map entry without a value gets the empty one. Only bytes that are not
+// a protobuf message at all throw MalformedMessage. Field numbers are those of proto/ (pinned by
+// proto-contract.test); test/unit/fast-codec.test.ts checks it against protobufjs as an oracle.
 
 import type {
   HeaderMap,
@@ -20,7 +21,6 @@ import type {
   ProtoValue,
   BodySendMode,
 } from '../messages.js';
-import { ERROR_CODE_HEADER } from '../../errors/render.js';
 import {
   DESTINATION_HEADER,
   DESTINATION_METADATA_NAMESPACE,
@@ -28,7 +28,7 @@ import {
   SUBSET_HINT_KEY,
   SUBSET_HINT_NAMESPACE,
 } from '../protocol-names.js';
-import { Reader, StringTable, Unsupported, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT } from './wire-format.js';
+import { Reader, StringTable, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT } from '../../grpc/protobuf-wire.js';
 
 type RequestKind = NonNullable<ProcessingRequest['request']>;
 
@@ -81,13 +81,30 @@ const KNOWN_STRINGS = new StringTable([
   'response.flags',
   'upstream.address',
   'via_upstream',
-  ERROR_CODE_HEADER,
+  // Our error-code header (errors/render.ts), which comes back in response headers.
+  'x-llm-extproc-error',
   DESTINATION_HEADER,
   DESTINATION_METADATA_NAMESPACE,
   SERVED_ENDPOINT_KEY,
   SUBSET_HINT_KEY,
   SUBSET_HINT_NAMESPACE,
 ]);
+
+/** The wire type of each top-level field we read, by field number; anything else is skipped. */
+const EXPECTED_WIRE_TYPE: readonly (number | undefined)[] = [
+  undefined,
+  undefined,
+  WIRE_LEN,
+  WIRE_LEN,
+  WIRE_LEN,
+  WIRE_LEN,
+  WIRE_LEN,
+  WIRE_LEN,
+  WIRE_LEN,
+  WIRE_LEN,
+  WIRE_VARINT,
+  WIRE_LEN,
+];
 
 const BODY_SEND_MODES: readonly BodySendMode[] = ['NONE', 'STREAMED', 'BUFFERED', 'BUFFERED_PARTIAL', 'FULL_DUPLEX_STREAMED', 'GRPC'];
 
@@ -99,6 +116,10 @@ export function decodeProcessingRequest(buf: Buffer): ProcessingRequest {
     const tag = r.uint32(end);
     const field = tag >>> 3;
     const wireType = tag & 7;
+    if (wireType !== EXPECTED_WIRE_TYPE[field]) {
+      r.skip(wireType, end);
+      continue;
+    }
     switch (field) {
       case 2:
       case 3:
@@ -106,10 +127,9 @@ export function decodeProcessingRequest(buf: Buffer): ProcessingRequest {
       case 7:
       case 4:
       case 5: {
-        expectWire(wireType, WIRE_LEN);
         const kind = REQUEST_FIELDS[field] as RequestKind;
-        // Two different oneof members on the wire: protobufjs keeps both; leave that to it.
-        if (out.request !== undefined && out.request !== kind) throw new Unsupported('two members of oneof request');
+        // A second member of the oneof replaces the first (proto3: the last one on the wire wins).
+        if (out.request !== undefined && out.request !== kind) delete out[out.request];
         const stop = r.lengthEnd(end);
         out.request = kind;
         if (field <= 3) out[kind as 'request_headers'] = decodeHttpHeaders(r, stop);
@@ -118,20 +138,16 @@ export function decodeProcessingRequest(buf: Buffer): ProcessingRequest {
         break;
       }
       case 8:
-        expectWire(wireType, WIRE_LEN);
         out.metadata_context = decodeMetadata(r, r.lengthEnd(end));
         break;
       case 9:
-        expectWire(wireType, WIRE_LEN);
         out.attributes ??= {};
         decodeStructMapEntry(r, r.lengthEnd(end), out.attributes);
         break;
       case 10:
-        expectWire(wireType, WIRE_VARINT);
         out.observability_mode = r.bool(end);
         break;
       case 11:
-        expectWire(wireType, WIRE_LEN);
         out.protocol_config = decodeProtocolConfiguration(r, r.lengthEnd(end));
         break;
       default:
@@ -139,11 +155,6 @@ export function decodeProcessingRequest(buf: Buffer): ProcessingRequest {
     }
   }
   return out;
-}
-
-function expectWire(actual: number, expected: number): void {
-  // protobufjs decodes by field number whatever the wire type says; mismatches go to it.
-  if (actual !== expected) throw new Unsupported('unexpected wire type');
 }
 
 function decodeHttpHeaders(r: Reader, end: number): HttpHeaders {
@@ -162,7 +173,7 @@ function decodeHttpHeaders(r: Reader, end: number): HttpHeaders {
         out.end_of_stream = r.bool(end);
         break;
       default:
-        skipUnknown(r, tag, end, 3);
+        skipField(r, tag, end);
     }
   }
   return out;
@@ -173,7 +184,7 @@ function decodeHeaderMap(r: Reader, end: number): HeaderMap {
   while (r.pos < end) {
     const tag = r.uint32(end);
     if (tag === ((1 << 3) | WIRE_LEN)) headers.push(decodeHeaderValue(r, r.lengthEnd(end)));
-    else skipUnknown(r, tag, end, 1);
+    else skipField(r, tag, end);
   }
   return headers.length > 0 ? { headers } : {};
 }
@@ -194,7 +205,7 @@ function decodeHeaderValue(r: Reader, end: number): HeaderValue {
         out.raw_value = r.bytes(end);
         break;
       default:
-        skipUnknown(r, tag, end, 3);
+        skipField(r, tag, end);
     }
   }
   return out;
@@ -218,7 +229,7 @@ function decodeHttpBody(r: Reader, end: number): HttpBody {
         out.grpc_message_compressed = r.bool(end);
         break;
       default:
-        skipUnknown(r, tag, end, 4);
+        skipField(r, tag, end);
     }
   }
   return out;
@@ -229,7 +240,7 @@ function decodeHttpTrailers(r: Reader, end: number): HttpTrailers {
   while (r.pos < end) {
     const tag = r.uint32(end);
     if (tag === ((1 << 3) | WIRE_LEN)) out.trailers = decodeHeaderMap(r, r.lengthEnd(end));
-    else skipUnknown(r, tag, end, 1);
+    else skipField(r, tag, end);
   }
   return out;
 }
@@ -241,10 +252,9 @@ function decodeMetadata(r: Reader, end: number): Metadata {
     if (tag === ((1 << 3) | WIRE_LEN)) {
       out.filter_metadata ??= {};
       decodeStructMapEntry(r, r.lengthEnd(end), out.filter_metadata);
-    } else if (tag >>> 3 === 2) {
-      throw new Unsupported('typed_filter_metadata (google.protobuf.Any)');
     } else {
-      skipUnknown(r, tag, end, 2);
+      // typed_filter_metadata (2, google.protobuf.Any) is not read: we use untyped metadata only.
+      skipField(r, tag, end);
     }
   }
   return out;
@@ -255,33 +265,31 @@ function decodeProtocolConfiguration(r: Reader, end: number): ProtocolConfigurat
   while (r.pos < end) {
     const tag = r.uint32(end);
     switch (tag) {
-      case (1 << 3) | WIRE_VARINT:
-        out.request_body_mode = enumName(BODY_SEND_MODES, r.uint32(end));
+      case (1 << 3) | WIRE_VARINT: {
+        const mode = BODY_SEND_MODES[r.low32(end)];
+        if (mode !== undefined) out.request_body_mode = mode;
         break;
-      case (2 << 3) | WIRE_VARINT:
-        out.response_body_mode = enumName(BODY_SEND_MODES, r.uint32(end));
+      }
+      case (2 << 3) | WIRE_VARINT: {
+        const mode = BODY_SEND_MODES[r.low32(end)];
+        if (mode !== undefined) out.response_body_mode = mode;
         break;
+      }
       case (3 << 3) | WIRE_VARINT:
         out.send_body_without_waiting_for_header_response = r.bool(end);
         break;
       default:
-        skipUnknown(r, tag, end, 3);
+        skipField(r, tag, end);
     }
   }
   return out;
 }
 
-function enumName<T extends string>(names: readonly T[], value: number): T {
-  const name = names[value];
-  // proto3 enums are open: protobufjs would hand out the bare number, which our types do not allow.
-  if (name === undefined) throw new Unsupported('enum value without a name');
-  return name;
-}
-
-/** A field this decoder knows with an unexpected wire type goes to reflection; others are skipped. */
-function skipUnknown(r: Reader, tag: number, end: number, maxKnownField: number): void {
-  const field = tag >>> 3;
-  if (field >= 1 && field <= maxKnownField) throw new Unsupported('unexpected wire type');
+/**
+ * A field we do not read: unknown, unused, or one we read sent with another wire type. (An enum
+ * number we have no name for is dropped where it is read: proto3 enums are open, our types are not.)
+ */
+function skipField(r: Reader, tag: number, end: number): void {
   r.skip(tag & 7, end);
 }
 
@@ -295,11 +303,10 @@ function decodeStructMapEntry(r: Reader, end: number, into: Record<string, Proto
     const tag = r.uint32(end);
     if (tag === ((1 << 3) | WIRE_LEN)) key = r.knownString(end, KNOWN_STRINGS);
     else if (tag === ((2 << 3) | WIRE_LEN)) value = decodeStruct(r, r.lengthEnd(end));
-    else skipUnknown(r, tag, end, 2);
+    else skipField(r, tag, end);
   }
-  // protobufjs stores null for an entry without a value and then fails in toObject.
-  if (value === undefined) throw new Unsupported('map entry without a value');
-  setOwn(into, key, value);
+  // An entry without a value has the empty one (proto3 map semantics).
+  setOwn(into, key, value ?? {});
 }
 
 function decodeStruct(r: Reader, end: number): ProtoStruct {
@@ -314,13 +321,12 @@ function decodeStruct(r: Reader, end: number): ProtoStruct {
         const entryTag = r.uint32(entryEnd);
         if (entryTag === ((1 << 3) | WIRE_LEN)) key = r.knownString(entryEnd, KNOWN_STRINGS);
         else if (entryTag === ((2 << 3) | WIRE_LEN)) value = decodeValue(r, r.lengthEnd(entryEnd));
-        else skipUnknown(r, entryTag, entryEnd, 2);
+        else skipField(r, entryTag, entryEnd);
       }
-      if (value === undefined) throw new Unsupported('map entry without a value');
       fields ??= {};
-      setOwn(fields, key, value);
+      setOwn(fields, key, value ?? {});
     } else {
-      skipUnknown(r, tag, end, 1);
+      skipField(r, tag, end);
     }
   }
   return fields === undefined ? {} : { fields };
@@ -331,8 +337,9 @@ type ValueKind = NonNullable<ProtoValue['kind']>;
 function decodeValue(r: Reader, end: number): ProtoValue {
   const out: ProtoValue = {};
   let kind: ValueKind | undefined;
+  // A second member of the oneof replaces the first (the last one on the wire wins).
   const member = (next: ValueKind): void => {
-    if (kind !== undefined && kind !== next) throw new Unsupported('two members of oneof kind');
+    if (kind !== undefined && kind !== next) delete out[kind];
     kind = next;
   };
   while (r.pos < end) {
@@ -340,8 +347,7 @@ function decodeValue(r: Reader, end: number): ProtoValue {
     switch (tag) {
       case (1 << 3) | WIRE_VARINT: {
         member('nullValue');
-        const n = r.uint32(end);
-        if (n !== 0) throw new Unsupported('NullValue without a name');
+        r.low32(end); // NullValue has one value; any number means null
         out.nullValue = 'NULL_VALUE';
         break;
       }
@@ -368,21 +374,21 @@ function decodeValue(r: Reader, end: number): ProtoValue {
         while (r.pos < listEnd) {
           const listTag = r.uint32(listEnd);
           if (listTag === ((1 << 3) | WIRE_LEN)) values.push(decodeValue(r, r.lengthEnd(listEnd)));
-          else skipUnknown(r, listTag, listEnd, 1);
+          else skipField(r, listTag, listEnd);
         }
         out.listValue = values.length > 0 ? { values } : {};
         break;
       }
       default:
-        skipUnknown(r, tag, end, 6);
+        skipField(r, tag, end);
     }
   }
   if (kind !== undefined) out.kind = kind;
   return out;
 }
 
-/** Map keys come from the peer; protobufjs assigns `__proto__` as a prototype, so leave that key to it. */
+/** Map keys come from the peer: `__proto__` becomes an own property, never the object's prototype. */
 function setOwn<T>(into: Record<string, T>, key: string, value: T): void {
-  if (key === '__proto__') throw new Unsupported('__proto__ map key');
-  into[key] = value;
+  if (key === '__proto__') Object.defineProperty(into, key, { value, enumerable: true, writable: true, configurable: true });
+  else into[key] = value;
 }

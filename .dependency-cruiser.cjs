@@ -1,0 +1,56 @@
+// `npm run lint` runs this with dependency-cruiser: the layers of src/ (docs/architecture.md) and no
+// import cycles anywhere. Type-only imports count (tsPreCompilationDeps): a cycle of types is still
+// two modules that cannot be understood apart.
+//
+// Two stacks meet in request/: the protocol stack (http2 ← grpc ← extproc) knows nothing of what we
+// do with a request, and the domain folders (picker, endpoints, errors, inspect, metrics, config)
+// know nothing of the protocol. The app (app.ts, main.ts, cluster.ts) wires everything; util/ and
+// types/ are at the bottom; nothing in src/ reaches build-time code, scripts or tests.
+const PROTOCOL = ['http2', 'grpc', 'extproc'];
+const DOMAIN = ['picker', 'endpoints', 'errors', 'inspect', 'metrics', 'config'];
+const APP = '^src/(app|main|cluster)\\.ts$';
+
+/** What each folder must not import. */
+const FORBIDDEN = {
+  http2: ['grpc', 'extproc', 'request', 'ops', ...DOMAIN],
+  grpc: ['extproc', 'request', 'ops', ...DOMAIN],
+  extproc: ['http2', 'request', 'ops', ...DOMAIN],
+  request: ['http2', 'grpc', 'ops'],
+  ops: [...PROTOCOL, 'request'],
+  ...Object.fromEntries(DOMAIN.map((folder) => [folder, [...PROTOCOL, 'request', 'ops']])),
+  util: [...PROTOCOL, 'request', 'ops', ...DOMAIN],
+};
+
+const either = (folders) => `^src/(${folders.join('|')})/`;
+
+module.exports = {
+  forbidden: [
+    {
+      name: 'no-circular',
+      severity: 'error',
+      comment: 'An import cycle: break it by moving the shared piece down a layer.',
+      from: {},
+      to: { circular: true },
+    },
+    ...Object.entries(FORBIDDEN).map(([folder, forbidden]) => ({
+      name: `layer-${folder}`,
+      severity: 'error',
+      comment: `src/${folder} sits below ${forbidden.join(', ')} and the app (docs/architecture.md).`,
+      from: { path: `^src/${folder}/` },
+      to: { path: [either(forbidden), APP] },
+    })),
+    {
+      name: 'src-stays-production',
+      severity: 'error',
+      comment: 'Production code must not import build-time code, scripts or tests.',
+      from: { path: '^src/' },
+      to: { path: '^(tools|scripts|test)/' },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    exclude: { path: '^(dist|node_modules)/' },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+  },
+};

@@ -1,0 +1,29 @@
+// Our replies as framed gRPC messages: the one cache of reply bytes. A reply built once and sent
+// many times (constant-replies.ts: the "continue" replies, one per streamed chunk, and each routing
+// reply of one destination list) is encoded and framed the first time it is sent and its bytes
+// reused after; every other reply is encoded and framed per message.
+import { FRAME_HEADER_BYTES } from '../grpc/framing.js';
+import { Writer } from '../grpc/protobuf-wire.js';
+import { encodeProcessingResponse } from './codec/encode-response.js';
+import { isReusedReply } from './constant-replies.js';
+import type { ProcessingResponse } from './messages.js';
+
+const framed = new WeakMap<ProcessingResponse, Buffer>();
+// One scratch writer: encoding is synchronous, never interleaved.
+const writer = new Writer();
+
+/** The reply as a length-prefixed gRPC message (a view past FRAME_HEADER_BYTES is the bare message). */
+export function frameReply(reply: ProcessingResponse): Buffer {
+  const cached = framed.get(reply);
+  if (cached !== undefined) return cached;
+  writer.reset();
+  encodeProcessingResponse(writer, reply);
+  const bytes = writer.finishFramed();
+  if (isReusedReply(reply)) framed.set(reply, bytes);
+  return bytes;
+}
+
+/** The reply's protobuf encoding alone, for transports that frame messages themselves (grpc-js). */
+export function encodeReply(reply: ProcessingResponse): Buffer {
+  return frameReply(reply).subarray(FRAME_HEADER_BYTES);
+}

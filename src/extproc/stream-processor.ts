@@ -1,0 +1,28 @@
+// The seam between the Process method (process-service.ts) and the per-stream request logic
+// (request/): the method only forwards; the processor owns all decisions and returns data.
+import type { ProcessingRequest, ProcessingResponse } from './messages.js';
+
+/** Why a stream ended; the processor hears exactly one of these per stream. */
+export type StreamEnd =
+  /** Envoy half-closed: it will send nothing more; the edge closes with OK. */
+  | { kind: 'half-closed' }
+  /** Envoy reset/cancelled the stream (HTTP stream over, upstream reset, timeout…). */
+  | { kind: 'cancelled' }
+  /** Transport failure, or process() threw (the edge then ends the stream with INTERNAL). */
+  | { kind: 'error'; error: Error }
+  /** We ended the stream with OK at shutdown; Envoy finishes the HTTP response without us. */
+  | { kind: 'released' };
+
+/** One instance per ext_proc stream, i.e. per HTTP request; its state dies with the stream. */
+export interface StreamProcessor {
+  /**
+   * Handle one message from Envoy and return the replies to send, in order (normally exactly
+   * one; none in observability mode). Must be synchronous and fast: Envoy's per-message timeout
+   * defaults to 200 ms. Throwing fails the stream with gRPC status INTERNAL.
+   */
+  process(request: ProcessingRequest): ProcessingResponse[];
+  /** Called exactly once, after the last process() call; nothing is sent after it. */
+  finish(end: StreamEnd): void;
+}
+
+export type ProcessorFactory = () => StreamProcessor;

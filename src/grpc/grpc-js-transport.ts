@@ -1,0 +1,267 @@
+// gRPC on @grpc/grpc-js (the only module that talks to it), selectable with `listen.transport:
+// grpc-js` as the conservative fallback. The served methods keep their own codec: grpc-js gets
+// each method's decode and encode as the method's (de)serializers, so the bytes on the wire are the
+// native transport's. It translates grpc-js call events into the BidiCall interface (bidi-call.ts)
+// and answers health from the shared HealthService; what to answer is decided there.
+import cluster from 'node:cluster';
+import { Server, ServerCredentials, status as GrpcStatus } from '@grpc/grpc-js';
+import type {
+  ChannelOptions,
+  MethodDefinition,
+  ServerDuplexStream,
+  ServerErrorResponse,
+  ServerUnaryCall,
+  ServerWritableStream,
+  ServiceDefinition,
+  sendUnaryData,
+} from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import { serviceOf } from './bidi-call.js';
+import type { CallErrorCode } from './bidi-call.js';
+import { FRAME_HEADER_BYTES } from './framing.js';
+import {
+  decodeHealthCheckRequest,
+  decodeHealthCheckResponse,
+  encodeHealthCheckRequest,
+  encodeHealthCheckResponse,
+  HEALTH_SERVICE_NAME,
+} from './health-messages.js';
+import type { HealthCheckRequest, HealthCheckResponse } from './health-messages.js';
+import { HealthService } from './health-service.js';
+import { openCalls } from './listener.js';
+import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
+import type { AnyBidiMethod, GrpcServerOptions, RunningGrpcServer } from './server-options.js';
+import type { TlsIdentitySource } from './tls-identity.js';
+import { secureContextOptions } from './tls-identity.js';
+import {
+  KEEPALIVE_INTERVAL_MS,
+  KEEPALIVE_TIMEOUT_MS,
+  MAX_CONCURRENT_STREAMS,
+  MAX_RECEIVE_MESSAGE_BYTES,
+  RELEASE_FLUSH_MS,
+} from './transport-settings.js';
+
+/**
+ * Server channel options, chosen for Envoy as the (only) client:
+ * - Envoy keeps one long-lived HTTP/2 connection per worker and may ping it while idle. grpc-js
+ *   does not enforce a ping policy today, so the two ping options only state the intent (never
+ *   GOAWAY a pinging Envoy) and keep it if enforcement arrives.
+ * - Every HTTP request is a stream on the same few connections, capped as on the other transports
+ *   (Envoy opens another connection past the cap).
+ * grpc-js already leaves http2 session memory unbounded by default, which large bodies need.
+ */
+const GRPC_SERVER_OPTIONS: Readonly<ChannelOptions> = Object.freeze({
+  'grpc.keepalive_permit_without_calls': 1,
+  'grpc.http2.min_ping_interval_without_data_ms': 5_000,
+  'grpc.keepalive_time_ms': KEEPALIVE_INTERVAL_MS,
+  'grpc.keepalive_timeout_ms': KEEPALIVE_TIMEOUT_MS,
+  'grpc.max_concurrent_streams': MAX_CONCURRENT_STREAMS,
+  'grpc.max_receive_message_length': MAX_RECEIVE_MESSAGE_BYTES,
+  'grpc.max_send_message_length': -1,
+});
+
+export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<RunningGrpcServer> {
+  const logger = opts.logger.child({ component: 'grpc-server' });
+  const health = new HealthService(
+    opts.health,
+    opts.methods.map((method) => serviceOf(method.path)),
+  );
+  const server = new Server({ ...GRPC_SERVER_OPTIONS });
+
+  for (const method of opts.methods) {
+    const name = method.path.slice(method.path.lastIndexOf('/') + 1);
+    server.addService(bidiService(method, name), {
+      [name]: (call: ServerDuplexStream<unknown, unknown>) => serveBidi(call, method),
+    });
+  }
+  server.addService(HEALTH_SERVICE, {
+    Check: (call: ServerUnaryCall<HealthCheckRequest, HealthCheckResponse>, callback: sendUnaryData<HealthCheckResponse>) => {
+      const answer = health.check(call.request);
+      if (answer.found) callback(null, answer.response);
+      else callback({ code: GrpcStatus.NOT_FOUND, details: answer.details });
+    },
+    Watch: (call: ServerWritableStream<HealthCheckRequest, HealthCheckResponse>) => {
+      const watch = health.watch(
+        call.request,
+        (response) => call.write(response),
+        () => call.end(),
+      );
+      call.on('cancelled', () => watch.stop());
+      call.on('error', () => watch.stop());
+      call.on('close', () => watch.stop());
+    },
+  });
+
+  const target = parseAddress(opts.address);
+  // Cluster workers share the primary's listening socket (the primary removed a stale file before
+  // forking); a worker probing it would find it live and refuse to start.
+  if (target.kind === 'unix' && !cluster.isWorker) {
+    await removeStaleSocket(target.path, logger);
+  }
+  const credentials = opts.tls === undefined ? ServerCredentials.createInsecure() : new ReloadingServerCredentials(opts.tls);
+  const port = await bind(server, target.kind === 'unix' ? `unix://${target.path}` : opts.address, credentials);
+  const address = dialAddress(target, port);
+  logger.info({ address, tls: opts.tls !== undefined, transport: 'grpc-js' }, 'gRPC server listening');
+
+  let stopping: Promise<void> | undefined;
+  return {
+    address,
+    ...(target.kind === 'tcp' ? { port } : {}),
+    shutdown(graceMs: number): Promise<void> {
+      health.stopServing();
+      stopping ??= shutdownServer(server, opts.methods, graceMs, logger).finally(() => {
+        if (credentials instanceof ReloadingServerCredentials) credentials.close();
+      });
+      return stopping;
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// service definitions: our own codecs as grpc-js's (de)serializers
+
+/** A bidirectional-streaming method as grpc-js's service definition of one method. */
+function bidiService(method: AnyBidiMethod, name: string): ServiceDefinition {
+  const definition: MethodDefinition<unknown, unknown> = {
+    path: method.path,
+    requestStream: true,
+    responseStream: true,
+    requestDeserialize: (bytes) => method.decode(bytes),
+    // grpc-js frames messages itself: the bare message after our prefix (a view, no copy).
+    responseSerialize: (reply) => method.frame(reply).subarray(FRAME_HEADER_BYTES),
+    // A server never encodes requests or decodes its own replies.
+    requestSerialize: unusedDirection,
+    responseDeserialize: unusedDirection,
+  };
+  return { [name]: definition };
+}
+
+function unusedDirection(): never {
+  throw new Error('a gRPC server does not encode requests or decode replies');
+}
+
+const HEALTH_SERVICE: ServiceDefinition = {
+  Check: healthMethod('Check', false),
+  Watch: healthMethod('Watch', true),
+};
+
+function healthMethod(name: string, responseStream: boolean): MethodDefinition<HealthCheckRequest, HealthCheckResponse> {
+  return {
+    path: `/${HEALTH_SERVICE_NAME}/${name}`,
+    requestStream: false,
+    responseStream,
+    requestSerialize: encodeHealthCheckRequest,
+    requestDeserialize: decodeHealthCheckRequest,
+    responseSerialize: encodeHealthCheckResponse,
+    responseDeserialize: decodeHealthCheckResponse,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// a bidirectional-streaming call
+
+function serveBidi(call: ServerDuplexStream<unknown, unknown>, method: AnyBidiMethod): void {
+  const bidi = method.start({
+    write: (reply) => call.write(reply),
+    pauseUntilDrain: () => {
+      call.pause();
+      call.once('drain', () => {
+        if (bidi.open) call.resume();
+      });
+    },
+    endOk: () => call.end(),
+    endError: (code, details) => failWith(call, code, details),
+  });
+  if (bidi.isFinished) return;
+
+  call.on('data', (request: unknown) => bidi.message(request));
+
+  call.on('end', () => {
+    if (!bidi.inputEnded()) return;
+    // Node reports a peer's RST_STREAM as end-of-input first and as the stream closing a few
+    // ticks later (grpc-js then emits 'cancelled'). Waiting one macrotask tells a real
+    // half-close from a cancel; a cancel arriving in that window wins.
+    setImmediate(() => {
+      if (bidi.isFinished || call.cancelled) return;
+      bidi.halfClosed();
+    });
+  });
+
+  call.on('cancelled', () => bidi.cancelled());
+  // Our own failWith() also travels through 'error'; the call is finished by then.
+  call.on('error', (err: Error) => bidi.transportFailed(err));
+  // Safety net so the call ends exactly once even if the transport goes away without telling
+  // us why (e.g. a forced shutdown destroying the session).
+  call.on('close', () => bidi.cancelled());
+}
+
+function failWith(call: ServerDuplexStream<unknown, unknown>, code: CallErrorCode, details: string): void {
+  // grpc-js turns an 'error' emitted on a server stream into the call's final status.
+  const status: ServerErrorResponse = Object.assign(new Error(details), { code: GrpcStatus[code], details });
+  call.emit('error', status);
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS
+
+/**
+ * grpc-js server credentials whose certificate can change while the server runs: grpc-js
+ * subscribes to every ServerCredentials and calls `setSecureContext` on its TLS server when the
+ * options change (the mechanism behind its own certificate-provider credentials). Only new TLS
+ * handshakes see the new pair; established HTTP/2 connections and their streams are untouched.
+ * The identity source hands over only validated pairs, so an update never leaves grpc-js without
+ * credentials (it would then drop every new connection).
+ */
+class ReloadingServerCredentials extends ServerCredentials {
+  private readonly unsubscribe: () => void;
+
+  constructor(private readonly source: TlsIdentitySource) {
+    super({ requestCert: false }, secureContextOptions(source.current()));
+    this.unsubscribe = source.onChange((identity) => this.updateSecureContextOptions(secureContextOptions(identity)));
+  }
+
+  close(): void {
+    this.unsubscribe();
+    this.source.close();
+  }
+
+  override _equals(other: ServerCredentials): boolean {
+    return other === this;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// binding and shutdown
+
+function bind(server: Server, address: string, credentials: ServerCredentials): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.bindAsync(address, credentials, (err, port) => {
+      if (err) reject(new Error(`cannot listen on ${address}: ${err.message}`, { cause: err }));
+      else resolve(port);
+    });
+  });
+}
+
+async function shutdownServer(server: Server, methods: readonly AnyBidiMethod[], graceMs: number, logger: Logger): Promise<void> {
+  await new Promise<void>((resolve) => {
+    let flushTimer: NodeJS.Timeout | undefined;
+    const timer = setTimeout(() => {
+      logger.warn({ graceMs, streams: openCalls(methods) }, 'gRPC streams still open after the grace period; releasing them');
+      for (const method of methods) method.releaseOpenCalls();
+      flushTimer = setTimeout(() => {
+        server.forceShutdown();
+        resolve();
+      }, RELEASE_FLUSH_MS);
+    }, graceMs);
+    server.tryShutdown((err) => {
+      clearTimeout(timer);
+      clearTimeout(flushTimer);
+      if (err) {
+        logger.warn({ err }, 'graceful gRPC shutdown failed; forcing');
+        server.forceShutdown();
+      }
+      resolve();
+    });
+  });
+  logger.info('gRPC server stopped');
+}

@@ -1,0 +1,45 @@
+// What a gRPC server is started with, and what it returns: shared by server.ts and the transports.
+import type { Logger } from 'pino';
+import type { BidiMethod } from './bidi-call.js';
+import type { HealthSource } from './health-service.js';
+import type { TlsIdentitySource } from './tls-identity.js';
+
+export type GrpcTransport = 'native' | 'grpc-js';
+
+/** A served method, whatever its message types (the transports only move its bytes). */
+export type AnyBidiMethod = BidiMethod<unknown, unknown>;
+
+export interface GrpcServerOptions {
+  /** "host:port" ("0.0.0.0:0" picks a free port) or "unix:///abs/path.sock" / "unix:rel/path.sock". */
+  address: string;
+  /** The bidirectional-streaming methods served; health answers readiness for their services. */
+  methods: readonly AnyBidiMethod[];
+  health: HealthSource;
+  logger: Logger;
+  /**
+   * Serve TLS with this identity (a standalone Deployment that gateways reach over the network);
+   * absent = plaintext h2c (sidecar over loopback or a Unix socket). Replacements apply to new
+   * connections; open connections and their streams carry on with the certificate they began with.
+   */
+  tls?: TlsIdentitySource;
+  /** Which implementation serves the listener (config `listen.transport`); default native. */
+  transport?: GrpcTransport;
+  /**
+   * The native transport only: told at each socket write that answers a read, with the seconds
+   * since that read and the number of replies the write carries.
+   */
+  onTurnaround?: (seconds: number, replies: number) => void;
+}
+
+export interface RunningGrpcServer {
+  /** What a client dials: "host:PORT" with the real port, or "unix:///abs/path.sock". */
+  address: string;
+  /** The bound TCP port; absent for unix sockets. */
+  port?: number;
+  /**
+   * Stop accepting streams and let open ones finish for up to graceMs. Streams still open then
+   * are released (each method decides how; ext_proc's end with status OK, so Envoy completes each
+   * HTTP response without us instead of failing it). Idempotent.
+   */
+  shutdown(graceMs: number): Promise<void>;
+}

@@ -1,0 +1,387 @@
+// The picking pipeline: filters, then weighted scorers, then the best 1 + fallbacks distinct
+// endpoints in order. Pure apart from the signal records it reads and the one random draw per
+// pick that breaks ties; no I/O, no clocks.
+//
+// Cost: what depends only on the endpoint view (the candidates of a model, de-duplicated, with
+// where their signal records are, address hashes and queue limits) is compiled once per view and
+// cached. What depends on the signals too is kept up to date rather than recomputed: the board logs
+// which records changed, and before a pick the model's candidate set replays those changes into
+// its aggregates (ranges, mean load, queue-limit exclusions: aggregates.ts) and rescores only the
+// changed candidates' load scores (all of them when a range moved). A pick is then one linear pass
+// over typed arrays that adds LoRA and prefix affinity to the kept scores, with no sort and no
+// allocation that grows with the pool: the top few are kept by insertion into a fixed-size list.
+// Small sets and picks with a subset hint (whose ranges are the subset's) compute it all afresh:
+// a pass for the aggregates, then the scoring pass.
+//
+//   filters  routable (Ready with an address) · the gateway's subset hint · the pool's queue limit
+//   scorers  queue depth · KV-cache use · our in-flight count · prefix affinity · LoRA affinity
+//   ties     visiting order from a random start, so equal endpoints share traffic evenly
+
+import type { Endpoint, PoolView } from '../endpoints/model.js';
+import { candidateLoad, isExcluded } from './aggregates.js';
+import { mixedRendezvousWeight } from './rendezvous.js';
+import { isOverloaded, loraAffinityScore, outstandingLoad, prefixAffinityScore } from './scorers.js';
+import type { Range } from './scorers.js';
+import { Field } from './signals.js';
+import type { SignalBoard } from './signals.js';
+import { CandidateSet, loadScore } from './candidate-set.js';
+import type { PoolPolicy, ScorerWeights } from './settings.js';
+
+export interface PipelineOptions {
+  readonly weights: ScorerWeights;
+  /** Fallbacks after the primary. */
+  readonly fallbacks: number;
+  /** Bounded load for prefix affinity: the owner keeps a prefix while load ≤ factor × mean + slack. */
+  readonly boundedLoad: {
+    readonly factor: number;
+    readonly slack: number;
+    /**
+     * An owner reporting more waiting requests than this is overloaded whatever the mean: its batch
+     * is full, and a request sent there waits however warm its cache. Undefined = no such limit.
+     */
+    readonly maxQueue?: number;
+  };
+  /** The affinity key is the hash of the prompt's first `keyBlocks` blocks (or of all, if fewer). */
+  readonly keyBlocks: number;
+  /** Adapters a server may hold before LoRA affinity stops sending it new ones. */
+  readonly maxAdaptersPerServer: number;
+  readonly poolPolicy: (pool: string) => PoolPolicy;
+  /** Uniform in [0, 1); Math.random in production. */
+  readonly random: () => number;
+}
+
+export interface PickRequest {
+  readonly model: string;
+  /** Chained prompt block hashes (prompt-hash.ts); the one at `keyBlocks` is the affinity key. */
+  readonly promptBlocks?: readonly number[];
+  /** Only these `ip:port` may be picked (the gateway's subset hint). */
+  readonly subset?: ReadonlySet<string>;
+}
+
+export type PickOutcome =
+  | { readonly kind: 'picked'; readonly endpoints: readonly Endpoint[] }
+  /** No routable endpoint (or none inside the subset). */
+  | { readonly kind: 'none' }
+  /** Every candidate reports a queue at or above its pool's limit. */
+  | { readonly kind: 'shed'; readonly pools: readonly string[]; readonly shortestQueue: number };
+
+/**
+ * From this many candidates on, a pick without a subset hint keeps its aggregates and load scores
+ * up to date instead of recomputing them (measured: below about a hundred candidates, with signals
+ * changing between picks, replaying the changes through the counted multisets costs more than a
+ * pass over every candidate;
+ * `npm run build && node dist/scripts/bench-pick-ab.js --baseline <checkout> --churn` shows it).
+ */
+const INCREMENTAL_FROM = 128;
+
+/** What pass 1 learns about the candidates of one pick (one reused instance per picker). */
+class Summary {
+  minFlight = Infinity;
+  maxFlight = -Infinity;
+  /** Among candidates that report metrics (excluded ones included). */
+  minWaiting = Infinity;
+  maxWaiting = -Infinity;
+  reporting = 0;
+  /** Not excluded by their pool's queue limit. */
+  eligible = 0;
+  /** Outstanding load summed over the eligible. */
+  loadSum = 0;
+}
+
+/** The per-request inputs of pass 2 (one reused instance per picker). */
+class Scoring {
+  useAffinity = false;
+  key = 0;
+  useLora = false;
+  holds = -1;
+  meanLoad = 0;
+  ownerMaxQueue = Infinity;
+  start = 0;
+}
+
+/**
+ * Pass 1: ranges for normalisation, the queue-limit filter (into `set.excluded`), mean load,
+ * reporting count.
+ */
+function summarise(set: CandidateSet, count: number, signals: Float64Array, out: Summary): Summary {
+  const { order, excluded, records, queueLimits } = set;
+  // Without a subset hint every candidate is visited in order: skip the `order` indirection.
+  const all = count === set.size;
+  let minFlight = Infinity;
+  let maxFlight = -Infinity;
+  let minWaiting = Infinity;
+  let maxWaiting = -Infinity;
+  let reporting = 0;
+  let eligible = 0;
+  let loadSum = 0;
+  for (let j = 0; j < count; j++) {
+    const i = all ? j : order[j];
+    const at = records[2 * i];
+    const flight = signals[at + Field.InFlight];
+    if (flight < minFlight) minFlight = flight;
+    if (flight > maxFlight) maxFlight = flight;
+    if (signals[at + Field.Reporting] === 1) {
+      const waiting = signals[at + Field.Waiting];
+      reporting++;
+      if (waiting < minWaiting) minWaiting = waiting;
+      if (waiting > maxWaiting) maxWaiting = waiting;
+      if (isExcluded(true, waiting, queueLimits[i])) {
+        excluded[i] = 1;
+        continue;
+      }
+      loadSum += candidateLoad(flight, true, waiting, signals[at + Field.Running]);
+    } else loadSum += flight;
+    excluded[i] = 0;
+    eligible++;
+  }
+  out.minFlight = minFlight;
+  out.maxFlight = maxFlight;
+  out.minWaiting = minWaiting;
+  out.maxWaiting = maxWaiting;
+  out.reporting = reporting;
+  out.eligible = eligible;
+  out.loadSum = loadSum;
+  return out;
+}
+
+export class Picker {
+  private readonly summary = new Summary();
+  private readonly scoring = new Scoring();
+  private readonly compiled = new WeakMap<readonly PoolView[], CandidateSet>();
+  private readonly k: number;
+  private readonly topIndex: Int32Array;
+  private readonly topScore: Float64Array;
+  private readonly topPosition: Int32Array;
+
+  constructor(
+    private readonly board: SignalBoard,
+    private readonly options: PipelineOptions,
+  ) {
+    this.k = 1 + Math.max(0, options.fallbacks);
+    this.topIndex = new Int32Array(this.k + 2);
+    this.topScore = new Float64Array(this.k + 2);
+    this.topPosition = new Int32Array(this.k + 2);
+  }
+
+  /** The compiled candidates of one model's pools (the same array object for as long as the view lives). */
+  candidates(pools: readonly PoolView[]): CandidateSet {
+    let set = this.compiled.get(pools);
+    if (set === undefined) this.compiled.set(pools, (set = new CandidateSet(pools, this.board, this.options.poolPolicy)));
+    else if (set.layoutVersion !== this.board.layoutVersion) set.resolveSlots(this.board);
+    return set;
+  }
+
+  pick(pools: readonly PoolView[], request: PickRequest): PickOutcome {
+    const set = this.candidates(pools);
+    const count = this.filterSubset(set, request.subset);
+    if (count === 0) return { kind: 'none' };
+    const { weights, boundedLoad } = this.options;
+    // Large sets without a subset hint keep pass 1 and the load scores from pick to pick; small
+    // ones (and subsets, whose ranges are their own) compute them afresh, which costs them less.
+    const incremental = count === set.size && count >= INCREMENTAL_FROM;
+    // Read after compiling: compiling may add slots, and growing the board replaces the array.
+    const summary = incremental ? this.aggregated(set) : summarise(set, count, this.board.signals, this.summary);
+    if (summary.eligible === 0) return { kind: 'shed', pools: this.poolsOf(set, count), shortestQueue: summary.minWaiting };
+
+    const scoring = this.scoring;
+    const blocks = request.promptBlocks;
+    scoring.useAffinity = weights.prefix > 0 && blocks !== undefined && blocks.length > 0 && this.options.keyBlocks > 0;
+    scoring.key = scoring.useAffinity && blocks !== undefined ? blocks[Math.min(blocks.length, this.options.keyBlocks) - 1] : 0;
+    // The LoRA scorer only speaks for a model that some endpoint reports as an adapter; its
+    // holders are marked in their records, so the loop reads a number per candidate.
+    scoring.useLora = weights.lora > 0 && this.board.adapters.has(request.model);
+    scoring.holds = scoring.useLora ? this.board.markHolders(request.model) : -1;
+    scoring.meanLoad = summary.loadSum / summary.eligible;
+    scoring.ownerMaxQueue = boundedLoad.maxQueue ?? Infinity;
+    // From a random start, so that ties go to a random endpoint.
+    scoring.start = Math.floor(this.options.random() * count) % count;
+    const kept = this.rank(set, count, summary, scoring, incremental ? this.loadScores(set, summary) : undefined);
+
+    const picked: Endpoint[] = [];
+    for (let r = 0; r < kept && r < this.k; r++) picked.push(set.endpoints[this.topIndex[r]]);
+    return { kind: 'picked', endpoints: picked };
+  }
+
+  /** Pass 1 without a pass: the set's aggregates, brought up to date. */
+  private aggregated(set: CandidateSet): Summary {
+    set.sync(this.board);
+    const { aggregates } = set;
+    const out = this.summary;
+    out.minFlight = aggregates.inFlight.min;
+    out.maxFlight = aggregates.inFlight.max;
+    out.minWaiting = aggregates.waiting.min;
+    out.maxWaiting = aggregates.waiting.max;
+    out.reporting = aggregates.reporting;
+    out.eligible = aggregates.eligible;
+    out.loadSum = aggregates.loadSum ?? set.sumLoads();
+    return out;
+  }
+
+  /**
+   * Every candidate's load score (pass 2's bulk), kept from pick to pick: only the candidates
+   * whose signals changed are scored again, unless a range moved (then every score does).
+   */
+  private loadScores(set: CandidateSet, summary: Summary): Float64Array {
+    const { weights } = this.options;
+    const signals = this.board.signals;
+    const { records, loadScores, scoredRanges: ranges } = set;
+    const flightRange: Range = { min: summary.minFlight, max: summary.maxFlight };
+    const waitingRange: Range = { min: summary.minWaiting, max: summary.maxWaiting };
+    if (
+      ranges[0] !== flightRange.min ||
+      ranges[1] !== flightRange.max ||
+      ranges[2] !== waitingRange.min ||
+      ranges[3] !== waitingRange.max
+    ) {
+      for (let i = 0; i < set.size; i++) loadScores[i] = loadScore(weights, signals, records[2 * i], flightRange, waitingRange);
+      ranges[0] = flightRange.min;
+      ranges[1] = flightRange.max;
+      ranges[2] = waitingRange.min;
+      ranges[3] = waitingRange.max;
+    } else {
+      for (let r = 0; r < set.rescoreCount; r++) {
+        const i = set.rescore[r];
+        loadScores[i] = loadScore(weights, signals, records[2 * i], flightRange, waitingRange);
+      }
+    }
+    set.rescored();
+    return loadScores;
+  }
+
+  /**
+   * Pass 2: every eligible candidate's score (its load score plus LoRA affinity), the best k + 1
+   * kept in order, and the prefix owner boosted. Returns how many are kept. A function of its own
+   * (as is pass 1) so that V8 optimises each loop with complete type feedback: with one function
+   * holding both loops, a pool large enough to enter the first loop's on-stack-replacement code
+   * on every call deoptimised there on every call.
+   */
+  private rank(set: CandidateSet, count: number, summary: Summary, scoring: Scoring, loadScores: Float64Array | undefined): number {
+    const { weights, boundedLoad, maxAdaptersPerServer } = this.options;
+    const { order, excluded, records } = set;
+    const all = count === set.size;
+    const signals = this.board.signals;
+    const reporting = summary.reporting;
+    // Without kept load scores (a small set, a subset hint) they are computed here, over these ranges.
+    const fresh = loadScores === undefined;
+    const flightRange: Range = { min: summary.minFlight, max: summary.maxFlight };
+    const waitingRange: Range = { min: summary.minWaiting, max: summary.maxWaiting };
+    const loraWeight = weights.lora;
+    const { factor, slack } = boundedLoad;
+    const { useAffinity, useLora, key, holds, meanLoad, ownerMaxQueue, start } = scoring;
+    const limit = this.k + 1;
+    const topScore = this.topScore;
+    let kept = 0;
+    let owner = -1;
+    let ownerWeight = -1;
+    let ownerBase = 0;
+    let ownerPosition = 0;
+    for (let step = 0; step < count; step++) {
+      const j = start + step < count ? start + step : start + step - count;
+      const i = all ? j : order[j];
+      if (excluded[i] === 1) continue;
+      const at = records[2 * i];
+      let score = fresh ? loadScore(weights, signals, at, flightRange, waitingRange) : loadScores[i];
+      if (useLora) {
+        const reports = signals[at + Field.Reporting] === 1;
+        const maxAdapters = Math.min(maxAdaptersPerServer, signals[at + Field.MaxAdapters]);
+        const has = signals[at + Field.AdapterMark] === holds;
+        score += loraWeight * loraAffinityScore(has, reports ? signals[at + Field.AdapterCount] : undefined, maxAdapters);
+      }
+      if (useAffinity) {
+        // Owners must be known to be within bounds: when any candidate reports metrics, one
+        // that does not is never trusted with a prefix.
+        const reports = signals[at + Field.Reporting] === 1;
+        const flight = signals[at + Field.InFlight];
+        const waiting = signals[at + Field.Waiting];
+        if (
+          (reports || reporting === 0) &&
+          !(reports && waiting > ownerMaxQueue) &&
+          !isOverloaded(reports ? outstandingLoad(flight, waiting, signals[at + Field.Running]) : flight, meanLoad, factor, slack)
+        ) {
+          const w = mixedRendezvousWeight(key, records[2 * i + 1]);
+          if (w > ownerWeight) {
+            ownerWeight = w;
+            owner = i;
+            ownerBase = score;
+            ownerPosition = step;
+          }
+        }
+      }
+      // Most candidates do not make the top list: test that before calling.
+      if (kept < limit || score > topScore[limit - 1]) kept = this.keep(kept, i, score, step);
+    }
+    if (owner >= 0) kept = this.boost(kept, owner, ownerBase + weights.prefix * prefixAffinityScore(true), ownerPosition);
+    return kept;
+  }
+
+  /** Fills `set.order` with the candidates allowed by the subset hint; returns how many. */
+  private filterSubset(set: CandidateSet, subset: ReadonlySet<string> | undefined): number {
+    const order = set.order;
+    if (subset === undefined) {
+      if (!set.orderIsAll) for (let i = 0; i < set.size; i++) order[i] = i;
+      set.orderIsAll = true;
+      return set.size;
+    }
+    set.orderIsAll = false;
+    let count = 0;
+    if (subset.size < set.size) {
+      // Walk the (small) hint, in candidate order so the result does not depend on hint order.
+      for (const address of subset) {
+        const i = set.indexOf.get(address);
+        if (i !== undefined) order[count++] = i;
+      }
+      order.subarray(0, count).sort();
+    } else {
+      for (let i = 0; i < set.size; i++) if (subset.has(set.endpoints[i].address)) order[count++] = i;
+    }
+    return count;
+  }
+
+  /** Inserts into the fixed top list (k + 1 long: one spare for the owner's boost). Ties keep the earlier visit. */
+  private keep(kept: number, index: number, score: number, position: number): number {
+    const limit = this.k + 1;
+    const top = this.topScore;
+    if (kept === limit && score <= top[limit - 1]) return kept;
+    let at = kept < limit ? kept : limit - 1;
+    while (at > 0 && top[at - 1] < score) {
+      top[at] = top[at - 1];
+      this.topIndex[at] = this.topIndex[at - 1];
+      this.topPosition[at] = this.topPosition[at - 1];
+      at--;
+    }
+    top[at] = score;
+    this.topIndex[at] = index;
+    this.topPosition[at] = position;
+    return kept < limit ? kept + 1 : kept;
+  }
+
+  /** Gives the prefix owner its bonus and moves it up to its place. */
+  private boost(kept: number, owner: number, score: number, position: number): number {
+    let at = -1;
+    for (let r = 0; r < kept; r++) if (this.topIndex[r] === owner) at = r;
+    if (at < 0) {
+      // Not among the best by load alone: it takes the spare slot at the end.
+      at = kept;
+      kept++;
+    }
+    this.topScore[at] = score;
+    this.topIndex[at] = owner;
+    this.topPosition[at] = position;
+    while (at > 0 && (this.topScore[at - 1] < score || (this.topScore[at - 1] === score && this.topPosition[at - 1] > position))) {
+      this.topScore[at] = this.topScore[at - 1];
+      this.topIndex[at] = this.topIndex[at - 1];
+      this.topPosition[at] = this.topPosition[at - 1];
+      this.topScore[at - 1] = score;
+      this.topIndex[at - 1] = owner;
+      this.topPosition[at - 1] = position;
+      at--;
+    }
+    return kept;
+  }
+
+  private poolsOf(set: CandidateSet, count: number): string[] {
+    const pools = new Set<string>();
+    for (let j = 0; j < count; j++) pools.add(set.endpoints[set.order[j]].pool);
+    return [...pools];
+  }
+}

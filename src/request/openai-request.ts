@@ -1,0 +1,43 @@
+// Pure reading of an OpenAI-compatible request body: which model, streamed or not, and the hashes
+// of the prompt's leading blocks for cache-affine picking (the prompt itself is never kept).
+// We never rewrite the body; it reaches the model server byte-identical.
+
+import { GatewayError } from '../errors/gateway-error.js';
+import { errorMessage } from '../util/error-message.js';
+import { promptBlockHashes } from '../picker/prompt-hash.js';
+import type { PromptHashOptions } from '../picker/prompt-hash.js';
+
+export interface InferenceRequest {
+  readonly model: string;
+  readonly stream: boolean;
+  /** Chained hashes of the prompt's first blocks (see picker/prompt-hash.ts); empty without a prompt. */
+  readonly promptBlocks: readonly number[];
+}
+
+/**
+ * 16 blocks of 128 characters: the first ~2 KiB of the prompt (about 500 tokens), enough for the
+ * picker's affinity key (`picker.prefix.keyBlocks` ≤ 16) whatever the prompt's length.
+ */
+const PROMPT_HASHING: PromptHashOptions = { blockChars: 128, maxBlocks: 16 };
+
+export function readInferenceRequest(body: Buffer): InferenceRequest {
+  if (body.length === 0)
+    throw new GatewayError('missing_body', 'request body is empty; send an OpenAI-style JSON object with a "model" field');
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw new GatewayError('invalid_json', `request body is not valid JSON: ${errorMessage(err)}`, { cause: err });
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new GatewayError('invalid_json', 'request body must be a JSON object');
+  }
+  const record = parsed as Record<string, unknown>;
+  if (!('model' in record) || record.model === undefined || record.model === null) {
+    throw new GatewayError('missing_model', 'request body has no "model" field; name the model to use', { details: { param: 'model' } });
+  }
+  if (typeof record.model !== 'string' || record.model.trim() === '') {
+    throw new GatewayError('invalid_model', '"model" must be a non-empty string', { details: { param: 'model' } });
+  }
+  return { model: record.model, stream: record.stream === true, promptBlocks: promptBlockHashes(record, PROMPT_HASHING) };
+}

@@ -1,0 +1,183 @@
+// The request phase of one stream: request headers, the request body (whichever way Envoy
+// delivers it), trailers, and the pick. Transitions of the state machine (stream-machine.ts); pure.
+
+import { GatewayError } from '../errors/gateway-error.js';
+import { ASK_FOR_BUFFERED_REQUEST_BODY, CONTINUE_REQUEST_BODY, CONTINUE_REQUEST_HEADERS } from '../extproc/constant-replies.js';
+import type { HttpBody, ProcessingRequest } from '../extproc/messages.js';
+import { readInferenceRequest } from './openai-request.js';
+import { SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from '../extproc/protocol-names.js';
+import { immediateJson, streamedChunks } from '../extproc/replies.js';
+import { routingReply } from './decision-replies.js';
+import type { RoutedRequest } from './routing.js';
+import { pathOnly } from './stream-state.js';
+import type { MachineContext, RequestFacts, StreamState, StepBuilder } from './stream-state.js';
+import { streamModes } from '../extproc/body-modes.js';
+import { headerValue, metadataValue } from '../extproc/message-fields.js';
+import { retainedPiece } from '../util/retained-piece.js';
+import { protocolViolation } from './stream-state.js';
+
+// ── request path ────────────────────────────────────────────────────────────────────────────
+
+export function requestHeaders(ctx: MachineContext, out: StepBuilder, state: StreamState, message: ProcessingRequest): void {
+  if (state.kind !== 'AwaitingRequestHeaders') throw protocolViolation('request headers', state);
+  const headers = message.request_headers?.headers;
+  const request: RequestFacts = {
+    modes: streamModes(message.protocol_config),
+    method: headerValue(headers, ':method') ?? '',
+    path: headerValue(headers, ':path') ?? '',
+    requestId: headerValue(headers, 'x-request-id') ?? '',
+    subset: subsetHint(message),
+  };
+  const path = pathOnly(request.path);
+  if (message.request_headers?.end_of_stream === true) {
+    if (request.method === 'GET' && path === '/v1/models') {
+      try {
+        out.reply(immediateJson(ctx.routing.modelList(), 'llm_extproc_models'));
+        out.finish(request, undefined, 'ok');
+      } catch (err) {
+        out.reject(request, GatewayError.from(err));
+      }
+      return;
+    }
+    const err =
+      request.method !== 'POST'
+        ? new GatewayError(
+            'method_not_allowed',
+            `${request.method} is not supported on ${path}; inference requests are POSTs with a JSON body`,
+          )
+        : new GatewayError('missing_body', `POST ${path} has no body; send an OpenAI-style JSON request with a "model" field`);
+    out.reject(request, err);
+    return;
+  }
+  const declaredLength = Number(headerValue(headers, 'content-length') ?? '0');
+  if (declaredLength > ctx.maxRequestBodyBytes) {
+    out.reject(request, tooLarge(ctx, declaredLength));
+    return;
+  }
+  const delivery = request.modes.request;
+  if (delivery === 'envoy-buffers') out.reply(CONTINUE_REQUEST_HEADERS);
+  else if (delivery === 'ask-for-buffered') out.reply(ASK_FOR_BUFFERED_REQUEST_BODY);
+  // collect-*: the header reply waits for the body, because it carries the routing.
+  out.become({
+    kind: 'CollectingRequestBody',
+    request,
+    chunks: [],
+    bytes: 0,
+    headersAnswered: delivery === 'envoy-buffers' || delivery === 'ask-for-buffered',
+  });
+}
+
+export function requestBody(ctx: MachineContext, out: StepBuilder, state: StreamState, message: HttpBody): void {
+  if (state.kind !== 'CollectingRequestBody') {
+    // Only full duplex sends body after we routed when trailers... never; anything else is a bug.
+    throw protocolViolation('request body', state);
+  }
+  const chunk = message.body ?? Buffer.alloc(0);
+  state.bytes += chunk.length;
+  if (state.bytes > ctx.maxRequestBodyBytes) {
+    out.reject(state.request, tooLarge(ctx, state.bytes));
+    return;
+  }
+  state.chunks.push(retainedPiece(chunk));
+  const end = message.end_of_stream === true;
+  if (!state.headersAnswered) {
+    // We collect: nothing is answered until the body is whole.
+    if (end) route(ctx, out, state, false);
+    return;
+  }
+  // Envoy buffered the body for us: this one message is all of it (trailers may still follow).
+  route(ctx, out, state, false, !end);
+}
+
+export function requestTrailers(ctx: MachineContext, out: StepBuilder, state: StreamState): void {
+  if (state.kind === 'CollectingRequestBody' && !state.headersAnswered) {
+    // Trailers end a collected body: route, answer headers and body, then the trailers.
+    route(ctx, out, state, true);
+    if (out.state.kind !== 'Done') out.reply({ request_trailers: {} });
+    return;
+  }
+  out.reply({ request_trailers: {} });
+}
+
+/**
+ * The body is whole: read the model, pick, and hand the pick to Envoy in the reply the mode
+ * allows — the body reply when Envoy buffered, else the held header reply followed by the body.
+ */
+function route(
+  ctx: MachineContext,
+  out: StepBuilder,
+  state: Extract<StreamState, { kind: 'CollectingRequestBody' }>,
+  trailersFollow: boolean,
+  mayBePartial = false,
+): void {
+  const request = state.request;
+  const body = state.chunks.length === 1 ? state.chunks[0] : Buffer.concat(state.chunks);
+  let routed: RoutedRequest;
+  let model: string | undefined;
+  try {
+    const inference = readInferenceRequest(body);
+    model = inference.model;
+    routed = ctx.routing.route({
+      model,
+      promptBlocks: inference.promptBlocks,
+      ...(request.subset === undefined ? {} : { subset: request.subset }),
+    });
+  } catch (thrown) {
+    const err = GatewayError.from(thrown);
+    if (mayBePartial && err.kind === 'invalid_json') {
+      // BUFFERED_PARTIAL hands over what fits in Envoy's buffer: this is the first part of a larger body.
+      out.reject(
+        request,
+        new GatewayError(
+          'body_too_large',
+          `request body is larger than Envoy's buffer for this request (received the first ${body.length} bytes); raise the listener's per_connection_buffer_limit_bytes above routing.maxRequestBodyBytes`,
+          {
+            details: { limit_bytes: ctx.maxRequestBodyBytes },
+          },
+        ),
+        model,
+      );
+      return;
+    }
+    out.reject(request, err, model);
+    return;
+  }
+  out.notice({ kind: 'routed', routed });
+  switch (request.modes.request) {
+    case 'envoy-buffers':
+    case 'ask-for-buffered':
+      out.reply(routingReply('request_body', routed.destinations, ctx.destinationFormat));
+      break;
+    case 'collect-streamed':
+      out.reply(routingReply('request_headers', routed.destinations, ctx.destinationFormat));
+      for (let i = 0; i < state.chunks.length; i++) out.reply(CONTINUE_REQUEST_BODY);
+      break;
+    case 'collect-duplex':
+      out.reply(routingReply('request_headers', routed.destinations, ctx.destinationFormat));
+      out.replies(streamedChunks('request', state.chunks, !trailersFollow));
+      break;
+  }
+  const onlyPossible = ctx.destinationFormat === 'single' || routed.endpoints.length === 1 ? routed.endpoints[0] : undefined;
+  out.become({
+    kind: 'AwaitingResponse',
+    exchange: { request, routed, model, ...(onlyPossible === undefined ? {} : { servedUnlessReported: onlyPossible }) },
+  });
+}
+
+function tooLarge(ctx: MachineContext, bytes: number): GatewayError {
+  return new GatewayError('body_too_large', `request body of ${bytes} bytes exceeds the limit of ${ctx.maxRequestBodyBytes} bytes`, {
+    details: { limit_bytes: ctx.maxRequestBodyBytes },
+  });
+}
+
+/** `envoy.lb.subset_hint` → `x-gateway-destination-endpoint-subset`: a list or a comma string. */
+function subsetHint(message: ProcessingRequest): ReadonlySet<string> | undefined {
+  const raw = metadataValue(message.metadata_context?.filter_metadata, SUBSET_HINT_NAMESPACE, SUBSET_HINT_KEY);
+  if (raw === undefined) return undefined;
+  return new Set(
+    raw
+      .split(',')
+      .map((a) => a.trim())
+      .filter((a) => a !== ''),
+  );
+}

@@ -1,0 +1,135 @@
+// One processor per ext_proc stream (= one HTTP request through Envoy). It owns the stream's
+// state, runs each message through the pure state machine (stream-machine.ts), and records what
+// the machine learnt — per-replica attempts and the request's result — in exactly one place.
+// It never does I/O: the gRPC edge sends the replies it returns.
+
+import type { Logger } from 'pino';
+import type { DestinationFormat } from '../config/config.js';
+import type { Endpoint } from '../endpoints/model.js';
+import type { AttemptFailure } from '../endpoints/passive-health.js';
+import type { ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
+import type { StreamEnd, StreamProcessor } from '../extproc/stream-processor.js';
+import type { RequestResult } from './request-result.js';
+import type { RoutedRequest, Routing } from './routing.js';
+import { onMessage, onStreamEnd } from './stream-machine.js';
+import type { MachineContext, Step, StreamState } from './stream-state.js';
+
+export interface ProcessorMetrics {
+  requestStarted(): void;
+  requestEnded(): void;
+  requestFinished(model: string, result: RequestResult): void;
+  attempt(pool: string, endpoint: string, outcome: 'success' | 'failure', reason: string): void;
+  messageHandled(message: string, seconds: number): void;
+  servedOutsidePick(): void;
+}
+
+export interface ProcessorDeps {
+  readonly routing: Routing;
+  readonly metrics: ProcessorMetrics;
+  readonly logger: Logger;
+  readonly maxRequestBodyBytes: number;
+  /** JSON answers larger than this are not held for validation; they pass through. */
+  readonly maxInspectedBodyBytes: number;
+  /** `list` (override_host) unless the gateway reads exactly one address. */
+  readonly destinationFormat?: DestinationFormat;
+  /**
+   * Told about a response stream that broke before its end with no explanation: the replica may
+   * have died, or the client may have left. Whoever listens checks the replica actively.
+   */
+  readonly onMidStreamBreak?: (endpoint: Endpoint) => void;
+}
+
+/** Metrics label for requests whose model is absent or not served here. */
+const UNKNOWN_MODEL = '(unknown)';
+
+export class RequestProcessor implements StreamProcessor {
+  private state: StreamState = { kind: 'AwaitingRequestHeaders' };
+  private readonly context: MachineContext;
+  private routed: RoutedRequest | undefined;
+  private finished = false;
+  private reportedOutsidePick = false;
+
+  constructor(private readonly deps: ProcessorDeps) {
+    this.context = {
+      routing: deps.routing,
+      maxRequestBodyBytes: deps.maxRequestBodyBytes,
+      maxInspectedBodyBytes: deps.maxInspectedBodyBytes,
+      destinationFormat: deps.destinationFormat ?? 'list',
+    };
+    deps.metrics.requestStarted();
+  }
+
+  process(request: ProcessingRequest): ProcessingResponse[] {
+    if (request.observability_mode === true) return []; // observability mode expects no replies
+    const started = performance.now();
+    try {
+      return this.apply(onMessage(this.context, this.state, request));
+    } finally {
+      this.deps.metrics.messageHandled(request.request ?? 'unknown', (performance.now() - started) / 1e3);
+    }
+  }
+
+  finish(end: StreamEnd): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.apply(onStreamEnd(this.state, end));
+    if (this.routed !== undefined) this.deps.routing.release(this.routed);
+    this.deps.metrics.requestEnded();
+  }
+
+  /** The one place where outcomes are recorded. */
+  private apply(step: Step): ProcessingResponse[] {
+    this.state = step.state;
+    for (const notice of step.notices) {
+      if (notice.kind === 'routed') {
+        this.routed = notice.routed;
+      } else if (!this.reportedOutsidePick) {
+        this.reportedOutsidePick = true;
+        this.deps.metrics.servedOutsidePick();
+        this.deps.logger.warn(
+          { model: notice.model, upstream: notice.upstream, picked: notice.picked, requestId: notice.requestId },
+          "Envoy sent the request to a host we did not pick: its backends cluster lacks our endpoints (check the cluster's host set)",
+        );
+      }
+    }
+    for (const attempt of step.attempts) this.recordAttempt(attempt.endpoint, attempt.failure, attempt.reason);
+    const done = step.finished;
+    if (done !== undefined) {
+      const model = done.model !== undefined && this.deps.routing.servesModel(done.model) ? done.model : UNKNOWN_MODEL;
+      // Label only models we serve: a client must not be able to mint metric series at will.
+      this.deps.metrics.requestFinished(model, done.result);
+      if (done.result !== 'ok') {
+        this.deps.logger.info(
+          {
+            model: done.model,
+            result: done.result,
+            status: done.status,
+            endpoint: done.endpoint,
+            path: done.path,
+            requestId: done.requestId,
+          },
+          'request failed',
+        );
+      }
+      if (done.brokenMidStream) {
+        this.deps.logger.warn(
+          { model: done.model, endpoint: done.endpoint, requestId: done.requestId },
+          'response stream broke before it completed',
+        );
+        const endpoint = step.attempts.find((a) => a.reason === 'stream_broken')?.endpoint;
+        if (endpoint !== undefined) this.deps.onMidStreamBreak?.(endpoint);
+      }
+    }
+    return step.replies;
+  }
+
+  private recordAttempt(endpoint: Endpoint, failure: AttemptFailure | undefined, reason: string): void {
+    if (failure === undefined) {
+      this.deps.routing.recordSuccess(endpoint);
+      this.deps.metrics.attempt(endpoint.pool, endpoint.address, 'success', 'ok');
+    } else {
+      this.deps.routing.recordFailure(endpoint, failure);
+      this.deps.metrics.attempt(endpoint.pool, endpoint.address, 'failure', reason);
+    }
+  }
+}

@@ -1,0 +1,251 @@
+// The states of one ext_proc stream and what a transition returns; stream-machine.ts moves
+// between them. Each state carries exactly the data it needs. No I/O.
+
+import type { DestinationFormat } from '../config/config.js';
+import type { Endpoint } from '../endpoints/model.js';
+import type { AttemptFailure } from '../endpoints/passive-health.js';
+import { GatewayError } from '../errors/gateway-error.js';
+import type { SseInspector } from '../inspect/sse-inspector.js';
+import type { ProcessingResponse } from '../extproc/messages.js';
+import { immediateError } from './decision-replies.js';
+import type { RequestResult } from './request-result.js';
+import type { RoutedRequest, Routing } from './routing.js';
+import type { StreamModes } from '../extproc/body-modes.js';
+
+export interface MachineContext {
+  readonly routing: Routing;
+  readonly maxRequestBodyBytes: number;
+  /** Bodies we hold ourselves to validate (JSON answers in full-duplex mode) stop being held past this. */
+  readonly maxInspectedBodyBytes: number;
+  readonly destinationFormat: DestinationFormat;
+}
+
+/** What the request headers told us; fixed for the life of the stream. */
+export interface RequestFacts {
+  readonly modes: StreamModes;
+  readonly method: string;
+  readonly path: string;
+  readonly requestId: string;
+  /** The gateway's subset hint, when it sent one. */
+  readonly subset: ReadonlySet<string> | undefined;
+}
+
+/** A request on its way to (or back from) the model servers. */
+export interface Exchange {
+  readonly request: RequestFacts;
+  /** Absent when Envoy answered before we routed (its own limits, timeouts). */
+  readonly routed: RoutedRequest | undefined;
+  readonly model: string | undefined;
+  /**
+   * The replica that served when nobody reports it (no `upstream.address`, no `-served` metadata):
+   * certain only when Envoy could reach no other — one address handed over, or one picked.
+   * Undefined otherwise: a guess would credit a replica that may have refused the connection.
+   */
+  readonly servedUnlessReported?: Endpoint;
+}
+
+/** A response that came from an upstream (or at least not from Envoy itself). */
+export interface Served {
+  readonly exchange: Exchange;
+  readonly servedBy: Endpoint | undefined;
+  readonly status: number;
+}
+
+/** What to record when a body we pass through ends normally. */
+export interface PendingOutcome {
+  readonly result: RequestResult;
+  readonly failure: AttemptFailure | undefined;
+  /** False for answers we could not judge: neither success nor failure for the replica. */
+  readonly judged: boolean;
+}
+
+export type BodyWatch =
+  /** An SSE stream: reassembled incrementally, judged at its end. */
+  | { readonly kind: 'sse'; readonly inspector: SseInspector }
+  /** A JSON answer Envoy holds whole for us (BUFFERED / BUFFERED_PARTIAL); it arrives in one message. */
+  | { readonly kind: 'envoy-held-json' }
+  /**
+   * A JSON answer already on its way to the client: we keep a copy (up to the inspection limit)
+   * only to judge it at the end. `envoyStreamsRest`: BUFFERED_PARTIAL sent us its first part and
+   * streams the rest without us, so the end never reaches us.
+   */
+  | { readonly kind: 'json-copy'; readonly chunks: Buffer[]; bytes: number; overflow: boolean; readonly envoyStreamsRest: boolean }
+  /** Anything else (compressed, other media types, another filter's answer): watched for its end only. */
+  | { readonly kind: 'opaque' };
+
+export type StreamState =
+  | { readonly kind: 'AwaitingRequestHeaders' }
+  | {
+      readonly kind: 'CollectingRequestBody';
+      readonly request: RequestFacts;
+      readonly chunks: Buffer[];
+      bytes: number;
+      /** False while we hold the header reply (full duplex, early streamed bodies). */
+      readonly headersAnswered: boolean;
+    }
+  | { readonly kind: 'AwaitingResponse'; readonly exchange: Exchange }
+  | {
+      /** A 5xx with no attributes to tell who wrote it: we read its (small) body before deciding. */
+      readonly kind: 'ReadingErrorText';
+      readonly exchange: Exchange;
+      readonly status: number;
+      readonly chunks: Buffer[];
+      bytes: number;
+    }
+  | {
+      /** Full duplex: a JSON answer we hold (headers and body) until it is whole and judged. */
+      readonly kind: 'HoldingJson';
+      readonly served: Served;
+      readonly chunks: Buffer[];
+      bytes: number;
+    }
+  | { readonly kind: 'Streaming'; readonly served: Served; readonly watch: BodyWatch; readonly pending: PendingOutcome | undefined }
+  /** The result is recorded. A body chunk may still pass (after another filter's answer): `request` says how. */
+  | { readonly kind: 'Done'; readonly request?: RequestFacts };
+
+/** One replica's part in the request, known at the moment it is reported. */
+export interface Attempt {
+  readonly endpoint: Endpoint;
+  readonly failure: AttemptFailure | undefined;
+  readonly reason: string;
+}
+
+/** The request's result, reported exactly once per stream. */
+export interface Finished {
+  readonly result: RequestResult;
+  readonly model: string | undefined;
+  readonly status: number | undefined;
+  readonly endpoint: string | undefined;
+  readonly path: string;
+  readonly requestId: string;
+  /** A mid-stream break we could not explain (client gone, or the replica died). */
+  readonly brokenMidStream: boolean;
+}
+
+export type Notice =
+  | { readonly kind: 'routed'; readonly routed: RoutedRequest }
+  | {
+      readonly kind: 'served-outside-pick';
+      readonly upstream: string;
+      readonly picked: readonly string[];
+      readonly model: string | undefined;
+      readonly requestId: string;
+    };
+
+export interface Step {
+  readonly state: StreamState;
+  readonly replies: ProcessingResponse[];
+  readonly attempts: Attempt[];
+  readonly finished: Finished | undefined;
+  readonly notices: Notice[];
+}
+
+const NONE_LEARNT: Attempt[] = Object.freeze([]) as unknown as Attempt[];
+const NONE_TOLD: Notice[] = Object.freeze([]) as unknown as Notice[];
+
+/** Collects what one transition produces: replies, attempts, the result, notices, the next state. */
+export class StepBuilder {
+  state: StreamState;
+  // Most steps (a streamed chunk) learn no attempt and raise no notice: those lists are allocated
+  // only when something is added, so the per-chunk path creates as little garbage as possible.
+  private readonly out: ProcessingResponse[] = [];
+  private learnt: Attempt[] = NONE_LEARNT;
+  private told: Notice[] = NONE_TOLD;
+  private result: Finished | undefined;
+
+  constructor(state: StreamState) {
+    this.state = state;
+  }
+
+  reply(reply: ProcessingResponse): void {
+    this.out.push(reply);
+  }
+
+  replies(replies: readonly ProcessingResponse[]): void {
+    for (const reply of replies) this.out.push(reply);
+  }
+
+  become(state: StreamState): void {
+    this.state = state;
+  }
+
+  attempt(endpoint: Endpoint, failure: AttemptFailure | undefined, reason: string): void {
+    if (this.learnt === NONE_LEARNT) this.learnt = [];
+    this.learnt.push({ endpoint, failure, reason });
+  }
+
+  notice(notice: Notice): void {
+    if (this.told === NONE_TOLD) this.told = [];
+    this.told.push(notice);
+  }
+
+  /** The request's result; the state becomes Done unless the caller moves on (pass-through). */
+  finish(
+    request: RequestFacts | undefined,
+    exchange: Exchange | undefined,
+    result: RequestResult,
+    served?: Served,
+    brokenMidStream = false,
+  ): void {
+    if (this.result !== undefined) return;
+    this.result = {
+      result,
+      model: exchange?.model,
+      status: served?.status === 0 ? undefined : served?.status,
+      endpoint: served?.servedBy?.address,
+      path: pathOnly(request?.path ?? ''),
+      requestId: request?.requestId ?? '',
+      brokenMidStream,
+    };
+    this.state = request === undefined ? { kind: 'Done' } : { kind: 'Done', request };
+  }
+
+  /** Answer the client ourselves before anything went upstream. */
+  reject(request: RequestFacts, err: GatewayError, model?: string): void {
+    this.finish(request, { request, routed: undefined, model }, err.kind);
+    this.reply(immediateError(err, request.requestId));
+  }
+
+  build(): Step {
+    return { state: this.state, replies: this.out, attempts: this.learnt, finished: this.result, notices: this.told };
+  }
+}
+
+/** The request facts of any state that has them. */
+export function requestOf(state: Exclude<StreamState, { kind: 'Done' }>): RequestFacts | undefined {
+  switch (state.kind) {
+    case 'AwaitingRequestHeaders':
+      return undefined;
+    case 'CollectingRequestBody':
+      return state.request;
+    case 'AwaitingResponse':
+    case 'ReadingErrorText':
+      return state.exchange.request;
+    case 'HoldingJson':
+    case 'Streaming':
+      return state.served.exchange.request;
+  }
+}
+
+export function exchangeOf(state: Exclude<StreamState, { kind: 'Done' }>): Exchange | undefined {
+  switch (state.kind) {
+    case 'AwaitingRequestHeaders':
+    case 'CollectingRequestBody':
+      return undefined;
+    case 'AwaitingResponse':
+    case 'ReadingErrorText':
+      return state.exchange;
+    case 'HoldingJson':
+    case 'Streaming':
+      return state.served.exchange;
+  }
+}
+
+export function pathOnly(path: string): string {
+  const q = path.indexOf('?');
+  return q === -1 ? path : path.slice(0, q);
+}
+
+export function protocolViolation(what: string, state: StreamState): GatewayError {
+  return new GatewayError('internal_error', `ext_proc protocol violation: got ${what} in state ${state.kind}`);
+}
