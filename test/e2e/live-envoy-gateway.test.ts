@@ -42,7 +42,7 @@ import {
   deepMerge,
   freePort,
 } from '../support/envoy-gateway-bed.js';
-import { metricValue } from '../support/gateway.js';
+import { metricValue, waitForMetric } from '../support/gateway.js';
 import type { ClientRequest, ClientResponse } from '../support/http-client.js';
 import { waitUntil } from '../support/wait-until.js';
 import { liveEnvoyGatewayUnavailable } from '../support/envoy-gateway.js';
@@ -243,16 +243,12 @@ void describe('live Envoy Gateway v1.9.1', { skip: NEEDS }, () => {
       assert.ok(response.error !== undefined || !response.text().includes('[DONE]'), 'the client sees a broken stream');
       assert.equal(other.requests.length, 0, 'never retried onto another replica');
       assert.equal(served.requests.length, 1, 'not retried on the same replica either');
-      await waitUntil(
-        async () =>
-          metricValue(await bed.metricsText(), 'llm_extproc_upstream_attempts_total', {
-            endpoint: served.address,
-            outcome: 'failure',
-            reason: 'stream_broken',
-          }) === 1
-            ? true
-            : undefined,
-        { description: 'the reset counted as a broken stream of the replica that served it' },
+      await waitForMetric(
+        () => bed.metricsText(),
+        'llm_extproc_upstream_attempts_total',
+        { endpoint: served.address, outcome: 'failure', reason: 'stream_broken' },
+        1,
+        'the reset counted as a broken stream of the replica that served it',
       );
     });
   });

@@ -10,8 +10,9 @@
 // llm-extproc runs as a process (`node dist/src/main.js`) with the config file from the chart's
 // ConfigMap, authenticated as the chart's ServiceAccount under the chart's RBAC. Only what a pod
 // network provides is changed in that file: listen addresses on loopback, and a kubeconfig instead
-// of the in-cluster one. Model servers listen on pod addresses (pod-network.ts: 198.18.0.x on the
-// loopback interface; the API server refuses 127.0.0.x in an EndpointSlice), one per pod.
+// of the in-cluster one. Model servers listen on pod addresses (pod-network.ts: a block of
+// 198.18.0.0/15 on the loopback interface; the API server refuses 127.0.0.x in an EndpointSlice),
+// one per pod.
 
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
