@@ -169,12 +169,15 @@ void describe('live Envoy Gateway v1.9.1', { skip: NEEDS }, () => {
       async () => {
         // The model servers pace their chunks (one a second); the test waits only for the answers.
         const responses = await Promise.all(
-          LONG_STREAMS_MS.map((ms) => {
+          LONG_STREAMS_MS.map(async (ms) => {
             bed.server(`long-${ms / 1000}-a`).setBehavior({ kind: 'paced-random-sse', events: ms / 1000, gapMs: 1000, bytesPerEvent: 300 });
-            return bed.send({ ...chat(`long-${ms / 1000}`, { stream: true }), timeoutMs: ms * 2 });
+            const started = Date.now();
+            const response = await bed.send({ ...chat(`long-${ms / 1000}`, { stream: true }), timeoutMs: ms * 2 });
+            return { response, elapsed: Date.now() - started };
           }),
         );
-        for (const [i, response] of responses.entries()) {
+        for (const [i, { response, elapsed }] of responses.entries()) {
+          assert.ok(elapsed >= LONG_STREAMS_MS[i] - 1000, `the stream really lasted ${elapsed} ms`);
           assert.equal(response.status, 200, response.text().slice(0, 300));
           assert.equal(response.error, undefined, 'the stream completes');
           const served = bed.server(`long-${LONG_STREAMS_MS[i] / 1000}-a`).requests.at(-1)!;
