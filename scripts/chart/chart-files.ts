@@ -245,7 +245,10 @@ export function valuesSchema(): object {
               description: 'ConfigMap in the release namespace whose ca.crt signed our certificate; empty: TLS without verification.',
             }),
           }),
-          aiGateway: Closed({ processingBodyMode: Type.Union([Type.Literal(''), Type.Literal('buffered')]) }),
+          aiGateway: Closed({
+            enabled: Type.Boolean({ description: 'The InferencePools are served by Envoy AI Gateway.' }),
+            processingBodyMode: Type.Union([Type.Literal(''), Type.Literal('buffered')]),
+          }),
         }),
         envoyGateway: Closed({
           enabled: Type.Boolean(),
@@ -271,6 +274,22 @@ export function valuesSchema(): object {
             Type.Literal('FullDuplexStreamed'),
           ]),
           endpointOverride: Type.Boolean(),
+          failOpen: Type.Boolean({ description: 'Requests go on unpicked while llm-extproc is unreachable (FailOpen).' }),
+          bufferLimit: Closed({
+            enabled: Type.Boolean({ description: 'Raise the 32 KiB buffer limits to fit routing.maxRequestBodyBytes.' }),
+            gateway: Closed({
+              name: Type.String({ description: 'Gateway for the ClientTrafficPolicy (default: the first Gateway in targetRefs).' }),
+              namespace: Type.String({ description: 'The Gateway’s namespace (default: the release namespace).' }),
+              sectionName: Type.String({ description: 'Only this listener of the Gateway.' }),
+            }),
+          }),
+          requestTimeout: Type.String({
+            pattern: '^(([0-9]{1,5}(h|m|s|ms)){1,4})?$',
+            description: 'Route request timeout, streams included ("0s": none; "": leave the route’s own).',
+          }),
+          unreachableJson: Type.Boolean({
+            description: 'gateway_unavailable JSON instead of an empty 500 when llm-extproc is unreachable.',
+          }),
           sidecar: Closed({ enabled: Type.Boolean(), envoyProxyName: Type.String({ minLength: 1 }), envoyServiceAccount: Type.String() }),
         }),
         envoy: Closed({
@@ -293,10 +312,26 @@ export function valuesSchema(): object {
   return { $schema: 'http://json-schema.org/draft-07/schema#', ...JSON.parse(JSON.stringify(schema)) } as object;
 }
 
+/**
+ * The answer Envoy Gateway gives (BackendTrafficPolicy responseOverride) when Envoy cannot reach
+ * llm-extproc: the catalog's gateway_unavailable, in the shape of every other error answer, since
+ * llm-extproc cannot answer for itself then.
+ */
+export function envoyGatewayUnavailableReply(): { status: number; headers: Record<string, string>; body: string } {
+  const entry = CATALOG.gateway_unavailable;
+  const headers: Record<string, string> = { [ERROR_CODE_HEADER]: entry.code };
+  if (entry.retryAfterSeconds !== undefined) headers['retry-after'] = String(entry.retryAfterSeconds);
+  const body = JSON.stringify({
+    error: { message: 'the routing service (llm-extproc) could not be reached', type: entry.type, code: entry.code },
+  });
+  return { status: entry.status, headers, body };
+}
+
 /** Every generated chart file, relative to the repository root. */
 export function chartFiles(): ReadonlyMap<string, string> {
   const files = new Map<string, string>();
   files.set(`${CHART_DIR}/values.schema.json`, `${JSON.stringify(valuesSchema(), null, 2)}\n`);
+  files.set(`${CHART_DIR}/files/envoy-gateway/gateway-unavailable.json`, `${JSON.stringify(envoyGatewayUnavailableReply(), null, 2)}\n`);
   files.set(`${CHART_DIR}/files/istio/local-reply-config.yaml`, istioLocalReplyConfig());
   for (const variant of ENVOY_VARIANTS) {
     files.set(`${CHART_DIR}/files/envoy/${variant.file}`, envoyTemplate(variant, false));

@@ -14,6 +14,7 @@ import type { Config } from '../../src/config/config.js';
 import { configFileSchema } from '../../src/config/schema.js';
 import { parseStaticEndpoints } from '../../src/endpoints/static-file.js';
 import { makeSelfSignedIdentity } from '../../src/grpc/tls-identity.js';
+import { ERROR_CODE_HEADER } from '../../src/errors/render.js';
 import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE } from '../../src/extproc/protocol-names.js';
 import { repoRoot } from '../../scripts/repo-root.js';
 import { CHART_DIR, chartFiles } from '../../scripts/chart/chart-files.js';
@@ -375,13 +376,26 @@ describe('chart: gateway wiring', () => {
     });
   });
 
-  it('Envoy AI Gateway: single destination, self-signed TLS, the buffered body-mode annotation', async () => {
+  it("Envoy AI Gateway: single destination, self-signed TLS, AI Gateway's default full-duplex body mode", async () => {
     const objects = await template(['inferencepool-ai-gateway.yaml']);
     const { config } = serverConfig(objects);
     assert.equal(config.routing.destinationFormat, 'single');
     assert.deepEqual(config.listen.tls, { mode: 'self-signed' });
-    assert.equal(only(objects, 'InferencePool').metadata.annotations?.['aigateway.envoyproxy.io/processing-body-mode'], 'buffered');
+    assert.equal(only(objects, 'InferencePool').metadata.annotations?.['aigateway.envoyproxy.io/processing-body-mode'], undefined);
+    assert.equal(field(only(objects, 'InferencePool'), 'spec', 'endpointPickerRef', 'failureMode'), 'FailClose');
     assert.equal(objects.filter((o) => o.kind === 'DestinationRule').length, 0);
+  });
+
+  it('Envoy AI Gateway: FailOpen is refused (AI Gateway ignores it); buffered mode renders the annotation', async () => {
+    const example = join(CHART, 'examples', 'inferencepool-ai-gateway.yaml');
+    const refused = await helm(['template', RELEASE, CHART, '-f', example, '--set', 'gateway.inferencePool.failureMode=FailOpen'], home);
+    assert.notEqual(refused.code, 0);
+    assert.match(refused.stderr, /FailOpen is ignored by Envoy AI Gateway/);
+    const buffered = ['-f', example, '--set', 'gateway.inferencePool.aiGateway.processingBodyMode=buffered'];
+    const objects = await template([], buffered);
+    assert.equal(only(objects, 'InferencePool').metadata.annotations?.['aigateway.envoyproxy.io/processing-body-mode'], 'buffered');
+    // The warning is in NOTES.txt, which only `helm install` renders: live-envoy-gateway.test.ts
+    // checks it against a real API server.
   });
 
   it('plain Envoy Gateway: the extension policy calls our Service with our modes, and the endpoint override reads our header', async () => {
@@ -399,6 +413,57 @@ describe('chart: gateway wiring', () => {
     const traffic = only(objects, 'BackendTrafficPolicy');
     assert.deepEqual(field(traffic, 'spec', 'loadBalancer', 'endpointOverride', 'extractFrom'), [{ header: DESTINATION_HEADER }]);
     assert.deepEqual(field(traffic, 'spec', 'targetRefs'), field(policy, 'spec', 'targetRefs'));
+  });
+
+  it('plain Envoy Gateway: buffer limits fit routing.maxRequestBodyBytes, an hour of request timeout, JSON when llm-extproc is unreachable', async () => {
+    const objects = await template(['envoy-gateway.yaml'], ['--set', 'config.routing.maxRequestBodyBytes=1048576']);
+    const limit = String(Math.max(1048576, 4 * 1024 * 1024) + 64 * 1024); // the larger of the request and inspected-answer limits
+    const client = only(objects, 'ClientTrafficPolicy');
+    assert.deepEqual(field(client, 'spec', 'targetRefs'), [{ group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'llm-gateway' }]);
+    assert.equal(field(client, 'spec', 'connection', 'bufferLimit'), limit);
+    const traffic = only(objects, 'BackendTrafficPolicy');
+    assert.equal(field(traffic, 'spec', 'connection', 'bufferLimit'), limit);
+    assert.equal(field(traffic, 'spec', 'timeout', 'http', 'requestTimeout'), '1h');
+    assert.equal(field(only(objects, 'EnvoyExtensionPolicy'), 'spec', 'extProc', 0, 'backendSettings', 'connection', 'bufferLimit'), limit);
+    const override = field(traffic, 'spec', 'responseOverride', 0) as Obj;
+    assert.deepEqual(field(override, 'match'), { statusCodes: [{ type: 'Value', value: 500 }] });
+    assert.equal(override.source, 'Local');
+    const body = JSON.parse(String(field(override, 'response', 'body', 'inline'))) as { error: { code: string; type: string } };
+    assert.equal(body.error.code, CATALOG.gateway_unavailable.code);
+    assert.equal(body.error.type, CATALOG.gateway_unavailable.type);
+    assert.equal(field(override, 'response', 'statusCode'), CATALOG.gateway_unavailable.status);
+    assert.deepEqual(field(override, 'response', 'header', 'set'), [
+      { name: 'retry-after', value: String(CATALOG.gateway_unavailable.retryAfterSeconds) },
+      { name: ERROR_CODE_HEADER, value: CATALOG.gateway_unavailable.code },
+    ]);
+  });
+
+  it('plain Envoy Gateway: each fix can be switched off; the Gateway for the buffer limit is required otherwise', async () => {
+    const off = await template(
+      ['envoy-gateway.yaml'],
+      [
+        '--set',
+        'gateway.envoyGateway.bufferLimit.enabled=false,gateway.envoyGateway.requestTimeout=,gateway.envoyGateway.unreachableJson=false',
+      ],
+    );
+    assert.equal(off.filter((o) => o.kind === 'ClientTrafficPolicy').length, 0);
+    const spec = field(only(off, 'BackendTrafficPolicy'), 'spec') as Obj;
+    assert.deepEqual(Object.keys(spec).sort(), ['loadBalancer', 'targetRefs']);
+    assert.equal(field(only(off, 'EnvoyExtensionPolicy'), 'spec', 'extProc', 0, 'backendSettings'), undefined);
+    const res = await helm(
+      [
+        'template',
+        RELEASE,
+        CHART,
+        '-f',
+        join(CHART, 'examples', 'envoy-gateway.yaml'),
+        '--set',
+        'gateway.envoyGateway.bufferLimit.gateway.name=',
+      ],
+      home,
+    );
+    assert.notEqual(res.code, 0);
+    assert.match(res.stderr, /gateway\.envoyGateway\.bufferLimit\.gateway\.name: name the Gateway/);
   });
 
   it('Envoy Gateway sidecar: no Deployment; Envoy reaches the socket the server listens on', async () => {
@@ -435,7 +500,7 @@ describe('chart: gateway wiring', () => {
     assert.deepEqual(mountsOf('envoy'), mountsOf('llm-extproc'));
     assert.equal(String(socket).startsWith(String(mountsOf('envoy')[0])), true);
     const binding = only(objects, 'RoleBinding');
-    assert.equal(field(binding, 'subjects', 0, 'name'), 'envoy-llm-gateway');
+    assert.equal(field(binding, 'subjects', 0, 'name'), 'llm-gateway');
   });
 
   const plainEnvoy: ReadonlyArray<{ values: string; extra: readonly string[]; tls: boolean }> = [

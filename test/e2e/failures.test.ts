@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { CATALOG, ERROR_KINDS, type ErrorKind } from '../../src/errors/catalog.js';
-import { metricValue, startGateway, type Gateway } from '../support/gateway.js';
+import { metricValue, startGateway, waitForMetric, type Gateway } from '../support/gateway.js';
 import type { ClientRequest, ClientResponse } from '../support/http-client.js';
 import { privateLoopbackHost } from '../support/loopback.js';
 import { startModelServer, type Behavior, type ModelServer } from '../support/model-server.js';
@@ -353,16 +353,12 @@ describe('safe retries and outcome accounting', () => {
         assert.notEqual(response.error, undefined, 'the client sees a broken stream, not a complete one');
         assert.equal(other.requests.length, 0, 'never retried onto another replica after bytes reached the client');
         assert.equal(served.requests.length, 1, 'not retried on the same replica either');
-        await waitUntil(
-          async () =>
-            metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', {
-              endpoint: served.address,
-              outcome: 'failure',
-              reason: 'stream_broken',
-            }) === 1
-              ? true
-              : undefined,
-          { description: 'the broken stream counted as a failure' },
+        await waitForMetric(
+          () => gateway.metricsText(),
+          'llm_extproc_upstream_attempts_total',
+          { endpoint: served.address, outcome: 'failure', reason: 'stream_broken' },
+          1,
+          'the broken stream counted as a failure',
         );
         const metrics = await gateway.metricsText();
         assert.equal(metricValue(metrics, 'llm_extproc_upstream_attempts_total', { outcome: 'success' }), 0, 'never recorded as a success');

@@ -53,7 +53,6 @@ const ROWS: readonly Row[] = [
   // Envoy Gateway's 32 KiB listener buffer limit holds a BUFFERED body: 5 MB cannot fit.
   { profile: 'aigw-buffered', pickerTls: 'unverified', bigBody: 'body_too_large', subsetHint: 'not_forwarded', responseHeld: true },
   { profile: 'kgateway', pickerTls: 'unverified', bigBody: 'identical', subsetHint: 'honoured' },
-  { profile: 'envoy-gateway', pickerTls: 'plaintext', bigBody: 'identical', subsetHint: 'not_forwarded' },
 ];
 
 /**

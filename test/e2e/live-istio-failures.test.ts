@@ -11,7 +11,7 @@ import { assertCatalogError } from '../support/catalog-assert.js';
 import { metricValue } from '../support/gateway.js';
 import type { ClientRequest, ClientResponse } from '../support/http-client.js';
 import { IstioBed, MODEL, MODELS_NS, TARGET_PORT } from '../support/istio-bed.js';
-import { podNetworkUnavailable } from '../support/istio-pod-network.js';
+import { podNetworkUnavailable } from '../support/pod-network.js';
 import { waitUntil } from '../support/wait-until.js';
 
 const CHAT = '/v1/chat/completions';

@@ -15,7 +15,7 @@ import { metricValue } from '../support/gateway.js';
 import type { ClientRequest } from '../support/http-client.js';
 import { IstioBed, MODEL, TARGET_PORT } from '../support/istio-bed.js';
 import type { Behavior } from '../support/model-server.js';
-import { podNetworkUnavailable } from '../support/istio-pod-network.js';
+import { podNetworkUnavailable } from '../support/pod-network.js';
 import { waitUntil } from '../support/wait-until.js';
 
 const CHAT = '/v1/chat/completions';
@@ -32,7 +32,7 @@ function randomPrompt(size: number): Buffer {
   return Buffer.from(JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], stream: false }));
 }
 
-// Needs CAP_NET_ADMIN for the pods' addresses (istio-pod-network.ts): skipped, with the reason, where a
+// Needs CAP_NET_ADMIN for the pods' addresses (pod-network.ts): skipped, with the reason, where a
 // non-root developer runs the suite; as root (CI) it always runs.
 void describe('live Istio: the chart under istiod with its defaults', { skip: podNetworkUnavailable() }, () => {
   let bed: IstioBed;

@@ -32,7 +32,7 @@ import { freePorts, KubeControlPlane } from './kube-control-plane.js';
 import { FakeKubelet, NODE_NAME, type TestPod } from './kube-kubelet.js';
 import { startModelServer, type Behavior, type ModelServer } from './model-server.js';
 import { notReadyPod, readyPod, terminatingPod, type PodJson, type PodOptions } from './pod-builders.js';
-import { claimPodAddresses, releasePodAddresses } from './istio-pod-network.js';
+import { claimPodAddresses, releasePodAddresses } from './pod-network.js';
 import { makeTestCa } from './tls-files.js';
 import { waitUntil } from './wait-until.js';
 
@@ -48,7 +48,7 @@ export const TARGET_PORT = 8000;
 const CHART = join(repoRoot(), 'charts', 'llm-extproc');
 export const ISTIO_EXAMPLE = join(CHART, 'examples', 'inferencepool-istio.yaml');
 
-/** Pod addresses this bed claims (istio-pod-network.ts): 1 gateway, 2-9 llm-extproc, 10+ model servers. */
+/** Pod addresses this bed claims (pod-network.ts): 1 gateway, 2-9 llm-extproc, 10+ model servers. */
 const POD_ADDRESSES = 32;
 
 export interface ModelPodSpec {

@@ -5,7 +5,9 @@
 // per-route override, the picker's cluster, the model servers' cluster and the route's retry and
 // timeout); names, discovery (EDS/DNS → STATIC) and addresses are adapted to a loopback test bed.
 // Each profile names the repository, path and release it was read from, so it can be re-checked.
-// Pure: options in, a plain Envoy bootstrap object out.
+// Pure: options in, a plain Envoy bootstrap object out. Plain Envoy Gateway has no profile: the
+// suite runs its real controller (test/e2e/live-envoy-gateway.test.ts), which also holds the parts
+// of the aigw profiles that Envoy Gateway owns against its live translation.
 
 import {
   DESTINATION_HEADER,
@@ -24,7 +26,7 @@ import {
 } from './gateway-config.js';
 import type { PickerTls, Yaml } from './gateway-config.js';
 
-export const GATEWAY_PROFILE_NAMES = ['ours', 'istio', 'aigw', 'aigw-buffered', 'kgateway', 'envoy-gateway'] as const;
+export const GATEWAY_PROFILE_NAMES = ['ours', 'istio', 'aigw', 'aigw-buffered', 'kgateway'] as const;
 export type GatewayProfileName = (typeof GATEWAY_PROFILE_NAMES)[number];
 
 export { SERVED_ENDPOINT_KEY, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE };
@@ -371,7 +373,7 @@ function aiGateway(bodyMode: 'FULL_DUPLEX_STREAMED' | 'BUFFERED'): GatewayProfil
   };
 }
 
-/** Envoy Gateway's default per-connection buffer limit (listener and cluster). */
+/** Envoy Gateway's default per-connection buffer limit (listener and cluster); checked live. */
 export const ENVOY_GATEWAY_BUFFER_LIMIT = 32_768;
 
 // ---------------------------------------------------------------------------------------------
@@ -538,98 +540,10 @@ function varint(value: number): Buffer {
   return Buffer.from(bytes);
 }
 
-// ---------------------------------------------------------------------------------------------
-// plain Envoy Gateway
-
-/**
- * Source: envoyproxy/gateway v1.9.0 (tree at d32f28294245, 2026-08-21):
- * - internal/xds/translator/extproc.go `extProcConfig`: an EnvoyExtensionPolicy `extProc` maps
- *   one to one onto the filter (processingMode, messageTimeout, failOpen, request/response
- *   attributes, metadata forwarding/receiving namespaces, allowModeOverride); grpc timeout 10s.
- *   Shown here with the settings we recommend: request Buffered, response Streamed, our three
- *   response attributes, receiving `envoy.lb`, allowModeOverride true, messageTimeout 1s.
- * - internal/xds/translator/cluster.go `buildEndpointOverrideLoadBalancingPolicy`: a
- *   BackendTrafficPolicy `loadBalancer.endpointOverride.extractFrom[].header` becomes override_host
- *   with header sources only (no metadata source), fallback LeastRequest by default.
- * - listener.go / cluster.go: 32 KiB per-connection buffer limits unless raised by
- *   ClientTrafficPolicy / BackendTrafficPolicy `connection.bufferLimit` (we raise it, as BUFFERED
- *   request bodies must fit).
- */
-const envoyGateway: GatewayProfile = {
-  name: 'envoy-gateway',
-  title: 'Envoy Gateway with EnvoyExtensionPolicy extProc + BackendTrafficPolicy endpointOverride',
-  source:
-    'envoyproxy/gateway@v1.9.0: internal/xds/translator/extproc.go, internal/xds/translator/cluster.go, internal/xds/translator/listener.go',
-  requestBodyMode: 'BUFFERED',
-  responseBodyMode: 'STREAMED',
-  responseAttributes: true,
-  retriesOnOurList: false,
-  picker: { destinationFormat: 'single', tls: 'optional' },
-  render: (options) => {
-    const pickerClusterName = 'envoyextensionpolicy/models/llm-extproc/extproc/0';
-    const poolClusterName = 'httproute/models/llm-route/rule/0';
-    const bufferLimit = DEFAULT_GATEWAY_OPTIONS.maxRequestBodyBytes + 64 * 1024;
-    const filter: Yaml = {
-      name: 'envoy.filters.http.ext_proc/envoyextensionpolicy/models/llm-extproc/extproc/0',
-      typed_config: {
-        '@type': EXT_PROC_TYPE,
-        grpc_service: { ...envoyGrpc(pickerClusterName, { authority: 'llm-extproc.llm-extproc:9002' }), timeout: '10s' },
-        processing_mode: processingMode('BUFFERED', 'STREAMED', 'SKIP'),
-        failure_mode_allow: false,
-        message_timeout: '1s',
-        response_attributes: ['response.code_details', 'response.flags', 'upstream.address'],
-        metadata_options: { receiving_namespaces: { untyped: [DESTINATION_METADATA_NAMESPACE] } },
-        allow_mode_override: true,
-      },
-    };
-    const route: Yaml = { match: { prefix: '/' }, route: { cluster: poolClusterName, ...routeTimeout(options, undefined) } };
-    const poolCluster: Yaml = {
-      name: poolClusterName,
-      type: 'STATIC',
-      connect_timeout: '10s',
-      per_connection_buffer_limit_bytes: bufferLimit,
-      load_balancing_policy: {
-        policies: [
-          {
-            typed_extension_config: {
-              name: 'envoy.load_balancing_policies.override_host',
-              typed_config: {
-                '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost',
-                override_host_sources: [{ header: DESTINATION_HEADER }],
-                fallback_policy: {
-                  policies: [
-                    {
-                      typed_extension_config: {
-                        name: 'envoy.load_balancing_policies.least_request',
-                        typed_config: {
-                          '@type': 'type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest',
-                        },
-                      },
-                    },
-                  ],
-                },
-              },
-            },
-          },
-        ],
-      },
-      load_assignment: loadAssignment(poolClusterName, options.backends),
-    };
-    return bootstrap({
-      options,
-      httpFilters: [filter],
-      route,
-      clusters: [pickerCluster(pickerClusterName, options), poolCluster],
-      bufferLimitBytes: bufferLimit,
-    });
-  },
-};
-
 export const GATEWAY_PROFILES: Readonly<Record<GatewayProfileName, GatewayProfile>> = {
   ours,
   istio,
   aigw: aiGateway('FULL_DUPLEX_STREAMED'),
   'aigw-buffered': aiGateway('BUFFERED'),
   kgateway,
-  'envoy-gateway': envoyGateway,
 };

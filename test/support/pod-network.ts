@@ -1,4 +1,4 @@
-// Pod IPs for the live-Istio bed. Every pod's process runs on this machine, but its address must be
+// Pod IPs for the live gateway beds (Istio, Envoy Gateway). Every pod's process runs on this machine, but its address must be
 // one the real API server accepts in an EndpointSlice, and EndpointSlice validation refuses the
 // loopback range (127.0.0.0/8). So each pod gets an address from 198.18.0.0/15 (RFC 2544's
 // benchmarking range, never routed on real networks) added as a /32 to the loopback interface:
@@ -61,7 +61,7 @@ export function claimPodAddresses(count: number): string[] {
     if (!first.ok) {
       if (/File exists/i.test(first.message)) continue; // another process holds this block
       throw new Error(
-        `cannot add pod addresses to the loopback interface (\`ip addr add ${prefix}.1/32 dev lo\`: ${first.message}); the live-Istio tests need CAP_NET_ADMIN`,
+        `cannot add pod addresses to the loopback interface (\`ip addr add ${prefix}.1/32 dev lo\`: ${first.message}); the live gateway tests need CAP_NET_ADMIN`,
       );
     }
     const addresses = [`${prefix}.1`];
