@@ -18,7 +18,7 @@ export const CHART_DIR = 'charts/llm-extproc';
  * Stand-ins the chart's envoy template replaces with release-specific values (Service names,
  * ports, body limits). Each is unique in the rendered text, so a plain string replace is exact.
  */
-export const ENVOY_PLACEHOLDERS = {
+const ENVOY_PLACEHOLDERS = {
   extProcHost: 'llm-extproc-service.placeholder.invalid',
   extProcPort: 65001,
   backendsHost: 'llm-backends-service.placeholder.invalid',
@@ -128,7 +128,7 @@ function chartConfigSchema(): TSchema {
   return copy as TSchema;
 }
 
-export function valuesSchema(): object {
+function valuesSchema(): object {
   const schema = Closed(
     {
       image: Closed({
@@ -317,7 +317,7 @@ export function valuesSchema(): object {
  * llm-extproc: the catalog's gateway_unavailable, in the shape of every other error answer, since
  * llm-extproc cannot answer for itself then.
  */
-export function envoyGatewayUnavailableReply(): { status: number; headers: Record<string, string>; body: string } {
+function envoyGatewayUnavailableReply(): { status: number; headers: Record<string, string>; body: string } {
   const entry = CATALOG.gateway_unavailable;
   const headers: Record<string, string> = { [ERROR_CODE_HEADER]: entry.code };
   if (entry.retryAfterSeconds !== undefined) headers['retry-after'] = String(entry.retryAfterSeconds);

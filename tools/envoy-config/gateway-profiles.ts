@@ -29,7 +29,7 @@ import type { PickerTls, Yaml } from './gateway-config.js';
 export const GATEWAY_PROFILE_NAMES = ['ours', 'istio', 'aigw', 'aigw-buffered', 'kgateway'] as const;
 export type GatewayProfileName = (typeof GATEWAY_PROFILE_NAMES)[number];
 
-export { SERVED_ENDPOINT_KEY, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE };
+export { SERVED_ENDPOINT_KEY };
 /**
  * Test-bed only (kgateway profile): a request header whose value becomes the subset hint, standing
  * in for the gateway's own forwarding. Its value is a base64 `google.protobuf.Value` holding a list
@@ -374,7 +374,7 @@ function aiGateway(bodyMode: 'FULL_DUPLEX_STREAMED' | 'BUFFERED'): GatewayProfil
 }
 
 /** Envoy Gateway's default per-connection buffer limit (listener and cluster); checked live. */
-export const ENVOY_GATEWAY_BUFFER_LIMIT = 32_768;
+const ENVOY_GATEWAY_BUFFER_LIMIT = 32_768;
 
 // ---------------------------------------------------------------------------------------------
 // kgateway
