@@ -1,13 +1,15 @@
 // Pure reading of an OpenAI-compatible request body: which model, streamed or not, and the hashes
 // of the prompt's leading blocks for cache-affine picking (the prompt itself is never kept).
-// We never rewrite the body; it reaches the model server byte-identical.
+// We never re-serialise the body; it reaches the model server byte-identical (unless usage
+// injection, opt-in per pool, splices `stream_options.include_usage` into it: usage-injection.ts).
 
 import { GatewayError } from '../errors/gateway-error.js';
 import { errorMessage } from '../util/error-message.js';
 import { promptBlockHashes } from '../picker/prompt-hash.js';
 import type { PromptHashOptions } from '../picker/prompt-hash.js';
+import type { StreamUsageFacts } from './usage-injection.js';
 
-export interface InferenceRequest {
+export interface InferenceRequest extends StreamUsageFacts {
   readonly model: string;
   readonly stream: boolean;
   /** Chained hashes of the prompt's first blocks (see picker/prompt-hash.ts); empty without a prompt. */
@@ -39,5 +41,20 @@ export function readInferenceRequest(body: Buffer): InferenceRequest {
   if (typeof record.model !== 'string' || record.model.trim() === '') {
     throw new GatewayError('invalid_model', '"model" must be a non-empty string', { details: { param: 'model' } });
   }
-  return { model: record.model, stream: record.stream === true, promptBlocks: promptBlockHashes(record, PROMPT_HASHING) };
+  const options = record.stream_options;
+  const include = typeof options === 'object' && options !== null ? (options as Record<string, unknown>).include_usage : undefined;
+  return {
+    model: record.model,
+    stream: record.stream === true,
+    streamOptions:
+      options === undefined
+        ? 'absent'
+        : options === null
+          ? 'null'
+          : typeof options === 'object' && !Array.isArray(options)
+            ? 'object'
+            : 'other',
+    includeUsage: typeof include === 'boolean' ? include : undefined,
+    promptBlocks: promptBlockHashes(record, PROMPT_HASHING),
+  };
 }

@@ -37,7 +37,11 @@ export interface ProcessorDeps {
    * have died, or the client may have left. Whoever listens checks the replica actively.
    */
   readonly onMidStreamBreak?: (endpoint: Endpoint) => void;
+  /** Pools whose streaming requests get `stream_options.include_usage` added when they lack it. Default none. */
+  readonly injectsStreamUsage?: (pool: string) => boolean;
 }
+
+const NEVER = (): boolean => false;
 
 /** Metrics label for requests whose model is absent or not served here. */
 const UNKNOWN_MODEL = '(unknown)';
@@ -55,6 +59,7 @@ export class RequestProcessor implements StreamProcessor {
       maxRequestBodyBytes: deps.maxRequestBodyBytes,
       maxInspectedBodyBytes: deps.maxInspectedBodyBytes,
       destinationFormat: deps.destinationFormat ?? 'list',
+      injectsStreamUsage: deps.injectsStreamUsage ?? NEVER,
     };
     deps.metrics.requestStarted();
   }

@@ -9,8 +9,9 @@ import { renderSseErrorEvent } from '../errors/render.js';
 import { isJsonContentType, isSseContentType } from '../inspect/content-type.js';
 import { inspectJsonBody } from '../inspect/json-body.js';
 import { SseInspector } from '../inspect/sse-inspector.js';
+import { UsageChunkFilter } from '../inspect/usage-chunk-filter.js';
 import type { BodyVerdict } from '../inspect/verdict.js';
-import { CONTINUE_RESPONSE_BODY, CONTINUE_RESPONSE_HEADERS } from '../extproc/constant-replies.js';
+import { CLEAR_RESPONSE_BODY_CHUNK, CONTINUE_RESPONSE_BODY, CONTINUE_RESPONSE_HEADERS } from '../extproc/constant-replies.js';
 import type { HttpBody, ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
 import { replaceBodyChunk, responseHeadersReply, streamedBody, streamedChunks } from '../extproc/replies.js';
 import { immediateError } from './decision-replies.js';
@@ -111,7 +112,8 @@ export function responseHeaders(ctx: MachineContext, out: StepBuilder, state: St
     // We may append an error event at the end, so a fixed content-length cannot stay.
     const mutation = facts.hasContentLength ? headerMutation([], ['content-length']) : undefined;
     out.reply(mutation === undefined ? CONTINUE_RESPONSE_HEADERS : responseHeadersReply(mutation));
-    out.become({ kind: 'Streaming', served, watch: { kind: 'sse', inspector: new SseInspector() }, pending: ok });
+    const filter = exchange.usageInjected === true ? new UsageChunkFilter() : undefined;
+    out.become({ kind: 'Streaming', served, watch: { kind: 'sse', inspector: new SseInspector(), filter }, pending: ok });
     return;
   }
   const inspectableJson =
@@ -273,24 +275,25 @@ function streamBody(
   switch (watch.kind) {
     case 'sse': {
       watch.inspector.feed(chunk);
+      const filter = watch.filter;
       if (!end) {
-        passChunk(out, delivery, chunk, false);
+        if (filter === undefined) passChunk(out, delivery, chunk, false);
+        else passFiltered(out, delivery, chunk, filter.push(chunk, false), false);
         return;
       }
       const verdict = watch.inspector.finish();
-      if (verdict.ok) {
-        settle(out, state.served, undefined, 'ok');
-        passChunk(out, delivery, chunk, true);
+      const last = filter === undefined ? chunk : filter.push(chunk, true);
+      if (verdict.ok || verdict.kind !== 'stream_incomplete') {
+        if (verdict.ok) settle(out, state.served, undefined, 'ok');
+        else settle(out, state.served, 'bad_response', verdict.kind); // the client already saw the upstream's error event
+        if (filter === undefined) passChunk(out, delivery, chunk, true);
+        else passFiltered(out, delivery, chunk, last, true);
         return;
       }
       settle(out, state.served, 'bad_response', verdict.kind);
-      if (verdict.kind !== 'stream_incomplete') {
-        passChunk(out, delivery, chunk, true); // the client already saw the upstream's error event
-        return;
-      }
       const err = new GatewayError('stream_incomplete', `the model server ended the stream without its terminator: ${verdict.detail}`);
       const requestId = state.served.exchange.request.requestId;
-      const body = Buffer.concat([chunk, renderSseErrorEvent(err, watch.inspector.lastBytes, requestId === '' ? {} : { requestId })]);
+      const body = Buffer.concat([last, renderSseErrorEvent(err, watch.inspector.lastBytes, requestId === '' ? {} : { requestId })]);
       out.replies(delivery === 'duplex' ? streamedBody('response', body, true) : [replaceBodyChunk('response', body)]);
       return;
     }
@@ -399,6 +402,17 @@ function judgeEndedBody(out: StepBuilder, state: Extract<StreamState, { kind: 'S
 function passChunk(out: StepBuilder, delivery: StreamModes['response'], chunk: Buffer, end: boolean): void {
   if (delivery === 'duplex') out.replies(streamedBody('response', chunk, end));
   else out.reply(CONTINUE_RESPONSE_BODY); // the frozen constant: its wire bytes are encoded once
+}
+
+/**
+ * Pass what a filter made of a chunk: in full duplex the bytes go back themselves (nothing while
+ * the filter holds them all); otherwise each chunk's reply replaces it (emptied when all is held).
+ */
+function passFiltered(out: StepBuilder, delivery: StreamModes['response'], chunk: Buffer, bytes: Buffer, end: boolean): void {
+  if (delivery === 'duplex') {
+    if (bytes.length > 0 || end) out.replies(streamedBody('response', bytes, end));
+  } else if (bytes === chunk) out.reply(CONTINUE_RESPONSE_BODY);
+  else out.reply(bytes.length === 0 ? CLEAR_RESPONSE_BODY_CHUNK : replaceBodyChunk('response', bytes));
 }
 
 function exchangeForResponse(state: StreamState): Exchange {

@@ -6,6 +6,7 @@ import type { Endpoint } from '../endpoints/model.js';
 import type { AttemptFailure } from '../endpoints/passive-health.js';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { SseInspector } from '../inspect/sse-inspector.js';
+import type { UsageChunkFilter } from '../inspect/usage-chunk-filter.js';
 import type { ProcessingResponse } from '../extproc/messages.js';
 import { immediateError } from './decision-replies.js';
 import type { RequestResult } from './request-result.js';
@@ -18,6 +19,8 @@ export interface MachineContext {
   /** Bodies we hold ourselves to validate (JSON answers in full-duplex mode) stop being held past this. */
   readonly maxInspectedBodyBytes: number;
   readonly destinationFormat: DestinationFormat;
+  /** Whether streams of requests routed to this pool get `stream_options.include_usage` added when they lack it. */
+  readonly injectsStreamUsage: (pool: string) => boolean;
 }
 
 /** What the request headers told us; fixed for the life of the stream. */
@@ -28,6 +31,11 @@ export interface RequestFacts {
   readonly requestId: string;
   /** The gateway's subset hint, when it sent one. */
   readonly subset: ReadonlySet<string> | undefined;
+  /** The request's declared `content-length`, when it has one. */
+  readonly contentLength: number | undefined;
+  /** W3C trace context the client sent (forwarded by Envoy), for the request's span. */
+  readonly traceparent: string | undefined;
+  readonly tracestate: string | undefined;
 }
 
 /** A request on its way to (or back from) the model servers. */
@@ -42,6 +50,10 @@ export interface Exchange {
    * Undefined otherwise: a guess would credit a replica that may have refused the connection.
    */
   readonly servedUnlessReported?: Endpoint;
+  /** We added `stream_options.include_usage` to the request: the usage-only chunk is ours to remove. */
+  readonly usageInjected?: boolean;
+  /** Size of the request body as the client sent it. */
+  readonly requestBytes?: number;
 }
 
 /** A response that came from an upstream (or at least not from Envoy itself). */
@@ -60,8 +72,11 @@ export interface PendingOutcome {
 }
 
 export type BodyWatch =
-  /** An SSE stream: reassembled incrementally, judged at its end. */
-  | { readonly kind: 'sse'; readonly inspector: SseInspector }
+  /**
+   * An SSE stream: reassembled incrementally, judged at its end. `filter`: we asked for its usage
+   * (usage injection), so its usage-only chunk is taken out before the client sees it.
+   */
+  | { readonly kind: 'sse'; readonly inspector: SseInspector; readonly filter: UsageChunkFilter | undefined }
   /** A JSON answer Envoy holds whole for us (BUFFERED / BUFFERED_PARTIAL); it arrives in one message. */
   | { readonly kind: 'envoy-held-json' }
   /**
