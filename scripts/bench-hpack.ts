@@ -1,5 +1,5 @@
 // CPU cost of decoding the request header block of an Envoy ext_proc gRPC call with our HPACK
-// decoder (src/extproc/h2/hpack.ts), and of encoding our response headers and trailers. Pure CPU,
+// decoder (src/http2/hpack.ts), and of encoding our response headers and trailers. Pure CPU,
 // in this process; figures are CPU time (process.cpuUsage) per block, so a busy machine slows the
 // run but barely moves them.
 //

@@ -50,3 +50,31 @@ export function runInstaller(name, main) {
     process.exitCode = 1;
   }
 }
+
+/** Go settings for every build: modules from the proxy, a caller's workspace/vendor settings ignored. */
+export const GO_ENV = { GO111MODULE: 'on', GOWORK: 'off', GOFLAGS: '-mod=mod -buildvcs=false', CGO_ENABLED: '0' };
+
+/**
+ * Runs a command with GO_ENV (plus `env`) and returns its stdout; throws an InstallError with its
+ * output when it fails. `inherit` streams the output to our stderr instead (long builds show progress).
+ */
+export function runChecked(cmd, args, { cwd, env, inherit = false } = {}) {
+  const res = spawnSync(cmd, args, {
+    cwd,
+    env: { ...process.env, ...GO_ENV, ...env },
+    encoding: 'utf8',
+    maxBuffer: 64 * 1024 * 1024,
+    stdio: inherit ? ['ignore', process.stderr, process.stderr] : ['ignore', 'pipe', 'pipe'],
+  });
+  if (res.error) throw new InstallError(`${cmd} ${args.join(' ')}: ${res.error.message}`);
+  if (res.status !== 0) {
+    const out = inherit ? '' : `\n${res.stderr ?? ''}${res.stdout ?? ''}`.trimEnd();
+    throw new InstallError(`${cmd} ${args.join(' ')} (in ${cwd ?? '.'}) exited ${res.status ?? res.signal}${out}`);
+  }
+  return res.stdout ?? '';
+}
+
+/** `go mod download -json` of one module (run in `cwd`): its extracted directory, go.mod path, ... */
+export function goModDownload(moduleAtVersion, cwd) {
+  return JSON.parse(runChecked('go', ['mod', 'download', '-json', moduleAtVersion], { cwd }));
+}

@@ -23,7 +23,7 @@
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { InstallError, isExecutable, runInstaller, toolsDir } from './install-common.mjs';
+import { InstallError, goModDownload, isExecutable, runChecked, runInstaller, toolsDir } from './install-common.mjs';
 
 const KUBERNETES_VERSION = 'v1.34.3';
 /** The staging modules (k8s.io/api, k8s.io/apiserver, ...) are released as v0.<minor>.<patch>. */
@@ -42,31 +42,6 @@ const paths = {
 
 function log(message) {
   process.stderr.write(`install-kube: ${message}\n`);
-}
-
-/** Runs a command; `inherit` streams its output to our stderr (long builds show progress). */
-function run(cmd, args, { cwd, env, inherit = false } = {}) {
-  const res = spawnSync(cmd, args, {
-    cwd,
-    env: { ...process.env, ...env },
-    encoding: 'utf8',
-    maxBuffer: 64 * 1024 * 1024,
-    stdio: inherit ? ['ignore', process.stderr, process.stderr] : ['ignore', 'pipe', 'pipe'],
-  });
-  if (res.error) throw new InstallError(`${cmd} ${args.join(' ')}: ${res.error.message}`);
-  if (res.status !== 0) {
-    const out = inherit ? '' : `\n${res.stderr ?? ''}${res.stdout ?? ''}`.trimEnd();
-    throw new InstallError(`${cmd} ${args.join(' ')} (in ${cwd ?? '.'}) exited ${res.status ?? res.signal}${out}`);
-  }
-  return res.stdout ?? '';
-}
-
-/** Go settings for every build: modules from the proxy, workspace/vendor settings of a caller ignored. */
-const GO_ENV = { GO111MODULE: 'on', GOWORK: 'off', GOFLAGS: '-mod=mod -buildvcs=false', CGO_ENABLED: '0' };
-
-function goModDownload(moduleAtVersion, cwd) {
-  const out = run('go', ['mod', 'download', '-json', moduleAtVersion], { cwd, env: GO_ENV });
-  return JSON.parse(out);
 }
 
 function versionOutput(bin) {
@@ -89,8 +64,8 @@ function scratchDir(target, name) {
 
 function buildInto(dir, bin, ldflags) {
   const partial = `${bin}.partial`;
-  run('go', ['mod', 'tidy'], { cwd: dir, env: GO_ENV, inherit: true });
-  run('go', ['build', '-trimpath', `-ldflags=${ldflags}`, '-o', partial, '.'], { cwd: dir, env: GO_ENV, inherit: true });
+  runChecked('go', ['mod', 'tidy'], { cwd: dir, inherit: true });
+  runChecked('go', ['build', '-trimpath', `-ldflags=${ldflags}`, '-o', partial, '.'], { cwd: dir, inherit: true });
   renameSync(partial, bin);
   rmSync(dir, { recursive: true, force: true });
 }

@@ -5,6 +5,7 @@
 // a checksum that rolls the pods), and values.schema.json refuses bad values naming the field.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { CATALOG } from '../../src/errors/catalog.js';
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -232,8 +233,15 @@ describe('chart: gateway wiring', () => {
       keyFile: '/etc/llm-extproc/tls/tls.key',
     });
     const rule = only(objects, 'DestinationRule');
-    assert.equal(field(rule, 'spec', 'host'), `${FULLNAME}.${NAMESPACE}.svc.cluster.local`);
-    assert.equal(field(rule, 'spec', 'trafficPolicy', 'tls', 'mode'), 'SIMPLE');
+    const host = `${FULLNAME}.${NAMESPACE}.svc.cluster.local`;
+    assert.equal(field(rule, 'spec', 'host'), host);
+    // Verified against the example's CA ConfigMap and our Service's names (live: live-istio.test.ts).
+    assert.deepEqual(field(rule, 'spec', 'trafficPolicy', 'tls'), {
+      mode: 'SIMPLE',
+      sni: host,
+      credentialName: `configmap://${NAMESPACE}/llm-extproc-ca`,
+      subjectAltNames: [host, `${FULLNAME}.${NAMESPACE}.svc`],
+    });
     const volumes = field(only(objects, 'Deployment'), 'spec', 'template', 'spec', 'volumes') as Obj[];
     assert.equal(
       field(
@@ -243,6 +251,46 @@ describe('chart: gateway wiring', () => {
       ),
       'llm-extproc-tls',
     );
+  });
+
+  it('Istio: one EnvoyFilter per named gateway, in its namespace, mapping ext_proc failures to gateway_unavailable JSON', async () => {
+    const objects = await template(
+      ['inferencepool-istio.yaml'],
+      ['--set-json', 'gateway.inferencePool.istio.gateways=[{"name":"edge","namespace":"gw"},{"name":"inference-gateway"}]'],
+    );
+    const filters = objects.filter((o) => o.kind === 'EnvoyFilter');
+    assert.deepEqual(
+      filters.map((f) => [f.metadata.namespace, field(f, 'spec', 'targetRefs')]),
+      [
+        ['gw', [{ group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'edge' }]],
+        [NAMESPACE, [{ group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'inference-gateway' }]],
+      ],
+    );
+    const patch = field(filters[0], 'spec', 'configPatches', 0) as Obj;
+    const mappers = field(patch, 'patch', 'value', 'typed_config', 'local_reply_config', 'mappers') as Obj[];
+    assert.equal(mappers.length, 1);
+    assert.equal(
+      field(mappers[0], 'filter', 'extension_filter', 'typed_config', 'expression'),
+      "response.code_details.startsWith('ext_proc_error')",
+    );
+    assert.equal(mappers[0].status_code, CATALOG.gateway_unavailable.status);
+    assert.deepEqual(field(mappers[0], 'body_format_override', 'json_format', 'error', 'code'), 'gateway_unavailable');
+    assert.equal(
+      (await template(['inferencepool-istio.yaml'], ['--set-json', 'gateway.inferencePool.istio.gateways=[]'])).filter(
+        (o) => o.kind === 'EnvoyFilter',
+      ).length,
+      0,
+    );
+  });
+
+  it('Istio without a CA ConfigMap: TLS to the picker encrypted but not verified (the gateway has no CA to verify with)', async () => {
+    const objects = await template(['inferencepool-istio.yaml'], ['--set', 'gateway.inferencePool.istio.caConfigMap=']);
+    const host = `${FULLNAME}.${NAMESPACE}.svc.cluster.local`;
+    assert.deepEqual(field(only(objects, 'DestinationRule'), 'spec', 'trafficPolicy', 'tls'), {
+      mode: 'SIMPLE',
+      sni: host,
+      insecureSkipVerify: true,
+    });
   });
 
   it('Envoy AI Gateway: single destination, self-signed TLS, the buffered body-mode annotation', async () => {

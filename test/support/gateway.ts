@@ -59,8 +59,6 @@ export interface GatewayOptions {
    * sets `listen.tls`.
    */
   readonly pickerTls?: PickerTls;
-  /** Istio profile: the EnvoyFilter-set `:authority` for the picker stream (see ProfileOptions). */
-  readonly istioPickerAuthority?: string;
   /** Our server's logger (default: pino at LLM_EXTPROC_TEST_LOG_LEVEL, silent), e.g. to assert on log lines. */
   readonly logger?: Logger;
 }
@@ -125,7 +123,6 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
             pickerTls,
             backends: addresses,
             ...(options.envoy?.routeTimeoutSeconds === undefined ? {} : { routeTimeoutSeconds: options.envoy.routeTimeoutSeconds }),
-            ...(options.istioPickerAuthority === undefined ? {} : { istioPickerAuthority: options.istioPickerAuthority }),
           })
         : renderGatewayConfig({
             ...DEFAULT_GATEWAY_OPTIONS,

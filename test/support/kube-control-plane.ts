@@ -17,7 +17,7 @@ import { createServer } from 'node:net';
 import type { Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ApiextensionsV1Api, CoreV1Api, KubeConfig, KubernetesObjectApi, PatchStrategy } from '@kubernetes/client-node';
+import { ApiextensionsV1Api, CoreV1Api, KubeConfig, KubernetesObjectApi } from '@kubernetes/client-node';
 import type { KubernetesObject } from '@kubernetes/client-node';
 import { parseAllDocuments } from 'yaml';
 import { kubeTools } from './kube-tools.js';
@@ -194,67 +194,93 @@ export class KubeControlPlane {
   }
 
   /** A token for a ServiceAccount through the TokenRequest API, as the kubelet mounts it into a pod. */
-  async serviceAccountToken(namespace: string, name: string): Promise<string> {
+  async serviceAccountToken(namespace: string, name: string, audiences: readonly string[] = []): Promise<string> {
     const response = await this.core().createNamespacedServiceAccountToken({
       namespace,
       name,
-      body: { spec: { audiences: [], expirationSeconds: 3600 } },
+      body: { spec: { audiences: [...audiences], expirationSeconds: 3600 } },
     });
     const token = response.status?.token;
     if (token === undefined || token === '') throw new Error(`no token issued for ${namespace}/${name}`);
     return token;
   }
 
-  /** Server-side applies every document of a YAML manifest stream, as `kubectl apply --server-side` does. */
+  /**
+   * Server-side applies every document of a YAML manifest stream, as `kubectl apply --server-side`
+   * does: each object is sent as written (client-node's typed serializer would drop keys it does
+   * not model, such as a CRD schema's `x-kubernetes-*` extensions).
+   */
   async apply(manifests: string, fieldManager = 'llm-extproc-tests'): Promise<KubernetesObject[]> {
-    const client = KubernetesObjectApi.makeApiClient(this.kubeConfig());
+    const kc = this.kubeConfig();
+    const paths = kc.makeApiClient(ObjectPaths);
+    paths.useNamespaceOf(kc);
     const applied: KubernetesObject[] = [];
     for (const doc of parseAllDocuments(manifests)) {
       const object = doc.toJS() as KubernetesObject | null;
       if (object === null || object.kind === undefined) continue;
-      applied.push(await client.patch(object, undefined, undefined, fieldManager, true, PatchStrategy.ServerSideApply));
+      const path = `${await paths.pathOf(object)}?fieldManager=${encodeURIComponent(fieldManager)}&force=true`;
+      const res = await this.request('PATCH', path, JSON.stringify(object), 'application/apply-patch+yaml');
+      if (res.status >= 300) {
+        throw Object.assign(new Error(`apply ${object.kind}/${object.metadata?.name ?? ''}: ${res.status} ${res.body}`), {
+          code: res.status,
+          body: res.body,
+        });
+      }
+      applied.push(JSON.parse(res.body) as KubernetesObject);
     }
     return applied;
   }
 
   /** Installs the InferencePool CRD and waits until the API serves it. */
   async installInferencePoolCrd(): Promise<void> {
-    await this.apply(await readFile(this.tools.inferencePoolCrd, 'utf8'));
+    await this.installCrds(await readFile(this.tools.inferencePoolCrd, 'utf8'));
+  }
+
+  /**
+   * Server-side applies a manifest stream of CustomResourceDefinitions (other objects in it are
+   * applied too) and waits until every CRD is Established and its resources are served.
+   */
+  async installCrds(manifests: string): Promise<void> {
+    const applied = await this.apply(manifests);
     const ext = this.kubeConfig().makeApiClient(ApiextensionsV1Api);
-    await waitUntil(
-      async () => {
-        const crd = await ext.readCustomResourceDefinition({ name: 'inferencepools.inference.networking.k8s.io' });
-        return crd.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ? true : undefined;
-      },
-      { description: 'InferencePool CRD established', timeoutMs: 60_000, intervalMs: 100 },
-    );
-    // Established can precede discovery by a moment; the first list must not 404.
-    await waitUntil(
-      async () => ((await this.get('/apis/inference.networking.k8s.io/v1/inferencepools')).status === 200 ? true : undefined),
-      {
-        description: 'InferencePool API served',
-        timeoutMs: 60_000,
-        intervalMs: 100,
-      },
-    );
+    for (const object of applied) {
+      if (object.kind !== 'CustomResourceDefinition') continue;
+      const name = object.metadata?.name ?? '';
+      const crd = await waitUntil(
+        async () => {
+          const read = await ext.readCustomResourceDefinition({ name });
+          return read.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ? read : undefined;
+        },
+        { description: `CRD ${name} established`, timeoutMs: 60_000, intervalMs: 100 },
+      );
+      // Established can precede discovery by a moment; the first list must not 404.
+      const version = crd.spec.versions.find((v) => v.served)?.name ?? '';
+      await waitUntil(
+        async () => ((await this.get(`/apis/${crd.spec.group}/${version}/${crd.spec.names.plural}`)).status === 200 ? true : undefined),
+        { description: `${name} served`, timeoutMs: 60_000, intervalMs: 100 },
+      );
+    }
   }
 
   /** A GET with the admin token; never throws on HTTP errors. */
   get(path: string): Promise<{ status: number; body: string }> {
+    return this.request('GET', path);
+  }
+
+  /** One request with the admin token; never throws on HTTP errors. */
+  private request(method: string, path: string, body?: string, contentType?: string): Promise<{ status: number; body: string }> {
     return new Promise((resolve, reject) => {
-      const req = httpsRequest(
-        `${this.server}${path}`,
-        { ca: this.caPem, headers: { authorization: `Bearer ${this.adminToken}` } },
-        (res) => {
-          let body = '';
-          res.setEncoding('utf8');
-          res.on('data', (chunk: string) => (body += chunk));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-        },
-      );
-      req.setTimeout(10_000, () => req.destroy(new Error(`GET ${path} timed out`)));
+      const headers: Record<string, string> = { authorization: `Bearer ${this.adminToken}` };
+      if (contentType !== undefined) headers['content-type'] = contentType;
+      const req = httpsRequest(`${this.server}${path}`, { method, ca: this.caPem, headers }, (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => (text += chunk));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+      });
+      req.setTimeout(10_000, () => req.destroy(new Error(`${method} ${path} timed out`)));
       req.on('error', reject);
-      req.end();
+      req.end(body);
     });
   }
 
@@ -299,8 +325,19 @@ export class KubeControlPlane {
   }
 }
 
+/** client-node's resource-path resolution (discovery, cached), which it keeps protected. */
+class ObjectPaths extends KubernetesObjectApi {
+  pathOf(object: KubernetesObject): Promise<string> {
+    return this.specUriPath(object, 'patch');
+  }
+
+  useNamespaceOf(kc: KubeConfig): void {
+    this.setDefaultNamespace(kc);
+  }
+}
+
 /** Distinct free loopback ports (the kernel picks them; they are released before use). */
-async function freePorts(count: number): Promise<number[]> {
+export async function freePorts(count: number): Promise<number[]> {
   const servers = await Promise.all(
     Array.from(
       { length: count },

@@ -14,6 +14,7 @@
 // (setMetrics), or fails on command. Scrapes are counted in `metricsScrapes`, not recorded in
 // `requests`, so a picker scraping in the background never disturbs a test's request log.
 
+import { randomBytes } from 'node:crypto';
 import { buffer } from 'node:stream/consumers';
 import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
@@ -28,6 +29,11 @@ export type Behavior =
   | { readonly kind: 'ok'; readonly eventDelayMs?: number }
   /** Normal answer, `delayMs` between SSE events (JSON bodies: between four slices). */
   | { readonly kind: 'slow-chunks'; readonly delayMs: number }
+  /**
+   * Always SSE: `events` chat chunks, each carrying `bytesPerEvent` fresh random bytes (base64),
+   * `gapMs` apart, then the terminator: a long answer whose every byte is unpredictable.
+   */
+  | { readonly kind: 'paced-random-sse'; readonly events: number; readonly gapMs: number; readonly bytesPerEvent: number }
   /** Read the request, then drop the connection (FIN; `rst: true` sends a TCP reset instead). */
   | { readonly kind: 'close-before-headers'; readonly rst?: boolean }
   /** 200 headers and `afterEvents` (default 2) events, then a TCP reset. Non-stream: half the JSON. */
@@ -338,6 +344,13 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
         }
         return undefined;
       }
+      case 'paced-random-sse': {
+        w.head(200, SSE_HEADERS);
+        const events = Array.from({ length: b.events }, () => randomChunkEvent(id, parsed.model, b.bytesPerEvent));
+        await sendEvents([...events, 'data: [DONE]\n\n'], b.gapMs);
+        await w.end();
+        return undefined;
+      }
       case 'paused-stream': {
         const plan = stream();
         const first = b.afterEvents ?? 1;
@@ -543,4 +556,16 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
       if (!server.listening) await listen(port);
     },
   };
+}
+
+/** One `chat.completion.chunk` SSE event whose content is `bytes` random bytes in base64. */
+function randomChunkEvent(serverId: string, model: string, bytes: number): string {
+  const chunk = {
+    id: `chatcmpl-${serverId}`,
+    object: 'chat.completion.chunk',
+    created: 1,
+    model,
+    choices: [{ index: 0, delta: { content: randomBytes(bytes).toString('base64') }, finish_reason: null }],
+  };
+  return `data: ${JSON.stringify(chunk)}\n\n`;
 }

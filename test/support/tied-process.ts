@@ -39,6 +39,8 @@ export interface TiedProcessOptions {
   /** Appends the child's stdout and stderr here (for diagnostics when a test fails). */
   readonly logFile: string;
   readonly env?: NodeJS.ProcessEnv;
+  /** Working directory (default: ours), for programs that write relative paths. */
+  readonly cwd?: string;
 }
 
 export class TiedProcess {
@@ -59,6 +61,7 @@ export class TiedProcess {
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
       env: options.env ?? process.env,
+      ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
     });
     this.child.stdout?.pipe(this.log, { end: false });
     this.child.stderr?.pipe(this.log, { end: false });

@@ -59,8 +59,8 @@ export function servedFingerprint(host: string, port: number): Promise<string> {
 
 export interface TestCa {
   readonly caPem: string;
-  /** A server certificate for `localhost` / 127.0.0.1 signed by this CA (a fresh key each call). */
-  issue(): Promise<TlsIdentity>;
+  /** A server certificate for `localhost` / 127.0.0.1 (and `dnsNames`) signed by this CA (a fresh key each call). */
+  issue(dnsNames?: readonly string[]): Promise<TlsIdentity>;
 }
 
 /** A throwaway CA, so Envoy can verify llm-extproc's certificate and rotation can keep the same trust. */
@@ -75,7 +75,7 @@ export async function makeTestCa(): Promise<TestCa> {
   });
   return {
     caPem: ca.cert,
-    issue: async () => {
+    issue: async (dnsNames: readonly string[] = []) => {
       const leaf = await generateSelfSigned([{ name: 'commonName', value: 'localhost' }], {
         keyType: 'ec',
         algorithm: 'sha256',
@@ -88,6 +88,7 @@ export async function makeTestCa(): Promise<TestCa> {
             name: 'subjectAltName',
             altNames: [
               { type: 2, value: 'localhost' },
+              ...dnsNames.map((value) => ({ type: 2 as const, value })),
               { type: 7, ip: '127.0.0.1' },
             ],
           },

@@ -1,4 +1,4 @@
-// Our HTTP/2 connection (src/extproc/h2/connection.ts) against node:http2's client (nghttp2: a
+// Our HTTP/2 connection (src/http2/connection.ts) against node:http2's client (nghttp2: a
 // conformant peer with Huffman, indexing, CONTINUATION, flow control and PING) and, for what no
 // conformant client sends, a raw frame writer. The server under test echoes each request body
 // back and ends with a trailer carrying what it received, so every test checks bytes end to end.

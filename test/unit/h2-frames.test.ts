@@ -1,4 +1,4 @@
-// The frame reader (src/extproc/h2/frames.ts) cuts a connection's byte stream into frames however
+// The frame reader (src/http2/frames.ts) cuts a connection's byte stream into frames however
 // the reads split it, and copies only what a split forces it to.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
