@@ -119,6 +119,8 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   const requestLogger = logger.child({ component: 'extproc' });
   const tls =
     config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
+  const usagePools = new Set(config.routing.streamUsagePools);
+  const injectsStreamUsage = usagePools.has('*') ? () => true : (pool: string) => usagePools.has(pool);
   const grpc = await startExtProcServer({
     address: config.listen.grpc,
     transport: config.listen.transport,
@@ -134,6 +136,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
         maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
         maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
         destinationFormat: config.routing.destinationFormat,
+        injectsStreamUsage,
         onMidStreamBreak: (endpoint) => void brokenStreams.suspect(endpoint.address),
       }),
   });

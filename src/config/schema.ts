@@ -314,6 +314,13 @@ export const configFileSchema = Mapping(
               description: 'list: primary,fallback,… for override_host; single: one ip:port (ORIGINAL_DST, kgateway, Envoy AI Gateway).',
             }),
           ),
+          streamUsagePools: Type.Optional(
+            Type.Array(NonEmpty(), {
+              default: [],
+              description:
+                'Pools (names, or namespace/name of an InferencePool; "*" for all) whose streamed chat and completion requests get stream_options.include_usage added when they lack it, so their tokens are counted; the usage chunk the client did not ask for is removed from its stream.',
+            }),
+          ),
         },
         { description: 'Routing.' },
       ),

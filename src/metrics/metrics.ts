@@ -9,6 +9,8 @@ import type { BreakVerdict } from '../endpoints/replica-probe.js';
 import { CounterCells } from './counter-cells.js';
 import { CountingHistogram } from './counting-histogram.js';
 import { EventLoopDelayMetric } from './event-loop-delay.js';
+import { LlmMetrics } from './llm-metrics.js';
+import type { LlmFigures } from './llm-metrics.js';
 
 export type AttemptOutcome = 'success' | 'failure';
 
@@ -151,6 +153,8 @@ export class Metrics {
   private readonly poolAddresses = new WeakMap<PoolView, ReadonlySet<string>>();
   private readonly messageChildren = new Map<string, { observe(value: number): void }>();
 
+  private readonly llm = new LlmMetrics(this.registry);
+
   /** Present with process metrics: a native sampler that a test creating many Metrics can do without. */
   readonly eventLoopDelay: EventLoopDelayMetric | undefined;
 
@@ -201,6 +205,10 @@ export class Metrics {
   /** `replies` replies were written `seconds` after the read that brought their messages. */
   messageTurnaround(seconds: number, replies: number): void {
     this.turnaround.observe(seconds, replies);
+  }
+
+  requestFigures(figures: LlmFigures): void {
+    this.llm.record(figures);
   }
 
   servedOutsidePick(): void {
@@ -258,6 +266,8 @@ export class Metrics {
         this.attemptCells.dropFirst(endpoint);
       }
     }
+    const pools = [...view.pools.values()];
+    this.llm.keepEndpoints((address) => pools.some((pool) => this.addressesOf(pool).has(address)));
     this.endpoints.reset();
     for (const pool of view.pools.values()) {
       for (const [state, count] of this.stateCountsOf(pool)) this.endpoints.set({ pool: pool.name, state }, count);

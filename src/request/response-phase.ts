@@ -10,6 +10,7 @@ import { isJsonContentType, isSseContentType } from '../inspect/content-type.js'
 import { inspectJsonBody } from '../inspect/json-body.js';
 import { SseInspector } from '../inspect/sse-inspector.js';
 import { UsageChunkFilter } from '../inspect/usage-chunk-filter.js';
+import { findUsage } from '../inspect/usage.js';
 import type { BodyVerdict } from '../inspect/verdict.js';
 import { CLEAR_RESPONSE_BODY_CHUNK, CONTINUE_RESPONSE_BODY, CONTINUE_RESPONSE_HEADERS } from '../extproc/constant-replies.js';
 import type { HttpBody, ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
@@ -250,6 +251,7 @@ function holdJson(
 function judgeJson(out: StepBuilder, served: Served, body: Buffer, pass: () => ProcessingResponse[]): void {
   const verdict: BodyVerdict = inspectJsonBody(body);
   if (verdict.ok) {
+    out.answered('json', findUsage(body));
     settle(out, served, undefined, 'ok');
     out.replies(pass());
     return;
@@ -282,6 +284,7 @@ function streamBody(
         return;
       }
       const verdict = watch.inspector.finish();
+      out.answered('stream', watch.inspector.usage);
       const last = filter === undefined ? chunk : filter.push(chunk, true);
       if (verdict.ok || verdict.kind !== 'stream_incomplete') {
         if (verdict.ok) settle(out, state.served, undefined, 'ok');
@@ -326,9 +329,12 @@ function streamBody(
         return;
       }
       // Too late to change what the client gets, but never record a broken answer as a success.
-      const verdict = inspectJsonBody(Buffer.concat(watch.chunks));
-      if (verdict.ok) settle(out, state.served, undefined, 'ok');
-      else settle(out, state.served, 'bad_response', 'truncated_response');
+      const body = Buffer.concat(watch.chunks);
+      const verdict = inspectJsonBody(body);
+      if (verdict.ok) {
+        out.answered('json', findUsage(body));
+        settle(out, state.served, undefined, 'ok');
+      } else settle(out, state.served, 'bad_response', 'truncated_response');
       return;
     }
     case 'opaque':
@@ -366,11 +372,13 @@ export function responseTrailers(out: StepBuilder, state: StreamState): void {
       decideErrorText(out, state.exchange, state.status, Buffer.concat(state.chunks).toString('utf8'));
       return;
     case 'HoldingJson': {
-      const verdict = inspectJsonBody(Buffer.concat(state.chunks));
+      const body = Buffer.concat(state.chunks);
+      const verdict = inspectJsonBody(body);
       if (!verdict.ok) {
         replaceTruncatedJson(out, state.served, verdict.detail);
         return;
       }
+      out.answered('json', findUsage(body));
       settle(out, state.served, undefined, 'ok');
       out.reply(CONTINUE_RESPONSE_HEADERS);
       out.replies(streamedChunks('response', state.chunks, false));
@@ -392,8 +400,14 @@ function judgeEndedBody(out: StepBuilder, state: Extract<StreamState, { kind: 'S
   const watch = state.watch;
   if (state.pending === undefined) return;
   let verdict: BodyVerdict = { ok: true };
-  if (watch.kind === 'sse') verdict = watch.inspector.finish();
-  else if (watch.kind === 'json-copy' && !watch.overflow) verdict = inspectJsonBody(Buffer.concat(watch.chunks));
+  if (watch.kind === 'sse') {
+    verdict = watch.inspector.finish();
+    out.answered('stream', watch.inspector.usage);
+  } else if (watch.kind === 'json-copy' && !watch.overflow) {
+    const body = Buffer.concat(watch.chunks);
+    verdict = inspectJsonBody(body);
+    if (verdict.ok) out.answered('json', findUsage(body));
+  }
   if (!verdict.ok) settle(out, state.served, 'bad_response', verdict.kind);
   else endPending(out, state);
 }

@@ -7,6 +7,7 @@ import type { AttemptFailure } from '../endpoints/passive-health.js';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { SseInspector } from '../inspect/sse-inspector.js';
 import type { UsageChunkFilter } from '../inspect/usage-chunk-filter.js';
+import type { TokenUsage } from '../inspect/usage.js';
 import type { ProcessingResponse } from '../extproc/messages.js';
 import { immediateError } from './decision-replies.js';
 import type { RequestResult } from './request-result.js';
@@ -135,6 +136,10 @@ export interface Finished {
   readonly requestId: string;
   /** A mid-stream break we could not explain (client gone, or the replica died). */
   readonly brokenMidStream: boolean;
+  /** How the answer came: a stream of events, or one JSON document; undefined for anything else. */
+  readonly answer: 'stream' | 'json' | undefined;
+  /** The tokens the answer reported; undefined when it reported none (never read as zero). */
+  readonly usage: TokenUsage | undefined;
 }
 
 export type Notice =
@@ -167,6 +172,8 @@ export class StepBuilder {
   private learnt: Attempt[] = NONE_LEARNT;
   private told: Notice[] = NONE_TOLD;
   private result: Finished | undefined;
+  private answer: Finished['answer'];
+  private tokens: TokenUsage | undefined;
 
   constructor(state: StreamState) {
     this.state = state;
@@ -194,6 +201,12 @@ export class StepBuilder {
     this.told.push(notice);
   }
 
+  /** What kind of answer was read to its end, and the usage it reported (before or after finish()). */
+  answered(answer: 'stream' | 'json', usage: TokenUsage | undefined): void {
+    this.answer = answer;
+    this.tokens = usage;
+  }
+
   /** The request's result; the state becomes Done unless the caller moves on (pass-through). */
   finish(
     request: RequestFacts | undefined,
@@ -211,6 +224,8 @@ export class StepBuilder {
       path: pathOnly(request?.path ?? ''),
       requestId: request?.requestId ?? '',
       brokenMidStream,
+      answer: undefined,
+      usage: undefined,
     };
     this.state = request === undefined ? { kind: 'Done' } : { kind: 'Done', request };
   }
@@ -222,7 +237,9 @@ export class StepBuilder {
   }
 
   build(): Step {
-    return { state: this.state, replies: this.out, attempts: this.learnt, finished: this.result, notices: this.told };
+    const result = this.result;
+    const finished = result === undefined || this.answer === undefined ? result : { ...result, answer: this.answer, usage: this.tokens };
+    return { state: this.state, replies: this.out, attempts: this.learnt, finished, notices: this.told };
   }
 }
 
