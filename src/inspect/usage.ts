@@ -48,12 +48,15 @@ export function usageOf(value: unknown): TokenUsage | undefined {
 }
 
 const USAGE_KEY = '"usage"';
+// Searching a Buffer for a Buffer skips the string-to-bytes conversion of every call.
+const USAGE_KEY_BYTES = Buffer.from(USAGE_KEY);
 
 /** A JSON text as bytes or as a string: the few operations the search needs, on either. */
 interface Text {
   readonly length: number;
   code(i: number): number;
-  lastIndexOf(needle: string, from: number): number;
+  /** Start of the last `"usage"` at or before `from`, or -1. */
+  lastUsageKey(from: number): number;
   slice(start: number, end: number): string;
 }
 
@@ -61,7 +64,7 @@ function bytesText(bytes: Buffer): Text {
   return {
     length: bytes.length,
     code: (i) => bytes[i],
-    lastIndexOf: (needle, from) => bytes.lastIndexOf(needle, from),
+    lastUsageKey: (from) => bytes.lastIndexOf(USAGE_KEY_BYTES, from),
     slice: (start, end) => bytes.toString('utf8', start, end),
   };
 }
@@ -70,7 +73,7 @@ function stringText(text: string): Text {
   return {
     length: text.length,
     code: (i) => text.charCodeAt(i),
-    lastIndexOf: (needle, from) => text.lastIndexOf(needle, from),
+    lastUsageKey: (from) => text.lastIndexOf(USAGE_KEY, from),
     slice: (start, end) => text.slice(start, end),
   };
 }
@@ -108,7 +111,7 @@ export function findUsage(json: Buffer | string): TokenUsage | undefined {
   const text = typeof json === 'string' ? stringText(json) : bytesText(json);
   let from = text.length;
   while (from > 0) {
-    const key = text.lastIndexOf(USAGE_KEY, from - 1);
+    const key = text.lastUsageKey(from - 1);
     if (key < 0) return undefined;
     from = key;
     if (isEscaped(text, key)) continue; // a quote inside a string, not a key

@@ -75,7 +75,7 @@ export class Metrics {
       buckets: [0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05],
       registers: [this.registry],
     },
-    'message',
+    ['message'],
   );
 
   private readonly turnaround = new CountingHistogram({
@@ -87,7 +87,7 @@ export class Metrics {
       'listen.transport native only.',
     buckets: [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25],
     registers: [this.registry],
-  }).child('');
+  }).child();
 
   private readonly outsidePick = new Counter({
     name: 'llm_extproc_served_outside_pick_total',
