@@ -131,6 +131,8 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   const failureLog = new LogThrottle<RequestResult>();
   const tls =
     config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
+  const usagePools = new Set(config.routing.streamUsagePools);
+  const injectsStreamUsage = usagePools.has('*') ? () => true : (pool: string) => usagePools.has(pool);
   const grpc = await startExtProcServer({
     address: config.listen.grpc,
     transport: config.listen.transport,
@@ -152,6 +154,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
         maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
         maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
         destinationFormat: config.routing.destinationFormat,
+        injectsStreamUsage,
         onMidStreamBreak: (endpoint) => void brokenStreams.suspect(endpoint.address),
         onFailedConnect: (endpoint) => void failedConnects.suspect(endpoint.address),
       }),

@@ -52,6 +52,8 @@ export interface Config {
      * Envoy AI Gateway).
      */
     readonly destinationFormat: DestinationFormat;
+    /** Pools whose streams get `stream_options.include_usage` added when they lack it (`*` = all). */
+    readonly streamUsagePools: readonly string[];
   };
   readonly quarantine: {
     readonly threshold: number;
@@ -334,6 +336,7 @@ function toConfig(file: ConfigFile, endpointsFile: string | undefined): Config {
       maxInspectedBodyBytes: routing.maxInspectedBodyBytes ?? DEFAULTS.maxInspectedBodyBytes,
       ...(routing.pool === undefined ? {} : { pool: routing.pool }),
       destinationFormat: routing.destinationFormat ?? DEFAULTS.destinationFormat,
+      streamUsagePools: [...(routing.streamUsagePools ?? [])],
     },
     quarantine: {
       threshold: quarantine.consecutiveFailures ?? DEFAULTS.consecutiveFailures,

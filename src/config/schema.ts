@@ -344,6 +344,13 @@ export const configFileSchema = Mapping(
               description: 'list: primary,fallback,… for override_host; single: one ip:port (ORIGINAL_DST, kgateway, Envoy AI Gateway).',
             }),
           ),
+          streamUsagePools: Type.Optional(
+            Type.Array(NonEmpty(), {
+              default: [],
+              description:
+                'Pools (names, or namespace/name of an InferencePool; "*" for all) whose streamed chat and completion requests get stream_options.include_usage added when they lack it, so their tokens are counted; the usage chunk the client did not ask for is removed from its stream.',
+            }),
+          ),
         },
         { description: 'Routing.' },
       ),
@@ -355,7 +362,8 @@ export const configFileSchema = Mapping(
             Type.Integer({
               minimum: 1,
               default: DEFAULTS.consecutiveFailures,
-              description: 'Failures in a row before an endpoint is quarantined.',
+              description:
+                'Failed attempts in a row before an endpoint is quarantined. A connect failure or a reset before any response also checks the replica at once, and a failed check quarantines it without waiting for this count.',
             }),
           ),
           baseSeconds: Type.Optional(Seconds('First quarantine length (doubles each time).', DEFAULTS.baseSeconds)),

@@ -18,12 +18,22 @@ export const ASK_FOR_BUFFERED_REQUEST_BODY: ProcessingResponse = Object.freeze({
   mode_override: Object.freeze({ request_body_mode: 'BUFFERED' }),
 });
 
+/** Drop the body chunk in flight (STREAMED mode: its bytes went out earlier, or are held back). */
+export const CLEAR_REQUEST_BODY_CHUNK: ProcessingResponse = Object.freeze({
+  request_body: Object.freeze({ response: Object.freeze({ body_mutation: Object.freeze({ clear_body: true }) }) }),
+});
+export const CLEAR_RESPONSE_BODY_CHUNK: ProcessingResponse = Object.freeze({
+  response_body: Object.freeze({ response: Object.freeze({ body_mutation: Object.freeze({ clear_body: true }) }) }),
+});
+
 export const CONSTANT_REPLIES: readonly ProcessingResponse[] = [
   CONTINUE_REQUEST_HEADERS,
   CONTINUE_REQUEST_BODY,
   CONTINUE_RESPONSE_HEADERS,
   CONTINUE_RESPONSE_BODY,
   ASK_FOR_BUFFERED_REQUEST_BODY,
+  CLEAR_REQUEST_BODY_CHUNK,
+  CLEAR_RESPONSE_BODY_CHUNK,
 ];
 
 /**

@@ -6,19 +6,13 @@
 // Bytes of 0x80 and above are only taken inside strings, where any UTF-8 decoding of them is
 // valid string content and never swallows the ASCII byte that follows.
 
+import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COLON, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonWhitespace } from './json-bytes.js';
+
 const MAX_DEPTH = 512;
 
 const OBJECT = 1;
 const ARRAY = 2;
 
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-const COMMA = 0x2c;
-const COLON = 0x3a;
-const OPEN_OBJECT = 0x7b;
-const CLOSE_OBJECT = 0x7d;
-const OPEN_ARRAY = 0x5b;
-const CLOSE_ARRAY = 0x5d;
 const MINUS = 0x2d;
 const PLUS = 0x2b;
 const DOT = 0x2e;
@@ -94,7 +88,7 @@ export function isWellFormedJson(bytes: Uint8Array): boolean {
 function skipWhitespace(bytes: Uint8Array, i: number): number {
   for (;;) {
     const c = bytes[i];
-    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) return i;
+    if (!isJsonWhitespace(c)) return i;
     i++;
   }
 }

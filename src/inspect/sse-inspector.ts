@@ -12,6 +12,10 @@
 // - Error events: `event: error`; a data object with a non-null top-level `error` (OpenAI, newer
 //   vLLM); `"object": "error"` (older vLLM); Responses `type: "error"` / `"response.failed"`.
 //
+// - Figures for metrics, on the same pass: content events (those that carry output: chat and
+//   completion chunks, Responses `*.delta` events; not [DONE], errors, lifecycle events or the
+//   usage-only chunk) and the token usage of the final chunk or of `response.completed`.
+//
 // Cost trade-off: JSON-parsing every delta would double the CPU spent per token. A data payload
 // is parsed only when a single regex pass finds the string token `"error"` or a terminal
 // Responses type in it, and named Responses events (`event: response.output_text.delta`) are
@@ -21,6 +25,8 @@
 
 import { createParser } from 'eventsource-parser';
 import type { EventSourceMessage, EventSourceParser, ParseError } from 'eventsource-parser';
+import { findUsage, usageOf } from './usage.js';
+import type { TokenUsage } from './usage.js';
 import { OK_VERDICT } from './verdict.js';
 import type { BodyVerdict } from './verdict.js';
 
@@ -49,8 +55,14 @@ const TAIL_BYTES = 4;
 const MAX_MESSAGE_CHARS = 500;
 const GENERIC_MESSAGE = 'The model server sent an error event without a message.';
 
-/** Prefilter: payloads that can be an error or a terminal Responses event contain one of these string tokens. */
-const MAY_MATTER = /"(?:error|response\.(?:completed|failed|incomplete))"/;
+/**
+ * Prefilter: payloads that can be an error, a terminal Responses event or a usage report contain
+ * one of these tokens (`"usage":null`, sent in every chunk by some servers, does not match).
+ */
+const MAY_MATTER = /"(?:error|response\.(?:completed|failed|incomplete))"|"usage":\s*\{/;
+
+/** Where the type name starts in an unnamed Responses event (`{"type":"response.…`). */
+const RESPONSES_TYPE_AT = '{"type":"'.length;
 
 type JsonObject = Record<string, unknown>;
 
@@ -100,6 +112,8 @@ export class SseInspector {
   #tail: Buffer = Buffer.alloc(0);
   #bytes = 0;
   #events = 0;
+  #contentEvents = 0;
+  #usage: TokenUsage | undefined;
   #sawTerminator = false;
   #sawResponsesEvent = false;
   #firstError: SseErrorEvent | undefined;
@@ -159,6 +173,16 @@ export class SseInspector {
     return this.#events;
   }
 
+  /** Events that carried output so far (what TTFT and inter-token latency are measured on). */
+  get contentEvents(): number {
+    return this.#contentEvents;
+  }
+
+  /** The token usage the stream reported (its last report), if any. */
+  get usage(): TokenUsage | undefined {
+    return this.#usage;
+  }
+
   /** True when an oversized event made us stop inspecting; the verdict is then ok. */
   get abandoned(): boolean {
     return this.#abandoned;
@@ -214,22 +238,30 @@ export class SseInspector {
       this.#sawResponsesEvent = true;
       if (event === 'response.completed' || event === 'response.incomplete') {
         this.#sawTerminator = true;
+        this.#usage = findUsage(data) ?? this.#usage;
       } else if (event === 'response.failed') {
         this.#sawTerminator = true;
         this.#recordError(errorInfo(parseObject(data) ?? { type: 'response.failed' }, event));
+      } else if (event.endsWith('.delta')) {
+        this.#contentEvents += 1;
       }
-      // Other named Responses events are deltas/progress: the name says it all.
+      // Other named Responses events are progress: the name says it all.
       return;
     }
-    // Unnamed Responses events still announce themselves at the start; cheap to note for the detail.
-    if (!this.#sawResponsesEvent && data.startsWith('{"type":"response.')) this.#sawResponsesEvent = true;
-    if (!MAY_MATTER.test(data)) return;
+    // Unnamed Responses events announce their type first: a delta is content, the rest is not.
+    const typed = data.startsWith('{"type":"response.');
+    if (typed) this.#sawResponsesEvent = true;
+    if (!MAY_MATTER.test(data)) {
+      if (!typed || data.endsWith('.delta', data.indexOf('"', RESPONSES_TYPE_AT))) this.#contentEvents += 1;
+      return;
+    }
     const obj = parseObject(data);
     if (obj === undefined) return;
     const type = obj['type'];
     if (type === 'response.completed' || type === 'response.incomplete') {
       this.#sawResponsesEvent = true;
       this.#sawTerminator = true;
+      this.#usage = usageOf(asObject(obj['response'])?.['usage']) ?? this.#usage;
     } else if (type === 'response.failed') {
       this.#sawResponsesEvent = true;
       this.#sawTerminator = true;
@@ -240,6 +272,18 @@ export class SseInspector {
       (obj['error'] !== undefined && obj['error'] !== null && obj['error'] !== false)
     ) {
       this.#recordError(errorInfo(obj, event));
+    } else {
+      const usage = usageOf(obj['usage']);
+      if (usage !== undefined) this.#usage = usage;
+      // The usage-only chunk (`choices: []`) carries no output; a chunk with both (vLLM's
+      // continuous usage stats) does.
+      if (!(usage !== undefined && isUsageOnly(obj))) this.#contentEvents += 1;
     }
   }
+}
+
+/** A chunk that only reports usage: `choices` is an empty list (chat and completions alike). */
+export function isUsageOnly(chunk: Record<string, unknown>): boolean {
+  const choices = chunk['choices'];
+  return Array.isArray(choices) && choices.length === 0 && asObject(chunk['usage']) !== undefined;
 }

@@ -9,6 +9,13 @@ import type { Counter } from 'prom-client';
 interface Cell {
   readonly labels: Record<string, string>;
   pending: number;
+  /** Not flushed yet: flushed even at zero, as prom-client shows a series inc()'d by 0. */
+  fresh: boolean;
+}
+
+/** One series kept by its user (found once), counted into without any lookup. */
+export interface CounterCell {
+  add(amount: number): void;
 }
 
 type Level = Map<string, Level | Cell>;
@@ -25,9 +32,24 @@ export class CounterCells {
    * when this created the series.
    */
   add(a: string, b: string, c?: string, d?: string): boolean {
+    const before = this.cells.size;
+    this.cellOf(a, b, c, d).pending++;
+    return this.cells.size !== before;
+  }
+
+  /** The series with these label values as a handle to keep (created on its first flush, even at zero). */
+  cell(a: string, b: string, c?: string, d?: string): CounterCell {
+    const cell = this.cellOf(a, b, c, d);
+    return {
+      add(amount: number): void {
+        cell.pending += amount;
+      },
+    };
+  }
+
+  private cellOf(a: string, b: string, c: string | undefined, d: string | undefined): Cell {
     let level: Level = this.root;
     let node: Level | Cell | undefined;
-    let created = false;
     const depth = this.labelNames.length;
     for (let i = 0; i < depth; i++) {
       const value = (i === 0 ? a : i === 1 ? b : i === 2 ? c : d) as string;
@@ -35,12 +57,10 @@ export class CounterCells {
       if (node === undefined) {
         node = i === depth - 1 ? this.newCell(a, b, c, d) : new Map();
         level.set(value, node);
-        created = true;
       }
       if (i < depth - 1) level = node as Level;
     }
-    (node as Cell).pending++;
-    return created;
+    return node as Cell;
   }
 
   /** Forgets every series whose first label has this value (prom-client's remove() follows). */
@@ -59,9 +79,10 @@ export class CounterCells {
   /** Moves the counts into the Counter; call it from the Counter's collect(). */
   flushTo(counter: Counter<string>): void {
     for (const cell of this.cells) {
-      if (cell.pending === 0) continue;
+      if (cell.pending === 0 && !cell.fresh) continue;
       counter.inc(cell.labels, cell.pending);
       cell.pending = 0;
+      cell.fresh = false;
     }
   }
 
@@ -69,7 +90,7 @@ export class CounterCells {
     const values = [a, b, c, d];
     const labels: Record<string, string> = {};
     this.labelNames.forEach((name, i) => (labels[name] = values[i] as string));
-    const cell: Cell = { labels, pending: 0 };
+    const cell: Cell = { labels, pending: 0, fresh: true };
     this.cells.add(cell);
     return cell;
   }

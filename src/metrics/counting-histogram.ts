@@ -1,4 +1,4 @@
-// A prom-client Histogram with at most one label whose observe() is a few array writes. prom-client's own
+// A prom-client Histogram whose observe() is a few array writes. prom-client's own
 // observe() converts, validates and hashes the label set on every call, even through a bound
 // child; for a histogram observed on every ext_proc message that was ~5 % of the server's CPU.
 // Series live in typed arrays here and are rendered in prom-client's own format on scrape
@@ -8,7 +8,8 @@ import { Histogram } from 'prom-client';
 import type { MetricType, Registry } from 'prom-client';
 
 interface Series {
-  readonly labelValue: string;
+  /** In the order of the histogram's label names. */
+  readonly labelValues: readonly string[];
   /** Non-cumulative count per bucket; the last slot is +Inf. */
   readonly counts: Float64Array;
   sum: number;
@@ -28,13 +29,13 @@ export class CountingHistogram extends Histogram {
 
   constructor(
     config: { name: string; help: string; buckets: readonly number[]; registers: Registry[] },
-    /** Absent for a histogram without labels: then use `child('')`. */
-    private readonly labelName?: string,
+    /** Empty for a histogram without labels: then use `child()`. */
+    private readonly labelNames: readonly string[] = [],
   ) {
     super({
       name: config.name,
       help: config.help,
-      labelNames: labelName === undefined ? [] : [labelName],
+      labelNames: [...labelNames],
       buckets: [...config.buckets],
       registers: config.registers,
       aggregator: 'sum',
@@ -42,12 +43,16 @@ export class CountingHistogram extends Histogram {
     this.bounds = Float64Array.from([...config.buckets].sort((a, b) => a - b));
   }
 
-  /** The series for one label value; keep it and call observe() on it per event. */
-  child(labelValue: string): CountingChild {
-    let series = this.series.get(labelValue);
+  /**
+   * The series for these label values (as many as the label names, in their order); keep it and
+   * call observe() on it per event. Creating it makes the series appear, at zero.
+   */
+  child(...labelValues: string[]): CountingChild {
+    const key = labelValues.join('\u0000');
+    let series = this.series.get(key);
     if (series === undefined) {
-      series = { labelValue, counts: new Float64Array(this.bounds.length + 1), sum: 0, count: 0 };
-      this.series.set(labelValue, series);
+      series = { labelValues, counts: new Float64Array(this.bounds.length + 1), sum: 0, count: 0 };
+      this.series.set(key, series);
     }
     const s = series;
     const bounds = this.bounds;
@@ -60,6 +65,11 @@ export class CountingHistogram extends Histogram {
         s.count += count;
       },
     };
+  }
+
+  /** Removes the series with these label values (a child kept from before counts into nothing shown). */
+  drop(...labelValues: string[]): void {
+    this.series.delete(labelValues.join('\u0000'));
   }
 
   override get(): Promise<Exported> {
@@ -86,7 +96,8 @@ export class CountingHistogram extends Histogram {
     const name = (this as unknown as { name: string }).name;
     const values: Exported['values'] = [];
     for (const s of this.series.values()) {
-      const labels: Record<string, string> = this.labelName === undefined ? {} : { [this.labelName]: s.labelValue };
+      const labels: Record<string, string> = {};
+      this.labelNames.forEach((labelName, i) => (labels[labelName] = s.labelValues[i]));
       let cumulative = 0;
       for (let i = 0; i <= this.bounds.length; i++) {
         cumulative += s.counts[i];

@@ -9,6 +9,8 @@ import type { BreakVerdict } from '../endpoints/replica-probe.js';
 import { CounterCells } from './counter-cells.js';
 import { CountingHistogram } from './counting-histogram.js';
 import { EventLoopDelayMetric } from './event-loop-delay.js';
+import { LlmMetrics } from './llm-metrics.js';
+import type { LlmFigures } from './llm-metrics.js';
 
 export type AttemptOutcome = 'success' | 'failure';
 
@@ -80,7 +82,7 @@ export class Metrics {
       buckets: [0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05],
       registers: [this.registry],
     },
-    'message',
+    ['message'],
   );
 
   private readonly turnaround = new CountingHistogram({
@@ -92,7 +94,7 @@ export class Metrics {
       'listen.transport native only.',
     buckets: [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25],
     registers: [this.registry],
-  }).child('');
+  }).child();
 
   private readonly outsidePick = new Counter({
     name: 'llm_extproc_served_outside_pick_total',
@@ -165,6 +167,8 @@ export class Metrics {
   private readonly poolAddresses = new WeakMap<PoolView, ReadonlySet<string>>();
   private readonly messageChildren = new Map<string, { observe(value: number): void }>();
 
+  private readonly llm = new LlmMetrics(this.registry);
+
   /** Present with process metrics: a native sampler that a test creating many Metrics can do without. */
   readonly eventLoopDelay: EventLoopDelayMetric | undefined;
 
@@ -219,6 +223,10 @@ export class Metrics {
   /** `replies` replies were written `seconds` after the read that brought their messages. */
   messageTurnaround(seconds: number, replies: number): void {
     this.turnaround.observe(seconds, replies);
+  }
+
+  requestFigures(figures: LlmFigures): void {
+    this.llm.record(figures);
   }
 
   servedOutsidePick(): void {
@@ -280,6 +288,8 @@ export class Metrics {
         this.attemptCells.dropFirst(endpoint);
       }
     }
+    const pools = [...view.pools.values()];
+    this.llm.keepEndpoints((address) => pools.some((pool) => this.addressesOf(pool).has(address)));
     this.endpoints.reset();
     for (const pool of view.pools.values()) {
       for (const [state, count] of this.stateCountsOf(pool)) this.endpoints.set({ pool: pool.name, state }, count);

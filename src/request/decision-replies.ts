@@ -74,6 +74,30 @@ export function routingReply(
   return reply;
 }
 
+/**
+ * The routing reply for a request whose body we changed (usage injection): the new body (in the
+ * body reply, where Envoy buffered it) and its length, when the request declared one. Built per
+ * request: the body is the request's own.
+ */
+export function routingReplyWithBody(
+  phase: 'request_headers' | 'request_body',
+  destinations: readonly string[],
+  format: DestinationFormat,
+  rewrite: { readonly body?: Buffer; readonly contentLength?: number },
+): ProcessingResponse {
+  const reply = buildRoutingReply(phase, destinations, format);
+  const common = phase === 'request_headers' ? reply.request_headers?.response : reply.request_body?.response;
+  if (common === undefined) return reply;
+  if (rewrite.contentLength !== undefined) {
+    common.header_mutation = headerMutation([
+      [DESTINATION_HEADER, destinations[0] ?? ''],
+      ['content-length', String(rewrite.contentLength)],
+    ]);
+  }
+  if (rewrite.body !== undefined) common.body_mutation = { body: rewrite.body };
+  return reply;
+}
+
 function newReplyTree(): ReplyTree {
   return new Map<string | typeof REPLY, ReplyTree | ProcessingResponse>();
 }

@@ -1,13 +1,15 @@
 // Pure reading of an OpenAI-compatible request body: which model, streamed or not, and the
 // prompt-prefix material for cache-affine picking (bounded; hashed by the picker, never logged).
-// We never rewrite the body; it reaches the model server byte-identical.
+// We never re-serialise the body; it reaches the model server byte-identical (unless usage
+// injection, opt-in per pool, splices `stream_options.include_usage` into it: usage-injection.ts).
 
 import { GatewayError } from '../errors/gateway-error.js';
 import { errorMessage } from '../util/error-message.js';
 import type { PrefixLimit, PromptPrefix } from '../picker/prompt-hash.js';
 import { promptPrefixOf } from './prompt-prefix.js';
+import type { StreamUsageFacts } from './usage-injection.js';
 
-export interface InferenceRequest {
+export interface InferenceRequest extends StreamUsageFacts {
   readonly model: string;
   readonly stream: boolean;
   /** The leading part of the prompt's shared part, at most `limit` long (see prompt-prefix.ts). */
@@ -34,5 +36,20 @@ export function readInferenceRequest(body: Buffer, limit: PrefixLimit): Inferenc
   if (typeof record.model !== 'string' || record.model.trim() === '') {
     throw new GatewayError('invalid_model', '"model" must be a non-empty string', { details: { param: 'model' } });
   }
-  return { model: record.model, stream: record.stream === true, prompt: promptPrefixOf(record, limit) };
+  const options = record.stream_options;
+  const include = typeof options === 'object' && options !== null ? (options as Record<string, unknown>).include_usage : undefined;
+  return {
+    model: record.model,
+    stream: record.stream === true,
+    streamOptions:
+      options === undefined
+        ? 'absent'
+        : options === null
+          ? 'null'
+          : typeof options === 'object' && !Array.isArray(options)
+            ? 'object'
+            : 'other',
+    includeUsage: typeof include === 'boolean' ? include : undefined,
+    prompt: promptPrefixOf(record, limit),
+  };
 }

@@ -2,12 +2,19 @@
 // delivers it), trailers, and the pick. Transitions of the state machine (stream-machine.ts); pure.
 
 import { GatewayError } from '../errors/gateway-error.js';
-import { ASK_FOR_BUFFERED_REQUEST_BODY, CONTINUE_REQUEST_BODY, CONTINUE_REQUEST_HEADERS } from '../extproc/constant-replies.js';
+import {
+  ASK_FOR_BUFFERED_REQUEST_BODY,
+  CLEAR_REQUEST_BODY_CHUNK,
+  CONTINUE_REQUEST_BODY,
+  CONTINUE_REQUEST_HEADERS,
+} from '../extproc/constant-replies.js';
 import type { HttpBody, ProcessingRequest } from '../extproc/messages.js';
 import { readInferenceRequest } from './openai-request.js';
+import type { InferenceRequest } from './openai-request.js';
+import { canAskForStreamUsage, withStreamUsage } from './usage-injection.js';
 import { SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from '../extproc/protocol-names.js';
-import { immediateJson, streamedChunks } from '../extproc/replies.js';
-import { routingReply } from './decision-replies.js';
+import { immediateJson, replaceBodyChunk, streamedBody, streamedChunks } from '../extproc/replies.js';
+import { routingReply, routingReplyWithBody } from './decision-replies.js';
 import type { RoutedRequest } from './routing.js';
 import { pathOnly } from './stream-state.js';
 import type { MachineContext, RequestFacts, StreamState, StepBuilder } from './stream-state.js';
@@ -27,6 +34,9 @@ export function requestHeaders(ctx: MachineContext, out: StepBuilder, state: Str
     path: headerValue(headers, ':path') ?? '',
     requestId: headerValue(headers, 'x-request-id') ?? '',
     subset: subsetHint(message),
+    contentLength: declaredLength(headerValue(headers, 'content-length')),
+    traceparent: headerValue(headers, 'traceparent'),
+    tracestate: headerValue(headers, 'tracestate'),
   };
   const path = pathOnly(request.path);
   if (message.request_headers?.end_of_stream === true) {
@@ -49,9 +59,8 @@ export function requestHeaders(ctx: MachineContext, out: StepBuilder, state: Str
     out.reject(request, err);
     return;
   }
-  const declaredLength = Number(headerValue(headers, 'content-length') ?? '0');
-  if (declaredLength > ctx.maxRequestBodyBytes) {
-    out.reject(request, tooLarge(ctx, declaredLength));
+  if ((request.contentLength ?? 0) > ctx.maxRequestBodyBytes) {
+    out.reject(request, tooLarge(ctx, request.contentLength ?? 0));
     return;
   }
   const delivery = request.modes.request;
@@ -114,8 +123,9 @@ function route(
   const body = state.chunks.length === 1 ? state.chunks[0] : Buffer.concat(state.chunks);
   let routed: RoutedRequest;
   let model: string | undefined;
+  let inference: InferenceRequest;
   try {
-    const inference = readInferenceRequest(body, ctx.routing.promptLimit);
+    inference = readInferenceRequest(body, ctx.routing.promptLimit);
     model = inference.model;
     routed = ctx.routing.route({
       model,
@@ -143,7 +153,36 @@ function route(
     return;
   }
   out.notice({ kind: 'routed', routed });
-  switch (request.modes.request) {
+  const primary = routed.endpoints[0];
+  const rewritten =
+    primary !== undefined && canAskForStreamUsage(pathOnly(request.path)) && ctx.injectsStreamUsage(primary.pool)
+      ? withStreamUsage(body, inference)
+      : undefined;
+  if (rewritten === undefined) passBody(ctx, out, state, routed, trailersFollow);
+  else passRewrittenBody(ctx, out, state, routed, rewritten, trailersFollow);
+  const onlyPossible = ctx.destinationFormat === 'single' || routed.endpoints.length === 1 ? routed.endpoints[0] : undefined;
+  out.become({
+    kind: 'AwaitingResponse',
+    exchange: {
+      request,
+      routed,
+      model,
+      requestBytes: body.length,
+      ...(onlyPossible === undefined ? {} : { servedUnlessReported: onlyPossible }),
+      ...(rewritten === undefined ? {} : { usageInjected: true }),
+    },
+  });
+}
+
+/** The pick in the reply the mode allows; the body goes on unchanged. */
+function passBody(
+  ctx: MachineContext,
+  out: StepBuilder,
+  state: Extract<StreamState, { kind: 'CollectingRequestBody' }>,
+  routed: RoutedRequest,
+  trailersFollow: boolean,
+): void {
+  switch (state.request.modes.request) {
     case 'envoy-buffers':
     case 'ask-for-buffered':
       out.reply(routingReply('request_body', routed.destinations, ctx.destinationFormat));
@@ -157,11 +196,42 @@ function route(
       out.replies(streamedChunks('request', state.chunks, !trailersFollow));
       break;
   }
-  const onlyPossible = ctx.destinationFormat === 'single' || routed.endpoints.length === 1 ? routed.endpoints[0] : undefined;
-  out.become({
-    kind: 'AwaitingResponse',
-    exchange: { request, routed, model, ...(onlyPossible === undefined ? {} : { servedUnlessReported: onlyPossible }) },
-  });
+}
+
+/**
+ * The pick with a changed body: in the body reply where Envoy buffered it; where we collected it,
+ * the held header reply carries the new length, and the body goes back as the new bytes (the
+ * first chunk's reply carries them all and the others' are emptied, in STREAMED mode).
+ */
+function passRewrittenBody(
+  ctx: MachineContext,
+  out: StepBuilder,
+  state: Extract<StreamState, { kind: 'CollectingRequestBody' }>,
+  routed: RoutedRequest,
+  body: Buffer,
+  trailersFollow: boolean,
+): void {
+  const contentLength = state.request.contentLength === undefined ? {} : { contentLength: body.length };
+  switch (state.request.modes.request) {
+    case 'envoy-buffers':
+    case 'ask-for-buffered':
+      out.reply(routingReplyWithBody('request_body', routed.destinations, ctx.destinationFormat, { body, ...contentLength }));
+      break;
+    case 'collect-streamed':
+      out.reply(routingReplyWithBody('request_headers', routed.destinations, ctx.destinationFormat, contentLength));
+      for (let i = 0; i < state.chunks.length; i++) out.reply(i === 0 ? replaceBodyChunk('request', body) : CLEAR_REQUEST_BODY_CHUNK);
+      break;
+    case 'collect-duplex':
+      out.reply(routingReplyWithBody('request_headers', routed.destinations, ctx.destinationFormat, contentLength));
+      out.replies(streamedBody('request', body, !trailersFollow));
+      break;
+  }
+}
+
+function declaredLength(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const length = Number(value);
+  return Number.isSafeInteger(length) && length >= 0 ? length : undefined;
 }
 
 function tooLarge(ctx: MachineContext, bytes: number): GatewayError {

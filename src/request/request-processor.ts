@@ -9,11 +9,13 @@ import type { Endpoint } from '../endpoints/model.js';
 import type { AttemptFailure } from '../endpoints/passive-health.js';
 import type { ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
 import type { StreamEnd, StreamProcessor } from '../extproc/stream-processor.js';
+import type { LlmFigures } from '../metrics/llm-metrics.js';
 import type { RequestResult } from './request-result.js';
 import type { LogThrottle } from '../util/log-throttle.js';
+import { ResponseClock } from './response-clock.js';
 import type { RoutedRequest, Routing } from './routing.js';
 import { onMessage, onStreamEnd } from './stream-machine.js';
-import type { MachineContext, Step, StreamState } from './stream-state.js';
+import type { Finished, MachineContext, Step, StreamState } from './stream-state.js';
 
 export interface ProcessorMetrics {
   requestStarted(): void;
@@ -22,6 +24,8 @@ export interface ProcessorMetrics {
   attempt(pool: string, endpoint: string, outcome: 'success' | 'failure', reason: string): void;
   messageHandled(message: string, seconds: number): void;
   servedOutsidePick(): void;
+  /** The LLM figures of a request answered well by a model server (once per such request). */
+  requestFigures(figures: LlmFigures): void;
 }
 
 export interface ProcessorDeps {
@@ -51,7 +55,11 @@ export interface ProcessorDeps {
    * that cannot fall back to another replica.
    */
   readonly onFailedConnect?: (endpoint: Endpoint) => void;
+  /** Pools whose streaming requests get `stream_options.include_usage` added when they lack it. Default none. */
+  readonly injectsStreamUsage?: (pool: string) => boolean;
 }
+
+const NEVER = (): boolean => false;
 
 /** Metrics label for requests whose model is absent or not served here. */
 const UNKNOWN_MODEL = '(unknown)';
@@ -62,6 +70,8 @@ export class RequestProcessor implements StreamProcessor {
   private routed: RoutedRequest | undefined;
   private finished = false;
   private reportedOutsidePick = false;
+  private readonly clock = new ResponseClock();
+  private startedAt: number | undefined;
 
   constructor(private readonly deps: ProcessorDeps) {
     this.context = {
@@ -69,6 +79,7 @@ export class RequestProcessor implements StreamProcessor {
       maxRequestBodyBytes: deps.maxRequestBodyBytes,
       maxInspectedBodyBytes: deps.maxInspectedBodyBytes,
       destinationFormat: deps.destinationFormat ?? 'list',
+      injectsStreamUsage: deps.injectsStreamUsage ?? NEVER,
     };
     deps.metrics.requestStarted();
   }
@@ -76,8 +87,13 @@ export class RequestProcessor implements StreamProcessor {
   process(request: ProcessingRequest): ProcessingResponse[] {
     if (request.observability_mode === true) return []; // observability mode expects no replies
     const started = performance.now();
+    this.startedAt ??= started;
     try {
-      return this.apply(onMessage(this.context, this.state, request));
+      const before = this.state;
+      const step = onMessage(this.context, this.state, request);
+      // The chunk was fed to the inspector of the state it arrived in: its content events so far.
+      if (before.kind === 'Streaming' && before.watch.kind === 'sse') this.clock.contentSeen(before.watch.inspector.contentEvents, started);
+      return this.apply(step, started);
     } finally {
       this.deps.metrics.messageHandled(request.request ?? 'unknown', (performance.now() - started) / 1e3);
     }
@@ -86,17 +102,18 @@ export class RequestProcessor implements StreamProcessor {
   finish(end: StreamEnd): void {
     if (this.finished) return;
     this.finished = true;
-    this.apply(onStreamEnd(this.state, end));
+    this.apply(onStreamEnd(this.state, end), performance.now());
     if (this.routed !== undefined) this.deps.routing.release(this.routed);
     this.deps.metrics.requestEnded();
   }
 
   /** The one place where outcomes are recorded. */
-  private apply(step: Step): ProcessingResponse[] {
+  private apply(step: Step, now: number): ProcessingResponse[] {
     this.state = step.state;
     for (const notice of step.notices) {
       if (notice.kind === 'routed') {
         this.routed = notice.routed;
+        this.clock.picked(now);
       } else if (!this.reportedOutsidePick) {
         this.reportedOutsidePick = true;
         this.deps.metrics.servedOutsidePick();
@@ -112,6 +129,7 @@ export class RequestProcessor implements StreamProcessor {
       const model = done.model !== undefined && this.deps.routing.servesModel(done.model) ? done.model : UNKNOWN_MODEL;
       // Label only models we serve: a client must not be able to mint metric series at will.
       this.deps.metrics.requestFinished(model, done.result);
+      if (model !== UNKNOWN_MODEL) this.recordFigures(model, done, now);
       if (done.result === 'ok') {
         // One line per request at debug level (an access log for debugging); nothing is built at info.
         if (this.deps.logger.isLevelEnabled('debug'))
@@ -128,7 +146,7 @@ export class RequestProcessor implements StreamProcessor {
           path: done.path,
           requestId: done.requestId,
         };
-        const suppressed = this.deps.failureLog.admit(done.result, performance.now());
+        const suppressed = this.deps.failureLog.admit(done.result, now);
         if (suppressed === undefined) this.deps.logger.debug(fields, 'request failed');
         else this.deps.logger.info(suppressed === 0 ? fields : { ...fields, suppressed }, 'request failed');
       }
@@ -144,6 +162,28 @@ export class RequestProcessor implements StreamProcessor {
     return step.replies;
   }
 
+  /** Figures of a request a model server answered in full (not errors: those are counted by result). */
+  private recordFigures(model: string, done: Finished, now: number): void {
+    const answer = done.answer;
+    const endpoint = done.endpoint === undefined ? undefined : this.routed?.endpoints.find((e) => e.address === done.endpoint);
+    if (done.result !== 'ok' || answer === undefined || endpoint === undefined) return;
+    const times = answer === 'stream' ? this.clock.times() : undefined;
+    const output = done.usage?.output;
+    const generation = times?.generation;
+    this.deps.metrics.requestFigures({
+      model,
+      pool: endpoint.pool,
+      endpoint: endpoint.address,
+      operation: operationOf(done.path),
+      answer,
+      usage: done.usage,
+      duration: (now - (this.startedAt ?? now)) / 1e3,
+      timeToFirstToken: times?.timeToFirstToken,
+      interTokenLatency: times?.interTokenLatency,
+      timePerOutputToken: output !== undefined && output > 1 && generation !== undefined ? generation / (output - 1) : undefined,
+    });
+  }
+
   private recordAttempt(endpoint: Endpoint, failure: AttemptFailure | undefined, reason: string): void {
     if (failure === undefined) {
       this.deps.routing.recordSuccess(endpoint);
@@ -153,5 +193,21 @@ export class RequestProcessor implements StreamProcessor {
       this.deps.metrics.attempt(endpoint.pool, endpoint.address, 'failure', reason);
       if (failure === 'connect_failure' || failure === 'reset') this.deps.onFailedConnect?.(endpoint);
     }
+  }
+}
+
+/** The GenAI semantic conventions' operation name of an OpenAI-compatible path. */
+function operationOf(path: string): string {
+  switch (path) {
+    case '/v1/chat/completions':
+      return 'chat';
+    case '/v1/completions':
+      return 'text_completion';
+    case '/v1/embeddings':
+      return 'embeddings';
+    case '/v1/responses':
+      return 'responses';
+    default:
+      return 'other';
   }
 }

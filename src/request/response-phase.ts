@@ -9,8 +9,10 @@ import { renderSseErrorEvent } from '../errors/render.js';
 import { isJsonContentType, isSseContentType } from '../inspect/content-type.js';
 import { inspectJsonBody } from '../inspect/json-body.js';
 import { SseInspector } from '../inspect/sse-inspector.js';
+import { UsageChunkFilter } from '../inspect/usage-chunk-filter.js';
+import { findUsage } from '../inspect/usage.js';
 import type { BodyVerdict } from '../inspect/verdict.js';
-import { CONTINUE_RESPONSE_BODY, CONTINUE_RESPONSE_HEADERS } from '../extproc/constant-replies.js';
+import { CLEAR_RESPONSE_BODY_CHUNK, CONTINUE_RESPONSE_BODY, CONTINUE_RESPONSE_HEADERS } from '../extproc/constant-replies.js';
 import type { HttpBody, ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
 import { replaceBodyChunk, responseHeadersReply, streamedBody, streamedChunks } from '../extproc/replies.js';
 import { immediateError } from './decision-replies.js';
@@ -111,7 +113,8 @@ export function responseHeaders(ctx: MachineContext, out: StepBuilder, state: St
     // We may append an error event at the end, so a fixed content-length cannot stay.
     const mutation = facts.hasContentLength ? headerMutation([], ['content-length']) : undefined;
     out.reply(mutation === undefined ? CONTINUE_RESPONSE_HEADERS : responseHeadersReply(mutation));
-    out.become({ kind: 'Streaming', served, watch: { kind: 'sse', inspector: new SseInspector() }, pending: ok });
+    const filter = exchange.usageInjected === true ? new UsageChunkFilter() : undefined;
+    out.become({ kind: 'Streaming', served, watch: { kind: 'sse', inspector: new SseInspector(), filter }, pending: ok });
     return;
   }
   const inspectableJson =
@@ -248,6 +251,7 @@ function holdJson(
 function judgeJson(out: StepBuilder, served: Served, body: Buffer, pass: () => ProcessingResponse[]): void {
   const verdict: BodyVerdict = inspectJsonBody(body);
   if (verdict.ok) {
+    out.answered('json', findUsage(body));
     settle(out, served, undefined, 'ok');
     out.replies(pass());
     return;
@@ -273,24 +277,26 @@ function streamBody(
   switch (watch.kind) {
     case 'sse': {
       watch.inspector.feed(chunk);
+      const filter = watch.filter;
       if (!end) {
-        passChunk(out, delivery, chunk, false);
+        if (filter === undefined) passChunk(out, delivery, chunk, false);
+        else passFiltered(out, delivery, chunk, filter.push(chunk, false), false);
         return;
       }
       const verdict = watch.inspector.finish();
-      if (verdict.ok) {
-        settle(out, state.served, undefined, 'ok');
-        passChunk(out, delivery, chunk, true);
+      out.answered('stream', watch.inspector.usage);
+      const last = filter === undefined ? chunk : filter.push(chunk, true);
+      if (verdict.ok || verdict.kind !== 'stream_incomplete') {
+        if (verdict.ok) settle(out, state.served, undefined, 'ok');
+        else settle(out, state.served, 'bad_response', verdict.kind); // the client already saw the upstream's error event
+        if (filter === undefined) passChunk(out, delivery, chunk, true);
+        else passFiltered(out, delivery, chunk, last, true);
         return;
       }
       settle(out, state.served, 'bad_response', verdict.kind);
-      if (verdict.kind !== 'stream_incomplete') {
-        passChunk(out, delivery, chunk, true); // the client already saw the upstream's error event
-        return;
-      }
       const err = new GatewayError('stream_incomplete', `the model server ended the stream without its terminator: ${verdict.detail}`);
       const requestId = state.served.exchange.request.requestId;
-      const body = Buffer.concat([chunk, renderSseErrorEvent(err, watch.inspector.lastBytes, requestId === '' ? {} : { requestId })]);
+      const body = Buffer.concat([last, renderSseErrorEvent(err, watch.inspector.lastBytes, requestId === '' ? {} : { requestId })]);
       out.replies(delivery === 'duplex' ? streamedBody('response', body, true) : [replaceBodyChunk('response', body)]);
       return;
     }
@@ -323,9 +329,12 @@ function streamBody(
         return;
       }
       // Too late to change what the client gets, but never record a broken answer as a success.
-      const verdict = inspectJsonBody(Buffer.concat(watch.chunks));
-      if (verdict.ok) settle(out, state.served, undefined, 'ok');
-      else settle(out, state.served, 'bad_response', 'truncated_response');
+      const body = Buffer.concat(watch.chunks);
+      const verdict = inspectJsonBody(body);
+      if (verdict.ok) {
+        out.answered('json', findUsage(body));
+        settle(out, state.served, undefined, 'ok');
+      } else settle(out, state.served, 'bad_response', 'truncated_response');
       return;
     }
     case 'opaque':
@@ -363,11 +372,13 @@ export function responseTrailers(out: StepBuilder, state: StreamState): void {
       decideErrorText(out, state.exchange, state.status, Buffer.concat(state.chunks).toString('utf8'));
       return;
     case 'HoldingJson': {
-      const verdict = inspectJsonBody(Buffer.concat(state.chunks));
+      const body = Buffer.concat(state.chunks);
+      const verdict = inspectJsonBody(body);
       if (!verdict.ok) {
         replaceTruncatedJson(out, state.served, verdict.detail);
         return;
       }
+      out.answered('json', findUsage(body));
       settle(out, state.served, undefined, 'ok');
       out.reply(CONTINUE_RESPONSE_HEADERS);
       out.replies(streamedChunks('response', state.chunks, false));
@@ -389,8 +400,14 @@ function judgeEndedBody(out: StepBuilder, state: Extract<StreamState, { kind: 'S
   const watch = state.watch;
   if (state.pending === undefined) return;
   let verdict: BodyVerdict = { ok: true };
-  if (watch.kind === 'sse') verdict = watch.inspector.finish();
-  else if (watch.kind === 'json-copy' && !watch.overflow) verdict = inspectJsonBody(Buffer.concat(watch.chunks));
+  if (watch.kind === 'sse') {
+    verdict = watch.inspector.finish();
+    out.answered('stream', watch.inspector.usage);
+  } else if (watch.kind === 'json-copy' && !watch.overflow) {
+    const body = Buffer.concat(watch.chunks);
+    verdict = inspectJsonBody(body);
+    if (verdict.ok) out.answered('json', findUsage(body));
+  }
   if (!verdict.ok) settle(out, state.served, 'bad_response', verdict.kind);
   else endPending(out, state);
 }
@@ -399,6 +416,17 @@ function judgeEndedBody(out: StepBuilder, state: Extract<StreamState, { kind: 'S
 function passChunk(out: StepBuilder, delivery: StreamModes['response'], chunk: Buffer, end: boolean): void {
   if (delivery === 'duplex') out.replies(streamedBody('response', chunk, end));
   else out.reply(CONTINUE_RESPONSE_BODY); // the frozen constant: its wire bytes are encoded once
+}
+
+/**
+ * Pass what a filter made of a chunk: in full duplex the bytes go back themselves (nothing while
+ * the filter holds them all); otherwise each chunk's reply replaces it (emptied when all is held).
+ */
+function passFiltered(out: StepBuilder, delivery: StreamModes['response'], chunk: Buffer, bytes: Buffer, end: boolean): void {
+  if (delivery === 'duplex') {
+    if (bytes.length > 0 || end) out.replies(streamedBody('response', bytes, end));
+  } else if (bytes === chunk) out.reply(CONTINUE_RESPONSE_BODY);
+  else out.reply(bytes.length === 0 ? CLEAR_RESPONSE_BODY_CHUNK : replaceBodyChunk('response', bytes));
 }
 
 function exchangeForResponse(state: StreamState): Exchange {

@@ -6,6 +6,8 @@ import type { Endpoint } from '../endpoints/model.js';
 import type { AttemptFailure } from '../endpoints/passive-health.js';
 import { GatewayError } from '../errors/gateway-error.js';
 import type { SseInspector } from '../inspect/sse-inspector.js';
+import type { UsageChunkFilter } from '../inspect/usage-chunk-filter.js';
+import type { TokenUsage } from '../inspect/usage.js';
 import type { ProcessingResponse } from '../extproc/messages.js';
 import { immediateError } from './decision-replies.js';
 import type { RequestResult } from './request-result.js';
@@ -18,6 +20,8 @@ export interface MachineContext {
   /** Bodies we hold ourselves to validate (JSON answers in full-duplex mode) stop being held past this. */
   readonly maxInspectedBodyBytes: number;
   readonly destinationFormat: DestinationFormat;
+  /** Whether streams of requests routed to this pool get `stream_options.include_usage` added when they lack it. */
+  readonly injectsStreamUsage: (pool: string) => boolean;
 }
 
 /** What the request headers told us; fixed for the life of the stream. */
@@ -28,6 +32,11 @@ export interface RequestFacts {
   readonly requestId: string;
   /** The gateway's subset hint, when it sent one. */
   readonly subset: ReadonlySet<string> | undefined;
+  /** The request's declared `content-length`, when it has one. */
+  readonly contentLength: number | undefined;
+  /** W3C trace context the client sent (forwarded by Envoy), for the request's span. */
+  readonly traceparent: string | undefined;
+  readonly tracestate: string | undefined;
 }
 
 /** A request on its way to (or back from) the model servers. */
@@ -42,6 +51,10 @@ export interface Exchange {
    * Undefined otherwise: a guess would credit a replica that may have refused the connection.
    */
   readonly servedUnlessReported?: Endpoint;
+  /** We added `stream_options.include_usage` to the request: the usage-only chunk is ours to remove. */
+  readonly usageInjected?: boolean;
+  /** Size of the request body as the client sent it. */
+  readonly requestBytes?: number;
 }
 
 /** A response that came from an upstream (or at least not from Envoy itself). */
@@ -60,8 +73,11 @@ export interface PendingOutcome {
 }
 
 export type BodyWatch =
-  /** An SSE stream: reassembled incrementally, judged at its end. */
-  | { readonly kind: 'sse'; readonly inspector: SseInspector }
+  /**
+   * An SSE stream: reassembled incrementally, judged at its end. `filter`: we asked for its usage
+   * (usage injection), so its usage-only chunk is taken out before the client sees it.
+   */
+  | { readonly kind: 'sse'; readonly inspector: SseInspector; readonly filter: UsageChunkFilter | undefined }
   /** A JSON answer Envoy holds whole for us (BUFFERED / BUFFERED_PARTIAL); it arrives in one message. */
   | { readonly kind: 'envoy-held-json' }
   /**
@@ -120,6 +136,10 @@ export interface Finished {
   readonly requestId: string;
   /** A mid-stream break we could not explain (client gone, or the replica died). */
   readonly brokenMidStream: boolean;
+  /** How the answer came: a stream of events, or one JSON document; undefined for anything else. */
+  readonly answer: 'stream' | 'json' | undefined;
+  /** The tokens the answer reported; undefined when it reported none (never read as zero). */
+  readonly usage: TokenUsage | undefined;
 }
 
 export type Notice =
@@ -152,6 +172,8 @@ export class StepBuilder {
   private learnt: Attempt[] = NONE_LEARNT;
   private told: Notice[] = NONE_TOLD;
   private result: Finished | undefined;
+  private answer: Finished['answer'];
+  private tokens: TokenUsage | undefined;
 
   constructor(state: StreamState) {
     this.state = state;
@@ -179,6 +201,12 @@ export class StepBuilder {
     this.told.push(notice);
   }
 
+  /** What kind of answer was read to its end, and the usage it reported (before or after finish()). */
+  answered(answer: 'stream' | 'json', usage: TokenUsage | undefined): void {
+    this.answer = answer;
+    this.tokens = usage;
+  }
+
   /** The request's result; the state becomes Done unless the caller moves on (pass-through). */
   finish(
     request: RequestFacts | undefined,
@@ -196,6 +224,8 @@ export class StepBuilder {
       path: pathOnly(request?.path ?? ''),
       requestId: request?.requestId ?? '',
       brokenMidStream,
+      answer: undefined,
+      usage: undefined,
     };
     this.state = request === undefined ? { kind: 'Done' } : { kind: 'Done', request };
   }
@@ -207,7 +237,9 @@ export class StepBuilder {
   }
 
   build(): Step {
-    return { state: this.state, replies: this.out, attempts: this.learnt, finished: this.result, notices: this.told };
+    const result = this.result;
+    const finished = result === undefined || this.answer === undefined ? result : { ...result, answer: this.answer, usage: this.tokens };
+    return { state: this.state, replies: this.out, attempts: this.learnt, finished, notices: this.told };
   }
 }
 

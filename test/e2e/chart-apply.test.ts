@@ -31,6 +31,7 @@ const EXAMPLES = readdirSync(join(CHART, 'examples'))
 const EXPECTED_KINDS = [
   'Backend',
   'BackendTrafficPolicy',
+  'ClientTrafficPolicy',
   'ConfigMap',
   'Deployment',
   'DestinationRule',

@@ -142,7 +142,11 @@ describe('llm-extproc --check-config', () => {
     };
     assert.equal(report.configFile, path);
     assert.equal(report.workers, 1);
-    assert.deepEqual(report.config.listen, { grpc: '0.0.0.0:9002', http: '0.0.0.0:9090', transport: 'native' }, 'defaults filled in');
+    assert.deepEqual(
+      report.config.listen,
+      { grpc: '0.0.0.0:9002', http: '0.0.0.0:9090', transport: 'native', maxConnections: 1024, idleTimeoutMs: 300000 },
+      'defaults filled in',
+    );
     assert.equal(report.config.logLevel, 'debug', 'the environment override applied');
     assert.deepEqual(report.config.source, { kind: 'static', path: endpoints });
     assert.deepEqual(report.config.quarantine, { threshold: 3, baseMs: 20_000, maxMs: 300_000, checkPath: '', checkTimeoutMs: 500 });

@@ -58,6 +58,7 @@ describe('buildConfig: defaults', () => {
         maxRequestBodyBytes: 8 * MiB,
         maxInspectedBodyBytes: 4 * MiB,
         destinationFormat: 'list',
+        streamUsagePools: [],
       });
       assert.deepEqual(config.quarantine, { threshold: 3, baseMs: 10_000, maxMs: 300_000, checkPath: '', checkTimeoutMs: 500 });
       assert.equal(config.shutdownGraceMs, 20_000);
@@ -82,6 +83,7 @@ routing:
   fallbacks: 0
   maxRequestBodyBytes: 1048576
   maxInspectedBodyBytes: 0
+  streamUsagePools: [llama, models/phi]
 quarantine:
   consecutiveFailures: 5
   baseSeconds: 1.5
@@ -101,7 +103,13 @@ shutdownGraceSeconds: 0
     });
     assert.equal(config.logLevel, 'debug');
     assert.deepEqual(config.source, { kind: 'static', path: '/etc/llm-extproc/endpoints.yaml' });
-    assert.deepEqual(config.routing, { fallbacks: 0, maxRequestBodyBytes: MiB, maxInspectedBodyBytes: 0, destinationFormat: 'list' });
+    assert.deepEqual(config.routing, {
+      fallbacks: 0,
+      maxRequestBodyBytes: MiB,
+      maxInspectedBodyBytes: 0,
+      destinationFormat: 'list',
+      streamUsagePools: ['llama', 'models/phi'],
+    });
     assert.deepEqual(config.quarantine, { threshold: 5, baseMs: 1_500, maxMs: 60_000, checkPath: '/health', checkTimeoutMs: 250 });
     assert.equal(config.shutdownGraceMs, 0);
   });

@@ -51,7 +51,14 @@ interface Harness {
 }
 
 function harness(
-  options: { fleet?: ObservedPool[]; fallbacks?: number; threshold?: number; pool?: string; destinationFormat?: 'list' | 'single' } = {},
+  options: {
+    fleet?: ObservedPool[];
+    fallbacks?: number;
+    threshold?: number;
+    pool?: string;
+    destinationFormat?: 'list' | 'single';
+    injectsStreamUsage?: boolean;
+  } = {},
 ): Harness {
   const store = new EndpointStore(['static'], { threshold: options.threshold ?? 2, baseMs: 10_000, maxMs: 60_000 }, frozenClock);
   store.replaceAll('static', options.fleet ?? FLEET);
@@ -78,6 +85,7 @@ function harness(
         maxRequestBodyBytes: LIMIT,
         maxInspectedBodyBytes: LIMIT,
         destinationFormat: options.destinationFormat ?? 'list',
+        injectsStreamUsage: () => options.injectsStreamUsage === true,
       }),
   };
 }
@@ -1226,5 +1234,107 @@ describe('RequestProcessor: destination format, subset hint and pool scope', () 
     const reply = immediate(send(p, requestBody({ model: MODEL })));
     assert.equal(reply.status, 503);
     assert.match(errorBody(reply.body).error.message, /pool missing/);
+  });
+});
+
+/** Holds the thread for `ms`: paces the messages a test feeds, like a model server pacing its tokens. */
+function pause(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+async function histogram(metrics: Metrics, name: string, labels: Record<string, string> = {}): Promise<{ count: number; sum: number }> {
+  const metric = metrics.registry.getSingleMetric(name);
+  assert.ok(metric !== undefined, `metric ${name} exists`);
+  const data = await metric.get();
+  const pick = (suffix: string): number =>
+    data.values
+      .filter(
+        (v) =>
+          (v as { metricName?: string }).metricName === `${name}${suffix}` &&
+          Object.entries(labels).every(([k, value]) => v.labels[k] === value),
+      )
+      .reduce((sum, v) => sum + v.value, 0);
+  return { count: pick('_count'), sum: pick('_sum') };
+}
+
+describe('RequestProcessor: LLM figures', () => {
+  const usageChunk = (prompt: number, completion: number, cached: number): string =>
+    `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: prompt, completion_tokens: completion, prompt_tokens_details: { cached_tokens: cached } } })}\n\n`;
+
+  it('a paced stream with usage: tokens by type, TTFT from the pick, inter-token latency and TPOT', async () => {
+    const h = harness();
+    const p = h.processor();
+    route(p, { model: MODEL, stream: true, stream_options: { include_usage: true } });
+    send(p, responseHeaders(200, SSE));
+    pause(60);
+    send(p, responseBody(CHUNK, false));
+    pause(40);
+    send(p, responseBody(CHUNK, false));
+    pause(40);
+    send(p, responseBody(CHUNK + usageChunk(12, 3, 8), false));
+    send(p, responseBody(DONE, true));
+    const labels = { gen_ai_request_model: MODEL, pool: 'llama', endpoint: A };
+    const ttft = await histogram(h.metrics, 'gen_ai_server_time_to_first_token_seconds', labels);
+    assert.equal(ttft.count, 1);
+    assert.ok(ttft.sum >= 0.06, `TTFT ${ttft.sum} s covers the 60 ms before the first content`);
+    const itl = await histogram(h.metrics, 'llm_extproc_inter_token_latency_seconds', labels);
+    assert.equal(itl.count, 1);
+    assert.ok(itl.sum >= 0.04, `inter-token latency ${itl.sum} s: two gaps of 40 ms`);
+    const tpot = await histogram(h.metrics, 'gen_ai_server_time_per_output_token_seconds', labels);
+    assert.ok(tpot.count === 1 && tpot.sum >= 0.04, 'generation time over the two tokens after the first');
+    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total', { type: 'input' }), 12);
+    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total', { type: 'output' }), 3);
+    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total', { type: 'cached' }), 8);
+    const output = await histogram(h.metrics, 'gen_ai_client_token_usage', { gen_ai_token_type: 'output', gen_ai_operation_name: 'chat' });
+    assert.deepEqual(output, { count: 1, sum: 3 });
+    assert.equal(await metricValue(h.metrics, 'llm_extproc_answers_without_usage_total'), 0);
+    assert.equal((await histogram(h.metrics, 'gen_ai_client_operation_duration_seconds')).count, 1);
+  });
+
+  it('a stream without usage is counted as such, never as zero tokens; a JSON answer gives its usage', async () => {
+    const h = harness();
+    const p = h.processor();
+    route(p, { model: MODEL, stream: true });
+    send(p, responseHeaders(200, SSE));
+    send(p, responseBody(CHUNK + DONE, true));
+    assert.equal(await metricValue(h.metrics, 'llm_extproc_answers_without_usage_total', { answer: 'stream', model: MODEL }), 1);
+    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total'), 0);
+    assert.equal((await histogram(h.metrics, 'gen_ai_client_token_usage')).count, 0);
+    assert.equal((await histogram(h.metrics, 'gen_ai_server_time_to_first_token_seconds')).count, 1, 'TTFT needs no usage');
+    const q = h.processor();
+    route(q);
+    send(q, responseHeaders(200, JSON_TYPE));
+    const answer = { choices: [{ message: { content: 'hi' } }], usage: { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 } };
+    send(q, responseBody(JSON.stringify(answer), true));
+    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total', { type: 'input' }), 5);
+    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total', { type: 'output' }), 2);
+    assert.equal((await histogram(h.metrics, 'gen_ai_server_time_to_first_token_seconds')).count, 1, 'no TTFT for a JSON answer');
+  });
+
+  it('a failed answer adds no figures (errors are counted by result)', async () => {
+    const h = harness();
+    const p = h.processor();
+    route(p, { model: MODEL, stream: true });
+    send(p, responseHeaders(200, SSE));
+    send(p, responseBody('data: {"error":{"message":"boom"}}\n\n' + DONE, true));
+    assert.equal((await histogram(h.metrics, 'gen_ai_client_operation_duration_seconds')).count, 0);
+    assert.equal(await metricValue(h.metrics, 'llm_extproc_answers_without_usage_total'), 0);
+  });
+
+  it('usage injection on: the body asks for usage, the client never sees the usage chunk, the tokens are counted', async () => {
+    const h = harness({ injectsStreamUsage: true });
+    const p = h.processor();
+    assert.deepEqual(send(p, requestHeaders(POST_CHAT)), { request_headers: { response: {} } });
+    const reply = send(p, requestBody({ model: MODEL, stream: true }));
+    const sent = reply.request_body?.response?.body_mutation?.body;
+    assert.ok(sent !== undefined, 'the body is replaced');
+    assert.equal(Buffer.from(sent).toString(), `{"model":"${MODEL}","stream":true,"stream_options":{"include_usage":true}}`);
+    send(p, responseHeaders(200, SSE));
+    assert.deepEqual(send(p, responseBody(CHUNK, false)), { response_body: { response: {} } });
+    const last = send(p, responseBody(usageChunk(4, 1, 0) + DONE, true));
+    const body = last.response_body?.response?.body_mutation?.body;
+    assert.equal(body === undefined ? undefined : Buffer.from(body).toString(), DONE, 'the usage chunk is taken out');
+    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total', { type: 'input' }), 4);
+    assert.equal(await requests(h.metrics, { result: 'ok' }), 1);
   });
 });

@@ -29,6 +29,7 @@ function context(): MachineContext {
     maxRequestBodyBytes: 1024 * 1024,
     maxInspectedBodyBytes: 1024 * 1024,
     destinationFormat: 'list',
+    injectsStreamUsage: () => false,
   };
 }
 
