@@ -151,7 +151,7 @@ describe('llm-extproc --check-config', () => {
     assert.deepEqual(report.config.source, { kind: 'static', path: endpoints });
     assert.deepEqual(report.config.quarantine, { threshold: 3, baseMs: 20_000, maxMs: 300_000, checkPath: '', checkTimeoutMs: 500 });
     assert.equal(report.config.shutdownGraceMs, 20_000);
-    assert.equal(report.config.picker.prefix.keyBlocks, 8, 'picker defaults too');
+    assert.equal(report.config.picker.prefix.keyBlocks, 16, 'picker defaults too');
     assert.deepEqual(report.endpoints, {
       source: 'static',
       file: endpoints,
