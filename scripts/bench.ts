@@ -30,7 +30,10 @@
 // `--setups tcp,grpcjs` for a quick transport A/B), --external-extproc HOST:PORT (one more
 // setup: the same Envoy config pointed at an ext_proc server started elsewhere, e.g. the do-nothing
 // Go server of scripts/bench/go-floor, to measure the floor of the ext_proc hop itself; its CPU and
-// metrics are not read).
+// metrics are not read; with --no-modes off, a second one runs it under FULL_DUPLEX_STREAMED), --long-prompts N
+// (requests per body size and setup for the long-prompt rows: chat requests of 32 KiB, 256 KiB and
+// 1 MiB, one at a time; default 40; 0 leaves them out), --only-long-prompts (run only those rows,
+// on the baseline, tcp (BUFFERED), duplex (FULL_DUPLEX_STREAMED) and external setups: a short run).
 
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -50,6 +53,8 @@ import { waitUntil } from '../test/support/wait-until.js';
 import { withoutExtProc } from './bench/baseline-config.js';
 import { isCpuProfile, summarizeProfile } from './bench/cpu-profile.js';
 import { pickBench, writePickReport } from './bench/pick.js';
+import { LONG_PROMPT_BYTES, longPromptBody, renderLongPromptReport } from './bench/long-prompts.js';
+import type { LongPromptPhase } from './bench/long-prompts.js';
 import { closedLoop, keepAliveAgent, runRequests, timedRequest, timedStream } from './bench/load.js';
 import type { Target } from './bench/load.js';
 import { freePort, spawnNode, treeCpuSeconds, treePeakRssBytes } from './bench/processes.js';
@@ -67,6 +72,10 @@ const MODEL = 'bench-model';
 const MESSAGE_METRIC = 'llm_extproc_message_processing_seconds';
 const DOC_START = '<!-- bench:start -->';
 const DOC_END = '<!-- bench:end -->';
+const LONG_DOC_START = '<!-- bench-long:start -->';
+const LONG_DOC_END = '<!-- bench-long:end -->';
+/** The setups the long-prompt rows run on: Envoy alone, both body modes, the floor in both. */
+const LONG_PROMPT_SETUPS: ReadonlySet<SetupKey> = new Set(['baseline', 'tcp', 'duplex', 'external', 'external-duplex']);
 
 // ── options ──────────────────────────────────────────────────────────────────────────────────
 
@@ -89,6 +98,8 @@ const { values: flags } = parseArgs({
     'no-modes': { type: 'boolean', default: false },
     setups: { type: 'string' },
     'external-extproc': { type: 'string' },
+    'long-prompts': { type: 'string', default: '40' },
+    'only-long-prompts': { type: 'boolean', default: false },
   },
   allowPositionals: false,
 });
@@ -136,7 +147,10 @@ const opts = {
   only: flags.setups === undefined ? undefined : new Set(flags.setups.split(',').map((key) => key.trim())),
   /** An ext_proc server we do not start or read (HOST:PORT): the `external` setup. */
   externalExtProc: flags['external-extproc'],
+  longPrompts: positiveInt('long-prompts', flags['long-prompts'], 0),
+  onlyLongPrompts: flags['only-long-prompts'],
 };
+if (opts.onlyLongPrompts && opts.longPrompts === 0) throw new Error('--only-long-prompts needs --long-prompts above 0');
 if (opts.write && opts.cpuProf) throw new Error('--write and --cpu-prof do not mix: a profiled server is slower than a real one');
 
 const CHAT_BODY = Buffer.from(
@@ -295,6 +309,12 @@ function commandOutput(cmd: string, args: readonly string[]): string {
   return res.status === 0 ? `${res.stdout}${res.stderr}`.trim() : '';
 }
 
+/** One line on when and where a run happened (the long-prompt rows' header). */
+function machineLine(): string {
+  const info = runInfo(0);
+  return `${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC: ${info.cpus} vCPU (${info.cpuModel}), Node ${info.node}, Envoy ${info.envoy}`;
+}
+
 function runInfo(responseBytes: number): RunInfo {
   const cpuinfo = readFileSync('/proc/cpuinfo', 'utf8');
   const envoyVersion = commandOutput(envoyBinaryPath(), ['--version']);
@@ -418,13 +438,62 @@ async function warmUp(setup: Setup): Promise<void> {
     );
 }
 
+// ── long prompts ─────────────────────────────────────────────────────────────────────────────
+
+/**
+ * The long-prompt rows: every size through every setup, one request at a time, in rounds that
+ * rotate the setup order (as the main phases do) after a few warm-up requests of each size.
+ */
+async function longPromptRows(setups: readonly Setup[]): Promise<string> {
+  const bodies = new Map(LONG_PROMPT_BYTES.map((bytes) => [bytes, longPromptBody(MODEL, bytes)]));
+  const bySetup = new Map<string, Map<number, LongPromptPhase>>(setups.map((s) => [SETUP_LABELS[s.key], new Map()]));
+  for (const setup of setups) {
+    log(`long prompts, warm-up: ${SETUP_LABELS[setup.key]}`);
+    for (const body of bodies.values()) {
+      const warm = await runRequests(setup.target, body, 5, 1);
+      if (warm.errors > 0) throw new Error(`${setup.key}: ${warm.errors} long-prompt errors in warm-up, first: ${warm.firstError ?? '?'}`);
+    }
+  }
+  const perRound = Math.max(1, Math.ceil(opts.longPrompts / opts.rounds));
+  for (let round = 0; round < opts.rounds; round++) {
+    const order = setups.map((_, i) => setups[(i + round) % setups.length]);
+    log(`long prompts, round ${round + 1}/${opts.rounds}`);
+    for (const [bytes, body] of bodies)
+      for (const setup of order) {
+        const phases = bySetup.get(SETUP_LABELS[setup.key]);
+        if (phases === undefined) continue;
+        const phase: LongPromptPhase = phases.get(bytes) ?? { latenciesMs: [], errors: 0, firstError: undefined, cpu: emptyCpu(setup) };
+        phases.set(bytes, phase);
+        const from = cpuNow(setup);
+        const run = await runRequests(setup.target, body, perRound, 1);
+        phase.cpu = addCpu(phase.cpu, from, cpuNow(setup));
+        phase.latenciesMs.push(...run.latenciesMs);
+        phase.errors += run.errors;
+        phase.firstError ??= run.firstError;
+      }
+  }
+  const args = process.argv.slice(2).filter((a) => a !== '--write');
+  return renderLongPromptReport({
+    bySetup,
+    baselineLabel: SETUP_LABELS.baseline,
+    floorLabel: setups.some((s) => s.key === 'external') ? SETUP_LABELS.external : undefined,
+    floorDuplexLabel: setups.some((s) => s.key === 'external-duplex') ? SETUP_LABELS['external-duplex'] : undefined,
+    duplexLabels: new Set([SETUP_LABELS.duplex, SETUP_LABELS['external-duplex']]),
+    command: `npm run bench -- --write${args.length > 0 ? ` ${args.join(' ')}` : ''}`,
+    machine: machineLine(),
+    requestsPerSize: perRound * opts.rounds,
+  });
+}
+
 // ── main ─────────────────────────────────────────────────────────────────────────────────────
 
 async function main(): Promise<void> {
   // Pick time first, while no Envoy or server competes for the CPU (scripts/bench/pick.ts).
-  const pickReport = pickBench(log);
-  process.stdout.write(`${pickReport}\n\n`);
-  if (opts.write) log(`wrote ${writePickReport(pickReport)}`);
+  if (!opts.onlyLongPrompts) {
+    const pickReport = pickBench(log);
+    process.stdout.write(`${pickReport}\n\n`);
+    if (opts.write) log(`wrote ${writePickReport(pickReport)}`);
+  }
   const root = repoRoot();
   const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-bench-'));
   cleanups.push(() => rm(dir, { recursive: true, force: true }));
@@ -439,7 +508,8 @@ async function main(): Promise<void> {
   const endpointsFile = join(dir, 'endpoints.yaml');
   await writeFile(endpointsFile, poolsYaml([{ name: 'bench', models: [MODEL], endpoints: [{ address: upstreamAddress }] }]));
 
-  const wanted = (key: SetupKey): boolean => opts.only === undefined || opts.only.has(key);
+  const wanted = (key: SetupKey): boolean =>
+    (opts.only === undefined || opts.only.has(key)) && (!opts.onlyLongPrompts || LONG_PROMPT_SETUPS.has(key));
   log(`starting llm-extproc setups and their Envoys…`);
   const plans: { key: SetupKey; config: Yaml; server: Server | undefined }[] = [
     { key: 'baseline', config: withoutExtProc(gatewayConfig('127.0.0.1:1', upstreamAddress)), server: undefined },
@@ -500,6 +570,12 @@ async function main(): Promise<void> {
   }
   if (opts.externalExtProc !== undefined) {
     plans.push({ key: 'external', config: gatewayConfig(opts.externalExtProc, upstreamAddress), server: undefined });
+    if (opts.modes)
+      plans.push({
+        key: 'external-duplex',
+        config: gatewayConfig(opts.externalExtProc, upstreamAddress, { bodyModes: 'full-duplex' }),
+        server: undefined,
+      });
   }
   const maxSockets = Math.max(...opts.concurrency, ...opts.streamConcurrency);
   const setups: Setup[] = [];
@@ -526,6 +602,16 @@ async function main(): Promise<void> {
       results: { key: plan.key, requests: new Map(), streams: new Map(), messages: undefined, sideStreams: undefined, peakRss: undefined },
       before: undefined,
     });
+  }
+
+  const longSetups = setups.filter((s) => LONG_PROMPT_SETUPS.has(s.key));
+  const longReport = opts.longPrompts === 0 ? undefined : await longPromptRows(longSetups);
+  if (longReport !== undefined) process.stdout.write(`${longReport}\n\n`);
+  if (opts.onlyLongPrompts) {
+    if (opts.write && longReport !== undefined) writeDocBlock(root, LONG_DOC_START, LONG_DOC_END, longReport);
+    await runCleanup();
+    if (profileDir !== undefined) printProfiles(profileDir);
+    return;
   }
 
   for (const setup of setups) {
@@ -579,13 +665,18 @@ async function main(): Promise<void> {
   }
 
   if (opts.write) {
-    const docPath = join(root, 'docs', 'benchmarks.md');
-    writeFileSync(docPath, replaceBetweenMarkers(readFileSync(docPath, 'utf8'), DOC_START, DOC_END, report));
-    log(`wrote ${docPath}`);
+    writeDocBlock(root, DOC_START, DOC_END, report);
+    if (longReport !== undefined) writeDocBlock(root, LONG_DOC_START, LONG_DOC_END, longReport);
   }
 
   await runCleanup();
   if (profileDir !== undefined) printProfiles(profileDir);
+}
+
+function writeDocBlock(root: string, start: string, end: string, content: string): void {
+  const docPath = join(root, 'docs', 'benchmarks.md');
+  writeFileSync(docPath, replaceBetweenMarkers(readFileSync(docPath, 'utf8'), start, end, content));
+  log(`wrote ${start} … ${end} in ${docPath}`);
 }
 
 function printProfiles(profileDir: string): void {

@@ -5,7 +5,7 @@ import { histogramQuantile, summarize } from './stats.js';
 import type { HistogramSnapshot, Summary } from './stats.js';
 import type { ServerPhaseStats } from './server-stats.js';
 
-export type SetupKey = 'baseline' | 'tcp' | 'grpcjs' | 'uds' | 'workers' | 'duplex' | 'tls' | 'external';
+export type SetupKey = 'baseline' | 'tcp' | 'grpcjs' | 'uds' | 'workers' | 'duplex' | 'tls' | 'external' | 'external-duplex';
 
 export const SETUP_LABELS: Readonly<Record<SetupKey, string>> = {
   baseline: 'baseline (Envoy, no ext_proc)',
@@ -16,6 +16,7 @@ export const SETUP_LABELS: Readonly<Record<SetupKey, string>> = {
   duplex: 'llm-extproc, TCP, FULL_DUPLEX_STREAMED',
   tls: 'llm-extproc, TCP + TLS',
   external: 'another ext_proc server (--external-extproc), TCP loopback',
+  'external-duplex': 'another ext_proc server (--external-extproc), TCP, FULL_DUPLEX_STREAMED',
 };
 
 export interface CpuUse {

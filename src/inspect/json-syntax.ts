@@ -5,10 +5,11 @@
 // nesting deeper than MAX_DEPTH), so a false answer is a reason to look closer, not a verdict.
 // Bytes of 0x80 and above are only taken inside strings, where any UTF-8 decoding of them is
 // valid string content and never swallows the ASCII byte that follows.
+// The token readers are shared with json-bounded.ts, which builds a value on the same grammar.
 
 import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COLON, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonWhitespace } from './json-bytes.js';
 
-const MAX_DEPTH = 512;
+export const MAX_DEPTH = 512;
 
 const OBJECT = 1;
 const ARRAY = 2;
@@ -85,7 +86,7 @@ export function isWellFormedJson(bytes: Uint8Array): boolean {
   }
 }
 
-function skipWhitespace(bytes: Uint8Array, i: number): number {
+export function skipWhitespace(bytes: Uint8Array, i: number): number {
   for (;;) {
     const c = bytes[i];
     if (!isJsonWhitespace(c)) return i;
@@ -103,11 +104,11 @@ function memberKey(bytes: Uint8Array, i: number): number {
 }
 
 /** The index after the string whose opening quote is at i, or -1. */
-function stringEnd(bytes: Uint8Array, i: number): number {
+export function stringEnd(bytes: Uint8Array, i: number): number {
   const n = bytes.length;
   i++;
   for (;;) {
-    while (i < n && PLAIN_IN_STRING[bytes[i]] === 1) i++;
+    i = plainRunEnd(bytes, i, n);
     if (i >= n) return -1;
     const c = bytes[i];
     if (c === QUOTE) return i + 1;
@@ -131,12 +132,52 @@ function stringEnd(bytes: Uint8Array, i: number): number {
 /** Bytes that stand for themselves inside a string: all but controls, the quote and the backslash. */
 const PLAIN_IN_STRING = new Uint8Array(256).map((_, c) => (c >= 0x20 && c !== QUOTE && c !== BACKSLASH ? 1 : 0));
 
+/** Runs longer than this are read four bytes at a time. */
+const SHORT_RUN = 32;
+
+/** The index of the first byte from i on that does not stand for itself in a string (or n). */
+function plainRunEnd(bytes: Uint8Array, i: number, n: number): number {
+  const shortEnd = Math.min(n, i + SHORT_RUN);
+  while (i < shortEnd && PLAIN_IN_STRING[bytes[i]] === 1) i++;
+  return i < shortEnd || i >= n ? i : longRunEnd(bytes, i, n);
+}
+
+/**
+ * plainRunEnd for a long run (a prompt of a megabyte is one string): aligned 32-bit words are
+ * tested for a special byte all at once, which reads a long string about four times faster.
+ */
+function longRunEnd(bytes: Uint8Array, i: number, n: number): number {
+  const base = bytes.byteOffset;
+  while (i < n && ((base + i) & 3) !== 0) {
+    if (PLAIN_IN_STRING[bytes[i]] !== 1) return i;
+    i++;
+  }
+  const words = new Uint32Array(bytes.buffer, base + i, (n - i) >>> 2);
+  let w = 0;
+  while (w < words.length && !hasSpecialByte(words[w])) w++;
+  i += w << 2;
+  while (i < n && PLAIN_IN_STRING[bytes[i]] === 1) i++;
+  return i;
+}
+
+/**
+ * Whether any of the four bytes of `x` is a control character, the quote or the backslash: the
+ * bitwise "has a byte below n" and "has a zero byte" tests, exact as any-tests (bytes of 0x80 and
+ * above, UTF-8's, never match).
+ */
+function hasSpecialByte(x: number): boolean {
+  const below = (x - 0x20202020) & ~x;
+  const q = x ^ 0x22222222;
+  const b = x ^ 0x5c5c5c5c;
+  return ((below | ((q - 0x01010101) & ~q) | ((b - 0x01010101) & ~b)) & 0x80808080) !== 0;
+}
+
 function isHex(c: number | undefined): boolean {
   return c !== undefined && ((c >= ZERO && c <= NINE) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66));
 }
 
 /** `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?` at i; the index after it, or -1. */
-function numberEnd(bytes: Uint8Array, i: number): number {
+export function numberEnd(bytes: Uint8Array, i: number): number {
   if (bytes[i] === MINUS) i++;
   if (bytes[i] === ZERO) i++;
   else if (isDigit(bytes[i])) i = digitsEnd(bytes, i);
@@ -164,11 +205,11 @@ function digitsEnd(bytes: Uint8Array, i: number): number {
   return i;
 }
 
-const TRUE = Buffer.from('true');
-const FALSE = Buffer.from('false');
-const NULL = Buffer.from('null');
+export const TRUE = Buffer.from('true');
+export const FALSE = Buffer.from('false');
+export const NULL = Buffer.from('null');
 
-function literalEnd(bytes: Uint8Array, i: number, literal: Uint8Array): number {
+export function literalEnd(bytes: Uint8Array, i: number, literal: Uint8Array): number {
   for (let k = 0; k < literal.length; k++) if (bytes[i + k] !== literal[k]) return -1;
   return i + literal.length;
 }

@@ -1,11 +1,12 @@
 // Pure reading of an OpenAI-compatible request body: which model, streamed or not, and the
 // prompt-prefix material for cache-affine picking (bounded; hashed by the picker, never logged).
-// We never re-serialise the body; it reaches the model server byte-identical (unless usage
+// Long strings are never decoded whole (inspect/json-bounded.ts). We never re-serialise the body; it reaches the model server byte-identical (unless usage
 // injection, opt-in per pool, splices `stream_options.include_usage` into it: usage-injection.ts).
 
 import { GatewayError } from '../errors/gateway-error.js';
 import { errorMessage } from '../util/error-message.js';
 import type { PrefixLimit, PromptPrefix } from '../picker/prompt-hash.js';
+import { parseBoundedJson } from '../inspect/json-bounded.js';
 import { promptPrefixOf } from './prompt-prefix.js';
 import type { StreamUsageFacts } from './usage-injection.js';
 
@@ -16,16 +17,29 @@ export interface InferenceRequest extends StreamUsageFacts {
   readonly prompt: PromptPrefix;
 }
 
+/** The top-level string that must reach us whole: everything else is read for at most `limit.chars`. */
+const WHOLE_STRINGS: ReadonlySet<string> = new Set(['model']);
+
+/**
+ * The body as a value whose strings are cut at `limit.chars` (prompt-prefix.ts reads no further):
+ * a long prompt is checked byte by byte but never decoded whole. Bodies the byte grammar turns
+ * down go to JSON.parse, whose verdict and words the client gets.
+ */
+function parseRequestJson(body: Buffer, limit: PrefixLimit): unknown {
+  const bounded = parseBoundedJson(body, { maxStringChars: Math.max(0, limit.chars), wholeTopLevelStrings: WHOLE_STRINGS });
+  if (bounded !== undefined) return bounded.value;
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw new GatewayError('invalid_json', `request body is not valid JSON: ${errorMessage(err)}`, { cause: err });
+  }
+}
+
 /** `limit`: how much of the prompt the affinity key may depend on (Routing.promptLimit). */
 export function readInferenceRequest(body: Buffer, limit: PrefixLimit): InferenceRequest {
   if (body.length === 0)
     throw new GatewayError('missing_body', 'request body is empty; send an OpenAI-style JSON object with a "model" field');
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(body.toString('utf8'));
-  } catch (err) {
-    throw new GatewayError('invalid_json', `request body is not valid JSON: ${errorMessage(err)}`, { cause: err });
-  }
+  const parsed = parseRequestJson(body, limit);
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     throw new GatewayError('invalid_json', 'request body must be a JSON object');
   }

@@ -27,6 +27,8 @@ export interface ExtprocProcess {
   readonly pid: number;
   /** Port of the ops HTTP server (/metrics, /readyz), read from the start log line. */
   readonly httpPort: number;
+  /** What Envoy dials (`127.0.0.1:port`, `unix:///path`), read from the start log line. */
+  readonly grpcAddress: string;
   /** Resolves when the process has exited, however. */
   readonly exited: Promise<ProcessExit>;
   /** Waits (bounded) for the exit: a process that should exit but keeps running fails the test, not the run. */
@@ -127,6 +129,7 @@ export async function startExtprocProcess(options: StartExtprocOptions): Promise
   return {
     pid: child.pid,
     httpPort: Number(started.http),
+    grpcAddress: String(started.grpc),
     exited,
     exitWithin: (timeoutMs) => waitUntil(() => exit, { description: `llm-extproc (pid ${child.pid}) to exit`, timeoutMs }),
     logLines: () => lines,

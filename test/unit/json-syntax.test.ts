@@ -89,6 +89,27 @@ void describe('isWellFormedJson', () => {
     assert.equal(isWellFormedJson(Buffer.from('['.repeat(500) + ']'.repeat(500))), true);
   });
 
+  void it('finds a control character, quote or backslash anywhere in a long string, at every alignment', () => {
+    // Long runs are read a word at a time: every byte position and start offset must still count.
+    const backing = Buffer.alloc(200 + 8);
+    for (let offset = 0; offset < 4; offset++) {
+      for (const special of [0x00, 0x0a, 0x1f, 0x22, 0x5c]) {
+        for (let at = 1; at < 199; at++) {
+          const doc = backing.subarray(offset, offset + 200);
+          doc.fill(0x61);
+          doc[0] = 0x22;
+          doc[199] = 0x22;
+          doc[at] = special;
+          check(doc);
+        }
+      }
+      const plain = backing.subarray(offset, offset + 200).fill(0xc3);
+      plain[0] = 0x22;
+      plain[199] = 0x22;
+      check(plain); // bytes of 0x80 and above are string content, never special
+    }
+  });
+
   void it('agrees with JSON.parse on random JSON and on every cut and byte change of it', () => {
     fc.assert(
       fc.property(fc.jsonValue(), fc.nat(), fc.integer({ min: 0, max: 255 }), (value, at, byte) => {

@@ -198,6 +198,16 @@ describe('readInferenceRequest: errors', () => {
     { name: 'a megabyte array', body: body(`[${'1,'.repeat(MiB / 2)}1]`), kind: 'invalid_json' },
     { name: 'a megabyte object as model', body: body({ model: { blob: 'w'.repeat(MiB) } }), kind: 'invalid_model' },
     { name: 'a megabyte body without model', body: body({ messages: [{ content: 'v'.repeat(MiB) }] }), kind: 'missing_model' },
+    {
+      name: 'a raw newline at the end of a megabyte string',
+      body: body(`{"model":"m","messages":[{"role":"user","content":"${'u'.repeat(MiB)}\n"}]}`),
+      kind: 'invalid_json',
+    },
+    {
+      name: 'a bad escape at the end of a megabyte string',
+      body: body(`{"model":"m","messages":[{"role":"user","content":"${'u'.repeat(MiB)}\\q"}]}`),
+      kind: 'invalid_json',
+    },
   ];
   for (const c of huge) {
     it(`no echo of ${c.name}`, () => {
@@ -213,4 +223,38 @@ describe('readInferenceRequest: errors', () => {
       );
     });
   }
+});
+
+describe('readInferenceRequest: long prompts', () => {
+  const MiB = 1024 * 1024;
+  const chat = (document: string, model = 'm'): Buffer =>
+    body({
+      model,
+      stream: true,
+      messages: [
+        { role: 'system', content: 'Answer from the document.' },
+        { role: 'user', content: document },
+        { role: 'user', content: 'Summarise it.' },
+      ],
+    });
+
+  it('reads the same prompt prefix from a megabyte context as JSON.parse would, cut at the limit', () => {
+    const document = 'é "quoted" \\ 😀 line\n'.repeat(MiB / 24);
+    const read = readInferenceRequest(chat(document), LIMIT);
+    const expected = `system\u001fAnswer from the document.\u001fuser\u001f${document}`.slice(0, LIMIT.chars);
+    assert.deepEqual(read.prompt, { kind: 'text', text: expected });
+    assert.equal(read.stream, true);
+  });
+
+  it('keeps a long model name whole while the prompt is cut', () => {
+    const model = `org/${'m'.repeat(5000)}`;
+    assert.equal(readInferenceRequest(chat('d'.repeat(MiB), model), LIMIT).model, model);
+  });
+
+  it('gives one key to contexts that differ only past the limit', () => {
+    const head = 'shared '.repeat(400);
+    const a = readInferenceRequest(chat(`${head}${'a'.repeat(MiB)}`), LIMIT).prompt;
+    const b = readInferenceRequest(chat(`${head}${'b'.repeat(MiB)}`), LIMIT).prompt;
+    assert.deepEqual(a, b);
+  });
 });
