@@ -106,9 +106,10 @@ function memberKey(bytes: Uint8Array, i: number): number {
 /** The index after the string whose opening quote is at i, or -1. */
 export function stringEnd(bytes: Uint8Array, i: number): number {
   const n = bytes.length;
+  const at: { words?: Words } = {};
   i++;
   for (;;) {
-    i = plainRunEnd(bytes, i, n);
+    i = plainRunEnd(bytes, i, n, at);
     if (i >= n) return -1;
     const c = bytes[i];
     if (c === QUOTE) return i + 1;
@@ -133,29 +134,41 @@ export function stringEnd(bytes: Uint8Array, i: number): number {
 const PLAIN_IN_STRING = new Uint8Array(256).map((_, c) => (c >= 0x20 && c !== QUOTE && c !== BACKSLASH ? 1 : 0));
 
 /** Runs longer than this are read four bytes at a time. */
-const SHORT_RUN = 32;
-
-/** The index of the first byte from i on that does not stand for itself in a string (or n). */
-function plainRunEnd(bytes: Uint8Array, i: number, n: number): number {
-  const shortEnd = Math.min(n, i + SHORT_RUN);
-  while (i < shortEnd && PLAIN_IN_STRING[bytes[i]] === 1) i++;
-  return i < shortEnd || i >= n ? i : longRunEnd(bytes, i, n);
-}
+const SHORT_RUN = 16;
 
 /**
- * plainRunEnd for a long run (a prompt of a megabyte is one string): aligned 32-bit words are
- * tested for a special byte all at once, which reads a long string about four times faster.
+ * The aligned 32-bit words of `bytes`, for reading long runs four bytes at a time (a prompt of a
+ * megabyte is one string): `first` is the index of the first byte of word 0.
  */
-function longRunEnd(bytes: Uint8Array, i: number, n: number): number {
-  const base = bytes.byteOffset;
-  while (i < n && ((base + i) & 3) !== 0) {
+interface Words {
+  readonly words: Uint32Array;
+  readonly first: number;
+}
+
+function wordsOf(bytes: Uint8Array): Words {
+  const first = (4 - (bytes.byteOffset & 3)) & 3;
+  const count = bytes.length > first ? (bytes.length - first) >>> 2 : 0;
+  return { words: new Uint32Array(bytes.buffer, bytes.byteOffset + first, count), first };
+}
+
+/** The index of the first byte from i on that does not stand for itself in a string (or n); `at` caches the words view. */
+function plainRunEnd(bytes: Uint8Array, i: number, n: number, at: { words?: Words }): number {
+  const shortEnd = Math.min(n, i + SHORT_RUN);
+  while (i < shortEnd && PLAIN_IN_STRING[bytes[i]] === 1) i++;
+  if (i < shortEnd || i >= n) return i;
+  at.words ??= wordsOf(bytes);
+  return longRunEnd(bytes, i, n, at.words);
+}
+
+/** plainRunEnd past the first bytes of a run: aligned words are tested for a special byte all at once. */
+function longRunEnd(bytes: Uint8Array, i: number, n: number, { words, first }: Words): number {
+  while (i < n && ((i - first) & 3) !== 0) {
     if (PLAIN_IN_STRING[bytes[i]] !== 1) return i;
     i++;
   }
-  const words = new Uint32Array(bytes.buffer, base + i, (n - i) >>> 2);
-  let w = 0;
+  let w = (i - first) >>> 2;
   while (w < words.length && !hasSpecialByte(words[w])) w++;
-  i += w << 2;
+  i = first + (w << 2);
   while (i < n && PLAIN_IN_STRING[bytes[i]] === 1) i++;
   return i;
 }
