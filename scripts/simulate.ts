@@ -1,6 +1,7 @@
 // `npm run simulate`: replays one synthetic multi-tenant workload (scripts/simulate/sim.ts)
 // against simulated model servers under three picking policies (round-robin, least in-flight, and
-// our pipeline) and prints a comparison table. --write also puts the table in docs/benchmarks.md
+// our pipeline) and prints a comparison table; then the same workload with one server three times
+// slower, under least in-flight and the pipeline with and without its latency signal. --write also puts the table in docs/benchmarks.md
 // (between the simulate markers) and draws it as docs/picker-simulation.svg.
 // Flags: --seed N, --servers N, --requests N, --write.
 
@@ -9,7 +10,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { replaceBetweenMarkers } from './bench/stats.js';
 import { renderSimulationSvg } from './simulate/chart.js';
-import { DEFAULT_SIM, POLICIES, simulate, workload } from './simulate/sim.js';
+import { DEFAULT_SIM, POLICIES, simulate, SLOW_REPLICA_POLICIES, workload } from './simulate/sim.js';
 import type { SimConfig, SimResult } from './simulate/sim.js';
 import { repoRoot } from './repo-root.js';
 
@@ -57,10 +58,36 @@ const table = [
 ].join('\n');
 process.stdout.write(`${table}\n`);
 
+// The same workload with one server three times slower (prefill and every token), and what the
+// latency signal (picker.weights.latency, demotion of replicas much slower than their pool) does.
+const SLOW_FACTOR = 3;
+const slowScenarios: ReadonlyArray<{ readonly name: string; readonly config: SimConfig }> = [
+  { name: 'the workload above', config: { ...config, slowServers: 1, slowFactor: SLOW_FACTOR } },
+  { name: 'short prompts only (no shared system prompts)', config: { ...config, shortShare: 1, slowServers: 1, slowFactor: SLOW_FACTOR } },
+];
+const slowRows = slowScenarios.flatMap(({ name, config: scenario }) => {
+  const scenarioRequests = scenario === slowScenarios[0].config ? requests : workload(scenario);
+  return ROUTERS.flatMap((routers) =>
+    SLOW_REPLICA_POLICIES.map((policy) => ({ name, result: simulate({ ...scenario, routers }, policy, scenarioRequests) })),
+  );
+});
+const slowTable = [
+  `Command: \`npm run simulate -- --write${args.length > 0 ? ` ${args.join(' ')}` : ''}\` · one of the ${config.servers} servers ${SLOW_FACTOR}× slower (prefill and decode); the pipeline's latency tracker at its defaults.`,
+  '',
+  `| workload | llm-extproc replicas | policy | mean TTFT ms | p99 TTFT ms | p99 queue wait ms | cache hit ratio (blocks) | share served by the slow server (fair: ${((1 / config.servers) * 100).toFixed(1)} %) |`,
+  '| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |',
+  ...slowRows.map(
+    ({ name, result: r }) =>
+      `| ${name} | ${r.routers} | ${r.policy} | ${ms(r.meanTtftMs)} | ${ms(r.p99TtftMs)} | ${ms(r.p99WaitMs)} | ${(r.cacheHitRatio * 100).toFixed(1)} % | ${(r.slowShare * 100).toFixed(1)} % |`,
+  ),
+].join('\n');
+process.stdout.write(`\n${slowTable}\n`);
+
 if (flags.write) {
   const root = repoRoot();
   const doc = join(root, 'docs', 'benchmarks.md');
-  writeFileSync(doc, replaceBetweenMarkers(readFileSync(doc, 'utf8'), '<!-- simulate:start -->', '<!-- simulate:end -->', table));
+  const withMain = replaceBetweenMarkers(readFileSync(doc, 'utf8'), '<!-- simulate:start -->', '<!-- simulate:end -->', table);
+  writeFileSync(doc, replaceBetweenMarkers(withMain, '<!-- simulate-slow:start -->', '<!-- simulate-slow:end -->', slowTable));
   writeFileSync(join(root, 'docs', 'picker-simulation.svg'), renderSimulationSvg(results.filter((r) => r.routers === 3)));
   process.stderr.write(`wrote ${doc} and docs/picker-simulation.svg\n`);
 }

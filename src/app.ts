@@ -15,6 +15,7 @@ import { StoreRouting } from './request/routing.js';
 import { openTlsIdentity } from './grpc/tls-identity.js';
 import { startOpsServer } from './ops/ops-server.js';
 import { Metrics } from './metrics/metrics.js';
+import { LatencyTracker, SLOW_REPLICA } from './picker/latency-tracker.js';
 import { LoadTracker } from './picker/load-tracker.js';
 import { MetricsScraper } from './picker/scraper.js';
 import { metricsFormatFor } from './picker/settings.js';
@@ -106,10 +107,24 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   // One signal cell per endpoint: our in-flight count (load tracker) and the server's own report
   // (scraper), read by the picker on every request.
   const board = new SignalBoard();
+  // Recent TTFT/TPOT per endpoint (fed with every streamed answer), published into the same board.
+  const latency =
+    config.picker.weights.latency > 0
+      ? new LatencyTracker(board, config.picker.latency, {
+          demoted: (model, pool, address, detail) => {
+            metrics.slowReplicaDemoted(pool, address);
+            logger.warn({ model, pool, endpoint: address, reason: SLOW_REPLICA, detail }, 'endpoint demoted: much slower than its pool');
+          },
+          reinstated: (model, pool, address, why) =>
+            logger.info({ model, pool, endpoint: address, why }, 'endpoint reinstated: no longer much slower than its pool'),
+        })
+      : undefined;
+  if (latency !== undefined) metrics.reportSlowReplicasFrom(() => latency.demotedByPool());
   const routing = new StoreRouting(store, new LoadTracker(board), {
     fallbacks: config.routing.fallbacks,
     ...(config.routing.pool === undefined ? {} : { pool: config.routing.pool }),
     picker: config.picker,
+    ...(latency === undefined ? {} : { latency }),
   });
   const scraper = new MetricsScraper(
     board,
@@ -166,7 +181,11 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
           registry: metrics.registry,
           isReady: () => health.isServing(),
           view: () => store.view(),
-          signals: (address) => board.snapshot(address),
+          signals: (address) => {
+            const load = board.snapshot(address);
+            const measured = latency?.snapshot(address, performance.now()) ?? [];
+            return measured.length === 0 ? load : { ...load, latency: measured };
+          },
         });
   // The source starts last: the servers answer NOT_SERVING until its first complete view arrives.
   try {

@@ -3,6 +3,7 @@
 // when the committed file differs). Pure: returns the Markdown text.
 
 import { ENDPOINT_STATES, isRoutable } from '../src/endpoints/model.js';
+import { SLOW_REPLICA } from '../src/picker/latency-tracker.js';
 import type { EndpointState } from '../src/endpoints/model.js';
 import { CATALOG, ERROR_KINDS } from '../src/errors/catalog.js';
 import type { CatalogEntry } from '../src/errors/catalog.js';
@@ -329,6 +330,15 @@ function statesSection(): string[] {
     const routable = isRoutable({ state, address: '10.0.0.1:8000' }) ? 'yes' : 'no';
     lines.push(`| ${state} | ${routable} | ${cell(STATE_MEANINGS[state])} |`);
   }
+  lines.push(
+    '',
+    `A \`Ready\` replica can also be **demoted** by the picker, reason \`${SLOW_REPLICA}\`: its recent time per output token`,
+    "(or, where that is unknown, time to first token) is `picker.latency.outlierFactor` (2) times its pool's median or more.",
+    'It stays Ready and routable: it keeps the prompt prefixes it owns and is still a fallback, but takes no other request',
+    'first except one probe now and then, and is reinstated when a probe answers at pool speed. No client sees an error',
+    'for it. Its own state machine, `/debug/endpoints` (`load.latency`) and the metrics are in',
+    '[picking.md](picking.md#latency-and-slow-replicas).',
+  );
   return lines;
 }
 

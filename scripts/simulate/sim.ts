@@ -13,13 +13,16 @@
 // Routers: 1 or more llm-extproc replicas, each with its own Picker and its own view (our in-flight
 // counts are per replica, as in production; each scrapes the servers itself); every arrival goes
 // to one of them at random, as Envoy spreads ext_proc streams.
-// The pipeline policy is the real Picker (src/picker/pipeline.ts) fed the way llm-extproc feeds it:
+// The pipeline policy is the real Picker (src/picker/picker.ts) fed the way llm-extproc feeds it:
 // our in-flight counts at once, model-server metrics (queue, batch, KV use) scraped every
-// `scrapeMs`, and the key of the shared part's whole blocks (the request minus its last message).
+// `scrapeMs`, the key of the shared part's whole blocks (the request minus its last message), and
+// each finished request's TTFT and time per output token (the latency tracker, default settings).
+// Slow servers (`slowServers`, `slowFactor`) take that many times as long for prefill and decode.
 
 import type { Endpoint, PoolView } from '../../src/endpoints/model.js';
 import { Picker } from '../../src/picker/picker.js';
-import { DEFAULT_BOUNDED_LOAD, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
+import { LatencyTracker } from '../../src/picker/latency-tracker.js';
+import { DEFAULT_BOUNDED_LOAD, DEFAULT_LATENCY, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
 import type { ScorerWeights } from '../../src/picker/settings.js';
 import { recordScrape, SignalBoard } from '../../src/picker/signals.js';
 
@@ -44,6 +47,9 @@ export interface SimConfig {
   readonly routers: number;
   /** The pipeline's bounded load (as picker.prefix.loadFactor / loadSlack / maxQueue). */
   readonly boundedLoad: { readonly factor: number; readonly slack: number; readonly maxQueue?: number };
+  /** The first `slowServers` servers take `slowFactor` times as long for prefill and for every token. */
+  readonly slowServers: number;
+  readonly slowFactor: number;
 }
 
 export const DEFAULT_SIM: SimConfig = {
@@ -62,10 +68,14 @@ export const DEFAULT_SIM: SimConfig = {
   shortShare: 0.3,
   routers: 1,
   boundedLoad: DEFAULT_BOUNDED_LOAD,
+  slowServers: 0,
+  slowFactor: 1,
 };
 
-export type PolicyName = 'round-robin' | 'least-in-flight' | 'pipeline';
+export type PolicyName = 'round-robin' | 'least-in-flight' | 'pipeline' | 'pipeline without latency';
 export const POLICIES: readonly PolicyName[] = ['round-robin', 'least-in-flight', 'pipeline'];
+/** The slow-replica scenario: what the latency signal changes. */
+export const SLOW_REPLICA_POLICIES: readonly PolicyName[] = ['least-in-flight', 'pipeline without latency', 'pipeline'];
 
 export interface SimResult {
   readonly policy: PolicyName;
@@ -79,6 +89,8 @@ export interface SimResult {
   readonly cacheHitRatio: number;
   /** Requests served by the busiest server / by the least busy one. */
   readonly maxMinLoad: number;
+  /** Share of the requests the slow servers served (0 without any). */
+  readonly slowShare: number;
 }
 
 const BLOCK_TOKENS = 16;
@@ -202,12 +214,16 @@ interface Server {
   readonly queue: Array<{ readonly request: SimRequest; readonly router: Router }>;
   running: number;
   served: number;
+  /** 1, or slowFactor for a slow server. */
+  readonly slowdown: number;
 }
 
 /** One llm-extproc replica: its own signals (in-flight counts, scrapes) and picker. */
 interface Router {
   readonly board: SignalBoard;
   readonly picker: Picker;
+  /** Fed with each finished request's TTFT and TPOT, as llm-extproc feeds it (pipeline with latency). */
+  readonly latency: LatencyTracker | undefined;
   roundRobin: number;
 }
 
@@ -249,10 +265,10 @@ class Events<T extends { time: number }> {
 
 type SimEvent =
   | { time: number; kind: 'arrival'; request: SimRequest }
-  | { time: number; kind: 'finish'; server: Server; router: Router; request: SimRequest }
+  | { time: number; kind: 'finish'; server: Server; router: Router; request: SimRequest; ttftMs: number }
   | { time: number; kind: 'scrape' };
 
-const LEAST_IN_FLIGHT: ScorerWeights = { queue: 0, kvCache: 0, inFlight: 1, prefix: 0, lora: 0 };
+const LEAST_IN_FLIGHT: ScorerWeights = { queue: 0, kvCache: 0, inFlight: 1, prefix: 0, lora: 0, latency: 0 };
 
 function percentile(sorted: readonly number[], q: number): number {
   return sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
@@ -265,6 +281,7 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
     queue: [],
     running: 0,
     served: 0,
+    slowdown: i < config.slowServers ? config.slowFactor : 1,
   }));
   const byAddress = new Map(servers.map((s) => [s.address, s]));
   const endpoints: Endpoint[] = servers.map((s) => ({ id: s.address, address: s.address, state: 'Ready', reason: '', pool: 'sim' }));
@@ -272,15 +289,22 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
   const rand = prng(config.seed ^ 0x5eed);
   const routers: Router[] = Array.from({ length: config.routers }, () => {
     const board = new SignalBoard();
+    const weights =
+      policy === 'pipeline'
+        ? DEFAULT_WEIGHTS
+        : policy === 'pipeline without latency'
+          ? { ...DEFAULT_WEIGHTS, latency: 0 }
+          : LEAST_IN_FLIGHT;
+    const latency = weights.latency > 0 ? new LatencyTracker(board, DEFAULT_LATENCY) : undefined;
     const picker = new Picker(board, {
-      weights: policy === 'pipeline' ? DEFAULT_WEIGHTS : LEAST_IN_FLIGHT,
+      weights,
       fallbacks: 2,
       boundedLoad: config.boundedLoad,
       maxAdaptersPerServer: 4,
       poolPolicy: () => ({}),
       random: rand,
     });
-    return { board, picker, roundRobin: 0 };
+    return { board, picker, latency, roundRobin: 0 };
   });
   const waits: number[] = [];
   const ttfts: number[] = [];
@@ -298,10 +322,12 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
     server.cache.store(request.blocks);
     promptBlocks += request.blocks.length;
     cachedBlocks += hitBlocks;
-    const prefill = (request.promptTokens - cached) * config.prefillMsPerToken;
+    const prefill = (request.promptTokens - cached) * config.prefillMsPerToken * server.slowdown;
+    const ttftMs = now - request.arrival + prefill;
     waits.push(now - request.arrival);
-    ttfts.push(now - request.arrival + prefill);
-    events.push({ time: now + prefill + request.outputTokens * config.decodeMsPerToken, kind: 'finish', server, router, request });
+    ttfts.push(ttftMs);
+    const finish = now + prefill + request.outputTokens * config.decodeMsPerToken * server.slowdown;
+    events.push({ time: finish, kind: 'finish', server, router, request, ttftMs });
   };
 
   for (let event = events.pop(); event !== undefined; event = events.pop()) {
@@ -334,6 +360,7 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
         const outcome = router.picker.pick(pools, key === undefined ? { model: 'm' } : { model: 'm', affinityKey: key });
         if (outcome.kind !== 'picked') throw new Error(`simulation: pick gave ${outcome.kind}`);
         server = byAddress.get(outcome.endpoints[0].address) as Server;
+        router.latency?.picked('m', server.address);
       }
       router.board.cell(server.address).inFlight++;
       server.served++;
@@ -344,6 +371,16 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
       server.running--;
       pending--;
       event.router.board.cell(server.address).inFlight--;
+      event.router.latency?.record(
+        {
+          model: 'm',
+          pool: 'sim',
+          address: server.address,
+          timeToFirstToken: event.ttftMs / 1000,
+          timePerOutputToken: (config.decodeMsPerToken * server.slowdown) / 1000,
+        },
+        now,
+      );
       const next = server.queue.shift();
       if (next !== undefined) start(server, next.router, next.request, now);
     }
@@ -361,5 +398,6 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
     p99TtftMs: percentile(ttfts, 0.99),
     cacheHitRatio: promptBlocks === 0 ? 0 : cachedBlocks / promptBlocks,
     maxMinLoad: Math.max(...served) / Math.max(1, Math.min(...served)),
+    slowShare: served.slice(0, config.slowServers).reduce((a, b) => a + b, 0) / requests.length,
   };
 }

@@ -23,6 +23,20 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
       `picker.metrics.staleAfterSeconds: must be ≥ intervalSeconds (${intervalMs / 1000}), or every report would go stale before the next scrape`,
     );
   }
+  const l = section?.latency ?? {};
+  const latency = {
+    ...d.latency,
+    ...(l.halfLifeSeconds === undefined ? {} : { halfLifeMs: l.halfLifeSeconds * 1000 }),
+    ...(l.minSamples === undefined ? {} : { minSamples: l.minSamples }),
+    ...(l.outlierFactor === undefined ? {} : { outlierFactor: l.outlierFactor }),
+    ...(l.recoverFactor === undefined ? {} : { recoverFactor: l.recoverFactor }),
+    ...(l.probeIntervalSeconds === undefined ? {} : { probeIntervalMs: l.probeIntervalSeconds * 1000 }),
+  };
+  if (latency.recoverFactor >= latency.outlierFactor) {
+    throw new PickerConfigError(
+      `picker.latency.recoverFactor: must be < outlierFactor (${latency.outlierFactor}), or a demoted replica would be reinstated as soon as it is demoted`,
+    );
+  }
   const pools: Record<string, PoolPickerSettings> = {};
   for (const [name, pool] of Object.entries(section?.pools ?? {})) {
     pools[name] = {
@@ -39,6 +53,7 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
       inFlight: w.inFlight ?? d.weights.inFlight,
       prefix: w.prefix ?? d.weights.prefix,
       lora: w.lora ?? d.weights.lora,
+      latency: w.latency ?? d.weights.latency,
     },
     prefix: {
       keyBlocks: prefix.keyBlocks ?? d.prefix.keyBlocks,
@@ -49,6 +64,7 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
       maxQueue: prefix.maxQueue ?? d.prefix.maxQueue,
     },
     lora: { maxAdaptersPerServer: section?.lora?.maxAdaptersPerServer ?? d.lora.maxAdaptersPerServer },
+    latency,
     metrics: {
       enabled: m.enabled ?? d.metrics.enabled,
       format: m.format ?? d.metrics.format,

@@ -157,6 +157,9 @@ const Picker = Mapping(
           inFlight: Weight(`Our own in-flight requests per endpoint, fewer first. Default ${PICKER.weights.inFlight}.`),
           prefix: Weight(`Prefix-cache affinity: the rendezvous owner of the prompt prefix. Default ${PICKER.weights.prefix}.`),
           lora: Weight(`LoRA affinity: servers already running the requested adapter. Default ${PICKER.weights.lora}.`),
+          latency: Weight(
+            `Recent time to first token and per output token, against the pool's medians (0 also turns off demoting slow replicas). Default ${PICKER.weights.latency}.`,
+          ),
         },
         { description: 'Scorer weights (0 turns a scorer off).' },
       ),
@@ -205,6 +208,43 @@ const Picker = Mapping(
           ),
         },
         { description: 'LoRA affinity.' },
+      ),
+    ),
+    latency: Type.Optional(
+      Mapping(
+        {
+          halfLifeSeconds: Type.Optional(
+            Type.Number({
+              minimum: 0.1,
+              description: `A latency sample loses half its weight in this time. Default ${PICKER.latency.halfLifeMs / 1000}.`,
+            }),
+          ),
+          minSamples: Type.Optional(
+            Type.Number({
+              minimum: 1,
+              description: `Decayed samples a replica's estimate needs before it counts. Default ${PICKER.latency.minSamples}.`,
+            }),
+          ),
+          outlierFactor: Type.Optional(
+            Type.Number({
+              minimum: 1.1,
+              description: `A replica whose TTFT or TPOT is this many times its pool's median is demoted (reason slow_replica; needs 3 measured replicas). Default ${PICKER.latency.outlierFactor}.`,
+            }),
+          ),
+          recoverFactor: Type.Optional(
+            Type.Number({
+              minimum: 1,
+              description: `A demoted replica is reinstated at or below this many times the median (< outlierFactor). Default ${PICKER.latency.recoverFactor}.`,
+            }),
+          ),
+          probeIntervalSeconds: Type.Optional(
+            Type.Number({
+              minimum: 0.05,
+              description: `A demoted replica gets one probe request this often, so that a recovery is seen. Default ${PICKER.latency.probeIntervalMs / 1000}.`,
+            }),
+          ),
+        },
+        { description: 'Latency as a picking signal, and demotion of replicas much slower than their pool.' },
       ),
     ),
     metrics: Type.Optional(

@@ -45,6 +45,26 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  private readonly demotions = new Counter({
+    name: 'llm_extproc_slow_replica_demotions_total',
+    help: 'Times a Ready endpoint was demoted by the latency signal as much slower than its pool (reason slow_replica: its recent TTFT or TPOT at picker.latency.outlierFactor × the pool median or more).',
+    labelNames: ['pool', 'endpoint'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly slowReplicas = new Gauge({
+    name: 'llm_extproc_slow_replicas',
+    help: 'Endpoints currently demoted as much slower than their pool (they take requests only as fallbacks, and an occasional probe).',
+    labelNames: ['pool'] as const,
+    registers: [this.registry],
+    collect: () => {
+      this.slowReplicas.reset();
+      for (const [pool, count] of this.demotedByPool()) this.slowReplicas.set({ pool }, count);
+    },
+  });
+
+  private demotedByPool: () => Iterable<[string, number]> = () => [];
+
   private readonly failedConnectChecks = new Counter({
     name: 'llm_extproc_failed_connect_checks_total',
     help: 'Attempts that could not connect or were reset before a response, by the verdict of the replica check that followed (replica_dead = quarantined at once, client_left = the replica answered the check and stays Ready, not_checked = it was no longer Ready).',
@@ -194,6 +214,16 @@ export class Metrics {
     this.rememberSeries(endpoint, `q\u0000${pool}`, { pool, endpoint });
   }
 
+  slowReplicaDemoted(pool: string, endpoint: string): void {
+    this.demotions.inc({ pool, endpoint });
+    this.rememberSeries(endpoint, `d\u0000${pool}`, { pool, endpoint });
+  }
+
+  /** Where the slow-replica gauge reads its counts (the latency tracker). */
+  reportSlowReplicasFrom(counts: () => Iterable<[string, number]>): void {
+    this.demotedByPool = counts;
+  }
+
   failedConnectCheck(verdict: BreakVerdict): void {
     this.failedConnectChecks.inc({ verdict });
   }
@@ -282,6 +312,7 @@ export class Metrics {
         if (pools.some((pool) => this.addressesOf(pool).has(endpoint))) continue;
         for (const [key, labels] of series) {
           if (key.startsWith('a')) this.attempts.remove(labels as { pool: string; endpoint: string; outcome: string; reason: string });
+          else if (key.startsWith('d')) this.demotions.remove(labels as { pool: string; endpoint: string });
           else this.quarantines.remove(labels as { pool: string; endpoint: string });
         }
         this.seriesByEndpoint.delete(endpoint);

@@ -14,7 +14,8 @@
 // a pass for the aggregates, then the scoring pass.
 //
 //   filters  routable (Ready with an address) · the gateway's subset hint · the pool's queue limit
-//   scorers  queue depth · KV-cache use · our in-flight count · prefix affinity · LoRA affinity
+//   scorers  queue depth · KV-cache use · our in-flight count · prefix affinity · LoRA affinity ·
+//            recent latency (a replica demoted as much slower than its pool ranks below all others)
 //   ties     visiting order from a random start, so equal endpoints share traffic evenly
 
 import type { Endpoint, PoolView } from '../endpoints/model.js';
@@ -22,7 +23,7 @@ import { candidateLoad, isExcluded } from './aggregates.js';
 import { mixedRendezvousWeight } from './rendezvous.js';
 import { isOverloaded, loraAffinityScore, outstandingLoad, prefixAffinityScore } from './scorers.js';
 import type { Range } from './scorers.js';
-import { Field } from './signals.js';
+import { Field, LATENCY_DEMOTED, LATENCY_NEUTRAL } from './signals.js';
 import type { SignalBoard } from './signals.js';
 import { CandidateSet, loadScore } from './candidate-set.js';
 import type { PoolPolicy, ScorerWeights } from './settings.js';
@@ -98,6 +99,8 @@ class Scoring {
   meanLoad = 0;
   ownerMaxQueue = Infinity;
   start = 0;
+  /** The model's latency scores by slot (latency-tracker.ts), or undefined: latency does not speak. */
+  latency: Float64Array | undefined = undefined;
 }
 
 /**
@@ -153,12 +156,16 @@ export class Picker {
   private readonly topIndex: Int32Array;
   private readonly topScore: Float64Array;
   private readonly topPosition: Int32Array;
+  private readonly demotedScore: number;
 
   constructor(
     private readonly board: SignalBoard,
     private readonly options: PipelineOptions,
   ) {
     this.k = 1 + Math.max(0, options.fallbacks);
+    const w = options.weights;
+    // Below what any other replica can score, so a demoted one leads only when no other is eligible.
+    this.demotedScore = -(w.queue + w.kvCache + w.inFlight + w.prefix + w.lora + w.latency + 1);
     this.topIndex = new Int32Array(this.k + 2);
     this.topScore = new Float64Array(this.k + 2);
     this.topPosition = new Int32Array(this.k + 2);
@@ -193,6 +200,7 @@ export class Picker {
     scoring.holds = scoring.useLora ? this.board.markHolders(request.model) : -1;
     scoring.meanLoad = summary.loadSum / summary.eligible;
     scoring.ownerMaxQueue = boundedLoad.maxQueue ?? Infinity;
+    scoring.latency = weights.latency > 0 ? this.board.latencyTable(request.model) : undefined;
     // From a random start, so that ties go to a random endpoint.
     scoring.start = Math.floor(this.options.random() * count) % count;
     const kept = this.rank(set, count, summary, scoring, incremental ? this.loadScores(set, summary) : undefined);
@@ -267,7 +275,9 @@ export class Picker {
     const waitingRange: Range = { min: summary.minWaiting, max: summary.maxWaiting };
     const loraWeight = weights.lora;
     const { factor, slack } = boundedLoad;
-    const { useAffinity, useLora, key, holds, meanLoad, ownerMaxQueue, start } = scoring;
+    const { useAffinity, useLora, key, holds, meanLoad, ownerMaxQueue, start, latency } = scoring;
+    const latencyWeight = weights.latency;
+    const demotedScore = this.demotedScore;
     const limit = this.k + 1;
     const topScore = this.topScore;
     let kept = 0;
@@ -287,6 +297,17 @@ export class Picker {
         const has = signals[at + Field.AdapterMark] === holds;
         score += loraWeight * loraAffinityScore(has, reports ? signals[at + Field.AdapterCount] : undefined, maxAdapters);
       }
+      // The owner is scored as if at its pool median, demoted or not: prefix affinity outweighs
+      // every load scorer by design, and a replica's warm cache for its prefixes is worth more
+      // than its speed (`npm run simulate`, slow-replica scenario: taking prefixes from slow
+      // owners lost cache hits and p99 TTFT). Bounded load still moves them off an owner that
+      // falls behind. Latency and demotion decide where load-placed requests go.
+      const affine = score;
+      if (latency !== undefined) {
+        const slot = at / Field.Stride;
+        const value = slot < latency.length ? latency[slot] : LATENCY_NEUTRAL;
+        score = value === LATENCY_DEMOTED ? demotedScore + score : score + latencyWeight * value;
+      }
       if (useAffinity) {
         // Owners must be known to be within bounds: when any candidate reports metrics, one
         // that does not is never trusted with a prefix.
@@ -302,7 +323,7 @@ export class Picker {
           if (w > ownerWeight) {
             ownerWeight = w;
             owner = i;
-            ownerBase = score;
+            ownerBase = latency === undefined ? score : affine + latencyWeight;
             ownerPosition = step;
           }
         }

@@ -10,10 +10,43 @@ export interface ScorerWeights {
   readonly inFlight: number;
   readonly prefix: number;
   readonly lora: number;
+  /** Recent time to first token and per output token against the pool's medians (latency.ts). */
+  readonly latency: number;
 }
 
 /** Prefix affinity dominates while the owner is within bounds; load decides the rest. */
-export const DEFAULT_WEIGHTS: ScorerWeights = { queue: 1, kvCache: 1, inFlight: 1, prefix: 4, lora: 2 };
+export const DEFAULT_WEIGHTS: ScorerWeights = { queue: 1, kvCache: 1, inFlight: 1, prefix: 4, lora: 2, latency: 2 };
+
+/** How recent latency is estimated, and when a replica counts as much slower than its pool. */
+export interface LatencySettings {
+  /** A sample loses half its weight in this time. */
+  readonly halfLifeMs: number;
+  /** Decayed samples an estimate needs before it is trusted (untrusted = scored as the median). */
+  readonly minSamples: number;
+  /** Demoted at this many times the pool's median TTFT or TPOT (needs 3 trusted replicas in the pool). */
+  readonly outlierFactor: number;
+  /** A demoted replica is reinstated at or below this many times the median (hysteresis). */
+  readonly recoverFactor: number;
+  /** A demoted replica gets one probe request this often, so that a recovery can be seen. */
+  readonly probeIntervalMs: number;
+  /** Latencies below these are never called slow, whatever the ratio (jitter next to a tiny median). */
+  readonly floorTtftSeconds: number;
+  readonly floorTpotSeconds: number;
+}
+
+/**
+ * Ten seconds of memory: long enough that one slow answer does not demote a replica, short enough
+ * that a slowdown is acted on within seconds at a few requests per second per replica.
+ */
+export const DEFAULT_LATENCY: LatencySettings = {
+  halfLifeMs: 10_000,
+  minSamples: 3,
+  outlierFactor: 2,
+  recoverFactor: 1.5,
+  probeIntervalMs: 2000,
+  floorTtftSeconds: 0.02,
+  floorTpotSeconds: 0.002,
+};
 
 export interface PoolPolicy {
   /** Endpoints reporting at least this many waiting requests take no new ones; all of them = shed. */
@@ -58,6 +91,7 @@ export interface PickerSettings {
     readonly maxQueue: number;
   };
   readonly lora: { readonly maxAdaptersPerServer: number };
+  readonly latency: LatencySettings;
   readonly metrics: {
     readonly enabled: boolean;
     /** Default flavour for pools without their own. */
@@ -84,6 +118,7 @@ export const DEFAULT_PICKER_SETTINGS: PickerSettings = {
     maxQueue: DEFAULT_BOUNDED_LOAD.maxQueue,
   },
   lora: { maxAdaptersPerServer: 4 },
+  latency: DEFAULT_LATENCY,
   metrics: { enabled: true, format: 'vllm', path: '/metrics', intervalMs: 1000, timeoutMs: 500, staleAfterMs: 5000, concurrency: 16 },
   pools: {},
 };
@@ -91,7 +126,7 @@ export const DEFAULT_PICKER_SETTINGS: PickerSettings = {
 /** Least in-flight only: what routing does when given no picker settings (unit tests of other modules). */
 export const IN_FLIGHT_ONLY: PickerSettings = {
   ...DEFAULT_PICKER_SETTINGS,
-  weights: { queue: 0, kvCache: 0, inFlight: 1, prefix: 0, lora: 0 },
+  weights: { queue: 0, kvCache: 0, inFlight: 1, prefix: 0, lora: 0, latency: 0 },
   metrics: { ...DEFAULT_PICKER_SETTINGS.metrics, enabled: false },
 };
 

@@ -66,6 +66,11 @@ function resetRecord(signals: Float64Array, slot: number): void {
   signals[at + Field.MaxAdapters] = Number.POSITIVE_INFINITY;
 }
 
+/** Latency score of an endpoint as fast as its pool's median, or not measured yet. */
+export const LATENCY_NEUTRAL = 1;
+/** Latency "score" of a replica demoted as much slower than its pool: ranked below every other. */
+export const LATENCY_DEMOTED = -1;
+
 /** No slot: the cell left the board (its address left the view with nothing in flight). */
 const DETACHED = -1;
 
@@ -230,6 +235,13 @@ export class SignalBoard {
    * starts over under a new epoch, and a reader from an older epoch re-reads everything.
    */
   private changes = new Int32Array(1024);
+  /**
+   * Latency scores per model (latency-tracker.ts writes them), indexed by slot like `signals`: a
+   * score in [0, 1], or LATENCY_DEMOTED. Per model rather than a field of the record because one
+   * server may serve several models (LoRA adapters) at different speeds. A slot past a table's end
+   * is neutral (1).
+   */
+  private readonly latency = new Map<string, Float64Array>();
   /** Entries in the change log this epoch. */
   changeCount = 0;
   changeEpoch = 0;
@@ -251,6 +263,8 @@ export class SignalBoard {
       const slot = cell.slot;
       cell.detach();
       resetRecord(this.signals, slot);
+      // The slot may go to another address: it must not inherit this one's latency verdict.
+      for (const table of this.latency.values()) if (slot < table.length) table[slot] = LATENCY_NEUTRAL;
       this.freeSlots.push(slot);
       this.cells.delete(address);
       this.layoutVersion++;
@@ -272,6 +286,22 @@ export class SignalBoard {
       }
     }
     this.changes[this.changeCount++] = slot;
+  }
+
+  /** The latency scores of `model` by slot, when any was written (read once per pick). */
+  latencyTable(model: string): Float64Array | undefined {
+    return this.latency.get(model);
+  }
+
+  /** Sets the latency score of `model` at `slot` (grows the model's table as needed). */
+  setLatency(model: string, slot: number, value: number): void {
+    let table = this.latency.get(model);
+    if (table === undefined || slot >= table.length) {
+      const grown = new Float64Array(Math.max(this.capacity, slot + 1)).fill(LATENCY_NEUTRAL);
+      if (table !== undefined) grown.set(table);
+      this.latency.set(model, (table = grown));
+    }
+    table[slot] = value;
   }
 
   /** The slot of change log entry `k` (0 ≤ k < changeCount). */

@@ -170,6 +170,16 @@ export class RequestProcessor implements StreamProcessor {
     const times = answer === 'stream' ? this.clock.times() : undefined;
     const output = done.usage?.output;
     const generation = times?.generation;
+    const timePerOutputToken = output !== undefined && output > 1 && generation !== undefined ? generation / (output - 1) : undefined;
+    // Without usage in the stream, the gap between content events stands in for the time per token.
+    // Only answers of the first pick: after a failed attempt the TTFT includes another replica's time.
+    if (endpoint === this.routed?.endpoints[0])
+      this.deps.routing.recordLatency(
+        model,
+        endpoint,
+        { timeToFirstToken: times?.timeToFirstToken, timePerOutputToken: timePerOutputToken ?? times?.interTokenLatency },
+        now,
+      );
     this.deps.metrics.requestFigures({
       model,
       pool: endpoint.pool,
@@ -180,7 +190,7 @@ export class RequestProcessor implements StreamProcessor {
       duration: (now - (this.startedAt ?? now)) / 1e3,
       timeToFirstToken: times?.timeToFirstToken,
       interTokenLatency: times?.interTokenLatency,
-      timePerOutputToken: output !== undefined && output > 1 && generation !== undefined ? generation / (output - 1) : undefined,
+      timePerOutputToken,
     });
   }
 

@@ -7,6 +7,7 @@ import type { AttemptFailure } from '../endpoints/passive-health.js';
 import type { EndpointStore } from '../endpoints/store.js';
 import { GatewayError } from '../errors/gateway-error.js';
 import { noReadyReplicaError } from '../errors/no-ready-replica.js';
+import type { LatencyTracker } from '../picker/latency-tracker.js';
 import type { LoadTracker } from '../picker/load-tracker.js';
 import { Picker } from '../picker/picker.js';
 import { affinityKey, blockChars, NO_PROMPT, prefixLimit } from '../picker/prompt-hash.js';
@@ -24,6 +25,12 @@ export interface RoutedRequest {
    * fallback policy, which may pick any host of the cluster (even one serving another model).
    */
   readonly destinations: readonly string[];
+}
+
+/** How fast one answer came, in seconds (undefined = not measured). */
+export interface AnswerTimes {
+  readonly timeToFirstToken: number | undefined;
+  readonly timePerOutputToken: number | undefined;
 }
 
 /** What the picker may use about one request. */
@@ -49,6 +56,11 @@ export interface Routing {
   release(routed: RoutedRequest): void;
   recordSuccess(endpoint: Endpoint): void;
   recordFailure(endpoint: Endpoint, failure: AttemptFailure): void;
+  /**
+   * How fast `endpoint` answered a request of `model` (seconds; undefined = not measured), at
+   * `now` (performance.now() milliseconds): the latency signal's input.
+   */
+  recordLatency(model: string, endpoint: Endpoint, times: AnswerTimes, now: number): void;
   /** OpenAI `GET /v1/models` answer from the cache; throws `no_ready_replica` before the first sync. */
   modelList(): unknown;
   /** Whether some pool serves this model (bounds metric label values to configured models). */
@@ -68,6 +80,8 @@ export interface RoutingOptions {
   readonly random?: () => number;
   /** Scorer weights, affinity and shedding; absent = least in-flight only. */
   readonly picker?: PickerSettings;
+  /** Recent latency per endpoint, writing into the load tracker's board; absent = latency does not steer. */
+  readonly latency?: LatencyTracker;
 }
 
 export class StoreRouting implements Routing {
@@ -121,6 +135,8 @@ export class StoreRouting implements Routing {
     const endpoints = outcome.endpoints;
     // Load is charged to the primary: it is where Envoy sends the request unless it cannot connect.
     this.load.acquire(endpoints[0].address);
+    // A demoted replica waiting for its probe request gets this one.
+    this.options.latency?.picked(model, endpoints[0].address);
     const destinations = new Array<string>(1 + this.options.fallbacks);
     for (let i = 0; i < destinations.length; i++) destinations[i] = endpoints[i % endpoints.length].address;
     return { model, endpoints, destinations };
@@ -225,6 +241,10 @@ export class StoreRouting implements Routing {
 
   recordFailure(endpoint: Endpoint, failure: AttemptFailure): void {
     this.store.recordFailure(endpoint.address, failure);
+  }
+
+  recordLatency(model: string, endpoint: Endpoint, times: AnswerTimes, now: number): void {
+    this.options.latency?.record({ model, pool: endpoint.pool, address: endpoint.address, ...times }, now);
   }
 
   servesModel(model: string): boolean {

@@ -16,7 +16,8 @@ describe('picker config', () => {
     const config = buildConfig(
       [
         'picker:',
-        '  weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0 }',
+        '  weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0, latency: 3 }',
+        '  latency: { halfLifeSeconds: 4, minSamples: 5, outlierFactor: 3, recoverFactor: 2, probeIntervalSeconds: 0.5 }',
         '  prefix: { keyBlocks: 4, blockTokens: 32, charsPerToken: 3.5, loadFactor: 1.5, loadSlack: 3, maxQueue: 4 }',
         '  lora: { maxAdaptersPerServer: 8 }',
         '  metrics: { enabled: true, format: sglang, path: /stats, intervalSeconds: 2, timeoutSeconds: 0.25, staleAfterSeconds: 10, concurrency: 4 }',
@@ -28,9 +29,17 @@ describe('picker config', () => {
       {},
     );
     assert.deepEqual(config.picker, {
-      weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0 },
+      weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0, latency: 3 },
       prefix: { keyBlocks: 4, blockTokens: 32, charsPerToken: 3.5, loadFactor: 1.5, loadSlack: 3, maxQueue: 4 },
       lora: { maxAdaptersPerServer: 8 },
+      latency: {
+        ...DEFAULT_PICKER_SETTINGS.latency,
+        halfLifeMs: 4000,
+        minSamples: 5,
+        outlierFactor: 3,
+        recoverFactor: 2,
+        probeIntervalMs: 500,
+      },
       metrics: { enabled: true, format: 'sglang', path: '/stats', intervalMs: 2000, timeoutMs: 250, staleAfterMs: 10_000, concurrency: 4 },
       pools: {
         llama: { metricsFormat: 'vllm', maxQueueDepth: 64, blockTokens: 64, charsPerToken: 2.5 },
@@ -45,6 +54,14 @@ describe('picker config', () => {
     assert.equal(metricsFormatFor(config.picker, 'legacy'), undefined);
     assert.equal(metricsFormatFor(config.picker, 'other'), 'sglang');
     assert.deepEqual(poolSettings(config.picker, 'toString'), {});
+  });
+
+  it('latency: a recover factor at or above the outlier factor is refused, naming both', () => {
+    assert.throws(
+      () => buildConfig('picker:\n  latency: { outlierFactor: 2, recoverFactor: 2 }\n', {}),
+      (err: unknown) => err instanceof Error && /picker\.latency\.recoverFactor: must be < outlierFactor \(2\)/.test(err.message),
+    );
+    assert.equal(buildConfig('picker:\n  latency: { outlierFactor: 3, recoverFactor: 2.5 }\n', {}).picker.latency.recoverFactor, 2.5);
   });
 
   it('the schema accepts exactly the flavours the parser knows', () => {

@@ -23,7 +23,7 @@ function poolOf(name: string, endpoints: Endpoint[]): PoolView {
   return { name, models: ['m'], endpoints: endpoints.map((e) => ({ ...e, pool: name })) };
 }
 
-const IN_FLIGHT: ScorerWeights = { queue: 0, kvCache: 0, inFlight: 1, prefix: 0, lora: 0 };
+const IN_FLIGHT: ScorerWeights = { queue: 0, kvCache: 0, inFlight: 1, prefix: 0, lora: 0, latency: 0 };
 
 function picker(board: SignalBoard, options: Partial<PipelineOptions> & { draws?: number[] } = {}): Picker {
   const draws = options.draws ?? [0];

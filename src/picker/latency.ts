@@ -1,0 +1,85 @@
+// Latency estimates and the latency scorer, pure: an exponentially decayed mean of one endpoint's
+// recent samples (time to first token, time per output token), and how one endpoint's estimates
+// compare with its pool's medians. Times are whatever monotonic milliseconds the caller passes.
+
+/**
+ * A mean whose samples lose half their weight every `halfLifeMs`: recent behaviour decides, and
+ * an endpoint that stops answering slowly stops looking slow. `weight` is how many recent samples
+ * the mean stands for (decayed), the estimate's confidence.
+ */
+export class DecayedMean {
+  private sum = 0;
+  private total = 0;
+  private at = 0;
+
+  /** Adds a sample taken at `now`. */
+  observe(value: number, now: number, halfLifeMs: number): void {
+    const keep = this.decay(now, halfLifeMs);
+    this.sum = this.sum * keep + value;
+    this.total = this.total * keep + 1;
+    this.at = now;
+  }
+
+  /** Forgets every sample and starts from this one (a probe showed the old ones no longer hold). */
+  restart(value: number, now: number): void {
+    this.sum = value;
+    this.total = 1;
+    this.at = now;
+  }
+
+  /** The mean; NaN before the first sample. Decay leaves it unchanged: only new samples move it. */
+  get mean(): number {
+    return this.total === 0 ? Number.NaN : this.sum / this.total;
+  }
+
+  /** How many samples the mean stands for at `now`. */
+  weightAt(now: number, halfLifeMs: number): number {
+    return this.total * this.decay(now, halfLifeMs);
+  }
+
+  private decay(now: number, halfLifeMs: number): number {
+    const elapsed = now - this.at;
+    return elapsed <= 0 || this.total === 0 ? 1 : 2 ** (-elapsed / halfLifeMs);
+  }
+}
+
+/** The median of `values[0..count)`; sorts that part in place. NaN when empty. */
+export function medianOf(values: Float64Array, count: number): number {
+  if (count === 0) return Number.NaN;
+  const part = values.subarray(0, count).sort();
+  return count % 2 === 1 ? part[(count - 1) / 2] : (part[count / 2 - 1] + part[count / 2]) / 2;
+}
+
+/**
+ * How many times slower than its pool's typical replica an endpoint is: its time per output token
+ * over the pool's median, or, when TPOT is not known, its time to first token over that median.
+ * TPOT is the replica's own speed; TTFT also carries the prompt's length, its cache hits and the
+ * queue, which differ between replicas by what they were sent (prefix affinity gives each its
+ * tenants): judged by TTFT alongside TPOT, a healthy replica holding the long prompts reads slow
+ * (`npm run simulate` demoted such replicas and lost prefix-cache hits). Each median is raised to
+ * `floor` first, so that jitter of a few milliseconds next to a tiny median never reads as "three
+ * times slower". NaN (not known) does not count; 1 when nothing is known, or when faster.
+ */
+export function slowness(ttft: number, tpot: number, medianTtft: number, medianTpot: number, floor: LatencyFloor): number {
+  const ratio =
+    !Number.isNaN(tpot) && !Number.isNaN(medianTpot)
+      ? tpot / Math.max(medianTpot, floor.tpotSeconds)
+      : !Number.isNaN(ttft) && !Number.isNaN(medianTtft)
+        ? ttft / Math.max(medianTtft, floor.ttftSeconds)
+        : 1;
+  return ratio > 1 ? ratio : 1;
+}
+
+/** Below these, a latency difference is noise rather than a slow replica. */
+export interface LatencyFloor {
+  readonly ttftSeconds: number;
+  readonly tpotSeconds: number;
+}
+
+/**
+ * The latency scorer: 1 for an endpoint as fast as its pool's median or faster (and for one not
+ * yet measured: a new replica is not penalised for being new), 1/s for one s times slower.
+ */
+export function latencyScore(slowdown: number): number {
+  return slowdown <= 1 ? 1 : 1 / slowdown;
+}
