@@ -25,8 +25,13 @@ import type { InferenceRequest, SseErrorSpec } from './openai-replies.js';
 
 /** How the server answers inference requests. `afterEvents` counts SSE events (or JSON halves). */
 export type Behavior =
-  /** Normal answer; `eventDelayMs` spaces SSE events (default: only the write round-trip). */
-  | { readonly kind: 'ok'; readonly eventDelayMs?: number }
+  /**
+   * Normal answer; `eventDelayMs` spaces SSE events (default: only the write round-trip).
+   * `firstEventDelayMs`: a stream's headers go out at once, its first event this long after
+   * (a prefill before the first token). Streams carry a usage chunk only when the request asked
+   * for one (`stream_options.include_usage`), as vLLM's do.
+   */
+  | { readonly kind: 'ok'; readonly eventDelayMs?: number; readonly firstEventDelayMs?: number }
   /** Normal answer, `delayMs` between SSE events (JSON bodies: between four slices). */
   | { readonly kind: 'slow-chunks'; readonly delayMs: number }
   /**
@@ -332,6 +337,7 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
         if (parsed.stream) {
           const plan = stream();
           w.head(200, SSE_HEADERS);
+          if (b.kind === 'ok') await w.pause(b.firstEventDelayMs ?? 0);
           await sendEvents([...plan.events, plan.terminator], gap);
           await w.end();
         } else if (b.kind === 'ok') {
