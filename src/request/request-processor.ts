@@ -26,6 +26,9 @@ export interface ProcessorMetrics {
   servedOutsidePick(): void;
   /** The LLM figures of a request answered well by a model server (once per such request). */
   requestFigures(figures: LlmFigures): void;
+  /** The request was routed to this (served) model: it runs until requestReleased. */
+  requestRouted(model: string): void;
+  requestReleased(model: string): void;
 }
 
 export interface ProcessorDeps {
@@ -108,7 +111,10 @@ export class RequestProcessor implements StreamProcessor {
     if (this.finished) return;
     this.finished = true;
     this.apply(onStreamEnd(this.state, end), performance.now());
-    if (this.routed !== undefined) this.deps.routing.release(this.routed);
+    if (this.routed !== undefined) {
+      this.deps.routing.release(this.routed);
+      if (this.pickedAt !== undefined) this.deps.metrics.requestReleased(this.routed.model);
+    }
     this.deps.metrics.requestEnded();
   }
 
@@ -117,8 +123,11 @@ export class RequestProcessor implements StreamProcessor {
     this.state = step.state;
     for (const notice of step.notices) {
       if (notice.kind === 'routed') {
+        if (this.pickedAt === undefined) {
+          this.pickedAt = now;
+          this.deps.metrics.requestRouted(notice.routed.model);
+        }
         this.routed = notice.routed;
-        this.pickedAt ??= now;
       } else if (!this.reportedOutsidePick) {
         this.reportedOutsidePick = true;
         this.deps.metrics.servedOutsidePick();

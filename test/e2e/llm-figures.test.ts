@@ -65,7 +65,7 @@ for (const { title, profile } of PROFILES) {
     ];
 
     before(async () => {
-      server = await startModelServer({ id: 'figures', models: [MODEL] });
+      server = await startModelServer({ id: 'figures', models: [MODEL], metrics: { waiting: 3, running: 1, kvCacheUsage: 0.25 } });
       injecting = await startGateway({ pools: pools(), profile, configYaml: `routing:\n  streamUsagePools: [${POOL}]\n` });
       plain = await startGateway({ pools: pools(), profile });
     });
@@ -103,9 +103,24 @@ for (const { title, profile } of PROFILES) {
         metricValue(await injecting.metricsText(), 'gen_ai_client_token_usage_sum', { ...usageLabels, gen_ai_token_type: 'output' }),
         sent.completion_tokens,
       );
+      // The same tokens under the Gateway API Inference Extension's names.
+      const objective = { model_name: MODEL, target_model_name: MODEL };
+      const text = await injecting.metricsText();
+      assert.equal(metricValue(text, 'inference_objective_input_tokens_sum', objective), sent.prompt_tokens);
+      assert.equal(metricValue(text, 'inference_objective_output_tokens_sum', objective), sent.completion_tokens);
+      assert.equal(metricValue(text, 'inference_objective_request_total', objective), 1);
       // Without injection the stream carried no usage: counted as such, never as zero tokens.
       await metricReaches(plain, 'llm_extproc_answers_without_usage_total', { ...labels, answer: 'stream' }, 1);
       assert.equal(metricValue(await plain.metricsText(), 'llm_extproc_tokens_total', labels), 0);
+    });
+
+    void it("the Inference Extension's pool series show the pool's ready pods and the load its model server reports", async () => {
+      await metricReaches(plain, 'inference_pool_average_queue_size', { name: POOL }, 3);
+      const text = await plain.metricsText();
+      assert.equal(metricValue(text, 'inference_pool_ready_pods', { name: POOL }), 1);
+      assert.equal(metricValue(text, 'inference_pool_average_kv_cache_utilization', { name: POOL }), 0.25);
+      // Static endpoints have no pod: the address stands for it.
+      assert.equal(metricValue(text, 'inference_pool_per_pod_queue_size', { name: POOL, model_server_pod: server.address }), 3);
     });
 
     void it('a client that asks for usage itself still gets its usage chunk', async () => {
