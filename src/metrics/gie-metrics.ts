@@ -48,6 +48,9 @@ const OBJECTIVE_LABELS = ['model_name', 'target_model_name'];
 
 /** The kept series of one model. */
 interface ModelSeries {
+  /** Requests routed to the model and not finished; shown once the model was routed to. */
+  running: number;
+  routedOnce: boolean;
   readonly requests: CounterCell;
   errors?: CounterCell;
   duration?: CountingChild;
@@ -62,8 +65,6 @@ export class GieMetrics {
   private readonly inputTokens: CountingHistogram;
   private readonly outputTokens: CountingHistogram;
   private readonly byModel = new Map<string, ModelSeries>();
-  /** Requests routed and not finished, by model. */
-  private readonly running = new Map<string, number>();
   private pools: () => Iterable<PoolLoads> = () => [];
 
   constructor(registry: Registry) {
@@ -116,7 +117,7 @@ export class GieMetrics {
       registers,
       aggregator: 'sum',
       collect: () => {
-        for (const [model, count] of this.running) running.set({ model_name: model }, count);
+        for (const [model, m] of this.byModel) if (m.routedOnce) running.set({ model_name: model }, m.running);
       },
     });
     // Every worker of a cluster holds the same view of the pools: report one copy, not the sum.
@@ -171,16 +172,18 @@ export class GieMetrics {
   }
 
   routed(model: string): void {
-    this.running.set(model, (this.running.get(model) ?? 0) + 1);
+    const m = this.seriesOf(model);
+    m.running++;
+    m.routedOnce = true;
   }
 
   released(model: string): void {
-    this.running.set(model, (this.running.get(model) ?? 1) - 1);
+    this.seriesOf(model).running--;
   }
 
   private seriesOf(model: string): ModelSeries {
     let m = this.byModel.get(model);
-    if (m === undefined) this.byModel.set(model, (m = { requests: this.requestCells.cell(model, model) }));
+    if (m === undefined) this.byModel.set(model, (m = { running: 0, routedOnce: false, requests: this.requestCells.cell(model, model) }));
     return m;
   }
 
