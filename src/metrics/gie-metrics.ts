@@ -35,14 +35,14 @@ export interface PoolLoads {
 }
 
 // The EPP's bucket boundaries (pkg/epp/metrics/metrics.go), so its dashboards' quantiles read alike.
-export const GIE_DURATION_BUCKETS = [
+const GIE_DURATION_BUCKETS = [
   0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600,
   900, 1200, 1800, 2700, 3600,
 ];
-export const GIE_INPUT_TOKEN_BUCKETS = [
+const GIE_INPUT_TOKEN_BUCKETS = [
   1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32778, 65536, 131072, 262144, 524288, 1048576,
 ];
-export const GIE_OUTPUT_TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192];
+const GIE_OUTPUT_TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192];
 
 const OBJECTIVE_LABELS = ['model_name', 'target_model_name'];
 

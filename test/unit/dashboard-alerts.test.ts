@@ -22,7 +22,9 @@ function registeredMetrics(): Map<string, readonly string[]> {
 /** Problems with one PromQL expression: unknown metrics, or grouping/matching on labels none of its metrics has. */
 function problems(expr: string, known: Map<string, readonly string[]>): string[] {
   const found: string[] = [];
-  const names = [...expr.matchAll(/\b(?:llm_extproc|gen_ai_(?:client|server)|inference_objective|inference_pool)_[a-z_]+/g)].map((m) => m[0]);
+  const names = [...expr.matchAll(/\b(?:llm_extproc|gen_ai_(?:client|server)|inference_objective|inference_pool)_[a-z_]+/g)].map(
+    (m) => m[0],
+  );
   assert.ok(names.length > 0, `no llm-extproc metric in ${expr}`);
   const labels = new Set<string>(['le']);
   for (const raw of names) {
