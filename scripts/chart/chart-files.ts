@@ -204,6 +204,10 @@ function valuesSchema(): object {
           }),
           cacheAgeSeconds: Type.Number({ exclusiveMinimum: 0, description: 'Alert when the endpoint cache is older.' }),
           watchRestartsPer10m: Type.Integer({ minimum: 0, description: 'Alert above this many abnormal watch restarts in 10 minutes.' }),
+          slowReplicaRatio: Type.Number({
+            exclusiveMinimum: 1,
+            description: 'Alert when a replica’s mean time to first token is this many times its pool’s median replica’s.',
+          }),
         }),
         dashboard: Closed({
           enabled: Type.Boolean(),

@@ -47,50 +47,21 @@ export function usageOf(value: unknown): TokenUsage | undefined {
   return { input, output, cached: count(details?.['cached_tokens']) };
 }
 
-const USAGE_KEY = '"usage"';
-// Searching a Buffer for a Buffer skips the string-to-bytes conversion of every call.
-const USAGE_KEY_BYTES = Buffer.from(USAGE_KEY);
-
-/** A JSON text as bytes or as a string: the few operations the search needs, on either. */
-interface Text {
-  readonly length: number;
-  code(i: number): number;
-  /** Start of the last `"usage"` at or before `from`, or -1. */
-  lastUsageKey(from: number): number;
-  slice(start: number, end: number): string;
-}
-
-function bytesText(bytes: Buffer): Text {
-  return {
-    length: bytes.length,
-    code: (i) => bytes[i],
-    lastUsageKey: (from) => bytes.lastIndexOf(USAGE_KEY_BYTES, from),
-    slice: (start, end) => bytes.toString('utf8', start, end),
-  };
-}
-
-function stringText(text: string): Text {
-  return {
-    length: text.length,
-    code: (i) => text.charCodeAt(i),
-    lastUsageKey: (from) => text.lastIndexOf(USAGE_KEY, from),
-    slice: (start, end) => text.slice(start, end),
-  };
-}
+const USAGE_KEY = Buffer.from('"usage"');
 
 /** True when the quote at `at` is escaped (preceded by an odd run of backslashes). */
-function isEscaped(text: Text, at: number): boolean {
+function isEscaped(bytes: Buffer, at: number): boolean {
   let slashes = 0;
-  for (let i = at - 1; i >= 0 && text.code(i) === BACKSLASH; i--) slashes++;
+  for (let i = at - 1; i >= 0 && bytes[i] === BACKSLASH; i--) slashes++;
   return slashes % 2 === 1;
 }
 
 /** End (exclusive) of the object that opens at `start`, or -1 when it is cut short. */
-function objectEnd(text: Text, start: number): number {
+function objectEnd(bytes: Buffer, start: number): number {
   let depth = 0;
   let inString = false;
-  for (let i = start; i < text.length; i++) {
-    const c = text.code(i);
+  for (let i = start; i < bytes.length; i++) {
+    const c = bytes[i];
     if (inString) {
       if (c === BACKSLASH) i++;
       else if (c === QUOTE) inString = false;
@@ -101,28 +72,32 @@ function objectEnd(text: Text, start: number): number {
   return -1;
 }
 
-function skipWhitespace(text: Text, i: number): number {
-  while (i < text.length && isJsonWhitespace(text.code(i))) i++;
+function skipWhitespace(bytes: Buffer, i: number): number {
+  while (i < bytes.length && isJsonWhitespace(bytes[i])) i++;
   return i;
 }
 
-/** The usage in a JSON text (a whole answer, or one SSE data payload), if it reports one. */
+/**
+ * The usage in a JSON text (a whole answer, or one SSE data payload), if it reports one. Bytes are
+ * scanned directly (one code path, so the scan stays monomorphic on the per-answer hot path); a
+ * string (an SSE payload, once per stream) is encoded first.
+ */
 export function findUsage(json: Buffer | string): TokenUsage | undefined {
-  const text = typeof json === 'string' ? stringText(json) : bytesText(json);
-  let from = text.length;
+  const bytes = typeof json === 'string' ? Buffer.from(json) : json;
+  let from = bytes.length;
   while (from > 0) {
-    const key = text.lastUsageKey(from - 1);
+    const key = bytes.lastIndexOf(USAGE_KEY, from - 1);
     if (key < 0) return undefined;
     from = key;
-    if (isEscaped(text, key)) continue; // a quote inside a string, not a key
-    let i = skipWhitespace(text, key + USAGE_KEY.length);
-    if (text.code(i) !== COLON) continue;
-    i = skipWhitespace(text, i + 1);
-    if (text.code(i) !== OPEN_OBJECT) continue; // `"usage": null` in the chunks before the last
-    const end = objectEnd(text, i);
+    if (isEscaped(bytes, key)) continue; // a quote inside a string, not a key
+    let i = skipWhitespace(bytes, key + USAGE_KEY.length);
+    if (bytes[i] !== COLON) continue;
+    i = skipWhitespace(bytes, i + 1);
+    if (bytes[i] !== OPEN_OBJECT) continue; // `"usage": null` in the chunks before the last
+    const end = objectEnd(bytes, i);
     if (end < 0) return undefined;
     try {
-      return usageOf(JSON.parse(text.slice(i, end)));
+      return usageOf(JSON.parse(bytes.toString('utf8', i, end)));
     } catch {
       return undefined;
     }

@@ -9,6 +9,8 @@ import type { BreakVerdict } from '../endpoints/replica-probe.js';
 import { CounterCells } from './counter-cells.js';
 import { CountingHistogram } from './counting-histogram.js';
 import { EventLoopDelayMetric } from './event-loop-delay.js';
+import { GieMetrics } from './gie-metrics.js';
+import type { PoolLoads } from './gie-metrics.js';
 import { LlmMetrics } from './llm-metrics.js';
 import type { LlmFigures } from './llm-metrics.js';
 
@@ -188,6 +190,8 @@ export class Metrics {
   private readonly messageChildren = new Map<string, { observe(value: number): void }>();
 
   private readonly llm = new LlmMetrics(this.registry);
+  /** The Gateway API Inference Extension's names for the same figures (its dashboards and HPA examples). */
+  private readonly gie = new GieMetrics(this.registry);
 
   /** Present with process metrics: a native sampler that a test creating many Metrics can do without. */
   readonly eventLoopDelay: EventLoopDelayMetric | undefined;
@@ -201,6 +205,21 @@ export class Metrics {
 
   requestFinished(model: string, result: string): void {
     this.requestCells.add(model, result);
+    this.gie.requestFinished(model, result === 'ok');
+  }
+
+  /** A request was routed to `model` (a model we serve); requestReleased follows when it ends. */
+  requestRouted(model: string): void {
+    this.gie.routed(model);
+  }
+
+  requestReleased(model: string): void {
+    this.gie.released(model);
+  }
+
+  /** Where the per-pool load series come from (app.ts: the endpoint view and the picker's load reports). */
+  reportPoolLoadsFrom(pools: () => Iterable<PoolLoads>): void {
+    this.gie.reportPoolsFrom(pools);
   }
 
   attempt(pool: string, endpoint: string, outcome: AttemptOutcome, reason: string): void {
@@ -257,6 +276,7 @@ export class Metrics {
 
   requestFigures(figures: LlmFigures): void {
     this.llm.record(figures);
+    this.gie.answered(figures.model, figures.duration, figures.usage?.input, figures.usage?.output);
   }
 
   servedOutsidePick(): void {

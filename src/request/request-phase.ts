@@ -35,8 +35,6 @@ export function requestHeaders(ctx: MachineContext, out: StepBuilder, state: Str
     requestId: headerValue(headers, 'x-request-id') ?? '',
     subset: subsetHint(message),
     contentLength: declaredLength(headerValue(headers, 'content-length')),
-    traceparent: headerValue(headers, 'traceparent'),
-    tracestate: headerValue(headers, 'tracestate'),
   };
   const path = pathOnly(request.path);
   if (message.request_headers?.end_of_stream === true) {
@@ -168,8 +166,9 @@ function route(
       routed,
       model,
       requestBytes: body.length,
-      ...(onlyPossible === undefined ? {} : { servedUnlessReported: onlyPossible }),
-      ...(rewritten === undefined ? {} : { usageInjected: true }),
+      // Every field always present: one object shape for every exchange keeps the reads of it monomorphic.
+      servedUnlessReported: onlyPossible,
+      usageInjected: rewritten !== undefined,
     },
   });
 }

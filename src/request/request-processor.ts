@@ -26,6 +26,9 @@ export interface ProcessorMetrics {
   servedOutsidePick(): void;
   /** The LLM figures of a request answered well by a model server (once per such request). */
   requestFigures(figures: LlmFigures): void;
+  /** The request was routed to this (served) model: it runs until requestReleased. */
+  requestRouted(model: string): void;
+  requestReleased(model: string): void;
 }
 
 export interface ProcessorDeps {
@@ -70,7 +73,10 @@ export class RequestProcessor implements StreamProcessor {
   private routed: RoutedRequest | undefined;
   private finished = false;
   private reportedOutsidePick = false;
-  private readonly clock = new ResponseClock();
+  /** When the request was routed (TTFT starts there; re-routing keeps the first pick). */
+  private pickedAt: number | undefined;
+  /** Made when an SSE answer starts streaming: JSON answers and errors never need one. */
+  private clock: ResponseClock | undefined;
   private startedAt: number | undefined;
 
   constructor(private readonly deps: ProcessorDeps) {
@@ -92,7 +98,9 @@ export class RequestProcessor implements StreamProcessor {
       const before = this.state;
       const step = onMessage(this.context, this.state, request);
       // The chunk was fed to the inspector of the state it arrived in: its content events so far.
-      if (before.kind === 'Streaming' && before.watch.kind === 'sse') this.clock.contentSeen(before.watch.inspector.contentEvents, started);
+      if (before.kind === 'Streaming' && before.watch.kind === 'sse') {
+        (this.clock ??= new ResponseClock(this.pickedAt)).contentSeen(before.watch.inspector.contentEvents, started);
+      }
       return this.apply(step, started);
     } finally {
       this.deps.metrics.messageHandled(request.request ?? 'unknown', (performance.now() - started) / 1e3);
@@ -103,7 +111,10 @@ export class RequestProcessor implements StreamProcessor {
     if (this.finished) return;
     this.finished = true;
     this.apply(onStreamEnd(this.state, end), performance.now());
-    if (this.routed !== undefined) this.deps.routing.release(this.routed);
+    if (this.routed !== undefined) {
+      this.deps.routing.release(this.routed);
+      if (this.pickedAt !== undefined) this.deps.metrics.requestReleased(this.routed.model);
+    }
     this.deps.metrics.requestEnded();
   }
 
@@ -112,8 +123,11 @@ export class RequestProcessor implements StreamProcessor {
     this.state = step.state;
     for (const notice of step.notices) {
       if (notice.kind === 'routed') {
+        if (this.pickedAt === undefined) {
+          this.pickedAt = now;
+          this.deps.metrics.requestRouted(notice.routed.model);
+        }
         this.routed = notice.routed;
-        this.clock.picked(now);
       } else if (!this.reportedOutsidePick) {
         this.reportedOutsidePick = true;
         this.deps.metrics.servedOutsidePick();
@@ -167,7 +181,7 @@ export class RequestProcessor implements StreamProcessor {
     const answer = done.answer;
     const endpoint = done.endpoint === undefined ? undefined : this.routed?.endpoints.find((e) => e.address === done.endpoint);
     if (done.result !== 'ok' || answer === undefined || endpoint === undefined) return;
-    const times = answer === 'stream' ? this.clock.times() : undefined;
+    const times = answer === 'stream' ? (this.clock ?? new ResponseClock(this.pickedAt)).times() : undefined;
     const output = done.usage?.output;
     const generation = times?.generation;
     const timePerOutputToken = output !== undefined && output > 1 && generation !== undefined ? generation / (output - 1) : undefined;

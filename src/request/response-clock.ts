@@ -14,16 +14,19 @@ export interface ResponseTimes {
 }
 
 export class ResponseClock {
-  #pickedAt: number | undefined;
+  readonly #pickedAt: number | undefined;
   #firstAt = 0;
   #lastAt = 0;
   #events = 0;
   /** Content events counted when the first content chunk arrived (a chunk may carry several). */
   #firstEvents = 0;
 
-  /** The request was routed at `now` (re-routing keeps the first pick: TTFT is what the client waited). */
-  picked(now: number): void {
-    this.#pickedAt ??= now;
+  /**
+   * `pickedAt`: when the request was routed (the first pick: TTFT is what the client waited);
+   * undefined when it never was, and then there is no TTFT.
+   */
+  constructor(pickedAt: number | undefined) {
+    this.#pickedAt = pickedAt;
   }
 
   /** After a chunk that arrived at `now`, the stream's inspector has counted `events` content events. */

@@ -34,9 +34,6 @@ export interface RequestFacts {
   readonly subset: ReadonlySet<string> | undefined;
   /** The request's declared `content-length`, when it has one. */
   readonly contentLength: number | undefined;
-  /** W3C trace context the client sent (forwarded by Envoy), for the request's span. */
-  readonly traceparent: string | undefined;
-  readonly tracestate: string | undefined;
 }
 
 /** A request on its way to (or back from) the model servers. */
@@ -171,7 +168,8 @@ export class StepBuilder {
   private readonly out: ProcessingResponse[] = [];
   private learnt: Attempt[] = NONE_LEARNT;
   private told: Notice[] = NONE_TOLD;
-  private result: Finished | undefined;
+  /** Mutable here only: build() fills in the answer, without copying the result. */
+  private result: { -readonly [K in keyof Finished]: Finished[K] } | undefined;
   private answer: Finished['answer'];
   private tokens: TokenUsage | undefined;
 
@@ -238,8 +236,11 @@ export class StepBuilder {
 
   build(): Step {
     const result = this.result;
-    const finished = result === undefined || this.answer === undefined ? result : { ...result, answer: this.answer, usage: this.tokens };
-    return { state: this.state, replies: this.out, attempts: this.learnt, finished, notices: this.told };
+    if (result !== undefined && this.answer !== undefined) {
+      result.answer = this.answer;
+      result.usage = this.tokens;
+    }
+    return { state: this.state, replies: this.out, attempts: this.learnt, finished: result, notices: this.told };
   }
 }
 

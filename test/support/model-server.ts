@@ -26,8 +26,10 @@ import type { InferenceRequest, SseErrorSpec } from './openai-replies.js';
 /** How the server answers inference requests. `afterEvents` counts SSE events (or JSON halves). */
 export type Behavior =
   /**
-   * Normal answer; `eventDelayMs` spaces SSE events (default: only the write round-trip), and
-   * `firstEventDelayMs` comes between the headers and the first event (a server's prefill time).
+   * Normal answer; `eventDelayMs` spaces SSE events (default: only the write round-trip).
+   * `firstEventDelayMs`: a stream's headers go out at once, its first event this long after
+   * (a prefill before the first token). Streams carry a usage chunk only when the request asked
+   * for one (`stream_options.include_usage`), as vLLM's do.
    */
   | { readonly kind: 'ok'; readonly eventDelayMs?: number; readonly firstEventDelayMs?: number }
   /** Normal answer, `delayMs` between SSE events (JSON bodies: between four slices). */

@@ -22,7 +22,9 @@ function registeredMetrics(): Map<string, readonly string[]> {
 /** Problems with one PromQL expression: unknown metrics, or grouping/matching on labels none of its metrics has. */
 function problems(expr: string, known: Map<string, readonly string[]>): string[] {
   const found: string[] = [];
-  const names = [...expr.matchAll(/llm_extproc_[a-z_]+/g)].map((m) => m[0]);
+  const names = [...expr.matchAll(/\b(?:llm_extproc|gen_ai_(?:client|server)|inference_objective|inference_pool)_[a-z_]+/g)].map(
+    (m) => m[0],
+  );
   assert.ok(names.length > 0, `no llm-extproc metric in ${expr}`);
   const labels = new Set<string>(['le']);
   for (const raw of names) {
@@ -64,6 +66,12 @@ describe('Grafana dashboard', () => {
       ['added latency per message', /by \(le, message\) \(rate\(llm_extproc_message_processing_seconds_bucket/],
       ['watch restarts', /llm_extproc_kubernetes_watch_restarts_total/],
       ['cache age', /llm_extproc_endpoint_cache_age_seconds/],
+      ['time to first token by model', /by \(le, gen_ai_request_model\) \(rate\(gen_ai_server_time_to_first_token_seconds_bucket/],
+      ['inter-token latency by model', /by \(le, gen_ai_request_model\) \(rate\(llm_extproc_inter_token_latency_seconds_bucket/],
+      ['time to first token by replica', /by \(pool, endpoint\) \(rate\(gen_ai_server_time_to_first_token_seconds_sum/],
+      ['inter-token latency by replica', /by \(le, pool, endpoint\) \(rate\(llm_extproc_inter_token_latency_seconds_bucket/],
+      ['tokens by model and type', /by \(model, type\) \(rate\(llm_extproc_tokens_total/],
+      ['answers without usage', /llm_extproc_answers_without_usage_total/],
     ];
     for (const [what, pattern] of wanted) assert.match(queries, pattern, what);
   });
@@ -78,7 +86,7 @@ describe('PrometheusRule alerts', () => {
     expr: (m[2] ?? '').replace(/^\|\n/, '').replace(/\{\{ \$r\.\w+ \}\}/g, '1'),
   }));
 
-  it('covers no ready replica, error ratio by code, mid-stream failures, watch restarts and cache age', () => {
+  it('covers no ready replica, error ratio by code, mid-stream failures, watch restarts, cache age and a slow replica', () => {
     assert.deepEqual(alerts.map((a) => a.name).sort(), [
       'LlmExtprocEndpointCacheStale',
       'LlmExtprocErrorRatioHigh',
@@ -86,7 +94,14 @@ describe('PrometheusRule alerts', () => {
       'LlmExtprocMidStreamFailures',
       'LlmExtprocModelNoReadyReplica',
       'LlmExtprocPoolNoReadyReplica',
+      'LlmExtprocReplicaSlowerThanPool',
     ]);
+  });
+
+  it('the slow-replica alert compares each replica with its own pool, by the configured ratio', () => {
+    const slow = template.slice(template.indexOf('- alert: LlmExtprocReplicaSlowerThanPool'));
+    assert.match(slow, /sum by \(pool, endpoint\) \(rate\(gen_ai_server_time_to_first_token_seconds_sum\[15m\]\)\)/);
+    assert.match(slow, /> on \(pool\) group_left\s+\{\{ \$r\.slowReplicaRatio \}\} \* quantile by \(pool\) \(0\.5,/);
   });
 
   it('every alert queries metrics and labels the server exports', () => {
