@@ -17,6 +17,21 @@ function chat(model: string, extra: Record<string, unknown> = {}): ClientRequest
   return { path: CHAT, body: { model, messages: [{ role: 'user', content: 'hi' }], ...extra } };
 }
 
+/**
+ * One replica reporting a long queue (10 waiting: past flow control's default queueDepth of 5)
+ * behind a gateway with flow control on; returns once its report is scraped.
+ */
+async function saturatedPool(id: string, flowYaml: string, messageTimeoutMs?: number): Promise<{ s: ModelServer; gateway: Gateway }> {
+  const s = await startModelServer({ id, models: ['m'], metrics: { waiting: 10, running: 8 } });
+  const gateway = await startGateway({
+    pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }],
+    configYaml: `picker:\n  metrics:\n    intervalSeconds: 0.05\n  flowControl:\n    enabled: true\n${flowYaml}`,
+    ...(messageTimeoutMs === undefined ? {} : { envoy: { messageTimeoutMs } }),
+  });
+  await waitForMetric(() => gateway.metricsText(), 'llm_extproc_endpoint_load_reports', { state: 'fresh' }, 1, 'the load report');
+  return { s, gateway };
+}
+
 interface ErrorBody {
   error: { message: string; type: string; code: string };
 }
@@ -265,15 +280,9 @@ describe('failures that need a gateway of their own', () => {
   it(
     covers('shed', 'shed: a sheddable request gets 429 with Retry-After while the pool is saturated, and passes when it is not'),
     async () => {
-      const s = await startModelServer({ id: 'busy', models: ['m'], metrics: { waiting: 10, running: 8 } });
-      const gateway = await startGateway({
-        pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }],
-        configYaml:
-          'picker:\n  metrics:\n    intervalSeconds: 0.05\n  flowControl:\n    enabled: true\n    priorityByHeaderValue: { sheddable: -1 }\n',
-      });
+      const { s, gateway } = await saturatedPool('busy', '    priorityByHeaderValue: { sheddable: -1 }\n');
       const sheddable = (): ClientRequest => ({ ...chat('m'), headers: { 'x-llm-extproc-priority': 'sheddable' } });
       try {
-        await waitForMetric(() => gateway.metricsText(), 'llm_extproc_endpoint_load_reports', { state: 'fresh' }, 1, 'the load report');
         const response = await gateway.send(sheddable());
         assertCatalogError(response, 'shed');
         assert.equal(response.status, 429);
@@ -301,16 +310,9 @@ describe('failures that need a gateway of their own', () => {
       ),
     ),
     async () => {
-      const s = await startModelServer({ id: 'busy-2', models: ['m'], metrics: { waiting: 10, running: 8 } });
-      const gateway = await startGateway({
-        pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }],
-        configYaml:
-          'picker:\n  metrics:\n    intervalSeconds: 0.05\n  flowControl:\n    enabled: true\n    maxQueued: 1\n    timedTtlSeconds: 1.5\n',
-        // Buffered bodies: Envoy's ext_proc message timer runs while the request waits; the TTL stays below it.
-        envoy: { messageTimeoutMs: 3000 },
-      });
+      // Buffered bodies: Envoy's ext_proc message timer (3 s) runs while the request waits; the TTL stays below it.
+      const { s, gateway } = await saturatedPool('busy-2', '    maxQueued: 1\n    timedTtlSeconds: 1.5\n', 3000);
       try {
-        await waitForMetric(() => gateway.metricsText(), 'llm_extproc_endpoint_load_reports', { state: 'fresh' }, 1, 'the load report');
         const waiting = gateway.send(chat('m'));
         await waitForMetric(() => gateway.metricsText(), 'llm_extproc_flow_queue_length', { pool: 'p' }, 1, 'one request queued');
         const refused = await gateway.send(chat('m'));
