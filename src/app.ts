@@ -17,6 +17,7 @@ import { startOpsServer } from './ops/ops-server.js';
 import { Metrics } from './metrics/metrics.js';
 import { LatencyTracker, SLOW_REPLICA } from './picker/latency-tracker.js';
 import type { PodLoad, PoolLoads } from './metrics/gie-metrics.js';
+import { FlowMetrics } from './metrics/flow-metrics.js';
 import { LoadTracker } from './picker/load-tracker.js';
 import { MetricsScraper } from './picker/scraper.js';
 import { metricsFormatFor } from './picker/settings.js';
@@ -64,8 +65,13 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   const metrics = options.metrics ?? new Metrics();
   const source = await createSource(config, logger, metrics);
   const store = new EndpointStore([source.name], config.quarantine);
+  // Flow control hears of what may give a saturated pool room: a new view, a fresh scrape.
+  let wakeFlow = (): void => {};
   store.subscribe({
-    viewChanged: (view) => metrics.endpointView(view),
+    viewChanged: (view) => {
+      metrics.endpointView(view);
+      wakeFlow();
+    },
     synced: () => logger.info('endpoint cache synced; serving'),
     quarantined: (endpoint, reason) => {
       metrics.quarantined(endpoint.pool, endpoint.address);
@@ -121,12 +127,19 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
         })
       : undefined;
   if (latency !== undefined) metrics.reportSlowReplicasFrom(() => latency.demotedByPool());
+  const flowMetrics = new FlowMetrics(metrics.registry, config.picker.flowControl.tenantLabels);
   const routing = new StoreRouting(store, new LoadTracker(board), {
     fallbacks: config.routing.fallbacks,
     ...(config.routing.pool === undefined ? {} : { pool: config.routing.pool }),
     picker: config.picker,
     ...(latency === undefined ? {} : { latency }),
+    flowObserver: flowMetrics,
   });
+  flowMetrics.reportLengthsFrom(() => routing.queueLengths());
+  wakeFlow = () => routing.wake();
+  const flow = config.picker.flowControl;
+  const flowOn = flow.enabled || Object.values(config.picker.pools).some((pool) => pool.flowControl === true);
+  const flowHeaders = flowOn ? { tenant: flow.tenantHeader, priority: flow.priorityHeader } : undefined;
   const scraper = new MetricsScraper(
     board,
     () => store.view(),
@@ -138,7 +151,12 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
       path: config.picker.metrics.path,
       formatFor: (pool) => metricsFormatFor(config.picker, pool),
     },
-    { scraped: (result, seconds) => metrics.scraped(result, seconds) },
+    {
+      scraped: (result, seconds) => {
+        metrics.scraped(result, seconds);
+        routing.wake();
+      },
+    },
   );
   metrics.reportLoadStatesFrom(function* () {
     for (const cell of board.all()) yield cell.metricsState;
@@ -162,19 +180,23 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
     onProtocolEvent: (kind) => metrics.protocolEvent(kind),
     maxConnections: config.listen.maxConnections,
     idleTimeoutMs: config.listen.idleTimeoutMs,
-    processorFactory: () =>
-      new RequestProcessor({
-        routing,
-        metrics,
-        logger: requestLogger,
-        failureLog,
-        maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
-        maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
-        destinationFormat: config.routing.destinationFormat,
-        injectsStreamUsage,
-        onMidStreamBreak: (endpoint) => void brokenStreams.suspect(endpoint.address),
-        onFailedConnect: (endpoint) => void failedConnects.suspect(endpoint.address),
-      }),
+    processorFactory: (later) =>
+      new RequestProcessor(
+        {
+          routing,
+          metrics,
+          logger: requestLogger,
+          failureLog,
+          maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
+          maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
+          destinationFormat: config.routing.destinationFormat,
+          injectsStreamUsage,
+          onMidStreamBreak: (endpoint) => void brokenStreams.suspect(endpoint.address),
+          onFailedConnect: (endpoint) => void failedConnects.suspect(endpoint.address),
+          ...(flowHeaders === undefined ? {} : { flowHeaders }),
+        },
+        later,
+      ),
   });
   const ops =
     options.opsServer === false
@@ -219,6 +241,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
         }
         await grpc.shutdown(config.shutdownGraceMs);
         await scraper.stop();
+        routing.close();
         await source.stop();
         await ops.close();
         store.stop();

@@ -159,6 +159,33 @@ function formatSection(): string[] {
   ];
 }
 
+function flowControlSection(): string[] {
+  const after = (kind: 'shed' | 'pool_saturated' | 'queue_timeout'): string => `Retry-After ${CATALOG[kind].retryAfterSeconds ?? 0}`;
+  return [
+    '## Flow control: when a request waits, and when it gets 429',
+    '',
+    'With flow control on ([picking.md](picking.md#flow-control-waiting-instead-of-piling-on)), a',
+    'request to a saturated pool goes through these states (`src/request/flow-control.ts`):',
+    '',
+    '```text',
+    'admitted ──(pool has room, nobody waiting)────────────────▶ picked at once (as without flow control)',
+    `admitted ──(saturated, priority < 0)──────────────────────▶ 429 shed            ${after('shed')}`,
+    `admitted ──(saturated, queue at maxQueued/maxQueuedBytes)─▶ 429 pool_saturated  ${after('pool_saturated')}`,
+    'admitted ──(saturated, or others already waiting)─────────▶ queued',
+    'queued   ──(a request finished, a scrape, a new view:',
+    '            its pool has room and it is its turn)─────────▶ picked then, usual fallbacks',
+    'queued   ──(no ready replica any more at that moment)─────▶ 503 no_ready_replica',
+    `queued   ──(TTL: ttlSeconds / timedTtlSeconds passed)─────▶ 429 queue_timeout   ${after('queue_timeout')}`,
+    'queued   ──(client hung up: ext_proc stream ended)────────▶ gone at once (result cancelled_in_queue)',
+    '```',
+    '',
+    'All three 429s are catalog JSON with `Retry-After`, answered before anything reaches a model',
+    'server; `error.pool` names the pool. `llm_extproc_flow_requests_total{event}` counts each',
+    'transition.',
+    '',
+  ];
+}
+
 function noReadyReplicaSection(): string[] {
   const lines = [
     `## ${code('no_ready_replica')}: one code, many reasons`,
@@ -415,6 +442,7 @@ export function renderErrorDocs(): string {
     '',
     ...catalogSection(),
     '',
+    ...flowControlSection(),
     ...noReadyReplicaSection(),
     '',
     ...envoySection(),

@@ -1,8 +1,8 @@
 // The `picker:` section of the config file (validated by schema.ts) mapped onto PickerSettings,
 // with defaults and the one rule the schema cannot express.
 
-import { DEFAULT_PICKER_SETTINGS } from '../picker/settings.js';
-import type { PickerSettings, PoolPickerSettings } from '../picker/settings.js';
+import { DEFAULT_FLOW_CONTROL, DEFAULT_PICKER_SETTINGS } from '../picker/settings.js';
+import type { FlowControlSettings, PickerSettings, PoolPickerSettings } from '../picker/settings.js';
 import type { ConfigFile } from './schema.js';
 
 export class PickerConfigError extends Error {
@@ -42,6 +42,8 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
     pools[name] = {
       ...(pool.metricsFormat === undefined ? {} : { metricsFormat: pool.metricsFormat }),
       ...(pool.maxQueueDepth === undefined ? {} : { maxQueueDepth: pool.maxQueueDepth }),
+      ...(pool.flowControl === undefined ? {} : { flowControl: pool.flowControl }),
+      ...(pool.saturation === undefined ? {} : { saturation: pool.saturation }),
       ...(pool.blockTokens === undefined ? {} : { blockTokens: pool.blockTokens }),
       ...(pool.charsPerToken === undefined ? {} : { charsPerToken: pool.charsPerToken }),
     };
@@ -74,6 +76,30 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
       staleAfterMs,
       concurrency: m.concurrency ?? d.metrics.concurrency,
     },
+    flowControl: flowControlSettings(section?.flowControl),
     pools,
+  };
+}
+
+function flowControlSettings(section: PickerSection['flowControl']): FlowControlSettings {
+  const d = DEFAULT_FLOW_CONTROL;
+  const f = section ?? {};
+  return {
+    enabled: f.enabled ?? d.enabled,
+    tenantHeader: f.tenantHeader ?? d.tenantHeader,
+    priorityHeader: f.priorityHeader ?? d.priorityHeader,
+    defaultPriority: f.defaultPriority ?? d.defaultPriority,
+    priorityByModel: f.priorityByModel ?? d.priorityByModel,
+    priorityByHeaderValue: f.priorityByHeaderValue ?? d.priorityByHeaderValue,
+    ttlMs: f.ttlSeconds === undefined ? d.ttlMs : f.ttlSeconds * 1000,
+    timedTtlMs: f.timedTtlSeconds === undefined ? d.timedTtlMs : f.timedTtlSeconds * 1000,
+    maxQueued: f.maxQueued ?? d.maxQueued,
+    maxQueuedBytes: f.maxQueuedBytes ?? d.maxQueuedBytes,
+    saturation: {
+      queueDepth: f.saturation?.queueDepth ?? d.saturation.queueDepth,
+      kvCacheUsage: f.saturation?.kvCacheUsage ?? d.saturation.kvCacheUsage,
+      maxInFlight: f.saturation?.maxInFlight ?? d.saturation.maxInFlight,
+    },
+    tenantLabels: f.tenantLabels ?? d.tenantLabels,
   };
 }

@@ -64,6 +64,9 @@ const NonEmptyList = (options: SchemaOptions = {}) =>
 /** A closed mapping: a misspelt key would silently fall back to a default, so it is refused. */
 const Mapping = <T extends TProperties>(properties: T, options: SchemaOptions = {}) =>
   Type.Object(properties, { additionalProperties: false, ...options });
+/** An HTTP header name as Envoy hands it to us: lower case token characters. */
+const HeaderName = (description: string) =>
+  Type.String({ pattern: "^[a-z0-9!#$%&'*+.^_`|~-]+$", errorMessage: 'expected a lower-case HTTP header name', description });
 const Seconds = (description: string, defaultValue?: number) =>
   Type.Number({ minimum: 0, description, ...(defaultValue === undefined ? {} : { default: defaultValue }) });
 
@@ -144,6 +147,22 @@ export const METRICS_FLAVOURS = ['vllm', 'sglang', 'tgi'] as const;
 const Weight = (description: string) => Type.Optional(Type.Number({ minimum: 0, description }));
 const BlockTokens = (description: string) => Type.Optional(Type.Integer({ minimum: 1, maximum: 1024, description }));
 const CharsPerToken = (description: string) => Type.Optional(Type.Number({ minimum: 0.5, maximum: 32, description }));
+
+const SaturationFields = (defaults: string) => ({
+  queueDepth: Type.Optional(
+    Type.Integer({ minimum: 1, description: `A replica reporting this many waiting requests (num_requests_waiting) is full. ${defaults}` }),
+  ),
+  kvCacheUsage: Type.Optional(
+    Type.Number({
+      exclusiveMinimum: 0,
+      maximum: 1,
+      description: `A replica reporting this KV-cache use (0..1, kv_cache_usage_perc) is full; servers that report none are judged by their queue. ${defaults}`,
+    }),
+  ),
+  maxInFlight: Type.Optional(
+    Type.Integer({ minimum: 1, description: `A replica with this many of our requests in flight is full. Default: no limit.` }),
+  ),
+});
 
 /** Load-aware, cache-affine picking; the defaults shown are DEFAULT_PICKER_SETTINGS (src/picker/settings.ts), the one place they live. */
 const PICKER = DEFAULT_PICKER_SETTINGS;
@@ -281,6 +300,81 @@ const Picker = Mapping(
         { description: 'Scraping of model-server Prometheus metrics.' },
       ),
     ),
+    flowControl: Type.Optional(
+      Mapping(
+        {
+          enabled: Type.Optional(
+            Type.Boolean({
+              default: PICKER.flowControl.enabled,
+              description: 'Queue requests while a pool is saturated (every pool, unless picker.pools.<name>.flowControl says otherwise).',
+            }),
+          ),
+          tenantHeader: Type.Optional(
+            HeaderName(
+              `Request header naming the tenant (fairness inside a priority); absent = the default tenant. Default ${PICKER.flowControl.tenantHeader}.`,
+            ),
+          ),
+          priorityHeader: Type.Optional(
+            HeaderName(`Request header whose value names a class of priorityByHeaderValue. Default ${PICKER.flowControl.priorityHeader}.`),
+          ),
+          defaultPriority: Type.Optional(
+            Type.Integer({
+              description: `Priority of requests no rule names (below 0 = sheddable). Default ${PICKER.flowControl.defaultPriority}.`,
+            }),
+          ),
+          priorityByModel: Type.Optional(
+            Type.Record(Type.String(), Type.Integer(), { description: 'Priority by model name (higher first; below 0 = sheddable).' }),
+          ),
+          priorityByHeaderValue: Type.Optional(
+            Type.Record(Type.String(), Type.Integer(), {
+              description: 'Priority by value of priorityHeader (wins over priorityByModel); values not listed are ignored.',
+            }),
+          ),
+          ttlSeconds: Type.Optional(
+            Type.Number({
+              exclusiveMinimum: 0,
+              description: `Longest wait in a queue in full-duplex body modes (no ext_proc message timer). Default ${PICKER.flowControl.ttlMs / 1000}.`,
+            }),
+          ),
+          timedTtlSeconds: Type.Optional(
+            Type.Number({
+              exclusiveMinimum: 0,
+              description: `Longest wait in buffered and streamed body modes: keep it below the gateway's ext_proc message_timeout (docs/gateways.md). Default ${PICKER.flowControl.timedTtlMs / 1000}.`,
+            }),
+          ),
+          maxQueued: Type.Optional(
+            Type.Integer({ minimum: 1, description: `Requests that may wait per pool. Default ${PICKER.flowControl.maxQueued}.` }),
+          ),
+          maxQueuedBytes: Type.Optional(
+            Type.Integer({
+              minimum: 1,
+              description: `Request-body bytes the waiting requests of a pool may hold together. Default ${PICKER.flowControl.maxQueuedBytes}.`,
+            }),
+          ),
+          saturation: Type.Optional(
+            Mapping(
+              SaturationFields(
+                `Default ${PICKER.flowControl.saturation.queueDepth} waiting, ${PICKER.flowControl.saturation.kvCacheUsage} KV-cache use.`,
+              ),
+              {
+                description:
+                  'When a replica counts as full; a pool is saturated when all its replicas are (stale or missing metrics count as full).',
+              },
+            ),
+          ),
+          tenantLabels: Type.Optional(
+            Type.Integer({
+              minimum: 0,
+              description: `Tenants named in the flow-control metrics (the first seen); the rest are labelled other. Default ${PICKER.flowControl.tenantLabels}.`,
+            }),
+          ),
+        },
+        {
+          description:
+            'Flow control: priorities, fair queues between tenants and shedding while a pool is saturated (docs/flow-control.md).',
+        },
+      ),
+    ),
     pools: Type.Optional(
       Type.Record(
         Type.String(),
@@ -295,6 +389,10 @@ const Picker = Mapping(
                 description:
                   'Load shedding: endpoints reporting this many waiting requests take no new ones; all of them = 429 pool_overloaded.',
               }),
+            ),
+            flowControl: Type.Optional(Type.Boolean({ description: 'Flow control for this pool. Default picker.flowControl.enabled.' })),
+            saturation: Type.Optional(
+              Mapping(SaturationFields('Default picker.flowControl.saturation.'), { description: "This pool's saturation limits." }),
             ),
             blockTokens: BlockTokens("Tokens per KV-cache block of this pool's servers. Default picker.prefix.blockTokens."),
             charsPerToken: CharsPerToken(

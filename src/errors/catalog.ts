@@ -24,6 +24,10 @@ export const ERROR_KINDS = [
   'no_healthy_upstream',
   'overloaded',
   'pool_overloaded',
+  // Flow control (the pool is saturated: docs/flow-control.md).
+  'shed',
+  'pool_saturated',
+  'queue_timeout',
   'gateway_misconfigured',
   'gateway_unavailable',
   // The replica took the request but the answer went wrong.
@@ -238,6 +242,47 @@ const SPECS: Record<ErrorKind, EntrySpec> = {
       'requests waiting (model-server metrics), so a new request would only wait in a queue. ' +
       '`error.pools` names the pools and `error.shortest_queue` the shortest queue seen.',
     action: 'Retry with backoff after the Retry-After delay, or lower request concurrency; the operator may add replicas.',
+  },
+  shed: {
+    status: 429,
+    type: 'service_unavailable_error',
+    title: 'Sheddable request refused while the pool is saturated',
+    retryable: true,
+    retryAfterSeconds: 1,
+    delivery: 'response',
+    cause:
+      'Flow control: every replica of the pool is saturated (queue depth, KV-cache use or in-flight limit of ' +
+      '`picker.flowControl.saturation`) and the request has a negative priority (sheddable: from ' +
+      '`picker.flowControl.priorityByModel` or `priorityByHeaderValue`), so it is refused at once instead of waiting. ' +
+      '`error.pool` names the pool and `error.priority` the priority.',
+    action: 'Retry after the Retry-After delay; sheddable traffic passes again as soon as the pool is not saturated.',
+  },
+  pool_saturated: {
+    status: 429,
+    type: 'service_unavailable_error',
+    title: "The saturated pool's wait queue is full",
+    retryable: true,
+    retryAfterSeconds: 2,
+    delivery: 'response',
+    cause:
+      "Flow control: every replica of the pool is saturated and the pool's wait queue already holds " +
+      '`picker.flowControl.maxQueued` requests (or `maxQueuedBytes` of request bodies). `error.pool` names the pool ' +
+      'and `error.queued` the requests waiting.',
+    action:
+      'Retry with backoff after the Retry-After delay, or lower request concurrency; the operator may add replicas or raise the queue bounds.',
+  },
+  queue_timeout: {
+    status: 429,
+    type: 'service_unavailable_error',
+    title: 'The request waited its whole TTL in the queue',
+    retryable: true,
+    retryAfterSeconds: 1,
+    delivery: 'response',
+    cause:
+      "Flow control: the request waited in the saturated pool's queue for its whole TTL (`picker.flowControl.ttlSeconds` " +
+      'in full-duplex body modes, `timedTtlSeconds` where Envoy runs an ext_proc message timer) and no replica had room. ' +
+      '`error.waited_ms` says how long it waited.',
+    action: 'Retry after the Retry-After delay; if it persists, the pool needs more replicas or the traffic a lower priority.',
   },
   gateway_misconfigured: {
     status: 503,

@@ -74,7 +74,7 @@ class ProcessCall implements BidiCall<ProcessingRequest> {
     private readonly context: ProcessCallContext,
   ) {
     try {
-      this.processor = context.processorFactory();
+      this.processor = context.processorFactory({ send: (replies) => this.sendLater(replies) });
     } catch (thrown) {
       const error = asError(thrown);
       context.logger.error({ err: error }, 'creating the stream processor failed; ending the stream with INTERNAL');
@@ -102,13 +102,23 @@ class ProcessCall implements BidiCall<ProcessingRequest> {
       this.fail(error);
       return;
     }
+    this.write(responses, request.request);
+  }
+
+  /** Replies the processor sends after the call that brought their message (a queued request). */
+  private sendLater(responses: readonly ProcessingResponse[]): void {
+    if (this.finished || responses.length === 0) return;
+    this.write(responses, 'later');
+  }
+
+  private write(responses: readonly ProcessingResponse[], messageKind: string | undefined): void {
     let roomLeft = true;
     try {
       for (const response of responses) roomLeft = this.sink.write(response) && roomLeft;
     } catch (thrown) {
       // A reply the encoder rejects (a processor bug) costs this stream, never the process.
       const error = asError(thrown);
-      this.context.logger.error({ err: error, messageKind: request.request }, 'writing a reply failed; ending the stream with INTERNAL');
+      this.context.logger.error({ err: error, messageKind }, 'writing a reply failed; ending the stream with INTERNAL');
       this.fail(error);
       return;
     }

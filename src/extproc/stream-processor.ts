@@ -17,7 +17,7 @@ export type StreamEnd =
 export interface StreamProcessor {
   /**
    * Handle one message from Envoy and return the replies to send, in order (normally exactly
-   * one; none in observability mode). Must be synchronous and fast: Envoy's per-message timeout
+   * one; none in observability mode, or while the answer waits: it then goes out through LaterReplies). Must be synchronous and fast: Envoy's per-message timeout
    * defaults to 200 ms. Throwing fails the stream with gRPC status INTERNAL.
    */
   process(request: ProcessingRequest): ProcessingResponse[];
@@ -25,4 +25,13 @@ export interface StreamProcessor {
   finish(end: StreamEnd): void;
 }
 
-export type ProcessorFactory = () => StreamProcessor;
+/**
+ * How a processor answers a message later than the process() call that brought it (a request
+ * waiting in a queue): the replies go out in order, as process() would have returned them. Ignored
+ * once the stream ended.
+ */
+export interface LaterReplies {
+  send(replies: readonly ProcessingResponse[]): void;
+}
+
+export type ProcessorFactory = (later: LaterReplies) => StreamProcessor;

@@ -11,6 +11,8 @@ import { inFlightScore, kvCacheScore, queueDepthScore } from './scorers.js';
 import type { Range } from './scorers.js';
 import { Field } from './signals.js';
 import type { SignalBoard } from './signals.js';
+import { OPEN_POOL } from './saturation.js';
+import type { SaturationLimits } from './saturation.js';
 import type { PoolPolicy, ScorerWeights } from './settings.js';
 
 /** A model's candidates, compiled once per endpoint view. */
@@ -24,6 +26,8 @@ export class CandidateSet {
   /** The board's layout version the slots were looked up at. */
   layoutVersion = -1;
   readonly queueLimits: Float64Array;
+  /** Per candidate, its pool's saturation limits (flow control; OPEN_POOL where it is off). */
+  readonly saturationLimits: SaturationLimits[] = [];
   readonly indexOf = new Map<string, number>();
   /** Scratch space for one pick (picks never overlap: one event loop). */
   readonly order: Int32Array;
@@ -70,9 +74,11 @@ export class CandidateSet {
     this.queueLimits = new Float64Array(n);
     this.counted = new Float64Array(Mirror.Stride * n);
     const limits = new Map(pools.map((p) => [p.name, policy(p.name).maxQueueDepth ?? Number.POSITIVE_INFINITY]));
+    const saturation = new Map(pools.map((p) => [p.name, policy(p.name).saturation ?? OPEN_POOL]));
     for (let i = 0; i < n; i++) {
       this.records[2 * i + 1] = mixEndpointHash(hashAddress(this.endpoints[i].address));
       this.queueLimits[i] = limits.get(this.endpoints[i].pool) ?? Number.POSITIVE_INFINITY;
+      this.saturationLimits.push(saturation.get(this.endpoints[i].pool) ?? OPEN_POOL);
     }
     this.order = new Int32Array(n);
     this.excluded = new Uint8Array(n);

@@ -21,6 +21,7 @@
 import type { Endpoint, PoolView } from '../endpoints/model.js';
 import { candidateLoad, isExcluded } from './aggregates.js';
 import { mixedRendezvousWeight } from './rendezvous.js';
+import { isSaturated } from './saturation.js';
 import { isOverloaded, loraAffinityScore, outstandingLoad, prefixAffinityScore } from './scorers.js';
 import type { Range } from './scorers.js';
 import { Field, LATENCY_DEMOTED, LATENCY_NEUTRAL } from './signals.js';
@@ -208,6 +209,17 @@ export class Picker {
     const picked: Endpoint[] = [];
     for (let r = 0; r < kept && r < this.k; r++) picked.push(set.endpoints[this.topIndex[r]]);
     return { kind: 'picked', endpoints: picked };
+  }
+
+  /**
+   * Whether no candidate (inside the subset hint, when there is one) can take a request without
+   * queueing past its pool's saturation limits (saturation.ts). Allocation-free; stops at the
+   * first candidate with room.
+   */
+  saturated(pools: readonly PoolView[], subset: ReadonlySet<string> | undefined): boolean {
+    const set = this.candidates(pools);
+    const count = this.filterSubset(set, subset);
+    return isSaturated(this.board.signals, set.records, set.saturationLimits, count, set.orderIsAll ? undefined : set.order);
   }
 
   /** Pass 1 without a pass: the set's aggregates, brought up to date. */

@@ -3,6 +3,8 @@
 
 import type { CacheBlockSize } from './prompt-hash.js';
 import type { MetricsFormat } from './server-metrics.js';
+import { DEFAULT_SATURATION } from './saturation.js';
+import type { SaturationLimits } from './saturation.js';
 
 export interface ScorerWeights {
   readonly queue: number;
@@ -51,7 +53,58 @@ export const DEFAULT_LATENCY: LatencySettings = {
 export interface PoolPolicy {
   /** Endpoints reporting at least this many waiting requests take no new ones; all of them = shed. */
   readonly maxQueueDepth?: number;
+  /** Flow control's limits for the pool; absent = no flow control there (never saturated). */
+  readonly saturation?: SaturationLimits;
 }
+
+/** The saturation limits the configuration can set (whether the pool is scraped follows from the metrics settings). */
+export type SaturationSettings = Omit<SaturationLimits, 'scraped'>;
+
+/**
+ * Flow control (request/flow-control.ts): while every candidate of a pool is saturated, requests
+ * wait in the pool's bounded queues, highest priority first and fair between tenants, instead of
+ * piling onto busy replicas.
+ */
+export interface FlowControlSettings {
+  /** For every pool, unless the pool's own `flowControl` says otherwise. */
+  readonly enabled: boolean;
+  /** The tenant a request belongs to (fairness inside a priority); absent header = the default tenant. */
+  readonly tenantHeader: string;
+  /** A header whose value names a priority class in `priorityByHeaderValue`. */
+  readonly priorityHeader: string;
+  readonly defaultPriority: number;
+  readonly priorityByModel: Readonly<Record<string, number>>;
+  /** Header values the operator trusts, and their priority: a client cannot name a number of its own. */
+  readonly priorityByHeaderValue: Readonly<Record<string, number>>;
+  /** Longest wait in a queue where Envoy runs no message timer (full-duplex body modes). */
+  readonly ttlMs: number;
+  /** Longest wait where Envoy's ext_proc message timer runs (buffered and streamed modes): must stay below it. */
+  readonly timedTtlMs: number;
+  /** Requests that may wait per pool, and the request bytes they may hold together. */
+  readonly maxQueued: number;
+  readonly maxQueuedBytes: number;
+  readonly saturation: SaturationSettings;
+  /** Tenants named in the queue metrics (the busiest); the rest are counted under `other`. */
+  readonly tenantLabels: number;
+}
+
+const DEFAULT_TENANT_HEADER = 'x-llm-d-inference-fairness-id';
+
+export const DEFAULT_FLOW_CONTROL: FlowControlSettings = {
+  enabled: false,
+  tenantHeader: DEFAULT_TENANT_HEADER,
+  priorityHeader: 'x-llm-extproc-priority',
+  defaultPriority: 0,
+  priorityByModel: {},
+  priorityByHeaderValue: {},
+  // Our shipped Envoy configs time each ext_proc message out after 1 s in buffered modes.
+  ttlMs: 30_000,
+  timedTtlMs: 800,
+  maxQueued: 1000,
+  maxQueuedBytes: 64 * 1024 * 1024,
+  saturation: DEFAULT_SATURATION,
+  tenantLabels: 20,
+};
 
 /**
  * Tight bounds: an LLM server with a full batch makes every new request wait, so a prefix owner
@@ -60,7 +113,13 @@ export interface PoolPolicy {
  */
 export const DEFAULT_BOUNDED_LOAD = { factor: 1.1, slack: 1, maxQueue: 0 } as const;
 
-export interface PoolPickerSettings extends PoolPolicy {
+export interface PoolPickerSettings {
+  /** Load shedding (PoolPolicy.maxQueueDepth). */
+  readonly maxQueueDepth?: number;
+  /** Flow control for this pool; default picker.flowControl.enabled. */
+  readonly flowControl?: boolean;
+  /** This pool's saturation limits over picker.flowControl.saturation. */
+  readonly saturation?: Partial<SaturationSettings>;
   /** The flavour of the pool's model servers, or `none` to not scrape them. */
   readonly metricsFormat?: MetricsFormat | 'none';
   /** How the pool's servers cut their prefix cache (defaults: `picker.prefix`). */
@@ -102,6 +161,7 @@ export interface PickerSettings {
     readonly staleAfterMs: number;
     readonly concurrency: number;
   };
+  readonly flowControl: FlowControlSettings;
   /** Per-pool overrides by pool name. */
   readonly pools: Readonly<Record<string, PoolPickerSettings>>;
 }
@@ -120,6 +180,7 @@ export const DEFAULT_PICKER_SETTINGS: PickerSettings = {
   lora: { maxAdaptersPerServer: 4 },
   latency: DEFAULT_LATENCY,
   metrics: { enabled: true, format: 'vllm', path: '/metrics', intervalMs: 1000, timeoutMs: 500, staleAfterMs: 5000, concurrency: 16 },
+  flowControl: DEFAULT_FLOW_CONTROL,
   pools: {},
 };
 
@@ -146,4 +207,19 @@ export function metricsFormatFor(settings: PickerSettings, pool: string): Metric
   const own = poolSettings(settings, pool).metricsFormat;
   if (own === 'none') return undefined;
   return own ?? settings.metrics.format;
+}
+
+/** What the picker applies to `pool`: load shedding and, where flow control is on, saturation limits. */
+export function poolPolicy(settings: PickerSettings, pool: string): PoolPolicy {
+  const own = poolSettings(settings, pool);
+  const shed = own.maxQueueDepth === undefined ? {} : { maxQueueDepth: own.maxQueueDepth };
+  if (!(own.flowControl ?? settings.flowControl.enabled)) return shed;
+  const base = settings.flowControl.saturation;
+  const saturation: SaturationLimits = {
+    queueDepth: own.saturation?.queueDepth ?? base.queueDepth,
+    kvCacheUsage: own.saturation?.kvCacheUsage ?? base.kvCacheUsage,
+    maxInFlight: own.saturation?.maxInFlight ?? base.maxInFlight,
+    scraped: metricsFormatFor(settings, pool) !== undefined,
+  };
+  return { ...shed, saturation };
 }

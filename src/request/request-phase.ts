@@ -8,7 +8,7 @@ import {
   CONTINUE_REQUEST_BODY,
   CONTINUE_REQUEST_HEADERS,
 } from '../extproc/constant-replies.js';
-import type { HttpBody, ProcessingRequest } from '../extproc/messages.js';
+import type { HeaderMap, HttpBody, ProcessingRequest } from '../extproc/messages.js';
 import { readInferenceRequest } from './openai-request.js';
 import type { InferenceRequest } from './openai-request.js';
 import { canAskForStreamUsage, withStreamUsage } from './usage-injection.js';
@@ -17,7 +17,11 @@ import { immediateJson, replaceBodyChunk, streamedBody, streamedChunks } from '.
 import { routingReply, routingReplyWithBody } from './decision-replies.js';
 import type { RoutedRequest } from './routing.js';
 import { pathOnly } from './stream-state.js';
-import type { MachineContext, RequestFacts, StreamState, StepBuilder } from './stream-state.js';
+import { StepBuilder } from './stream-state.js';
+import type { MachineContext, ReadRequest, RequestFacts, Step, StreamState } from './stream-state.js';
+import { QueuedRequest } from './flow-control.js';
+import type { QueueOutcome } from './flow-control.js';
+import type { QueuedRoute } from './routing.js';
 import { streamModes } from '../extproc/body-modes.js';
 import { headerValue, metadataValue } from '../extproc/message-fields.js';
 import { retainedPiece } from '../util/retained-piece.js';
@@ -35,6 +39,7 @@ export function requestHeaders(ctx: MachineContext, out: StepBuilder, state: Str
     requestId: headerValue(headers, 'x-request-id') ?? '',
     subset: subsetHint(message),
     contentLength: declaredLength(headerValue(headers, 'content-length')),
+    ...flowHeaders(ctx, headers),
   };
   const path = pathOnly(request.path);
   if (message.request_headers?.end_of_stream === true) {
@@ -119,17 +124,26 @@ function route(
 ): void {
   const request = state.request;
   const body = state.chunks.length === 1 ? state.chunks[0] : Buffer.concat(state.chunks);
-  let routed: RoutedRequest;
+  let admitted: RoutedRequest | QueuedRoute;
   let model: string | undefined;
   let inference: InferenceRequest;
   try {
     inference = readInferenceRequest(body, ctx.routing.promptLimit);
     model = inference.model;
-    routed = ctx.routing.route({
+    const routeRequest = {
       model,
       prompt: inference.prompt,
       ...(request.subset === undefined ? {} : { subset: request.subset }),
-    });
+    };
+    admitted =
+      ctx.flowHeaders === undefined
+        ? ctx.routing.route(routeRequest)
+        : ctx.routing.admit(routeRequest, {
+            tenant: request.tenant,
+            priorityClass: request.priorityClass,
+            bytes: body.length,
+            timed: request.modes.request !== 'collect-duplex',
+          });
   } catch (thrown) {
     const err = GatewayError.from(thrown);
     if (mayBePartial && err.kind === 'invalid_json') {
@@ -150,21 +164,44 @@ function route(
     out.reject(request, err, model);
     return;
   }
+  const read: ReadRequest = { request, chunks: state.chunks, body, inference, trailersFollow };
+  if (admitted instanceof QueuedRequest) {
+    // Nothing is answered while the request waits: Envoy holds it (and its message timer runs, in
+    // buffered and streamed modes: the TTL stays below it).
+    out.notice({ kind: 'queued', queued: admitted });
+    out.become({ kind: 'Queued', read, queued: admitted });
+    return;
+  }
+  forward(ctx, out, read, admitted);
+}
+
+/** The outcome of a wait in a queue: the pick (then on as any routed request), or the error to answer. */
+export function dispatched(ctx: MachineContext, state: StreamState, outcome: QueueOutcome<RoutedRequest>): Step {
+  const out = new StepBuilder(state);
+  if (state.kind !== 'Queued') return out.build(); // the stream ended meanwhile
+  if (outcome.kind === 'failed') out.reject(state.read.request, outcome.error, state.read.inference.model);
+  else forward(ctx, out, state.read, outcome.routed);
+  return out.build();
+}
+
+/** Hands the pick to Envoy in the reply the mode allows, and waits for the response. */
+function forward(ctx: MachineContext, out: StepBuilder, read: ReadRequest, routed: RoutedRequest): void {
+  const { request, body, inference, trailersFollow } = read;
   out.notice({ kind: 'routed', routed });
   const primary = routed.endpoints[0];
   const rewritten =
     primary !== undefined && canAskForStreamUsage(pathOnly(request.path)) && ctx.injectsStreamUsage(primary.pool)
       ? withStreamUsage(body, inference)
       : undefined;
-  if (rewritten === undefined) passBody(ctx, out, state, routed, trailersFollow);
-  else passRewrittenBody(ctx, out, state, routed, rewritten, trailersFollow);
+  if (rewritten === undefined) passBody(ctx, out, read, routed, trailersFollow);
+  else passRewrittenBody(ctx, out, read, routed, rewritten, trailersFollow);
   const onlyPossible = ctx.destinationFormat === 'single' || routed.endpoints.length === 1 ? routed.endpoints[0] : undefined;
   out.become({
     kind: 'AwaitingResponse',
     exchange: {
       request,
       routed,
-      model,
+      model: inference.model,
       requestBytes: body.length,
       // Every field always present: one object shape for every exchange keeps the reads of it monomorphic.
       servedUnlessReported: onlyPossible,
@@ -173,14 +210,16 @@ function route(
   });
 }
 
+/** The tenant and priority headers, read only where flow control is on. */
+function flowHeaders(ctx: MachineContext, headers: HeaderMap | undefined): { tenant?: string; priorityClass?: string } {
+  if (ctx.flowHeaders === undefined) return {};
+  const tenant = headerValue(headers, ctx.flowHeaders.tenant);
+  const priorityClass = headerValue(headers, ctx.flowHeaders.priority);
+  return { ...(tenant === undefined ? {} : { tenant }), ...(priorityClass === undefined ? {} : { priorityClass }) };
+}
+
 /** The pick in the reply the mode allows; the body goes on unchanged. */
-function passBody(
-  ctx: MachineContext,
-  out: StepBuilder,
-  state: Extract<StreamState, { kind: 'CollectingRequestBody' }>,
-  routed: RoutedRequest,
-  trailersFollow: boolean,
-): void {
+function passBody(ctx: MachineContext, out: StepBuilder, state: ReadRequest, routed: RoutedRequest, trailersFollow: boolean): void {
   switch (state.request.modes.request) {
     case 'envoy-buffers':
     case 'ask-for-buffered':
@@ -205,7 +244,7 @@ function passBody(
 function passRewrittenBody(
   ctx: MachineContext,
   out: StepBuilder,
-  state: Extract<StreamState, { kind: 'CollectingRequestBody' }>,
+  state: ReadRequest,
   routed: RoutedRequest,
   body: Buffer,
   trailersFollow: boolean,

@@ -8,12 +8,14 @@ import type { DestinationFormat } from '../config/config.js';
 import type { Endpoint } from '../endpoints/model.js';
 import type { AttemptFailure } from '../endpoints/passive-health.js';
 import type { ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
-import type { StreamEnd, StreamProcessor } from '../extproc/stream-processor.js';
+import type { LaterReplies, StreamEnd, StreamProcessor } from '../extproc/stream-processor.js';
 import type { LlmFigures } from '../metrics/llm-metrics.js';
 import type { RequestResult } from './request-result.js';
 import type { LogThrottle } from '../util/log-throttle.js';
 import { ResponseClock } from './response-clock.js';
-import type { RoutedRequest, Routing } from './routing.js';
+import type { QueueOutcome } from './flow-control.js';
+import type { QueuedRoute, RoutedRequest, Routing } from './routing.js';
+import { dispatched } from './request-phase.js';
 import { onMessage, onStreamEnd } from './stream-machine.js';
 import type { Finished, MachineContext, Step, StreamState } from './stream-state.js';
 
@@ -60,6 +62,8 @@ export interface ProcessorDeps {
   readonly onFailedConnect?: (endpoint: Endpoint) => void;
   /** Pools whose streaming requests get `stream_options.include_usage` added when they lack it. Default none. */
   readonly injectsStreamUsage?: (pool: string) => boolean;
+  /** Flow control's request headers; absent = flow control is off (requests never wait). */
+  readonly flowHeaders?: { readonly tenant: string; readonly priority: string };
 }
 
 const NEVER = (): boolean => false;
@@ -78,20 +82,32 @@ export class RequestProcessor implements StreamProcessor {
   /** Made when an SSE answer starts streaming: JSON answers and errors never need one. */
   private clock: ResponseClock | undefined;
   private startedAt: number | undefined;
+  /** While the request waits in a queue: its place, and the messages Envoy sent meanwhile. */
+  private queued: QueuedRoute | undefined;
+  private held: ProcessingRequest[] | undefined;
 
-  constructor(private readonly deps: ProcessorDeps) {
+  constructor(
+    private readonly deps: ProcessorDeps,
+    private readonly later?: LaterReplies,
+  ) {
     this.context = {
       routing: deps.routing,
       maxRequestBodyBytes: deps.maxRequestBodyBytes,
       maxInspectedBodyBytes: deps.maxInspectedBodyBytes,
       destinationFormat: deps.destinationFormat ?? 'list',
       injectsStreamUsage: deps.injectsStreamUsage ?? NEVER,
+      ...(deps.flowHeaders === undefined || later === undefined ? {} : { flowHeaders: deps.flowHeaders }),
     };
     deps.metrics.requestStarted();
   }
 
   process(request: ProcessingRequest): ProcessingResponse[] {
     if (request.observability_mode === true) return []; // observability mode expects no replies
+    if (this.state.kind === 'Queued') {
+      // Answered in order once the request leaves the queue (trailers after a full-duplex body).
+      (this.held ??= []).push(request);
+      return [];
+    }
     const started = performance.now();
     this.startedAt ??= started;
     try {
@@ -110,6 +126,8 @@ export class RequestProcessor implements StreamProcessor {
   finish(end: StreamEnd): void {
     if (this.finished) return;
     this.finished = true;
+    // A client that hangs up leaves the queue at once (or gives back a pick not delivered yet).
+    this.queued?.cancel();
     this.apply(onStreamEnd(this.state, end), performance.now());
     if (this.routed !== undefined) {
       this.deps.routing.release(this.routed);
@@ -128,6 +146,9 @@ export class RequestProcessor implements StreamProcessor {
           this.deps.metrics.requestRouted(notice.routed.model);
         }
         this.routed = notice.routed;
+      } else if (notice.kind === 'queued') {
+        this.queued = notice.queued;
+        notice.queued.listen((outcome) => this.leftQueue(outcome));
       } else if (!this.reportedOutsidePick) {
         this.reportedOutsidePick = true;
         this.deps.metrics.servedOutsidePick();
@@ -174,6 +195,20 @@ export class RequestProcessor implements StreamProcessor {
       }
     }
     return step.replies;
+  }
+
+  /** The wait is over: continue with the pick (or answer the error), then with what Envoy sent meanwhile. */
+  private leftQueue(outcome: QueueOutcome<RoutedRequest>): void {
+    if (this.finished) return;
+    const replies = this.apply(dispatched(this.context, this.state, outcome), performance.now());
+    const held = this.held ?? [];
+    this.held = undefined;
+    try {
+      for (const message of held) replies.push(...this.process(message));
+    } catch (thrown) {
+      this.deps.logger.error({ err: thrown }, 'handling a message held while queued failed');
+    }
+    this.later?.send(replies);
   }
 
   /** Figures of a request a model server answered in full (not errors: those are counted by result). */

@@ -17,6 +17,8 @@ export type RequestResult =
   /** We let go of the stream at shutdown; Envoy finished the answer without us. */
   | 'released_at_shutdown'
   | 'cancelled_before_routing'
+  /** The client hung up while the request waited in a saturated pool's queue (flow control). */
+  | 'cancelled_in_queue'
   | 'cancelled_before_response'
   /** Envoy sent the request upstream without asking us where (the body never reached us). */
   | 'not_routed';

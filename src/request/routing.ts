@@ -12,8 +12,10 @@ import type { LoadTracker } from '../picker/load-tracker.js';
 import { Picker } from '../picker/picker.js';
 import { affinityKey, blockChars, NO_PROMPT, prefixLimit } from '../picker/prompt-hash.js';
 import type { CacheBlockSize, PrefixLimit, PromptPrefix } from '../picker/prompt-hash.js';
-import { cacheBlockFor, IN_FLIGHT_ONLY, poolSettings } from '../picker/settings.js';
-import type { PickerSettings } from '../picker/settings.js';
+import { cacheBlockFor, IN_FLIGHT_ONLY, poolPolicy } from '../picker/settings.js';
+import type { PickerSettings, PoolPolicy } from '../picker/settings.js';
+import { FlowControl } from './flow-control.js';
+import type { FlowObserver, QueuedRequest } from './flow-control.js';
 
 export interface RoutedRequest {
   readonly model: string;
@@ -48,11 +50,33 @@ export interface RouteRequest {
   readonly prompt?: PromptPrefix;
 }
 
+/** What flow control reads about one request (request headers, body size, body mode). */
+export interface FlowRequest {
+  /** The tenant header's value; absent = the default tenant. */
+  readonly tenant: string | undefined;
+  /** The priority header's value (a class name from the config). */
+  readonly priorityClass: string | undefined;
+  readonly bytes: number;
+  /** Envoy runs its ext_proc message timer on this request (buffered and streamed body modes). */
+  readonly timed: boolean;
+}
+
+/** A request waiting in a saturated pool's queue for its pick. */
+export type QueuedRoute = QueuedRequest<RouteRequest, RoutedRequest>;
+
+/** Requests without a tenant header share this tenant. */
+export const DEFAULT_TENANT = 'default';
+
 export interface Routing {
   /** How much of a prompt the affinity key may depend on: what the request reader extracts. */
   readonly promptLimit: PrefixLimit;
   /** Throws GatewayError `model_not_found`, `no_ready_replica` or `pool_overloaded`. */
   route(request: RouteRequest): RoutedRequest;
+  /**
+   * `route`, or, where flow control is on and the pool is saturated, a place in its queue (the
+   * stream listens for the outcome). Throws as `route` does, and `shed` or `pool_saturated`.
+   */
+  admit(request: RouteRequest, flow: FlowRequest): RoutedRequest | QueuedRoute;
   release(routed: RoutedRequest): void;
   recordSuccess(endpoint: Endpoint): void;
   recordFailure(endpoint: Endpoint, failure: AttemptFailure): void;
@@ -82,6 +106,8 @@ export interface RoutingOptions {
   readonly picker?: PickerSettings;
   /** Recent latency per endpoint, writing into the load tracker's board; absent = latency does not steer. */
   readonly latency?: LatencyTracker;
+  /** Told about flow control's queueing (metrics). */
+  readonly flowObserver?: FlowObserver;
 }
 
 export class StoreRouting implements Routing {
@@ -89,6 +115,8 @@ export class StoreRouting implements Routing {
   private readonly picker: Picker;
   private readonly settings: PickerSettings;
   private readonly scoped = new WeakMap<PoolView, readonly PoolView[]>();
+  private readonly policies = new Map<string, PoolPolicy>();
+  private readonly flow: FlowControl<RouteRequest, RoutedRequest>;
 
   constructor(
     private readonly store: EndpointStore,
@@ -107,17 +135,87 @@ export class StoreRouting implements Routing {
       fallbacks: options.fallbacks,
       boundedLoad: { factor: settings.prefix.loadFactor, slack: settings.prefix.loadSlack, maxQueue: settings.prefix.maxQueue },
       maxAdaptersPerServer: settings.lora.maxAdaptersPerServer,
-      poolPolicy: (pool) => poolSettings(settings, pool),
+      poolPolicy: (pool) => this.policyOf(pool),
       random: options.random ?? Math.random,
     });
+    const flowSettings = settings.flowControl;
+    this.flow = new FlowControl(
+      {
+        saturated: (request) => this.saturatedNow(request),
+        route: (request) => this.route(request),
+        release: (routed) => this.load.release(routed.endpoints[0]?.address ?? ''),
+      },
+      { maxQueued: flowSettings.maxQueued, maxQueuedBytes: flowSettings.maxQueuedBytes },
+      options.flowObserver,
+    );
   }
 
   route(request: RouteRequest): RoutedRequest {
     const model = request.model;
     this.requireSynced(`model ${model} cannot be routed yet`, { model });
-    // The pools as the view holds them (the picker caches its compiled candidates per view); the
-    // subset hint travels in the request and is applied by the picker's filter.
+    return this.routeIn(this.poolsFor(model), request);
+  }
+
+  admit(request: RouteRequest, flow: FlowRequest): RoutedRequest | QueuedRoute {
+    const model = request.model;
+    this.requireSynced(`model ${model} cannot be routed yet`, { model });
     const pools = this.poolsFor(model);
+    // A model's requests queue in its first pool's queue; pools without flow control never queue.
+    const pool = pools[0]?.name;
+    if (pool === undefined || this.policyOf(pool).saturation === undefined) return this.routeIn(pools, request);
+    if (!this.flow.letThrough(pool) && !this.picker.saturated(pools, request.subset)) return this.routeIn(pools, request);
+    const settings = this.settings.flowControl;
+    return this.flow.enqueue(pool, request, {
+      priority: this.priorityOf(model, flow.priorityClass),
+      tenant: flow.tenant ?? DEFAULT_TENANT,
+      bytes: flow.bytes,
+      ttlMs: flow.timed ? settings.timedTtlMs : settings.ttlMs,
+    });
+  }
+
+  /** Something may have given a saturated pool room (a scrape, a new endpoint view). */
+  wake(): void {
+    this.flow.wake();
+  }
+
+  /** Waiting requests per pool, priority and tenant (metrics). */
+  queueLengths(): ReturnType<FlowControl<RouteRequest, RoutedRequest>['lengths']> {
+    return this.flow.lengths();
+  }
+
+  close(): void {
+    this.flow.close();
+  }
+
+  /** The header's class when the config names it, else the model's priority, else the default. */
+  private priorityOf(model: string, priorityClass: string | undefined): number {
+    const settings = this.settings.flowControl;
+    if (priorityClass !== undefined && Object.hasOwn(settings.priorityByHeaderValue, priorityClass))
+      return settings.priorityByHeaderValue[priorityClass];
+    if (Object.hasOwn(settings.priorityByModel, model)) return settings.priorityByModel[model];
+    return settings.defaultPriority;
+  }
+
+  private policyOf(pool: string): PoolPolicy {
+    let policy = this.policies.get(pool);
+    if (policy === undefined) this.policies.set(pool, (policy = poolPolicy(this.settings, pool)));
+    return policy;
+  }
+
+  /** For a request that waited: are its pools (as the view holds them now) still saturated? */
+  private saturatedNow(request: RouteRequest): boolean {
+    if (!this.store.isSynced()) return false;
+    let pools: readonly PoolView[];
+    try {
+      pools = this.poolsFor(request.model);
+    } catch {
+      return false; // dispatching answers why the model cannot be routed
+    }
+    return this.picker.saturated(pools, request.subset);
+  }
+
+  private routeIn(pools: readonly PoolView[], request: RouteRequest): RoutedRequest {
+    const model = request.model;
     const key = affinityKey(request.prompt ?? NO_PROMPT, this.cacheBlockOf(pools), this.settings.prefix.keyBlocks);
     const outcome = this.picker.pick(pools, {
       model,
@@ -223,6 +321,8 @@ export class StoreRouting implements Routing {
   release(routed: RoutedRequest): void {
     const primary = routed.endpoints[0];
     if (primary !== undefined) this.load.release(primary.address);
+    // A finished request may give a saturated pool room.
+    this.flow.wake();
   }
 
   /** Until the source's first complete view we know neither the models nor their pods. */

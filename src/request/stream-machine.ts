@@ -58,6 +58,9 @@ export function onStreamEnd(state: StreamState, end: StreamEnd): Step {
     case 'CollectingRequestBody':
       out.finish(request, undefined, 'cancelled_before_routing');
       break;
+    case 'Queued':
+      out.finish(request, { request: state.read.request, routed: undefined, model: state.read.inference.model }, 'cancelled_in_queue');
+      break;
     case 'AwaitingResponse':
     case 'ReadingErrorText':
       out.finish(request, state.exchange, state.exchange.routed === undefined ? 'cancelled_before_routing' : 'cancelled_before_response');

@@ -11,8 +11,9 @@ import type { TokenUsage } from '../inspect/usage.js';
 import type { ProcessingResponse } from '../extproc/messages.js';
 import { immediateError } from './decision-replies.js';
 import type { RequestResult } from './request-result.js';
-import type { RoutedRequest, Routing } from './routing.js';
+import type { QueuedRoute, RoutedRequest, Routing } from './routing.js';
 import type { StreamModes } from '../extproc/body-modes.js';
+import type { InferenceRequest } from './openai-request.js';
 
 export interface MachineContext {
   readonly routing: Routing;
@@ -22,6 +23,8 @@ export interface MachineContext {
   readonly destinationFormat: DestinationFormat;
   /** Whether streams of requests routed to this pool get `stream_options.include_usage` added when they lack it. */
   readonly injectsStreamUsage: (pool: string) => boolean;
+  /** Flow control's request headers; absent = flow control is off everywhere (no header is read). */
+  readonly flowHeaders?: { readonly tenant: string; readonly priority: string };
 }
 
 /** What the request headers told us; fixed for the life of the stream. */
@@ -34,6 +37,18 @@ export interface RequestFacts {
   readonly subset: ReadonlySet<string> | undefined;
   /** The request's declared `content-length`, when it has one. */
   readonly contentLength: number | undefined;
+  /** Flow control's tenant and priority-class headers, when it reads them. */
+  readonly tenant?: string;
+  readonly priorityClass?: string;
+}
+
+/** A whole request body that is read and ready to go, once it has a pick. */
+export interface ReadRequest {
+  readonly request: RequestFacts;
+  readonly chunks: readonly Buffer[];
+  readonly body: Buffer;
+  readonly inference: InferenceRequest;
+  readonly trailersFollow: boolean;
 }
 
 /** A request on its way to (or back from) the model servers. */
@@ -96,6 +111,8 @@ export type StreamState =
       /** False while we hold the header reply (full duplex, early streamed bodies). */
       readonly headersAnswered: boolean;
     }
+  /** Flow control: the pool is saturated and the request waits in its queue for a pick. */
+  | { readonly kind: 'Queued'; readonly read: ReadRequest; readonly queued: QueuedRoute }
   | { readonly kind: 'AwaitingResponse'; readonly exchange: Exchange }
   | {
       /** A 5xx with no attributes to tell who wrote it: we read its (small) body before deciding. */
@@ -141,6 +158,8 @@ export interface Finished {
 
 export type Notice =
   | { readonly kind: 'routed'; readonly routed: RoutedRequest }
+  /** The request waits in a queue: the processor listens for its outcome, and cancels it if the stream ends. */
+  | { readonly kind: 'queued'; readonly queued: QueuedRoute }
   | {
       readonly kind: 'served-outside-pick';
       readonly upstream: string;
@@ -251,6 +270,8 @@ export function requestOf(state: Exclude<StreamState, { kind: 'Done' }>): Reques
       return undefined;
     case 'CollectingRequestBody':
       return state.request;
+    case 'Queued':
+      return state.read.request;
     case 'AwaitingResponse':
     case 'ReadingErrorText':
       return state.exchange.request;
@@ -264,6 +285,7 @@ export function exchangeOf(state: Exclude<StreamState, { kind: 'Done' }>): Excha
   switch (state.kind) {
     case 'AwaitingRequestHeaders':
     case 'CollectingRequestBody':
+    case 'Queued':
       return undefined;
     case 'AwaitingResponse':
     case 'ReadingErrorText':

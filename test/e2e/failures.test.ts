@@ -17,6 +17,21 @@ function chat(model: string, extra: Record<string, unknown> = {}): ClientRequest
   return { path: CHAT, body: { model, messages: [{ role: 'user', content: 'hi' }], ...extra } };
 }
 
+/**
+ * One replica reporting a long queue (10 waiting: past flow control's default queueDepth of 5)
+ * behind a gateway with flow control on; returns once its report is scraped.
+ */
+async function saturatedPool(id: string, flowYaml: string, messageTimeoutMs?: number): Promise<{ s: ModelServer; gateway: Gateway }> {
+  const s = await startModelServer({ id, models: ['m'], metrics: { waiting: 10, running: 8 } });
+  const gateway = await startGateway({
+    pools: [{ name: 'p', models: ['m'], endpoints: [{ address: s.address }] }],
+    configYaml: `picker:\n  metrics:\n    intervalSeconds: 0.05\n  flowControl:\n    enabled: true\n${flowYaml}`,
+    ...(messageTimeoutMs === undefined ? {} : { envoy: { messageTimeoutMs } }),
+  });
+  await waitForMetric(() => gateway.metricsText(), 'llm_extproc_endpoint_load_reports', { state: 'fresh' }, 1, 'the load report');
+  return { s, gateway };
+}
+
 interface ErrorBody {
   error: { message: string; type: string; code: string };
 }
@@ -261,6 +276,63 @@ describe('failures that need a gateway of their own', () => {
       await Promise.all([a.close(), b.close()]);
     }
   });
+
+  it(
+    covers('shed', 'shed: a sheddable request gets 429 with Retry-After while the pool is saturated, and passes when it is not'),
+    async () => {
+      const { s, gateway } = await saturatedPool('busy', '    priorityByHeaderValue: { sheddable: -1 }\n');
+      const sheddable = (): ClientRequest => ({ ...chat('m'), headers: { 'x-llm-extproc-priority': 'sheddable' } });
+      try {
+        const response = await gateway.send(sheddable());
+        assertCatalogError(response, 'shed');
+        assert.equal(response.status, 429);
+        assert.equal(response.headers['retry-after'], '1');
+        assert.equal(s.requests.length, 0, 'refused before reaching the model server');
+        // The replica's queue drains (below picker.flowControl.saturation.queueDepth): sheddable traffic passes.
+        s.setMetrics({ waiting: 0, running: 2 });
+        const scrapes = s.metricsScrapes;
+        await waitUntil(() => (s.metricsScrapes > scrapes + 1 ? true : undefined), { description: 'a new scrape' });
+        const passed = await gateway.send(sheddable());
+        assert.equal(passed.status, 200, passed.text());
+      } finally {
+        await gateway.stop();
+        await s.close();
+      }
+    },
+  );
+
+  it(
+    covers(
+      'queue_timeout',
+      covers(
+        'pool_saturated',
+        "pool_saturated and queue_timeout: a full wait queue refuses at once; a queued request gets 429 after its TTL, before Envoy's message timer",
+      ),
+    ),
+    async () => {
+      // Buffered bodies: Envoy's ext_proc message timer (3 s) runs while the request waits; the TTL stays below it.
+      const { s, gateway } = await saturatedPool('busy-2', '    maxQueued: 1\n    timedTtlSeconds: 1.5\n', 3000);
+      try {
+        const waiting = gateway.send(chat('m'));
+        await waitForMetric(() => gateway.metricsText(), 'llm_extproc_flow_queue_length', { pool: 'p' }, 1, 'one request queued');
+        const refused = await gateway.send(chat('m'));
+        const full = assertCatalogError(refused, 'pool_saturated') as ErrorBody & { error: { pool: string; queued: number } };
+        assert.equal(refused.status, 429);
+        assert.equal(refused.headers['retry-after'], '2');
+        assert.deepEqual([full.error.pool, full.error.queued], ['p', 1]);
+        const timedOut = await waiting;
+        const body = assertCatalogError(timedOut, 'queue_timeout') as ErrorBody & { error: { waited_ms: number } };
+        assert.equal(timedOut.status, 429);
+        assert.equal(timedOut.headers['retry-after'], '1');
+        assert.ok(body.error.waited_ms >= 1500, `waited ${body.error.waited_ms} ms`);
+        assert.equal(s.requests.length, 0, 'nothing reached the saturated replica');
+        assert.equal(metricValue(await gateway.metricsText(), 'llm_extproc_flow_requests_total', { event: 'expired' }), 1);
+      } finally {
+        await gateway.stop();
+        await s.close();
+      }
+    },
+  );
 
   it(covers('gateway_unavailable', 'gateway_unavailable: llm-extproc itself is down, and Envoy still answers in JSON'), async () => {
     const s = await startModelServer({ id: 'orphan', models: ['m'] });

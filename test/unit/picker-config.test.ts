@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { buildConfig, ConfigError } from '../../src/config/config.js';
 import { METRICS_FLAVOURS } from '../../src/config/schema.js';
 import { METRICS_FORMATS } from '../../src/picker/server-metrics.js';
-import { cacheBlockFor, DEFAULT_PICKER_SETTINGS, metricsFormatFor, poolSettings } from '../../src/picker/settings.js';
+import { cacheBlockFor, DEFAULT_PICKER_SETTINGS, metricsFormatFor, poolPolicy, poolSettings } from '../../src/picker/settings.js';
 
 describe('picker config', () => {
   it('defaults when absent', () => {
@@ -23,7 +23,20 @@ describe('picker config', () => {
         '  metrics: { enabled: true, format: sglang, path: /stats, intervalSeconds: 2, timeoutSeconds: 0.25, staleAfterSeconds: 10, concurrency: 4 }',
         '  pools:',
         '    llama: { metricsFormat: vllm, maxQueueDepth: 64, blockTokens: 64, charsPerToken: 2.5 }',
-        '    legacy: { metricsFormat: none }',
+        '    legacy: { metricsFormat: none, flowControl: true, saturation: { maxInFlight: 3 } }',
+        '  flowControl:',
+        '    enabled: false',
+        '    tenantHeader: x-tenant',
+        '    priorityHeader: x-priority',
+        '    defaultPriority: 1',
+        '    priorityByModel: { batch: -1 }',
+        '    priorityByHeaderValue: { chat: 10 }',
+        '    ttlSeconds: 5',
+        '    timedTtlSeconds: 0.5',
+        '    maxQueued: 50',
+        '    maxQueuedBytes: 1000000',
+        '    saturation: { queueDepth: 2, kvCacheUsage: 0.9, maxInFlight: 8 }',
+        '    tenantLabels: 5',
         '',
       ].join('\n'),
       {},
@@ -41,10 +54,30 @@ describe('picker config', () => {
         probeIntervalMs: 500,
       },
       metrics: { enabled: true, format: 'sglang', path: '/stats', intervalMs: 2000, timeoutMs: 250, staleAfterMs: 10_000, concurrency: 4 },
+      flowControl: {
+        enabled: false,
+        tenantHeader: 'x-tenant',
+        priorityHeader: 'x-priority',
+        defaultPriority: 1,
+        priorityByModel: { batch: -1 },
+        priorityByHeaderValue: { chat: 10 },
+        ttlMs: 5000,
+        timedTtlMs: 500,
+        maxQueued: 50,
+        maxQueuedBytes: 1_000_000,
+        saturation: { queueDepth: 2, kvCacheUsage: 0.9, maxInFlight: 8 },
+        tenantLabels: 5,
+      },
       pools: {
         llama: { metricsFormat: 'vllm', maxQueueDepth: 64, blockTokens: 64, charsPerToken: 2.5 },
-        legacy: { metricsFormat: 'none' },
+        legacy: { metricsFormat: 'none', flowControl: true, saturation: { maxInFlight: 3 } },
       },
+    });
+    // Flow control: off where the default says so, on where the pool turns it on, with the pool's
+    // limits over the defaults; an unscraped pool is judged by in-flight counts alone.
+    assert.deepEqual(poolPolicy(config.picker, 'llama'), { maxQueueDepth: 64 });
+    assert.deepEqual(poolPolicy(config.picker, 'legacy'), {
+      saturation: { queueDepth: 2, kvCacheUsage: 0.9, maxInFlight: 3, scraped: false },
     });
     // The cache block is the pool's own, else picker.prefix's.
     assert.deepEqual(cacheBlockFor(config.picker, 'llama'), { blockTokens: 64, charsPerToken: 2.5 });
@@ -94,6 +127,15 @@ describe('picker config', () => {
       yaml: 'picker:\n  metrics: { intervalSeconds: 10, staleAfterSeconds: 5 }',
       message: /^picker\.metrics\.staleAfterSeconds: must be ≥ intervalSeconds/,
     },
+    {
+      yaml: 'picker:\n  flowControl: { tenantHeader: X-Tenant }',
+      message: /^picker\.flowControl\.tenantHeader: expected a lower-case HTTP header name/,
+    },
+    {
+      yaml: 'picker:\n  flowControl: { saturation: { kvCacheUsage: 1.5 } }',
+      message: /^picker\.flowControl\.saturation\.kvCacheUsage: expected a number ≤ 1/,
+    },
+    { yaml: 'picker:\n  flowControl: { priorityByModel: { m: high } }', message: /^picker\.flowControl\.priorityByModel\.m: / },
     { yaml: 'picker:\n  metrics: { concurrency: 0 }', message: /^picker\.metrics\.concurrency: expected a number ≥ 1, got 0/ },
     {
       yaml: 'picker:\n  pools:\n    p: { maxQueueDepth: 2.5 }',
