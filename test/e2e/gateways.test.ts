@@ -234,7 +234,7 @@ for (const row of ROWS) {
       const address = get('close').address;
       await waitUntil(
         async () =>
-          metricValue(await gateway.metricsText(), 'llm_extproc_failed_connect_checks_total', { verdict: 'client_left' }) >= 1
+          metricValue(await gateway.metricsText(), 'llm_extproc_failed_connect_checks_total', { verdict: 'replica_alive' }) >= 1
             ? true
             : undefined,
         { description: 'the check after the reset' },
