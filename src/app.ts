@@ -165,8 +165,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
       : await startOpsServer(config.listen.http, {
           registry: metrics.registry,
           isReady: () => health.isServing(),
-          view: () => store.view(),
-          signals: (address) => board.snapshot(address),
+          ...(config.listen.debugEndpoints ? { view: () => store.view(), signals: (address: string) => board.snapshot(address) } : {}),
         });
   // The source starts last: the servers answer NOT_SERVING until its first complete view arrives.
   try {
