@@ -1,11 +1,12 @@
-// What the tool installers (install-envoy, install-helm, install-kube) share: the error type that
-// means "a clear message, no stack", command helpers, the tools cache outside the clone, and the
-// one way an installer reports its result. Plain Node ESM with no dependencies: it runs before
+// What the tool installers (install-envoy, install-helm, install-kube, ...) share: the error type
+// that means "a clear message, no stack", command helpers, the tools cache outside the clone, the
+// one way an installer reports its result, and the one flow of a pinned Go tool (an override from
+// the environment, else the cached binary when it reports its version, else a build renamed into place). Plain Node ESM with no dependencies: it runs before
 // `npm ci` and before the TypeScript build exist.
 import { spawnSync } from 'node:child_process';
-import { accessSync, constants } from 'node:fs';
+import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 
 /** A failure the installer explains itself: printed as its message, without a stack. */
 export class InstallError extends Error {}
@@ -77,4 +78,56 @@ export function runChecked(cmd, args, { cwd, env, inherit = false } = {}) {
 /** `go mod download -json` of one module (run in `cwd`): its extracted directory, go.mod path, ... */
 export function goModDownload(moduleAtVersion, cwd) {
   return JSON.parse(runChecked('go', ['mod', 'download', '-json', moduleAtVersion], { cwd }));
+}
+
+/** Throws an InstallError saying what needs Go when `go version` fails; returns its version line. */
+export function requireGo(forWhat) {
+  const res = runCaptured('go', ['version']);
+  if (res.error || res.status !== 0) {
+    throw new InstallError(`the Go toolchain (\`go\`) is needed to build ${forWhat}: \`go version\` failed (${describeFailure(res)})`);
+  }
+  return res.stdout.trim();
+}
+
+/**
+ * Builds one binary in a private staging directory next to `target` and renames it into place, so
+ * an interrupted or concurrent build never leaves a half-written file at the cache path. `build`
+ * gets the staging directory (empty, for a wrapper module or as GOBIN) and returns the path of the
+ * binary it built there. Returns the build's duration in seconds.
+ */
+export function buildInStaging(target, build) {
+  mkdirSync(dirname(target), { recursive: true });
+  const staging = mkdtempSync(join(dirname(target), '.build-'));
+  const started = Date.now();
+  try {
+    const built = build(staging);
+    if (!existsSync(built)) throw new InstallError(`the build reported success but left no ${basename(built)} in ${staging}`);
+    renameSync(built, target);
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+  }
+  return Math.round((Date.now() - started) / 1000);
+}
+
+/** `go install -trimpath -ldflags=<ldflags> <packageAtVersion>` with GOBIN = `staging`; returns the binary's path there. */
+export function goInstallInto(staging, packageAtVersion, ldflags, { inherit = true } = {}) {
+  runChecked('go', ['install', '-trimpath', `-ldflags=${ldflags}`, packageAtVersion], { cwd: staging, env: { GOBIN: staging }, inherit });
+  return join(staging, basename(packageAtVersion.replace(/@.*$/, '')));
+}
+
+/**
+ * The path of a pinned tool: `$<envVar>` when set (it must be executable: an explicit choice is
+ * never silently ignored), else `target` when it runs and `reportsVersion(path)`, else what
+ * `build(target)` makes of it, checked with `reportsVersion` again.
+ */
+export function pinnedBinary({ envVar, target, version, reportsVersion, build }) {
+  const fromEnv = envVar === undefined ? undefined : process.env[envVar];
+  if (fromEnv) {
+    if (!isExecutable(fromEnv)) throw new InstallError(`${envVar}=${fromEnv} is not an executable file`);
+    return fromEnv;
+  }
+  if (isExecutable(target) && reportsVersion(target)) return target;
+  build(target);
+  if (!reportsVersion(target)) throw new InstallError(`built ${target} but it does not report version ${version}`);
+  return target;
 }

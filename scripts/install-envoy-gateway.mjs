@@ -21,7 +21,18 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { InstallError, describeFailure, isExecutable, runCaptured, runInstaller, toolsDir } from './install-common.mjs';
+import {
+  InstallError,
+  buildInStaging,
+  describeFailure,
+  goInstallInto,
+  goModDownload,
+  isExecutable,
+  requireGo,
+  runCaptured,
+  runInstaller,
+  toolsDir,
+} from './install-common.mjs';
 
 const VERSION = 'v1.9.1';
 const MODULE = 'github.com/envoyproxy/gateway';
@@ -32,7 +43,6 @@ const CRDS_CHART = 'charts/gateway-crds-helm';
 
 const dir = join(toolsDir(), `envoy-gateway-${VERSION}`);
 const paths = { envoyGateway: join(dir, 'envoy-gateway'), crds: join(dir, 'crds.yaml') };
-const GO_ENV = { ...process.env, GO111MODULE: 'on', GOWORK: 'off', GOFLAGS: '-buildvcs=false', CGO_ENABLED: '0' };
 
 function log(message) {
   process.stderr.write(`install-envoy-gateway: ${message}\n`);
@@ -44,34 +54,12 @@ function hasWantedVersion(bin) {
   return res.status === 0 && `${res.stdout}`.includes(`ENVOY_GATEWAY_VERSION: ${VERSION}`);
 }
 
-function requireGo() {
-  const res = runCaptured('go', ['version']);
-  if (res.error || res.status !== 0) {
-    throw new InstallError(`the Go toolchain (\`go\`) is needed to build envoy-gateway ${VERSION}: ${describeFailure(res)}`);
-  }
-  log(res.stdout.trim());
-}
-
 function buildController() {
   if (hasWantedVersion(paths.envoyGateway)) return;
-  requireGo();
+  log(requireGo(`envoy-gateway ${VERSION}`));
   log(`building envoy-gateway ${VERSION} with go install (minutes the first time: a cold build is about as long as istiod's)`);
-  mkdirSync(dir, { recursive: true });
-  // A private GOBIN per build, renamed into place: a concurrent or interrupted build never leaves a
-  // half-written binary at the cache path.
-  const staging = mkdtempSync(join(dir, '.build-'));
-  try {
-    const started = Date.now();
-    const res = spawnSync('go', ['install', '-trimpath', `-ldflags=${LDFLAGS}`, `${PACKAGE}@${VERSION}`], {
-      env: { ...GO_ENV, GOBIN: staging },
-      stdio: ['ignore', process.stderr, process.stderr],
-    });
-    if (res.error || res.status !== 0) throw new InstallError(`go install ${PACKAGE}@${VERSION} failed: ${describeFailure(res)}`);
-    renameSync(join(staging, 'envoy-gateway'), paths.envoyGateway);
-    log(`built in ${Math.round((Date.now() - started) / 1000)} s`);
-  } finally {
-    rmSync(staging, { recursive: true, force: true });
-  }
+  const seconds = buildInStaging(paths.envoyGateway, (staging) => goInstallInto(staging, `${PACKAGE}@${VERSION}`, LDFLAGS));
+  log(`built in ${seconds} s`);
   if (!hasWantedVersion(paths.envoyGateway)) {
     throw new InstallError(`built ${paths.envoyGateway} but \`envoy-gateway version\` does not report ${VERSION}`);
   }
@@ -87,11 +75,9 @@ function helmBinary() {
 
 function renderCrds() {
   if (existsSync(paths.crds)) return;
-  requireGo();
+  requireGo(`the CRDs of envoy-gateway ${VERSION}`);
   log(`rendering the Gateway API and Envoy Gateway CRDs from ${MODULE}@${VERSION}/${CRDS_CHART}`);
-  const download = runCaptured('go', ['mod', 'download', '-json', `${MODULE}@${VERSION}`], GO_ENV);
-  if (download.error || download.status !== 0) throw new InstallError(`go mod download ${MODULE}@${VERSION}: ${describeFailure(download)}`);
-  const moduleDir = JSON.parse(download.stdout).Dir;
+  const moduleDir = goModDownload(`${MODULE}@${VERSION}`, dir).Dir;
   const chart = join(moduleDir, CRDS_CHART);
   if (!existsSync(chart)) throw new InstallError(`${chart} is missing from the downloaded module`);
   // Helm writes its cache and config next to nothing of the user's: a private, throw-away home.

@@ -16,9 +16,9 @@
 // Plain Node ESM with no dependencies because it runs before the TypeScript build exists.
 // Quiet on success except one stdout line with the binary path; exit code 1 with a message on failure.
 
-import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { InstallError, describeFailure, isExecutable, runCaptured, runInstaller, toolsDir } from './install-common.mjs';
+import { buildInStaging, pinnedBinary, requireGo, runCaptured, runChecked, runInstaller, toolsDir } from './install-common.mjs';
 
 const H2SPEC_VERSION = 'v2.2.1';
 const H2SPEC_PACKAGE = 'github.com/summerwind/h2spec/cmd/h2spec';
@@ -48,50 +48,22 @@ function hasWantedVersion(bin) {
   return `${res.stdout}`.includes(`Version: ${H2SPEC_VERSION.slice(1)} `);
 }
 
-function build(target) {
-  const goCheck = runCaptured('go', ['version']);
-  if (goCheck.error || goCheck.status !== 0) {
-    throw new InstallError(
-      `cannot build h2spec: \`go version\` failed (${describeFailure(goCheck)}). ` +
-        'Install Go 1.21 or newer, or point H2SPEC_BIN at an h2spec v2 binary.',
-    );
-  }
-  const dir = join(target, '..');
-  mkdirSync(dir, { recursive: true });
-  // Build into a private directory and rename, so a concurrent or interrupted run never leaves a
-  // half-written binary at the cache path.
-  const staging = mkdtempSync(join(dir, '.build-'));
-  try {
-    writeFileSync(join(staging, 'go.mod'), WRAPPER_GO_MOD);
-    // -mod=mod writes go.sum from the module proxy's checksums (verified against sum.golang.org).
-    const env = { ...process.env, GO111MODULE: 'on', GOWORK: 'off', CGO_ENABLED: '0', GOFLAGS: '-mod=mod -buildvcs=false' };
-    const res = runCaptured('go', ['-C', staging, 'build', '-trimpath', `-ldflags=${LDFLAGS}`, '-o', 'h2spec', H2SPEC_PACKAGE], env);
-    if (res.error || res.status !== 0) {
-      throw new InstallError(`building ${H2SPEC_PACKAGE} ${H2SPEC_VERSION} failed: ${describeFailure(res)}`);
-    }
-    const built = join(staging, 'h2spec');
-    if (!existsSync(built)) throw new InstallError(`go build reported success but left no h2spec in ${staging}`);
-    renameSync(built, target);
-  } finally {
-    rmSync(staging, { recursive: true, force: true });
-  }
-}
-
 function main() {
-  const fromEnv = process.env.H2SPEC_BIN;
-  if (fromEnv) {
-    if (!isExecutable(fromEnv)) throw new InstallError(`H2SPEC_BIN=${fromEnv} is not an executable file`);
-    return fromEnv;
-  }
-  const target = join(toolsDir(), `h2spec-${H2SPEC_VERSION}`, 'h2spec');
-  if (isExecutable(target) && hasWantedVersion(target)) return target;
-
-  build(target);
-  if (!hasWantedVersion(target)) {
-    const res = runCaptured(target, ['--version']);
-    throw new InstallError(`built ${target} but \`h2spec --version\` did not report ${H2SPEC_VERSION}: ${describeFailure(res)}`);
-  }
-  return target;
+  return pinnedBinary({
+    envVar: 'H2SPEC_BIN',
+    target: join(toolsDir(), `h2spec-${H2SPEC_VERSION}`, 'h2spec'),
+    version: H2SPEC_VERSION,
+    reportsVersion: hasWantedVersion,
+    build: (target) => {
+      requireGo(`h2spec ${H2SPEC_VERSION} (or point H2SPEC_BIN at an h2spec v2 binary)`);
+      buildInStaging(target, (staging) => {
+        writeFileSync(join(staging, 'go.mod'), WRAPPER_GO_MOD);
+        // -mod=mod (GO_ENV) writes go.sum from the module proxy's checksums (verified against sum.golang.org).
+        runChecked('go', ['build', '-trimpath', `-ldflags=${LDFLAGS}`, '-o', 'h2spec', H2SPEC_PACKAGE], { cwd: staging });
+        return join(staging, 'h2spec');
+      });
+    },
+  });
 }
 
 runInstaller('install-h2spec', main);

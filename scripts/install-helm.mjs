@@ -10,9 +10,8 @@
 // Plain Node ESM with no dependencies because it runs before the TypeScript build exists.
 // Quiet on success except one stdout line with the binary path; exit code 1 with a message on failure.
 
-import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { InstallError, describeFailure, isExecutable, runCaptured, runInstaller, toolsDir } from './install-common.mjs';
+import { buildInStaging, goInstallInto, pinnedBinary, requireGo, runCaptured, runInstaller, toolsDir } from './install-common.mjs';
 
 const HELM_VERSION = 'v3.22.0';
 const HELM_MODULE = 'helm.sh/helm/v3/cmd/helm';
@@ -37,48 +36,17 @@ function hasWantedVersion(bin) {
   return `${res.stdout}`.trim().startsWith(HELM_VERSION);
 }
 
-function build(target) {
-  const goCheck = runCaptured('go', ['version']);
-  if (goCheck.error || goCheck.status !== 0) {
-    throw new InstallError(
-      `cannot build helm: \`go version\` failed (${describeFailure(goCheck)}). ` +
-        'Install Go 1.24 or newer, or point HELM_BIN at a helm v3 binary.',
-    );
-  }
-  const dir = join(target, '..');
-  mkdirSync(dir, { recursive: true });
-  // Build into a private directory and rename, so a concurrent or interrupted run never leaves a
-  // half-written binary at the cache path.
-  const staging = mkdtempSync(join(dir, '.build-'));
-  try {
-    const env = { ...process.env, GOBIN: staging, CGO_ENABLED: '0', GOFLAGS: '-buildvcs=false' };
-    const res = runCaptured('go', ['install', '-trimpath', `-ldflags=${LDFLAGS}`, `${HELM_MODULE}@${HELM_VERSION}`], env);
-    if (res.error || res.status !== 0) {
-      throw new InstallError(`\`go install ${HELM_MODULE}@${HELM_VERSION}\` failed: ${describeFailure(res)}`);
-    }
-    const built = join(staging, 'helm');
-    if (!existsSync(built)) throw new InstallError(`go install reported success but left no helm in ${staging}`);
-    renameSync(built, target);
-  } finally {
-    rmSync(staging, { recursive: true, force: true });
-  }
-}
-
 function main() {
-  const fromEnv = process.env.HELM_BIN;
-  if (fromEnv) {
-    if (!isExecutable(fromEnv)) throw new InstallError(`HELM_BIN=${fromEnv} is not an executable file`);
-    return fromEnv;
-  }
-  const target = join(toolsDir(), `helm-${HELM_VERSION}`, 'helm');
-  if (isExecutable(target) && hasWantedVersion(target)) return target;
-
-  build(target);
-  if (!hasWantedVersion(target)) {
-    const res = runCaptured(target, ['version', '--short']);
-    throw new InstallError(`built ${target} but \`helm version\` did not report ${HELM_VERSION}: ${describeFailure(res)}`);
-  }
-  return target;
+  return pinnedBinary({
+    envVar: 'HELM_BIN',
+    target: join(toolsDir(), `helm-${HELM_VERSION}`, 'helm'),
+    version: HELM_VERSION,
+    reportsVersion: hasWantedVersion,
+    build: (target) => {
+      requireGo(`helm ${HELM_VERSION} (or point HELM_BIN at a helm v3 binary)`);
+      buildInStaging(target, (staging) => goInstallInto(staging, `${HELM_MODULE}@${HELM_VERSION}`, LDFLAGS, { inherit: false }));
+    },
+  });
 }
 
 runInstaller('install-helm', main);

@@ -21,9 +21,18 @@
 // runs before the TypeScript build. `--print` only prints the paths and whether they exist.
 
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { InstallError, goModDownload, isExecutable, runChecked, runInstaller, toolsDir } from './install-common.mjs';
+import {
+  InstallError,
+  buildInStaging,
+  goInstallInto,
+  goModDownload,
+  isExecutable,
+  requireGo,
+  runInstaller,
+  toolsDir,
+} from './install-common.mjs';
 
 /** The istio.io/istio commit (master, 2026-08-27; its VERSION file says 1.31) and what it calls itself. */
 const ISTIO_MODULE_VERSION = 'v0.0.0-20260827124520-eed52ebb66ad';
@@ -71,22 +80,10 @@ function reportsVersion(bin) {
 function installPilotDiscovery() {
   if (reportsVersion(paths.pilotDiscovery)) return;
   log(`building ${PILOT_DISCOVERY}@${ISTIO_MODULE_VERSION} (about 8 minutes on 2 cores the first time)`);
-  mkdirSync(DIR, { recursive: true });
-  const staging = mkdtempSync(join(DIR, '.build-'));
-  try {
-    const started = Date.now();
-    runChecked('go', ['install', '-trimpath', `-ldflags=${LDFLAGS}`, `${PILOT_DISCOVERY}@${ISTIO_MODULE_VERSION}`], {
-      cwd: staging,
-      env: { GOBIN: staging },
-      inherit: true,
-    });
-    const built = join(staging, 'pilot-discovery');
-    if (!existsSync(built)) throw new InstallError(`go install reported success but left no pilot-discovery in ${staging}`);
-    renameSync(built, paths.pilotDiscovery);
-    log(`built pilot-discovery in ${Math.round((Date.now() - started) / 1000)} s`);
-  } finally {
-    rmSync(staging, { recursive: true, force: true });
-  }
+  const seconds = buildInStaging(paths.pilotDiscovery, (staging) =>
+    goInstallInto(staging, `${PILOT_DISCOVERY}@${ISTIO_MODULE_VERSION}`, LDFLAGS),
+  );
+  log(`built pilot-discovery in ${seconds} s`);
   if (!reportsVersion(paths.pilotDiscovery)) {
     throw new InstallError(`built ${paths.pilotDiscovery} but \`pilot-discovery version --short\` does not say ${ISTIO_BUILD_VERSION}`);
   }
@@ -129,13 +126,6 @@ function installGatewayApiCrds(version) {
   renameSync(`${paths.gatewayApiCrds}.partial`, paths.gatewayApiCrds);
 }
 
-function requireGo() {
-  const res = spawnSync('go', ['version'], { encoding: 'utf8' });
-  if (res.error || res.status !== 0) {
-    throw new InstallError('the Go toolchain (`go`) is needed to build istiod (pilot-discovery); install Go 1.26 or newer');
-  }
-}
-
 /** Written last: when it exists and the binary reports its version, nothing needs Go. */
 const MANIFEST = join(DIR, 'installed.json');
 
@@ -146,7 +136,7 @@ function main() {
   }
   if (existsSync(MANIFEST) && Object.values(paths).every((p) => existsSync(p)) && reportsVersion(paths.pilotDiscovery))
     return readFileSync(MANIFEST, 'utf8').trim();
-  requireGo();
+  requireGo('istiod (pilot-discovery); Go 1.26 or newer');
   const istio = download(`istio.io/istio@${ISTIO_MODULE_VERSION}`);
   const gatewayApi = gatewayApiVersion(istio.GoMod);
   installCharts(istio.Dir);

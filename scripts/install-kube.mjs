@@ -27,9 +27,18 @@
 // Options: --print (do nothing but print where the files would be, and whether they are present).
 
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { InstallError, goModDownload, isExecutable, runChecked, runInstaller, toolsDir } from './install-common.mjs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import {
+  InstallError,
+  buildInStaging,
+  goModDownload,
+  isExecutable,
+  requireGo,
+  runChecked,
+  runInstaller,
+  toolsDir,
+} from './install-common.mjs';
 
 const KUBERNETES_VERSION = 'v1.34.3';
 /** The staging modules (k8s.io/api, k8s.io/apiserver, ...) are released as v0.<minor>.<patch>. */
@@ -72,45 +81,39 @@ function ready(bin, versionText) {
   return isExecutable(bin) && versionOutput(bin).includes(versionText);
 }
 
-/** A fresh scratch module directory next to the target, removed on success. */
-function scratchDir(target, name) {
-  const dir = join(target, '..', `.build-${name}`);
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(dir, { recursive: true });
-  return dir;
-}
-
-function buildInto(dir, bin, ldflags) {
-  const partial = `${bin}.partial`;
-  runChecked('go', ['mod', 'tidy'], { cwd: dir, inherit: true });
-  runChecked('go', ['build', '-trimpath', `-ldflags=${ldflags}`, '-o', partial, '.'], { cwd: dir, inherit: true });
-  renameSync(partial, bin);
-  rmSync(dir, { recursive: true, force: true });
+/**
+ * Builds a wrapper module (`files`: name → text, go.mod among them) into `bin`, in a staging
+ * directory renamed into place (install-common.mjs).
+ */
+function buildWrapper(bin, files, ldflags) {
+  const seconds = buildInStaging(bin, (staging) => {
+    for (const [name, text] of Object.entries(files)) writeFileSync(join(staging, name), text);
+    runChecked('go', ['mod', 'tidy'], { cwd: staging, inherit: true });
+    runChecked('go', ['build', '-trimpath', `-ldflags=${ldflags}`, '-o', basename(bin), '.'], { cwd: staging, inherit: true });
+    return join(staging, basename(bin));
+  });
+  log(`built ${basename(bin)} in ${seconds} s`);
 }
 
 function installEtcd() {
   const bin = paths.etcd;
   if (ready(bin, `etcd Version: ${ETCD_VERSION.slice(1)}`)) return;
   log(`building etcd ${ETCD_VERSION} (about a minute on 2 cores)`);
-  const dir = scratchDir(bin, 'etcd');
-  writeFileSync(join(dir, 'go.mod'), `module llm-extproc.local/etcd\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 ${ETCD_VERSION}\n`);
-  writeFileSync(
-    join(dir, 'main.go'),
-    [
-      "// Wrapper so etcd builds from the module proxy: etcd's own main module has replace directives.",
-      'package main',
-      '',
-      'import (',
-      '\t"os"',
-      '',
-      '\t"go.etcd.io/etcd/server/v3/etcdmain"',
-      ')',
-      '',
-      'func main() { etcdmain.Main(os.Args) }',
-      '',
-    ].join('\n'),
-  );
-  buildInto(dir, bin, '-s -w');
+  const mainGo = [
+    "// Wrapper so etcd builds from the module proxy: etcd's own main module has replace directives.",
+    'package main',
+    '',
+    'import (',
+    '\t"os"',
+    '',
+    '\t"go.etcd.io/etcd/server/v3/etcdmain"',
+    ')',
+    '',
+    'func main() { etcdmain.Main(os.Args) }',
+    '',
+  ].join('\n');
+  const goMod = `module llm-extproc.local/etcd\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 ${ETCD_VERSION}\n`;
+  buildWrapper(bin, { 'go.mod': goMod, 'main.go': mainGo }, '-s -w');
   if (!ready(bin, `etcd Version: ${ETCD_VERSION.slice(1)}`)) {
     throw new InstallError(`built ${bin} but its --version does not say ${ETCD_VERSION}:\n${versionOutput(bin)}`);
   }
@@ -131,32 +134,26 @@ function installKubeApiserver() {
   const bin = paths.kubeApiserver;
   if (ready(bin, `Kubernetes ${KUBERNETES_VERSION}`)) return;
   log(`building kube-apiserver ${KUBERNETES_VERSION} (about 10 minutes on 2 cores)`);
-  const dir = scratchDir(bin, 'kube-apiserver');
-  const info = goModDownload(`k8s.io/kubernetes@${KUBERNETES_VERSION}`, dir);
+  mkdirSync(dirname(bin), { recursive: true });
+  const info = goModDownload(`k8s.io/kubernetes@${KUBERNETES_VERSION}`, dirname(bin));
   const staging = stagingModules(info.GoMod);
   const replaces = staging.map((name) => `\t${name} => ${name} ${STAGING_VERSION}`).join('\n');
-  writeFileSync(
-    join(dir, 'go.mod'),
-    `module llm-extproc.local/kube-apiserver\n\ngo 1.24\n\nrequire k8s.io/kubernetes ${KUBERNETES_VERSION}\n\nreplace (\n${replaces}\n)\n`,
-  );
-  writeFileSync(
-    join(dir, 'main.go'),
-    [
-      '// Wrapper so kube-apiserver builds from the module proxy: k8s.io/kubernetes replaces its staging',
-      '// modules with local paths, which go install refuses; go.mod here maps them to their releases.',
-      'package main',
-      '',
-      'import (',
-      '\t"os"',
-      '',
-      '\t"k8s.io/component-base/cli"',
-      '\t"k8s.io/kubernetes/cmd/kube-apiserver/app"',
-      ')',
-      '',
-      'func main() { os.Exit(cli.Run(app.NewAPIServerCommand())) }',
-      '',
-    ].join('\n'),
-  );
+  const goMod = `module llm-extproc.local/kube-apiserver\n\ngo 1.24\n\nrequire k8s.io/kubernetes ${KUBERNETES_VERSION}\n\nreplace (\n${replaces}\n)\n`;
+  const mainGo = [
+    '// Wrapper so kube-apiserver builds from the module proxy: k8s.io/kubernetes replaces its staging',
+    '// modules with local paths, which go install refuses; go.mod here maps them to their releases.',
+    'package main',
+    '',
+    'import (',
+    '\t"os"',
+    '',
+    '\t"k8s.io/component-base/cli"',
+    '\t"k8s.io/kubernetes/cmd/kube-apiserver/app"',
+    ')',
+    '',
+    'func main() { os.Exit(cli.Run(app.NewAPIServerCommand())) }',
+    '',
+  ].join('\n');
   // Without these the binary reports v0.0.0-master, and the version check above could never pass.
   const [major, minor] = KUBERNETES_VERSION.slice(1).split('.');
   const pkg = 'k8s.io/component-base/version';
@@ -168,7 +165,7 @@ function installKubeApiserver() {
     `-X ${pkg}.gitTreeState=clean`,
     `-X ${pkg}.buildDate=1970-01-01T00:00:00Z`,
   ].join(' ');
-  buildInto(dir, bin, ldflags);
+  buildWrapper(bin, { 'go.mod': goMod, 'main.go': mainGo }, ldflags);
   if (!ready(bin, `Kubernetes ${KUBERNETES_VERSION}`)) {
     throw new InstallError(`built ${bin} but its --version does not say ${KUBERNETES_VERSION}:\n${versionOutput(bin)}`);
   }
@@ -235,14 +232,6 @@ function installPrometheusOperatorCrds() {
   writeManifests(target, parts);
 }
 
-function requireGo() {
-  const res = spawnSync('go', ['version'], { encoding: 'utf8' });
-  if (res.error || res.status !== 0) {
-    throw new InstallError('the Go toolchain (`go`) is needed to build kube-apiserver and etcd; install Go 1.24 or newer');
-  }
-  log(res.stdout.trim());
-}
-
 function main() {
   if (process.argv.includes('--print')) {
     const present = Object.fromEntries(Object.entries(paths).map(([k, p]) => [k, existsSync(p)]));
@@ -255,7 +244,7 @@ function main() {
     !existsSync(paths.prometheusOperatorCrds) ||
     !ready(paths.etcd, `etcd Version: ${ETCD_VERSION.slice(1)}`) ||
     !ready(paths.kubeApiserver, `Kubernetes ${KUBERNETES_VERSION}`);
-  if (missing) requireGo();
+  if (missing) log(requireGo('kube-apiserver and etcd (Go 1.24 or newer)'));
   installInferencePoolCrd();
   installEnvoyGatewayCrds();
   installPrometheusOperatorCrds();

@@ -15,9 +15,18 @@
 // Plain Node ESM with no dependencies because it runs before the TypeScript build exists.
 // Quiet on success except one stdout line with the binary path; exit code 1 with a message on failure.
 
-import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { InstallError, describeFailure, isExecutable, runCaptured, runInstaller, toolsDir } from './install-common.mjs';
+import {
+  buildInStaging,
+  goInstallInto,
+  pinnedBinary,
+  requireGo,
+  runCaptured,
+  runChecked,
+  runInstaller,
+  toolsDir,
+} from './install-common.mjs';
 
 const RELEASE = '0.161.0';
 const BUILDER_MODULE = 'go.opentelemetry.io/collector/cmd/builder';
@@ -47,52 +56,24 @@ function hasWantedVersion(bin) {
   return `${res.stdout}`.includes(`version ${RELEASE}`);
 }
 
-function build(target) {
-  const goCheck = runCaptured('go', ['version']);
-  if (goCheck.error || goCheck.status !== 0) {
-    throw new InstallError(
-      `cannot build the OpenTelemetry Collector: \`go version\` failed (${describeFailure(goCheck)}). ` +
-        'Install Go 1.26 or newer, or point OTELCOL_BIN at a collector with the OTLP receiver and the file exporter.',
-    );
-  }
-  const dir = join(target, '..');
-  mkdirSync(dir, { recursive: true });
-  // Build into a private directory and rename, so a concurrent or interrupted run never leaves a
-  // half-written binary at the cache path.
-  const staging = mkdtempSync(join(dir, '.build-'));
-  try {
-    const env = { ...process.env, GOBIN: staging, CGO_ENABLED: '0', GOFLAGS: '-buildvcs=false' };
-    const builderRef = `${BUILDER_MODULE}@v${RELEASE}`;
-    const install = runCaptured('go', ['install', '-trimpath', builderRef], env);
-    if (install.error || install.status !== 0) throw new InstallError(`\`go install ${builderRef}\` failed: ${describeFailure(install)}`);
-    const source = join(staging, 'src');
-    const manifestPath = join(staging, 'manifest.yaml');
-    writeFileSync(manifestPath, manifest(source));
-    const res = runCaptured(join(staging, 'builder'), ['--config', manifestPath], { ...env, GOBIN: '' });
-    if (res.error || res.status !== 0) throw new InstallError(`the collector builder failed: ${describeFailure(res)}`);
-    const built = join(source, BINARY);
-    if (!existsSync(built)) throw new InstallError(`the collector builder reported success but left no ${BINARY} in ${source}`);
-    renameSync(built, target);
-  } finally {
-    rmSync(staging, { recursive: true, force: true });
-  }
-}
-
 function main() {
-  const fromEnv = process.env.OTELCOL_BIN;
-  if (fromEnv) {
-    if (!isExecutable(fromEnv)) throw new InstallError(`OTELCOL_BIN=${fromEnv} is not an executable file`);
-    return fromEnv;
-  }
-  const target = join(toolsDir(), `otelcol-v${RELEASE}`, BINARY);
-  if (isExecutable(target) && hasWantedVersion(target)) return target;
-
-  build(target);
-  if (!hasWantedVersion(target)) {
-    const res = runCaptured(target, ['--version']);
-    throw new InstallError(`built ${target} but \`${BINARY} --version\` did not report ${RELEASE}: ${describeFailure(res)}`);
-  }
-  return target;
+  return pinnedBinary({
+    envVar: 'OTELCOL_BIN',
+    target: join(toolsDir(), `otelcol-v${RELEASE}`, BINARY),
+    version: RELEASE,
+    reportsVersion: hasWantedVersion,
+    build: (target) => {
+      requireGo('the OpenTelemetry Collector (or point OTELCOL_BIN at a collector with the OTLP receiver and the file exporter)');
+      buildInStaging(target, (staging) => {
+        const builder = goInstallInto(staging, `${BUILDER_MODULE}@v${RELEASE}`, '-s -w', { inherit: false });
+        const source = join(staging, 'src');
+        const manifestPath = join(staging, 'manifest.yaml');
+        writeFileSync(manifestPath, manifest(source));
+        runChecked(builder, ['--config', manifestPath], { cwd: staging, env: { GOBIN: '' } });
+        return join(source, BINARY);
+      });
+    },
+  });
 }
 
 runInstaller('install-otelcol', main);
