@@ -8,6 +8,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { stringify as toYaml } from 'yaml';
 import type { PickerTls } from '../../tools/envoy-config/gateway-config.js';
 import {
   GATEWAY_PROFILE_NAMES,
@@ -577,15 +578,19 @@ void describe('Envoy reaches llm-extproc over TLS', () => {
       ...(client === undefined ? {} : { clientCertificate: { certPem: client.cert.toString(), keyPem: client.key.toString() } }),
     });
 
+    /** A serving pair from `ca`, the client CA `clients` in a mounted file, and the listen config using both. */
+    async function mutualTls(dir: string) {
+      const [ca, clients, other] = await Promise.all([makeTestCa(), makeTestCa(), makeTestCa()]);
+      const volume = await secretVolume(join(dir, 'tls'), await ca.issue());
+      const clientCa = await caVolume(join(dir, 'client-ca'), clients.caPem);
+      const tls = { enabled: true, certFile: volume.certFile, keyFile: volume.keyFile, clientCaFile: clientCa.caFile };
+      return { ca, clients, other, clientCa, tlsYaml: toYaml({ listen: { transport, tls } }) };
+    }
+
     void it(`mutual TLS (listen.tls.clientCaFile, ${transport}): Envoy presenting a certificate of the client CA is served; without one, or with one of another CA, it is refused (fail closed, JSON)`, async () => {
       const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-mtls-e2e-'));
       try {
-        const [ca, clients, stranger] = await Promise.all([makeTestCa(), makeTestCa(), makeTestCa()]);
-        const volume = await secretVolume(join(dir, 'tls'), await ca.issue());
-        const clientCa = await caVolume(join(dir, 'client-ca'), clients.caPem);
-        const tlsYaml =
-          `listen:\n  transport: ${transport}\n  tls:\n    enabled: true\n    certFile: ${volume.certFile}\n    keyFile: ${volume.keyFile}\n` +
-          `    clientCaFile: ${clientCa.caFile}\n`;
+        const { ca, clients, other: stranger, tlsYaml } = await mutualTls(dir);
         await withGateway(presenting(ca.caPem, await clients.issueClient('envoy')), tlsYaml, {}, async (gateway, server) => {
           const response = await gateway.send(chat('m'));
           assert.equal(response.status, 200, response.text());
@@ -607,12 +612,7 @@ void describe('Envoy reaches llm-extproc over TLS', () => {
     void it(`mutual TLS (${transport}): the client CA file replaced by another CA's: Envoy's next connections are refused, then served again once its certificate is trusted again`, async () => {
       const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-mtls-e2e-'));
       try {
-        const [ca, clients, other] = await Promise.all([makeTestCa(), makeTestCa(), makeTestCa()]);
-        const volume = await secretVolume(join(dir, 'tls'), await ca.issue());
-        const clientCa = await caVolume(join(dir, 'client-ca'), clients.caPem);
-        const tlsYaml =
-          `listen:\n  transport: ${transport}\n  tls:\n    enabled: true\n    certFile: ${volume.certFile}\n    keyFile: ${volume.keyFile}\n` +
-          `    clientCaFile: ${clientCa.caFile}\n`;
+        const { ca, clients, other, clientCa, tlsYaml } = await mutualTls(dir);
         const envoyCert = await clients.issueClient('envoy');
         // One ext_proc stream per connection: each request makes Envoy handshake anew.
         await withGateway(
