@@ -204,12 +204,16 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
       : await startOpsServer(config.listen.http, {
           registry: metrics.registry,
           isReady: () => health.isServing(),
-          view: () => store.view(),
-          signals: (address) => {
-            const load = board.snapshot(address);
-            const measured = latency?.snapshot(address, performance.now()) ?? [];
-            return measured.length === 0 ? load : { ...load, latency: measured };
-          },
+          ...(config.listen.debugEndpoints
+            ? {
+                view: () => store.view(),
+                signals: (address: string) => {
+                  const load = board.snapshot(address);
+                  const measured = latency?.snapshot(address, performance.now()) ?? [];
+                  return measured.length === 0 ? load : { ...load, latency: measured };
+                },
+              }
+            : {}),
         });
   // The source starts last: the servers answer NOT_SERVING until its first complete view arrives.
   try {

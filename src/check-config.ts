@@ -47,7 +47,7 @@ export async function checkConfig(
   const tls = config.listen.tls;
   if (tls?.mode === 'files') {
     try {
-      await readUsableIdentity(tls.certFile, tls.keyFile);
+      await readUsableIdentity(tls);
     } catch (err) {
       throw new CheckFailed(`listen.tls: ${errorMessage(err)}`, { cause: err });
     }

@@ -119,7 +119,9 @@ export async function runPrimary(config: Config, workers: number, logger: Logger
   const ops = await startOpsServer(config.listen.http, {
     registry: { contentType: aggregator.contentType, metrics: () => aggregator.clusterMetrics() },
     isReady: () => !stopping && slots.every((slot) => slot.worker !== undefined && slot.serving),
-    view: () => ({ rendered: slots.find((slot) => slot.view !== undefined)?.view ?? { version: 0, pools: [] } }),
+    ...(config.listen.debugEndpoints
+      ? { view: () => ({ rendered: slots.find((slot) => slot.view !== undefined)?.view ?? { version: 0, pools: [] } }) }
+      : {}),
   });
   logger.info({ workers, http: ops.port, grpc: config.listen.grpc }, 'llm-extproc primary started');
 

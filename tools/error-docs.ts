@@ -375,9 +375,9 @@ const BREAK_VERDICT_MEANINGS: Readonly<Record<BreakVerdict, readonly [check: str
     'failed: connection refused or timed out, or the health path did not answer 2xx',
     'quarantined at once (no streak needed), with the usual backoff',
   ],
-  client_left: [
+  replica_alive: [
     'passed: the replica accepts connections (and answers its health path)',
-    'stays Ready: the client (or Envoy on its behalf, e.g. a stream idle timeout) ended the stream',
+    'stays Ready: something else ended the stream (the client, Envoy on its behalf, e.g. a stream idle timeout, or the model server resetting that one stream)',
   ],
   not_checked: ['not run: the replica was no longer Ready (already quarantined, not ready, gone)', 'nothing changes'],
 };
@@ -397,7 +397,7 @@ function midStreamSection(): string[] {
     'stateDiagram-v2',
     '    Ready --> Checking: response stream broke',
     '    Checking --> Quarantined: replica_dead',
-    '    Checking --> Ready: client_left',
+    '    Checking --> Ready: replica_alive',
     '```',
     '',
     '| Verdict | Check | Effect |',

@@ -146,9 +146,27 @@ function valuesSchema(): object {
         Passthrough('Content of the static endpoints file.'),
         'Static endpoints file content (instead of config.kubernetes).',
       ),
+      debugEndpoints: Type.Boolean({ description: 'Serve /debug/endpoints on the HTTP port (listen.debugEndpoints); off = 404.' }),
+      networkPolicy: Closed({
+        enabled: Type.Boolean({ description: 'A NetworkPolicy: gRPC only from the gateway, HTTP from the monitoring namespace.' }),
+        grpc: Closed({
+          from: Type.Array(Passthrough('A NetworkPolicyPeer (namespaceSelector, podSelector).'), {
+            description: 'Peers allowed to the gRPC port; empty = the enabled gateway block’s Envoy pods.',
+          }),
+          envoyGatewayNamespace: Type.String({ minLength: 1, description: 'Namespace of Envoy Gateway’s proxy pods.' }),
+        }),
+        http: Closed({
+          monitoringNamespace: Type.String({ description: 'Namespace allowed to the HTTP port (Prometheus); empty = none.' }),
+          from: Type.Array(Passthrough('A NetworkPolicyPeer.'), { description: 'More peers allowed to the HTTP port.' }),
+        }),
+      }),
       tls: Closed({
         enabled: Type.Boolean(),
         secretName: Type.String({ description: 'kubernetes.io/tls Secret; empty = self-signed at start.' }),
+        clientCaSecretName: Type.String({
+          description:
+            'Mutual TLS: Secret whose ca.crt client certificates must chain to (needs secretName); empty = no client certificate asked.',
+        }),
       }),
       nodeOptions: Type.String(),
       extraEnv: Type.Array(Passthrough('An EnvVar.')),

@@ -22,8 +22,10 @@ export interface Config {
   readonly listen: {
     /** gRPC ext_proc + health: `host:port` or `unix:///path/to.sock`. */
     readonly grpc: string;
-    /** HTTP /metrics, /healthz, /readyz, /debug/endpoints: `host:port`. */
+    /** HTTP /metrics, /healthz, /readyz (and /debug/endpoints): `host:port`. */
     readonly http: string;
+    /** Serve /debug/endpoints on the HTTP listener (off: 404). */
+    readonly debugEndpoints: boolean;
     /** TLS on the gRPC listener; absent = plaintext (sidecar, Unix socket). */
     readonly tls?: GrpcTlsConfig;
     /** Which implementation serves the gRPC listener. */
@@ -73,9 +75,13 @@ export interface Config {
 
 export type DestinationFormat = 'list' | 'single';
 
-/** Certificate and key files (PEM, reloaded when they change), or a self-signed pair made at start. */
+/**
+ * Certificate and key files (PEM, reloaded when they change), optionally with the CA client
+ * certificates must chain to (mutual TLS), or a self-signed pair made at start.
+ */
 export type GrpcTlsConfig =
-  { readonly mode: 'files'; readonly certFile: string; readonly keyFile: string } | { readonly mode: 'self-signed' };
+  | { readonly mode: 'files'; readonly certFile: string; readonly keyFile: string; readonly clientCaFile?: string }
+  | { readonly mode: 'self-signed' };
 
 export class ConfigError extends Error {
   override readonly name = 'ConfigError';
@@ -281,6 +287,10 @@ function crossFieldChecks(file: ConfigFile): void {
     const hasKey = tls.keyFile !== undefined;
     if (tls.enabled !== true && (hasCert || hasKey)) throw new ConfigError('listen.tls.enabled: set it to true to use certFile/keyFile');
     if (hasCert !== hasKey) throw new ConfigError('listen.tls: give both certFile and keyFile, or neither for a self-signed certificate');
+    if (tls.clientCaFile !== undefined && (tls.enabled !== true || !hasCert))
+      throw new ConfigError(
+        'listen.tls.clientCaFile: needs listen.tls.enabled with certFile and keyFile (mutual TLS serves a certificate of its own)',
+      );
   }
   const q = file.quarantine;
   const baseSeconds = q?.baseSeconds ?? DEFAULTS.baseSeconds;
@@ -323,6 +333,7 @@ function toConfig(file: ConfigFile, endpointsFile: string | undefined): Config {
     listen: {
       grpc: listen.grpc ?? DEFAULTS.grpcAddress,
       http: listen.http ?? DEFAULTS.httpAddress,
+      debugEndpoints: listen.debugEndpoints ?? false,
       transport: listen.transport ?? DEFAULTS.grpcTransport,
       maxConnections: listen.maxConnections ?? DEFAULTS.maxConnections,
       idleTimeoutMs: (listen.idleTimeoutSeconds ?? DEFAULTS.idleTimeoutSeconds) * 1000,
@@ -363,7 +374,13 @@ function pickerOrConfigError(section: ConfigFile['picker']): PickerSettings {
 /** `enabled` with both files, or with neither (self-signed at start); absent or disabled = plaintext. */
 function tlsConfig(tls: NonNullable<ConfigFile['listen']>['tls']): GrpcTlsConfig | undefined {
   if (tls?.enabled !== true) return undefined;
-  if (tls.certFile !== undefined && tls.keyFile !== undefined) return { mode: 'files', certFile: tls.certFile, keyFile: tls.keyFile };
+  if (tls.certFile !== undefined && tls.keyFile !== undefined)
+    return {
+      mode: 'files',
+      certFile: tls.certFile,
+      keyFile: tls.keyFile,
+      ...(tls.clientCaFile === undefined ? {} : { clientCaFile: tls.clientCaFile }),
+    };
   return { mode: 'self-signed' };
 }
 

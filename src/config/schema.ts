@@ -139,6 +139,12 @@ const Tls = Mapping(
       NonEmpty({ description: 'PEM certificate (reloaded when it changes). Omit both files for a self-signed pair.' }),
     ),
     keyFile: Type.Optional(NonEmpty({ description: 'PEM private key (reloaded when it changes).' })),
+    clientCaFile: Type.Optional(
+      NonEmpty({
+        description:
+          'Mutual TLS: PEM CA certificate(s); only clients presenting a certificate that chains to it are served, others fail the handshake (reloaded when it changes). Needs certFile and keyFile.',
+      }),
+    ),
   },
   { description: 'TLS on the gRPC listener; absent = plaintext (sidecar, Unix socket).' },
 );
@@ -417,7 +423,14 @@ export const configFileSchema = Mapping(
             NonEmpty({ default: DEFAULTS.grpcAddress, description: 'gRPC ext_proc + health: host:port or unix:///path/to.sock.' }),
           ),
           http: Type.Optional(
-            NonEmpty({ default: DEFAULTS.httpAddress, description: 'HTTP /metrics, /healthz, /readyz, /debug/endpoints: host:port.' }),
+            NonEmpty({ default: DEFAULTS.httpAddress, description: 'HTTP /metrics, /healthz, /readyz (and /debug/endpoints): host:port.' }),
+          ),
+          debugEndpoints: Type.Optional(
+            Type.Boolean({
+              default: false,
+              description:
+                'Serve /debug/endpoints on the HTTP listener: every replica with its address, state, reason and load, as JSON. Off: 404 (it tells whoever reaches the port the whole fleet).',
+            }),
           ),
           tls: Type.Optional(Tls),
           maxConnections: Type.Optional(

@@ -22,11 +22,12 @@ export type ProbeResult = { readonly alive: true } | { readonly alive: false; re
 
 /**
  * What a mid-stream break turned out to be. `replica_dead`: the check failed, the replica is
- * quarantined. `client_left`: the replica answered the check, so the other side (the client, or
- * Envoy on its behalf) ended the stream; the replica stays Ready. `not_checked`: the replica was
+ * quarantined. `replica_alive`: the replica answered the check and stays Ready; the break came from
+ * elsewhere (the client or Envoy on its behalf ending the stream, or the model server resetting one
+ * stream while staying up) — the verdict names what the check saw, not a guess about who left. `not_checked`: the replica was
  * no longer Ready in the cache (already quarantined, gone, not ready), so there was nothing to decide.
  */
-export const BREAK_VERDICTS = ['replica_dead', 'client_left', 'not_checked'] as const;
+export const BREAK_VERDICTS = ['replica_dead', 'replica_alive', 'not_checked'] as const;
 export type BreakVerdict = (typeof BREAK_VERDICTS)[number];
 
 /** A health endpoint says "alive" with a 2xx; anything else (503 while loading, 404, 500) does not. */
@@ -36,7 +37,7 @@ export function healthStatusAlive(status: number): boolean {
 
 export function verdictFor(stillReady: boolean, probe: ProbeResult | undefined): BreakVerdict {
   if (!stillReady || probe === undefined) return 'not_checked';
-  return probe.alive ? 'client_left' : 'replica_dead';
+  return probe.alive ? 'replica_alive' : 'replica_dead';
 }
 
 export function probeReplica(address: string, settings: ProbeSettings): Promise<ProbeResult> {

@@ -35,7 +35,7 @@ import { openCalls } from './listener.js';
 import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
 import type { AnyBidiMethod, GrpcServerOptions, RunningGrpcServer } from './server-options.js';
 import type { TlsIdentitySource } from './tls-identity.js';
-import { secureContextOptions } from './tls-identity.js';
+import { clientVerificationOptions, secureContextOptions } from './tls-identity.js';
 import {
   KEEPALIVE_INTERVAL_MS,
   KEEPALIVE_TIMEOUT_MS,
@@ -267,7 +267,7 @@ class ReloadingServerCredentials extends ServerCredentials {
   private readonly unsubscribe: () => void;
 
   constructor(private readonly source: TlsIdentitySource) {
-    super({ requestCert: false }, secureContextOptions(source.current()));
+    super(clientVerificationOptions(source.current()), secureContextOptions(source.current()));
     this.unsubscribe = source.onChange((identity) => this.updateSecureContextOptions(secureContextOptions(identity)));
   }
 

@@ -23,7 +23,7 @@ import { MessageInput } from './message-input.js';
 import { serviceOf } from './bidi-call.js';
 import type { AnyBidiMethod, GrpcServerOptions, RunningGrpcServer } from './server-options.js';
 import { GRPC_STATUS, statusTrailers } from './status.js';
-import { secureContextOptions } from './tls-identity.js';
+import { clientVerificationOptions, secureContextOptions } from './tls-identity.js';
 import { CONNECTION_WINDOW_BYTES, MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_BYTES, STREAM_WINDOW_BYTES } from './transport-settings.js';
 
 const CHECK_PATH = `/${HEALTH_SERVICE_NAME}/Check`;
@@ -162,7 +162,10 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
   const server: NetServer | TlsServer =
     tls === undefined
       ? createNetServer(serveConnection)
-      : createTlsServer({ ...secureContextOptions(tls.current()), ALPNProtocols: ['h2'] }, serveConnection);
+      : createTlsServer(
+          { ...secureContextOptions(tls.current()), ...clientVerificationOptions(tls.current()), ALPNProtocols: ['h2'] },
+          serveConnection,
+        );
   // Only new TLS handshakes see a replaced pair; open connections and their streams carry on.
   const unsubscribeTls =
     tls === undefined ? () => {} : tls.onChange((identity) => (server as TlsServer).setSecureContext(secureContextOptions(identity)));

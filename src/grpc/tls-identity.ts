@@ -1,7 +1,9 @@
-// The gRPC listener's TLS identity (certificate chain + private key): read from files that may be
-// replaced while we run (a mounted Kubernetes Secret), or made once at start (self-signed).
-// Knows nothing about gRPC: the edge subscribes and hands each new pair to its server.
+// The gRPC listener's TLS identity (certificate chain + private key, and optionally the CA that
+// client certificates must chain to): read from files that may be replaced while we run (mounted
+// Kubernetes Secrets), or made once at start (self-signed).
+// Knows nothing about gRPC: the edge subscribes and hands each new identity to its server.
 
+import { X509Certificate } from 'node:crypto';
 import { watch, type FSWatcher } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
@@ -15,11 +17,23 @@ export interface TlsIdentity {
   readonly cert: Buffer;
   /** PEM private key of the leaf. */
   readonly key: Buffer;
+  /** PEM CA certificate(s) a client's certificate must chain to (mutual TLS); absent = any client. */
+  readonly clientCa?: Buffer;
 }
 
-/** The pair as TLS context options (a fresh object: TLS servers keep what they are given). */
-export function secureContextOptions(identity: TlsIdentity): { cert: Buffer; key: Buffer } {
-  return { cert: identity.cert, key: identity.key };
+/** The identity as TLS context options (a fresh object: TLS servers keep what they are given). */
+export function secureContextOptions(identity: TlsIdentity): { cert: Buffer; key: Buffer; ca?: Buffer } {
+  return { cert: identity.cert, key: identity.key, ...(identity.clientCa === undefined ? {} : { ca: identity.clientCa }) };
+}
+
+/**
+ * Server options (fixed for the listener's life) for client certificates: with a client CA, a
+ * client must present a certificate that chains to it, or the handshake fails; without, none is
+ * asked for. The CA itself is part of the secure context, so a reload replaces it.
+ */
+export function clientVerificationOptions(identity: TlsIdentity): { requestCert: boolean; rejectUnauthorized: boolean } {
+  const mutual = identity.clientCa !== undefined;
+  return { requestCert: mutual, rejectUnauthorized: mutual };
 }
 
 export interface TlsIdentitySource {
@@ -31,14 +45,32 @@ export interface TlsIdentitySource {
   close(): void;
 }
 
-/** Throws unless `cert` and `key` are PEM and belong together (what Node's TLS would refuse later). */
+/**
+ * Throws unless `cert` and `key` are PEM and belong together (what Node's TLS would refuse later),
+ * and a client CA holds at least one certificate (Node would silently trust nothing otherwise).
+ */
 function checkIdentity(identity: TlsIdentity): void {
-  createSecureContext({ cert: identity.cert, key: identity.key });
+  createSecureContext(secureContextOptions(identity));
+  if (identity.clientCa !== undefined) {
+    try {
+      new X509Certificate(identity.clientCa);
+    } catch (err) {
+      throw new Error(`the client CA is not a PEM certificate: ${(err as Error).message}`, { cause: err });
+    }
+  }
 }
 
 /** Where the identity comes from (config `listen.tls`, as config.ts builds it). */
 export type TlsIdentitySettings =
-  { readonly mode: 'files'; readonly certFile: string; readonly keyFile: string } | { readonly mode: 'self-signed' };
+  | { readonly mode: 'files'; readonly certFile: string; readonly keyFile: string; readonly clientCaFile?: string }
+  | { readonly mode: 'self-signed' };
+
+/** The files of a `files` identity. */
+interface IdentityFiles {
+  readonly certFile: string;
+  readonly keyFile: string;
+  readonly clientCaFile?: string;
+}
 
 export async function openTlsIdentity(
   config: TlsIdentitySettings,
@@ -50,7 +82,7 @@ export async function openTlsIdentity(
     logger.warn('gRPC TLS: no certificate configured; serving a self-signed one made at start (Envoy must not verify it)');
     return { current: () => identity, onChange: () => () => {}, close: () => {} };
   }
-  return FileTlsIdentity.open(config.certFile, config.keyFile, logger, options.pollIntervalMs ?? DEFAULT_POLL_MS);
+  return FileTlsIdentity.open(config, logger, options.pollIntervalMs ?? DEFAULT_POLL_MS);
 }
 
 /** The names a client inside the pod or the cluster may dial; Envoy in our profiles does not verify it. */
@@ -95,13 +127,13 @@ class FileTlsIdentity implements TlsIdentitySource {
   private closed = false;
 
   private constructor(
-    private readonly certFile: string,
-    private readonly keyFile: string,
+    private readonly files: IdentityFiles,
     private identity: TlsIdentity,
     private readonly logger: Logger,
     pollIntervalMs: number,
   ) {
-    for (const dir of new Set([dirname(certFile), dirname(keyFile)])) {
+    const paths = [files.certFile, files.keyFile, ...(files.clientCaFile === undefined ? [] : [files.clientCaFile])];
+    for (const dir of new Set(paths.map((path) => dirname(path)))) {
       try {
         const watcher = watch(dir, { persistent: false }, () => this.reload());
         watcher.on('error', (err) => logger.warn({ err, dir }, 'gRPC TLS: watching the certificate directory failed; relying on polling'));
@@ -114,10 +146,15 @@ class FileTlsIdentity implements TlsIdentitySource {
     this.poll.unref();
   }
 
-  static async open(certFile: string, keyFile: string, logger: Logger, pollIntervalMs: number): Promise<FileTlsIdentity> {
-    const identity = await readUsableIdentity(certFile, keyFile);
-    logger.info({ certFile, keyFile }, 'gRPC TLS: serving the configured certificate; reloading it when the files change');
-    return new FileTlsIdentity(certFile, keyFile, identity, logger, pollIntervalMs);
+  static async open(files: IdentityFiles, logger: Logger, pollIntervalMs: number): Promise<FileTlsIdentity> {
+    const identity = await readUsableIdentity(files);
+    logger.info(
+      { certFile: files.certFile, keyFile: files.keyFile, clientCaFile: files.clientCaFile },
+      files.clientCaFile === undefined
+        ? 'gRPC TLS: serving the configured certificate; reloading it when the files change'
+        : 'gRPC TLS: serving the configured certificate to clients with a certificate from the client CA (mutual TLS); reloading both when the files change',
+    );
+    return new FileTlsIdentity(files, identity, logger, pollIntervalMs);
   }
 
   current(): TlsIdentity {
@@ -155,43 +192,54 @@ class FileTlsIdentity implements TlsIdentitySource {
   private async reloadOnce(): Promise<void> {
     let next: TlsIdentity;
     try {
-      next = await readIdentity(this.certFile, this.keyFile);
+      next = await readIdentity(this.files);
     } catch (err) {
       // Mid-swap or removed: keep serving the last good pair; the next event or poll retries.
       this.logger.debug({ err }, 'gRPC TLS: certificate files not readable right now; keeping the current pair');
       return;
     }
-    if (this.closed || (next.cert.equals(this.identity.cert) && next.key.equals(this.identity.key))) return;
+    if (this.closed || sameIdentity(next, this.identity)) return;
     try {
       checkIdentity(next);
     } catch (err) {
       // A half-written pair (certificate of the new, key of the old) lands here until both are new.
       this.logger.warn(
-        { err, certFile: this.certFile, keyFile: this.keyFile },
-        'gRPC TLS: new certificate files are not a usable pair; keeping the current one',
+        { err, ...this.files },
+        'gRPC TLS: new certificate files are not a usable pair (or client CA); keeping the current one',
       );
       return;
     }
     this.identity = next;
-    this.logger.info({ certFile: this.certFile }, 'gRPC TLS: certificate reloaded; new connections use it, open streams continue');
+    this.logger.info({ ...this.files }, 'gRPC TLS: certificate reloaded; new connections use it, open streams continue');
     for (const listener of [...this.listeners]) listener(next);
   }
 }
 
-/** Reads the pair and checks it as TLS would at start (also `--check-config`'s check); the error names both files. */
-export async function readUsableIdentity(certFile: string, keyFile: string): Promise<TlsIdentity> {
-  const identity = await readIdentity(certFile, keyFile);
+function sameIdentity(a: TlsIdentity, b: TlsIdentity): boolean {
+  const sameCa = a.clientCa === undefined ? b.clientCa === undefined : b.clientCa !== undefined && a.clientCa.equals(b.clientCa);
+  return a.cert.equals(b.cert) && a.key.equals(b.key) && sameCa;
+}
+
+/** Reads the files and checks them as TLS would at start (also `--check-config`'s check); the error names the files. */
+export async function readUsableIdentity(files: IdentityFiles): Promise<TlsIdentity> {
+  const identity = await readIdentity(files);
   try {
     checkIdentity(identity);
   } catch (err) {
-    throw new Error(`gRPC TLS: ${certFile} and ${keyFile} are not a usable certificate and key: ${(err as Error).message}`, {
-      cause: err,
-    });
+    const ca = files.clientCaFile === undefined ? '' : ` (client CA ${files.clientCaFile})`;
+    throw new Error(
+      `gRPC TLS: ${files.certFile} and ${files.keyFile}${ca} are not a usable certificate and key: ${(err as Error).message}`,
+      { cause: err },
+    );
   }
   return identity;
 }
 
-async function readIdentity(certFile: string, keyFile: string): Promise<TlsIdentity> {
-  const [cert, key] = await Promise.all([readFile(certFile), readFile(keyFile)]);
-  return { cert, key };
+async function readIdentity(files: IdentityFiles): Promise<TlsIdentity> {
+  const [cert, key, clientCa] = await Promise.all([
+    readFile(files.certFile),
+    readFile(files.keyFile),
+    files.clientCaFile === undefined ? undefined : readFile(files.clientCaFile),
+  ]);
+  return { cert, key, ...(clientCa === undefined ? {} : { clientCa }) };
 }

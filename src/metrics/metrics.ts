@@ -69,14 +69,14 @@ export class Metrics {
 
   private readonly failedConnectChecks = new Counter({
     name: 'llm_extproc_failed_connect_checks_total',
-    help: 'Attempts that could not connect or were reset before a response, by the verdict of the replica check that followed (replica_dead = quarantined at once, client_left = the replica answered the check and stays Ready, not_checked = it was no longer Ready).',
+    help: 'Attempts that could not connect or were reset before a response, by the verdict of the replica check that followed (replica_dead = quarantined at once, replica_alive = the replica answered the check and stays Ready, not_checked = it was no longer Ready).',
     labelNames: ['verdict'] as const,
     registers: [this.registry],
   });
 
   private readonly midStreamBreaks = new Counter({
     name: 'llm_extproc_midstream_breaks_total',
-    help: 'Response streams that broke half-way, by the verdict of the replica check that followed (replica_dead = quarantined, client_left = replica answered, not_checked = replica was no longer Ready).',
+    help: 'Response streams that broke half-way, by the verdict of the replica check that followed (replica_dead = quarantined, replica_alive = replica answered, not_checked = replica was no longer Ready).',
     labelNames: ['verdict'] as const,
     registers: [this.registry],
   });

@@ -1,5 +1,6 @@
 // The operations HTTP server: /metrics (Prometheus), /healthz (liveness), /readyz (readiness:
-// the endpoint cache has its first full view), /debug/endpoints (the cache as JSON).
+// the endpoint cache has its first full view), /debug/endpoints (the cache as JSON; only when the
+// caller hands a view, i.e. `listen.debugEndpoints` is on).
 
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -16,8 +17,11 @@ export interface MetricsSource {
 export interface OpsServerDeps {
   readonly registry: MetricsSource;
   readonly isReady: () => boolean;
-  /** The cache as /debug/endpoints shows it: a view, or one already rendered by viewAsJson (cluster primary). */
-  readonly view: () => EndpointView | { readonly rendered: unknown };
+  /**
+   * The cache as /debug/endpoints shows it: a view, or one already rendered by viewAsJson (cluster
+   * primary). Absent: /debug/endpoints is not served (404), as with `listen.debugEndpoints` off.
+   */
+  readonly view?: () => EndpointView | { readonly rendered: unknown };
   /** Load signals of one address (in-flight count, model-server report) for /debug/endpoints. */
   readonly signals?: (address: string) => unknown;
 }
@@ -60,7 +64,7 @@ export async function startOpsServer(address: string, deps: OpsServerDeps): Prom
         reply = deps.isReady()
           ? json(200, { status: 'ready' })
           : json(503, { status: 'not ready', reason: 'endpoint cache has not completed its first sync' });
-      else if (path === '/debug/endpoints') {
+      else if (path === '/debug/endpoints' && deps.view !== undefined) {
         const view = deps.view();
         reply = json(200, 'rendered' in view ? view.rendered : viewAsJson(view, deps.signals));
       } else reply = json(404, { error: 'not found' });

@@ -40,6 +40,7 @@ const EXPECTED_KINDS = [
   'EnvoyProxy',
   'HorizontalPodAutoscaler',
   'InferencePool',
+  'NetworkPolicy',
   'Pod',
   'PodDisruptionBudget',
   'PrometheusRule',

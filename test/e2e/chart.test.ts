@@ -19,7 +19,7 @@ import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE } from '../../src/ex
 import { repoRoot } from '../../scripts/repo-root.js';
 import { CHART_DIR, chartFiles } from '../../scripts/chart/chart-files.js';
 import { envoyBinaryPath } from '../support/envoy-binary.js';
-import { runExtprocCommand } from '../support/extproc-process.js';
+import { runExtprocCommand, startExtprocProcess } from '../support/extproc-process.js';
 import type { CommandResult } from '../support/extproc-process.js';
 import { helm, parseManifests, run } from '../support/helm.js';
 import type { K8sObject } from '../support/helm.js';
@@ -117,6 +117,10 @@ async function runCheckConfigPod(
     mkdirSync(join(dir, 'tls'));
     writeFileSync(join(dir, 'tls', 'tls.crt'), identity.cert);
     writeFileSync(join(dir, 'tls', 'tls.key'), identity.key);
+  }
+  if (mounts.some((m) => m.mountPath === `${CONFIG_DIR}/client-ca`)) {
+    mkdirSync(join(dir, 'client-ca'));
+    writeFileSync(join(dir, 'client-ca', 'ca.crt'), (await makeSelfSignedIdentity(['client-ca'])).cert);
   }
   const env = Object.fromEntries(
     (container.env as Obj[]).filter((e) => typeof e.value === 'string').map((e) => [e.name as string, e.value as string]),
@@ -528,6 +532,160 @@ describe('chart: gateway wiring', () => {
       assert.equal(res.code, 0, `envoy --mode validate failed:\n${res.stdout}\n${res.stderr}`);
     });
   }
+});
+
+describe('chart: mutual TLS on the gRPC port', () => {
+  it('tls.clientCaSecretName mounts the Secret’s ca.crt and sets listen.tls.clientCaFile; the check-config Pod accepts it', async () => {
+    const objects = await template(['inferencepool-istio.yaml'], ['--set', 'tls.clientCaSecretName=gateway-client-ca']);
+    const { config } = serverConfig(objects);
+    assert.deepEqual(config.listen.tls, {
+      mode: 'files',
+      certFile: `${CONFIG_DIR}/tls/tls.crt`,
+      keyFile: `${CONFIG_DIR}/tls/tls.key`,
+      clientCaFile: `${CONFIG_DIR}/client-ca/ca.crt`,
+    });
+    const volume = (serverPodSpec(objects).volumes as Obj[]).find((v) => v.name === 'llm-extproc-client-ca');
+    assert.deepEqual(field(volume, 'secret'), { secretName: 'gateway-client-ca', items: [{ key: 'ca.crt', path: 'ca.crt' }] });
+    const mounts = serverContainer(objects).volumeMounts as Obj[];
+    assert.ok(mounts.some((m) => m.name === 'llm-extproc-client-ca' && m.mountPath === `${CONFIG_DIR}/client-ca`));
+    const { result } = await runCheckConfigPod(objects);
+    assert.equal(result.code, 0, result.stderr);
+  });
+
+  it('is refused without tls.secretName, with a message', async () => {
+    const res = await helm(
+      ['template', RELEASE, CHART, '--set', 'tls.enabled=true', '--set', 'tls.clientCaSecretName=gateway-client-ca'],
+      home,
+    );
+    assert.notEqual(res.code, 0);
+    assert.match(res.stderr, /tls\.clientCaSecretName needs tls\.secretName/);
+  });
+});
+
+describe('chart: NetworkPolicy', () => {
+  const EG_PROXIES = {
+    namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'envoy-gateway-system' } },
+    podSelector: { matchLabels: { 'app.kubernetes.io/name': 'envoy', 'app.kubernetes.io/component': 'proxy' } },
+  };
+  const RELEASE_NAMESPACE_PODS = { podSelector: {} };
+  const ANY_GATEWAY_API_POD = {
+    namespaceSelector: {},
+    podSelector: { matchExpressions: [{ key: 'gateway.networking.k8s.io/gateway-name', operator: 'Exists' }] },
+  };
+  const istioGateway = (name: string, namespace: string): Obj => ({
+    namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': namespace } },
+    podSelector: { matchLabels: { 'gateway.networking.k8s.io/gateway-name': name } },
+  });
+  const MONITORING = { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } } };
+
+  /** The peers allowed to each named container port, checked against the pods the policy selects. */
+  function ingressByPort(objects: readonly K8sObject[]): Map<string, unknown> {
+    const policy = only(objects, 'NetworkPolicy', FULLNAME);
+    assert.deepEqual(field(policy, 'spec', 'policyTypes'), ['Ingress'], 'egress (API server, model servers) stays open');
+    const template = field(only(objects, 'Deployment', FULLNAME), 'spec', 'template', 'metadata', 'labels') as Obj;
+    for (const [key, value] of Object.entries(field(policy, 'spec', 'podSelector', 'matchLabels') as Obj))
+      assert.equal(template[key], value, `the policy selects our pods (${key})`);
+    const containerPorts = new Set((serverContainer(objects).ports as Obj[]).map((p) => p.name));
+    const byPort = new Map<string, unknown>();
+    for (const rule of field(policy, 'spec', 'ingress') as Obj[]) {
+      const ports = rule.ports as Obj[];
+      assert.equal(ports.length, 1);
+      assert.ok(containerPorts.has(ports[0].port), `port ${String(ports[0].port)} is a container port name`);
+      byPort.set(ports[0].port as string, rule.from);
+    }
+    assert.deepEqual([...byPort.keys()].sort(), ['grpc', 'http-metrics']);
+    return byPort;
+  }
+
+  const cases: ReadonlyArray<{ name: string; values: string[]; extra?: string[]; grpc: unknown[] }> = [
+    { name: 'plain Envoy Gateway: its proxy pods in its namespace', values: ['envoy-gateway.yaml'], grpc: [EG_PROXIES] },
+    { name: 'Envoy AI Gateway: the Envoy Gateway proxies it runs on', values: ['inferencepool-ai-gateway.yaml'], grpc: [EG_PROXIES] },
+    {
+      name: 'Istio: each named Gateway’s pods, in its namespace',
+      values: ['inferencepool-istio.yaml'],
+      extra: ['--set-json', 'gateway.inferencePool.istio.gateways=[{"name":"edge","namespace":"gw"},{"name":"inference-gateway"}]'],
+      grpc: [istioGateway('edge', 'gw'), istioGateway('inference-gateway', NAMESPACE)],
+    },
+    {
+      name: 'kgateway (an InferencePool gateway without a block of its own): Gateway API gateway pods',
+      values: ['inferencepool-kgateway.yaml'],
+      grpc: [ANY_GATEWAY_API_POD],
+    },
+    { name: 'plain Envoy: pods of the release namespace', values: ['envoy.yaml'], grpc: [RELEASE_NAMESPACE_PODS] },
+    { name: 'no gateway block: pods of the release namespace', values: ['one-namespace.yaml'], grpc: [RELEASE_NAMESPACE_PODS] },
+    {
+      name: 'Envoy Gateway proxies in the Gateway’s namespace (GatewayNamespace deploy mode)',
+      values: ['envoy-gateway.yaml'],
+      extra: ['--set', 'networkPolicy.grpc.envoyGatewayNamespace=edge'],
+      grpc: [{ ...EG_PROXIES, namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'edge' } } }],
+    },
+    {
+      name: 'networkPolicy.grpc.from replaces the default',
+      values: ['envoy-gateway.yaml'],
+      extra: ['--set-json', 'networkPolicy.grpc.from=[{"podSelector":{"matchLabels":{"app":"my-envoy"}}}]'],
+      grpc: [{ podSelector: { matchLabels: { app: 'my-envoy' } } }],
+    },
+  ];
+  for (const c of cases) {
+    it(`on by default; gRPC only from the gateway — ${c.name}; HTTP from the monitoring namespace`, async () => {
+      const byPort = ingressByPort(await template(c.values, c.extra ?? []));
+      assert.deepEqual(byPort.get('grpc'), c.grpc);
+      assert.deepEqual(byPort.get('http-metrics'), [MONITORING]);
+    });
+  }
+
+  it('the monitoring namespace and more HTTP peers come from values; networkPolicy.enabled=false leaves it out', async () => {
+    const byPort = ingressByPort(
+      await template(
+        [],
+        [
+          '--set',
+          'networkPolicy.http.monitoringNamespace=prom',
+          '--set-json',
+          'networkPolicy.http.from=[{"ipBlock":{"cidr":"10.1.0.0/16"}}]',
+        ],
+      ),
+    );
+    assert.deepEqual(byPort.get('http-metrics'), [
+      { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'prom' } } },
+      { ipBlock: { cidr: '10.1.0.0/16' } },
+    ]);
+    assert.equal((await template([], ['--set', 'networkPolicy.enabled=false'])).filter((o) => o.kind === 'NetworkPolicy').length, 0);
+  });
+
+  it('Envoy Gateway sidecar: none (no pods of ours; the gRPC listener is a Unix socket in the Envoy pod)', async () => {
+    assert.equal((await template(['envoy-gateway-sidecar.yaml'])).filter((o) => o.kind === 'NetworkPolicy').length, 0);
+  });
+});
+
+describe('chart: /debug/endpoints', () => {
+  /** Starts the real program on the chart's rendered config (static endpoints example), on loopback ports. */
+  async function debugEndpointsStatus(extra: readonly string[]): Promise<{ status: number; body: string }> {
+    const objects = await template(['static-endpoints.yaml'], extra);
+    const dir = mkdtempSync(join(home, 'debug-'));
+    const data = field(only(objects, 'ConfigMap', FULLNAME), 'data') as Record<string, string>;
+    for (const [name, text] of Object.entries(data)) {
+      const local = text.replaceAll(CONFIG_DIR, dir).replace(/0\.0\.0\.0:\d+/g, '127.0.0.1:0');
+      writeFileSync(join(dir, name), local);
+    }
+    const server = await startExtprocProcess({ configPath: join(dir, 'config.yaml') });
+    try {
+      const response = await fetch(`http://127.0.0.1:${server.httpPort}/debug/endpoints`);
+      return { status: response.status, body: await response.text() };
+    } finally {
+      await server.kill();
+    }
+  }
+
+  it('is off by default: the server the chart configures answers 404; debugEndpoints=true serves the cache', async () => {
+    const off = await debugEndpointsStatus([]);
+    assert.equal(off.status, 404, off.body);
+    assert.doesNotMatch(off.body, /10\.0\.0\.5/, 'no pod address leaks');
+    const on = await debugEndpointsStatus(['--set', 'debugEndpoints=true']);
+    assert.equal(on.status, 200, on.body);
+    const view = JSON.parse(on.body) as { pools: Array<{ endpoints: Array<{ address: string }> }> };
+    assert.deepEqual(view.pools[0].endpoints.map((e) => e.address).sort(), ['10.0.0.5:8000', '10.0.0.6:8000']);
+  });
 });
 
 describe('chart: monitoring', () => {

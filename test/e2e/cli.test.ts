@@ -144,7 +144,14 @@ describe('llm-extproc --check-config', () => {
     assert.equal(report.workers, 1);
     assert.deepEqual(
       report.config.listen,
-      { grpc: '0.0.0.0:9002', http: '0.0.0.0:9090', transport: 'native', maxConnections: 1024, idleTimeoutMs: 300000 },
+      {
+        grpc: '0.0.0.0:9002',
+        http: '0.0.0.0:9090',
+        debugEndpoints: false,
+        transport: 'native',
+        maxConnections: 1024,
+        idleTimeoutMs: 300000,
+      },
       'defaults filled in',
     );
     assert.equal(report.config.logLevel, 'debug', 'the environment override applied');

@@ -104,7 +104,7 @@ describe('--workers 2 behind Envoy', () => {
     await writeFile(
       configFile,
       toYaml({
-        listen: { grpc: `unix://${socket}`, http: `127.0.0.1:${httpPort}` },
+        listen: { grpc: `unix://${socket}`, http: `127.0.0.1:${httpPort}`, debugEndpoints: true },
         static: { path: endpointsFile },
         // debug: every served request logs one line, with the index of the worker that served it.
         logLevel: 'debug',

@@ -8,6 +8,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { stringify as toYaml } from 'yaml';
 import type { PickerTls } from '../../tools/envoy-config/gateway-config.js';
 import {
   GATEWAY_PROFILE_NAMES,
@@ -21,7 +22,8 @@ import { assertCatalogError, type ErrorBody } from '../support/catalog-assert.js
 import { metricValue, startGateway, type Gateway, type GatewayOptions, type StaticPoolSpec } from '../support/gateway.js';
 import type { ClientRequest } from '../support/http-client.js';
 import { startModelServer, type Behavior, type ModelServer } from '../support/model-server.js';
-import { fingerprint, makeTestCa, secretVolume, servedFingerprint } from '../support/tls-files.js';
+import { caVolume, fingerprint, handshakeServed, makeTestCa, secretVolume, servedFingerprint } from '../support/tls-files.js';
+import type { TlsIdentity } from '../../src/grpc/tls-identity.js';
 import { waitUntil } from '../support/wait-until.js';
 import { assertSameBytes, sequencedText } from '../support/sequenced-bytes.js';
 
@@ -142,6 +144,7 @@ for (const row of ROWS) {
         // on never be primary, so whether the dying-replica test sees it tried would depend on the
         // scrape timer. Picks go by our in-flight counts, ties at random.
         configYaml: `${tlsYaml}quarantine:\n  consecutiveFailures: 1000\npicker:\n  metrics:\n    enabled: false\n`,
+        debugEndpoints: true,
         envoy: { routeTimeoutSeconds: 2 },
       });
       // Refuse only now: a port freed earlier could be taken by Envoy's own ephemeral listeners.
@@ -237,7 +240,7 @@ for (const row of ROWS) {
       const address = get('close').address;
       await waitUntil(
         async () =>
-          metricValue(await gateway.metricsText(), 'llm_extproc_failed_connect_checks_total', { verdict: 'client_left' }) >= 1
+          metricValue(await gateway.metricsText(), 'llm_extproc_failed_connect_checks_total', { verdict: 'replica_alive' }) >= 1
             ? true
             : undefined,
         { description: 'the check after the reset' },
@@ -561,6 +564,80 @@ void describe('Envoy reaches llm-extproc over TLS', () => {
           assert.deepEqual(response.body, first.response.body, 'every byte, the ones sent after the swap included');
           assert.match(response.text(), /data: \[DONE\]\n\n$/);
         });
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+  }
+  for (const transport of ['native', 'grpc-js'] as const) {
+    /** Envoy presenting `client` (a certificate and key) to llm-extproc. */
+    const presenting = (caPem: string, client: TlsIdentity | undefined): PickerTls => ({
+      kind: 'verified',
+      caPem,
+      serverName: 'localhost',
+      ...(client === undefined ? {} : { clientCertificate: { certPem: client.cert.toString(), keyPem: client.key.toString() } }),
+    });
+
+    /** A serving pair from `ca`, the client CA `clients` in a mounted file, and the listen config using both. */
+    async function mutualTls(dir: string) {
+      const [ca, clients, other] = await Promise.all([makeTestCa(), makeTestCa(), makeTestCa()]);
+      const volume = await secretVolume(join(dir, 'tls'), await ca.issue());
+      const clientCa = await caVolume(join(dir, 'client-ca'), clients.caPem);
+      const tls = { enabled: true, certFile: volume.certFile, keyFile: volume.keyFile, clientCaFile: clientCa.caFile };
+      return { ca, clients, other, clientCa, tlsYaml: toYaml({ listen: { transport, tls } }) };
+    }
+
+    void it(`mutual TLS (listen.tls.clientCaFile, ${transport}): Envoy presenting a certificate of the client CA is served; without one, or with one of another CA, it is refused (fail closed, JSON)`, async () => {
+      const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-mtls-e2e-'));
+      try {
+        const { ca, clients, other: stranger, tlsYaml } = await mutualTls(dir);
+        await withGateway(presenting(ca.caPem, await clients.issueClient('envoy')), tlsYaml, {}, async (gateway, server) => {
+          const response = await gateway.send(chat('m'));
+          assert.equal(response.status, 200, response.text());
+          assert.equal(server.requests.length, 1);
+        });
+        for (const client of [undefined, await stranger.issueClient('envoy')]) {
+          await withGateway(presenting(ca.caPem, client), tlsYaml, {}, async (gateway, server) => {
+            assertCatalogError(await gateway.send(chat('m')), 'gateway_unavailable');
+            assert.equal(server.requests.length, 0, 'nothing is routed without the picker');
+            const grpcPort = Number(gateway.app.grpcAddress.slice(gateway.app.grpcAddress.lastIndexOf(':') + 1));
+            assert.equal(await handshakeServed('127.0.0.1', grpcPort, client), false, 'the listener refuses that certificate');
+          });
+        }
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+
+    void it(`mutual TLS (${transport}): the client CA file replaced by another CA's: Envoy's next connections are refused, then served again once its certificate is trusted again`, async () => {
+      const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-mtls-e2e-'));
+      try {
+        const { ca, clients, other, clientCa, tlsYaml } = await mutualTls(dir);
+        const envoyCert = await clients.issueClient('envoy');
+        // One ext_proc stream per connection: each request makes Envoy handshake anew.
+        await withGateway(
+          presenting(ca.caPem, envoyCert),
+          tlsYaml,
+          { transformEnvoyConfig: oneStreamPerExtprocConnection },
+          async (gateway, server) => {
+            const grpcPort = Number(gateway.app.grpcAddress.slice(gateway.app.grpcAddress.lastIndexOf(':') + 1));
+            assert.equal((await gateway.send(chat('m'))).status, 200);
+            await clientCa.write(other.caPem);
+            await waitUntil(async () => ((await handshakeServed('127.0.0.1', grpcPort, envoyCert)) ? undefined : true), {
+              description: 'the replaced client CA in force',
+            });
+            assert.ok(await handshakeServed('127.0.0.1', grpcPort, await other.issueClient('other')), 'the new CA’s clients are served');
+            const served = server.requests.length;
+            assertCatalogError(await gateway.send(chat('m')), 'gateway_unavailable');
+            assert.equal(server.requests.length, served, 'nothing is routed without the picker');
+            await clientCa.write(clients.caPem);
+            await waitUntil(async () => ((await handshakeServed('127.0.0.1', grpcPort, envoyCert)) ? true : undefined), {
+              description: 'the original client CA back in force',
+            });
+            const response = await gateway.send(chat('m'));
+            assert.equal(response.status, 200, response.text());
+          },
+        );
       } finally {
         await rm(dir, { recursive: true, force: true });
       }

@@ -74,6 +74,7 @@ describe('latency as a picking signal (real Envoy, paced SSE)', () => {
       gateway = await startGateway({
         pools: [{ name: 'p', models: ['m'], endpoints: servers.map((s) => ({ address: s.address })) }],
         configYaml: CONFIG,
+        debugEndpoints: true,
       });
       const g = gateway;
       // All alike: each takes a fair share.

@@ -25,7 +25,7 @@ void describe('live Istio: failure modes', { skip: podNetworkUnavailable() }, ()
   before(async () => {
     bed = await IstioBed.start({
       name: 'failures',
-      values: { config: { quarantine: { consecutiveFailures: 1000 } } },
+      values: { debugEndpoints: true, config: { quarantine: { consecutiveFailures: 1000 } } },
       modelPods: [{ name: 'a' }, { name: 'b' }],
     });
   });

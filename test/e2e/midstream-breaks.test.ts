@@ -68,7 +68,7 @@ describe('mid-stream breaks: dead replica or departed client (real Envoy)', () =
       );
       const metrics = await gw.metricsText();
       assert.equal(metricValue(metrics, 'llm_extproc_midstream_breaks_total', { verdict: 'replica_dead' }), 1);
-      assert.equal(metricValue(metrics, 'llm_extproc_midstream_breaks_total', { verdict: 'client_left' }), 0);
+      assert.equal(metricValue(metrics, 'llm_extproc_midstream_breaks_total', { verdict: 'replica_alive' }), 0);
       assert.equal(metricValue(metrics, 'llm_extproc_endpoint_quarantines_total', { endpoint: victim.address }), 1);
       assert.equal(metricValue(metrics, 'llm_extproc_requests_total', { model: 'm', result: 'stream_broken' }), 1);
 
@@ -106,7 +106,7 @@ describe('mid-stream breaks: dead replica or departed client (real Envoy)', () =
       assert.equal(response.status, 200);
       assert.notEqual(response.error, undefined, 'the client hung up before the end');
       assert.equal(await server.requests[0]?.response.settled, 'client-closed', 'the model server saw the client side go away');
-      await waitUntil(async () => ((await breaksWithVerdict(gw, 'client_left')) === 1 ? true : undefined), {
+      await waitUntil(async () => ((await breaksWithVerdict(gw, 'replica_alive')) === 1 ? true : undefined), {
         description: 'the break checked and attributed to the client',
       });
       const metrics = await gw.metricsText();

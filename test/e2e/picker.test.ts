@@ -33,6 +33,7 @@ async function fleet(
   const gateway = await startGateway({
     pools: [{ name: 'p', models: ['m'], endpoints: servers.map((s) => ({ address: s.address })) }],
     configYaml,
+    debugEndpoints: true,
   }).catch(async (err: unknown) => {
     await Promise.all(servers.map((s) => s.close()));
     throw err;

@@ -37,6 +37,8 @@ export interface StaticPoolSpec {
 export interface GatewayOptions {
   /** Static pools; omit when `configYaml` sets up another source (e.g. Kubernetes). */
   readonly pools?: readonly StaticPoolSpec[];
+  /** Serve /debug/endpoints (listen.debugEndpoints; off by default, as in the server). */
+  readonly debugEndpoints?: boolean;
   /** Extra llm-extproc config YAML (merged under our listen/source settings). */
   readonly configYaml?: string;
   /** Every address Envoy's backends cluster must know (defaults to all static endpoint addresses). */
@@ -102,6 +104,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       grpc: '127.0.0.1:0',
       http: '127.0.0.1:0',
       ...(pickerTls.kind === 'plaintext' ? {} : { tls: { enabled: true } }),
+      ...(options.debugEndpoints === true ? { debugEndpoints: true } : {}),
       ...section('listen'),
     },
     ...(profile === undefined && own.routing === undefined

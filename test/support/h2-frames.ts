@@ -63,6 +63,8 @@ export interface RawH2Connection {
    * rejects if it closes first, or when `withinMs` pass first.
    */
   until(condition: (received: Buffer) => boolean, withinMs?: number): Promise<void>;
+  /** Half-closes: no more bytes from us (the server sees end of stream and should close too). */
+  end(): void;
   close(): void;
 }
 
@@ -116,6 +118,7 @@ export function rawConnection(socket: Socket): RawH2Connection {
       });
       return within(met, withinMs, 'what the server sent to meet the condition').finally(() => socket.off('data', check));
     },
+    end: () => void socket.end(),
     close: () => void socket.destroy(),
   };
 }

