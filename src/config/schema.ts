@@ -438,7 +438,7 @@ export const configFileSchema = Mapping(
               minimum: 1,
               default: DEFAULTS.maxConnections,
               description:
-                'Most connections the gRPC listener holds at once (TLS handshakes included); one more is closed at once and counted. Native transport.',
+                'Most connections the gRPC listener holds at once (TLS handshakes included); one more is closed at once and counted. Both transports.',
             }),
           ),
           idleTimeoutSeconds: Type.Optional(

@@ -6,6 +6,7 @@
 import cluster from 'node:cluster';
 import type { EventEmitter } from 'node:events';
 import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
+import { Server as NetServer } from 'node:net';
 import { Server, ServerCredentials, status as GrpcStatus } from '@grpc/grpc-js';
 import type {
   ChannelOptions,
@@ -106,7 +107,9 @@ export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<Runnin
   }
   const credentials = opts.tls === undefined ? ServerCredentials.createInsecure() : new ReloadingServerCredentials(opts.tls);
   const port = await bind(server, target.kind === 'unix' ? `unix://${target.path}` : opts.address, credentials);
-  checkRequestsBeforeGrpcJs(server);
+  const http2Servers = grpcJsHttp2Servers(server);
+  checkRequestsBeforeGrpcJs(http2Servers);
+  capConnections(http2Servers, opts, logger);
   const address = dialAddress(target, port);
   logger.info({ address, tls: opts.tls !== undefined, transport: 'grpc-js' }, 'gRPC server listening');
 
@@ -223,14 +226,10 @@ const NO_ENCODING_SENT = 'none-negotiated';
  *   HTTP/2 protocol: the flag needs an encoding); grpc-js would read it as identity. Such a call
  *   reaches grpc-js with an encoding that names no decompressor, so grpc-js's own check ends it
  *   with UNIMPLEMENTED before the message is decoded; uncompressed messages ignore the encoding.
- * grpc-js has no public hook before its handler, so this reads its `http2Servers` map; a grpc-js
- * whose internals moved fails here at start, loudly, rather than serving without the checks.
+ * grpc-js has no public hook before its handler: see grpcJsHttp2Servers.
  */
-function checkRequestsBeforeGrpcJs(server: Server): void {
-  const internals = (server as unknown as { http2Servers?: unknown }).http2Servers;
-  if (!(internals instanceof Map) || internals.size === 0)
-    throw new Error('@grpc/grpc-js: its HTTP/2 servers are not where this transport expects them (a grpc-js upgrade?)');
-  for (const http2Server of internals.keys() as Iterable<EventEmitter>) {
+function checkRequestsBeforeGrpcJs(http2Servers: readonly EventEmitter[]): void {
+  for (const http2Server of http2Servers) {
     const grpcJsHandlers = http2Server.listeners('stream') as Array<(...args: unknown[]) => void>;
     if (grpcJsHandlers.length === 0) throw new Error('@grpc/grpc-js: no stream handler on its HTTP/2 server (a grpc-js upgrade?)');
     http2Server.removeAllListeners('stream');
@@ -241,6 +240,35 @@ function checkRequestsBeforeGrpcJs(server: Server): void {
       }
       if (headers['grpc-encoding'] === undefined) headers['grpc-encoding'] = NO_ENCODING_SENT;
       for (const handler of grpcJsHandlers) handler.call(http2Server, stream, headers, ...rest);
+    });
+  }
+}
+
+/**
+ * The node:http2 servers grpc-js listens with. grpc-js offers no public hook before its handler nor a
+ * connection cap, so this reads its `http2Servers` map; a grpc-js whose internals moved fails here
+ * at start, loudly, rather than serving without the checks and the cap.
+ */
+function grpcJsHttp2Servers(server: Server): EventEmitter[] {
+  const internals = (server as unknown as { http2Servers?: unknown }).http2Servers;
+  if (!(internals instanceof Map) || internals.size === 0)
+    throw new Error('@grpc/grpc-js: its HTTP/2 servers are not where this transport expects them (a grpc-js upgrade?)');
+  return [...(internals.keys() as Iterable<EventEmitter>)];
+}
+
+/**
+ * listen.maxConnections on grpc-js: its HTTP/2 servers are net.Servers underneath (tls.Server for
+ * TLS, so handshakes count), and Node closes a socket over `maxConnections` at once and says so
+ * ('drop'), as on the native transport.
+ */
+function capConnections(http2Servers: readonly EventEmitter[], opts: GrpcServerOptions, logger: Logger): void {
+  if (opts.maxConnections === undefined) return;
+  for (const http2Server of http2Servers) {
+    if (!(http2Server instanceof NetServer)) throw new Error('@grpc/grpc-js: its HTTP/2 server is not a net.Server (a grpc-js upgrade?)');
+    http2Server.maxConnections = opts.maxConnections;
+    http2Server.on('drop', (peer?: { remoteAddress?: string }) => {
+      opts.onProtocolEvent?.('connection_refused');
+      logger.debug({ peer: peer?.remoteAddress, maxConnections: opts.maxConnections }, 'connection refused: listen.maxConnections reached');
     });
   }
 }

@@ -30,11 +30,12 @@ export interface GrpcServerOptions {
    */
   onTurnaround?: (seconds: number, replies: number) => void;
   /**
-   * The native transport only: a peer's HTTP/2 protocol error, a refused stream, a rapid reset
-   * (one of a closed set of kinds, `PROTOCOL_EVENT_KINDS` in http2/connection.ts), for a metric.
+   * A peer's HTTP/2 protocol error, a refused stream, a rapid reset (one of a closed set of kinds,
+   * `PROTOCOL_EVENT_KINDS` in http2/connection.ts), for a metric. The native transport reports every
+   * kind; grpc-js only the listener's (`connection_refused`).
    */
   onProtocolEvent?: (kind: string) => void;
-  /** Most connections held at once (native transport; one more is closed and reported as `connection_refused`). */
+  /** Most connections held at once (both transports; one more is closed and reported as `connection_refused`). */
   maxConnections?: number;
   /** A connection with no open stream this long is closed gracefully (GOAWAY NO_ERROR); both transports. */
   idleTimeoutMs?: number;

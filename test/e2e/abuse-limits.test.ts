@@ -128,6 +128,37 @@ void describe('abuse of the gRPC port: counted in metrics, bounded in the log', 
     }
   });
 
+  void it('listen.maxConnections on the grpc-js transport: 2 refuses the 3rd connection, counted; a slot freed serves again', async (t) => {
+    const limited = await startProgram(dir, 'limited-grpc-js', { transport: 'grpc-js', maxConnections: 2 });
+    t.after(() => limited.proc.kill());
+    const held = [await rawH2Connect(limited.grpcAddress), await rawH2Connect(limited.grpcAddress)];
+    t.after(() => held.forEach((raw) => raw.close()));
+    // Both held connections are past the HTTP/2 preface: grpc-js answered with its SETTINGS.
+    for (const raw of held) await raw.until((received) => parseFrames(received).length > 0);
+
+    const third = await rawH2Connect(limited.grpcAddress);
+    await third.closed();
+    assert.equal(parseFrames(third.received()).length, 0, 'closed at once, before any HTTP/2');
+    await waitUntil(
+      async () =>
+        metricValue(await metricsText(limited.proc), 'llm_extproc_grpc_protocol_events_total', { kind: 'connection_refused' }) === 1
+          ? true
+          : undefined,
+      { description: 'the refused connection counted', timeoutMs: 10_000 },
+    );
+
+    held[0].close();
+    const client = healthClient(limited.grpcAddress);
+    try {
+      await waitUntil(async () => ((await client.check().catch(() => undefined)) === 'SERVING' ? true : undefined), {
+        description: 'a new connection served once a slot is free',
+        timeoutMs: 10_000,
+      });
+    } finally {
+      client.close();
+    }
+  });
+
   void it('listen.maxConnections: 3 refuses the 4th connection; listen.idleTimeoutSeconds closes the idle ones (GOAWAY NO_ERROR), not one with an open stream; then a new one is served', async (t) => {
     const limited = await startProgram(dir, 'limited', { maxConnections: 3, idleTimeoutSeconds: 0.5 });
     t.after(() => limited.proc.kill());
