@@ -53,6 +53,30 @@ async function startProgram(
   return { proc, grpcAddress: address };
 }
 
+/** Waits until the program counted one connection refused over listen.maxConnections. */
+async function refusalCounted(proc: ExtprocProcess): Promise<void> {
+  await waitUntil(
+    async () =>
+      metricValue(await metricsText(proc), 'llm_extproc_grpc_protocol_events_total', { kind: 'connection_refused' }) === 1
+        ? true
+        : undefined,
+    { description: 'the refused connection counted', timeoutMs: 10_000 },
+  );
+}
+
+/** Waits until a gRPC health check on a new connection is served (slots free once the server saw sockets close). */
+async function servedOnNewConnection(grpcAddress: string, description: string): Promise<void> {
+  const client = healthClient(grpcAddress);
+  try {
+    await waitUntil(async () => ((await client.check().catch(() => undefined)) === 'SERVING' ? true : undefined), {
+      description,
+      timeoutMs: 10_000,
+    });
+  } finally {
+    client.close();
+  }
+}
+
 const GOAWAY_TYPE = 7;
 const goawayCode = (received: Buffer): number | undefined =>
   parseFrames(received)
@@ -139,24 +163,10 @@ void describe('abuse of the gRPC port: counted in metrics, bounded in the log', 
     const third = await rawH2Connect(limited.grpcAddress);
     await third.closed();
     assert.equal(parseFrames(third.received()).length, 0, 'closed at once, before any HTTP/2');
-    await waitUntil(
-      async () =>
-        metricValue(await metricsText(limited.proc), 'llm_extproc_grpc_protocol_events_total', { kind: 'connection_refused' }) === 1
-          ? true
-          : undefined,
-      { description: 'the refused connection counted', timeoutMs: 10_000 },
-    );
+    await refusalCounted(limited.proc);
 
     held[0].close();
-    const client = healthClient(limited.grpcAddress);
-    try {
-      await waitUntil(async () => ((await client.check().catch(() => undefined)) === 'SERVING' ? true : undefined), {
-        description: 'a new connection served once a slot is free',
-        timeoutMs: 10_000,
-      });
-    } finally {
-      client.close();
-    }
+    await servedOnNewConnection(limited.grpcAddress, 'a new connection served once a slot is free');
   });
 
   void it('listen.maxConnections: 3 refuses the 4th connection; listen.idleTimeoutSeconds closes the idle ones (GOAWAY NO_ERROR), not one with an open stream; then a new one is served', async (t) => {
@@ -171,13 +181,7 @@ void describe('abuse of the gRPC port: counted in metrics, bounded in the log', 
     const fourth = await rawH2Connect(limited.grpcAddress);
     await fourth.closed();
     assert.equal(goawayCode(fourth.received()), undefined, 'closed at once, before any HTTP/2');
-    await waitUntil(
-      async () =>
-        metricValue(await metricsText(limited.proc), 'llm_extproc_grpc_protocol_events_total', { kind: 'connection_refused' }) === 1
-          ? true
-          : undefined,
-      { description: 'the refused connection counted', timeoutMs: 10_000 },
-    );
+    await refusalCounted(limited.proc);
 
     for (const raw of idle) {
       await raw.until((received) => goawayCode(received) !== undefined);
@@ -190,14 +194,6 @@ void describe('abuse of the gRPC port: counted in metrics, bounded in the log', 
     );
     for (const raw of idle) raw.close();
     // Slots free once the server has seen those sockets close: until then a connection is refused.
-    const client = healthClient(limited.grpcAddress);
-    try {
-      await waitUntil(async () => ((await client.check().catch(() => undefined)) === 'SERVING' ? true : undefined), {
-        description: 'a new connection served once slots are free',
-        timeoutMs: 10_000,
-      });
-    } finally {
-      client.close();
-    }
+    await servedOnNewConnection(limited.grpcAddress, 'a new connection served once slots are free');
   });
 });
