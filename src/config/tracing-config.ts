@@ -32,7 +32,9 @@ export const TRACING_ENVIRONMENT = [
   { name: 'OTEL_BSP_MAX_QUEUE_SIZE', help: 'Spans waiting for export at most (over tracing.maxQueueSize).' },
   { name: 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE', help: 'Spans per export request at most.' },
   { name: 'OTEL_BSP_SCHEDULE_DELAY', help: 'Milliseconds between exports of a part-full batch.' },
-  { name: 'OTEL_BSP_EXPORT_TIMEOUT', help: 'Milliseconds one export may take (also OTEL_EXPORTER_OTLP[_TRACES]_TIMEOUT).' },
+  { name: 'OTEL_BSP_EXPORT_TIMEOUT', help: 'Milliseconds one export may take (over the next two).' },
+  { name: 'OTEL_EXPORTER_OTLP_TRACES_TIMEOUT', help: 'Milliseconds one export may take (over the next one).' },
+  { name: 'OTEL_EXPORTER_OTLP_TIMEOUT', help: 'Milliseconds one export may take (over tracing.exportTimeoutSeconds).' },
 ] as const;
 
 const SAMPLERS: Readonly<Record<string, { kind: SamplerSettings['kind']; parentBased: boolean }>> = {
