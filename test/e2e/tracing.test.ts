@@ -122,6 +122,7 @@ void describe('OpenTelemetry traces through Envoy to a real collector', () => {
       const span = spans.find((s) => s.traceId === trace.traceId) as CollectedSpan;
       assert.ok(span !== undefined, `a span in trace ${trace.traceId}`);
       assert.equal(span.parentSpanId, trace.spanId, "parented to the client's span");
+      assert.equal(span.traceState, 'client=e2e', "the client's tracestate carried on");
       assert.notEqual(span.spanId, trace.spanId);
       assert.equal(span.name, `chat ${MODEL}`);
       const a = span.attributes;

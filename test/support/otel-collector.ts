@@ -28,6 +28,7 @@ export interface CollectedSpan {
   readonly traceId: string;
   readonly spanId: string;
   readonly parentSpanId: string;
+  readonly traceState: string;
   readonly name: string;
   readonly attributes: Readonly<Record<string, OtlpValue>>;
   readonly events: readonly { readonly name: string; readonly attributes: Readonly<Record<string, OtlpValue>> }[];
@@ -43,6 +44,7 @@ interface OtlpLine {
         readonly traceId: string;
         readonly spanId: string;
         readonly parentSpanId?: string;
+        readonly traceState?: string;
         readonly name: string;
         readonly attributes?: readonly OtlpKeyValue[];
         readonly events?: readonly { readonly name: string; readonly attributes?: readonly OtlpKeyValue[] }[];
@@ -138,6 +140,7 @@ export class OtelCollector {
               traceId: span.traceId,
               spanId: span.spanId,
               parentSpanId: span.parentSpanId ?? '',
+              traceState: span.traceState ?? '',
               name: span.name,
               attributes: byKey(span.attributes),
               events: (span.events ?? []).map((e) => ({ name: e.name, attributes: byKey(e.attributes) })),
