@@ -154,7 +154,7 @@ void describe('OpenTelemetry traces through Envoy to a real collector', () => {
     for (const word of [...SECRET_WORDS, 'Hello from traced']) assert.ok(!text.includes(word), `"${word}" is in the exported traces`);
   });
 
-  void it('a frozen, then killed collector costs no request and no unbounded memory; lost spans are counted', async () => {
+  void it('a frozen, then killed collector costs no request and no unbounded memory; lost spans are counted', async (t) => {
     const queueFull = async () =>
       metricValue(await gateway.metricsText(), 'llm_extproc_trace_spans_dropped_total', { reason: 'queue_full' });
     const exportFailed = async () =>
@@ -174,6 +174,10 @@ void describe('OpenTelemetry traces through Envoy to a real collector', () => {
     assert.ok(maxQueued <= MAX_QUEUE, `the export queue held ${maxQueued} spans (bound ${MAX_QUEUE})`);
     await waitUntil(async () => ((await queueFull()) > 0 ? true : undefined), { description: 'spans dropped for a full queue' });
     const slowest = Math.max(...stalledMs);
+    t.diagnostic(
+      `healthy median ${median(healthyMs).toFixed(0)} ms; stalled median ${median(stalledMs).toFixed(0)} ms, slowest ${slowest.toFixed(0)} ms; ` +
+        `queue peak ${maxQueued}/${MAX_QUEUE}; dropped for a full queue ${await queueFull()}`,
+    );
     assert.ok(slowest < (EXPORT_TIMEOUT_SECONDS * 1000) / 2, `a request took ${slowest} ms while the collector was stalled`);
     assert.ok(
       median(stalledMs) < 3 * median(healthyMs) + 100,
@@ -191,11 +195,13 @@ void describe('OpenTelemetry traces through Envoy to a real collector', () => {
       timeoutMs: 30_000,
     });
     assert.equal(metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { model: MODEL, result: 'ok' }), 44);
+    t.diagnostic(`after the kill: ${await exportFailed()} spans lost in failed exports, ${await queueFull()} dropped for a full queue`);
 
     // Shutdown flushes within its bound even though nothing can receive the spans.
     const stopping = performance.now();
     await gateway.app.stop();
     const stopMs = performance.now() - stopping;
     assert.ok(stopMs < 5000, `stopping took ${stopMs} ms (grace 1 s, flush bound 1 s)`);
+    t.diagnostic(`stopped in ${stopMs.toFixed(0)} ms with the collector gone`);
   });
 });
