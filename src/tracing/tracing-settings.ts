@@ -35,7 +35,7 @@ export const TRACING_DEFAULTS = {
   sampleRatio: 1,
   serviceName: 'llm-extproc',
   maxQueueSize: 2048,
-  maxExportBatchSize: 512,
+  maxExportBatchSize: 128,
   scheduledDelaySeconds: 1,
   exportTimeoutSeconds: 10,
   shutdownFlushSeconds: 2,
