@@ -5,6 +5,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { EndpointStore } from '../../src/endpoints/store.js';
+import { indexObjectives } from '../../src/endpoints/inference-objectives.js';
+import type { ObjectiveIndex } from '../../src/endpoints/inference-objectives.js';
 import { GatewayError } from '../../src/errors/gateway-error.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';
 import { DEFAULT_FLOW_CONTROL, DEFAULT_PICKER_SETTINGS } from '../../src/picker/settings.js';
@@ -17,7 +19,7 @@ import { OTHER_TENANT, TenantLabels } from '../../src/metrics/flow-metrics.js';
 import { waitUntil } from '../support/wait-until.js';
 
 /** One replica that takes one request at a time (our in-flight count; its metrics are not scraped). */
-function routing(flow: Partial<FlowControlSettings> = {}, replicas = 1): StoreRouting {
+function routing(flow: Partial<FlowControlSettings> = {}, replicas = 1, objectives?: () => ObjectiveIndex): StoreRouting {
   const store = new EndpointStore(['static'], { threshold: 3, baseMs: 10_000, maxMs: 60_000 });
   store.replaceAll('static', [
     {
@@ -44,7 +46,12 @@ function routing(flow: Partial<FlowControlSettings> = {}, replicas = 1): StoreRo
       ...flow,
     },
   };
-  return new StoreRouting(store, new LoadTracker(), { fallbacks: 0, picker: settings, random: () => 0 });
+  return new StoreRouting(store, new LoadTracker(), {
+    fallbacks: 0,
+    picker: settings,
+    random: () => 0,
+    ...(objectives === undefined ? {} : { objectives }),
+  });
 }
 
 const facts = (tenant?: string, priorityClass?: string): FlowRequest => ({ tenant, priorityClass, bytes: 100, timed: false });
@@ -163,6 +170,33 @@ describe('flow control', () => {
     assert.deepEqual(log, ['early']);
     const late = r.admit({ model: 'chat' }, facts());
     assert.ok(late instanceof QueuedRequest, 'the replica is busy with the early one');
+  });
+
+  it("the pool's InferenceObjectives order the queue, and a changed objective applies to the next requests", () => {
+    const table = (priority: number): ObjectiveIndex =>
+      indexObjectives(
+        [
+          { id: 'ns/batch', name: 'batch-objective', pool: 'p', priority, models: ['batch'] },
+          { id: 'ns/urgent', name: 'urgent', pool: 'p', priority: 20, models: [] },
+        ],
+        new Set(['p']),
+      ).index;
+    let objectives = table(0);
+    // priorityByModel is empty here: the objective naming `batch` decides its priority.
+    const r = routing({ priorityByModel: {}, defaultPriority: 5 }, 1, () => objectives);
+    const running = routed(r.admit({ model: 'chat' }, facts()));
+    const log: string[] = [];
+    waiter(r, 'batch1', log, 'batch');
+    waiter(r, 'chat1', log, 'chat');
+    waiter(r, 'named', log, 'batch', { ...facts(), objective: 'urgent' });
+    r.release(running);
+    assert.deepEqual(log, ['named'], 'the header names the highest objective');
+    objectives = table(9);
+    waiter(r, 'batch2', log, 'batch');
+    waiter(r, 'chat2', log, 'chat');
+    // Already queued requests keep the priority they came with; batch2 came after the change.
+    for (let i = 0; i < 4; i++) r.release(running);
+    assert.deepEqual(log, ['named', 'batch2', 'chat1', 'chat2', 'batch1']);
   });
 });
 
