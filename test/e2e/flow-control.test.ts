@@ -5,6 +5,7 @@
 // requests reach the model server is what the queue decided, not timing.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { arrivals, HeldAnswers, queueLength, waitForQueue } from '../support/flow-helpers.js';
 import { metricValue, startGateway, type Gateway } from '../support/gateway.js';
 import type { ClientRequest, ClientResponse } from '../support/http-client.js';
 import { startModelServer, type ModelServer } from '../support/model-server.js';
@@ -20,41 +21,6 @@ function chat(tenant: string, extra: Partial<ClientRequest> = {}): ClientRequest
     body: { model: 'm', stream: true, messages: [{ role: 'user', content: 'hi' }] },
     ...extra,
   };
-}
-
-/** Answers held until the test lets each one finish, in arrival order. */
-class HeldAnswers {
-  private readonly releases: Array<() => void> = [];
-  private released = 0;
-
-  constructor(private readonly server: ModelServer) {}
-
-  /** The next `count` requests get an answer that waits for release(). */
-  hold(count: number): void {
-    for (let i = 0; i < count; i++) {
-      const release = new Promise<void>((resolve) => this.releases.push(resolve));
-      this.server.nextBehavior({ kind: 'paused-stream', release });
-    }
-  }
-
-  /** Finishes the oldest held answer. */
-  releaseNext(): void {
-    this.releases[this.released++]();
-  }
-}
-
-async function queueLength(gateway: Gateway, labels: Record<string, string> = {}): Promise<number> {
-  return metricValue(await gateway.metricsText(), 'llm_extproc_flow_queue_length', labels);
-}
-
-async function waitForQueue(gateway: Gateway, expected: number, labels: Record<string, string> = {}): Promise<void> {
-  await waitUntil(async () => ((await queueLength(gateway, labels)) === expected ? true : undefined), {
-    description: `${expected} queued ${JSON.stringify(labels)}`,
-  });
-}
-
-async function arrivals(server: ModelServer, count: number): Promise<void> {
-  await waitUntil(() => (server.requests.length >= count ? true : undefined), { description: `${count} requests at the model server` });
 }
 
 const PROFILES: ReadonlyArray<{ name: string; profile: GatewayProfileName | undefined }> = [
