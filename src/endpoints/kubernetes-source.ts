@@ -61,8 +61,8 @@ export interface KubernetesSourceOptions {
   logger: Logger;
   observer?: KubernetesSourceObserver;
   /**
-   * The InferenceObjectives of the pools we serve, whenever they (or the pools) change. Never
-   * called when no objective was ever seen: routing starts with none.
+   * The InferenceObjectives of the pools we serve, each time that table changes (objectives or
+   * pools). Until the first call routing has none, as while the CRD is not installed.
    */
   objectivesChanged?: (index: ObjectiveIndex) => void;
 }
