@@ -28,6 +28,8 @@ export class CandidateSet {
   readonly queueLimits: Float64Array;
   /** Per candidate, its pool's saturation limits (flow control; OPEN_POOL where it is off). */
   readonly saturationLimits: SaturationLimits[] = [];
+  /** Some candidate's pool has flow control: the picker then places candidates without room last. */
+  readonly saturates: boolean;
   readonly indexOf = new Map<string, number>();
   /** Scratch space for one pick (picks never overlap: one event loop). */
   readonly order: Int32Array;
@@ -80,6 +82,7 @@ export class CandidateSet {
       this.queueLimits[i] = limits.get(this.endpoints[i].pool) ?? Number.POSITIVE_INFINITY;
       this.saturationLimits.push(saturation.get(this.endpoints[i].pool) ?? OPEN_POOL);
     }
+    this.saturates = this.saturationLimits.some((limits) => limits !== OPEN_POOL);
     this.order = new Int32Array(n);
     this.excluded = new Uint8Array(n);
     this.loadScores = new Float64Array(n);

@@ -7,6 +7,7 @@ import { ENDPOINT_STATES, isRoutable } from '../../src/endpoints/model.js';
 import type { Endpoint, EndpointState, PoolView } from '../../src/endpoints/model.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';
 import { Picker } from '../../src/picker/picker.js';
+import { DEFAULT_SATURATION } from '../../src/picker/saturation.js';
 import { DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
 import type { PickOutcome, PickRequest, PipelineOptions } from '../../src/picker/picker.js';
 import type { PoolPolicy, ScorerWeights } from '../../src/picker/settings.js';
@@ -308,6 +309,57 @@ describe('pipeline: queue limit and shedding', () => {
       model: 'm',
     });
     assert.deepEqual(addresses(outcome), ['b:1']);
+  });
+});
+
+describe('pipeline: room under flow control (saturation limits)', () => {
+  const limits: PoolPolicy = { saturation: { ...DEFAULT_SATURATION, maxInFlight: 2, scraped: true } };
+  const pools = [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])];
+  const QUEUE_ONLY: ScorerWeights = { queue: 1, kvCache: 0, inFlight: 0, prefix: 0, lora: 0, latency: 0 };
+
+  it('a replica at its in-flight limit goes after every replica with room, whatever its scores', () => {
+    const board = new SignalBoard();
+    report(board, { 'a:1': { waiting: 0 }, 'b:1': { waiting: 3 }, 'c:1': { waiting: 4 } });
+    inFlight(board, { 'a:1': 2 });
+    assert.deepEqual(addresses(picker(board, { weights: QUEUE_ONLY }).pick(pools, { model: 'm' })), ['a:1', 'b:1', 'c:1'], 'scores alone');
+    assert.deepEqual(addresses(picker(board, { weights: QUEUE_ONLY, poolPolicy: () => limits }).pick(pools, { model: 'm' })), [
+      'b:1',
+      'c:1',
+      'a:1',
+    ]);
+  });
+
+  it('so does one reporting KV-cache use at the limit, and one without a fresh report', () => {
+    const board = new SignalBoard();
+    report(board, { 'a:1': { waiting: 0, kvCacheUsage: 0.85 }, 'b:1': { waiting: 0 }, 'c:1': { waiting: 4, kvCacheUsage: 0.1 } });
+    board.cell('b:1').metricsState = 'stale';
+    inFlight(board, { 'a:1': 1, 'c:1': 1 });
+    const first = (weights: ScorerWeights, policy: PoolPolicy): string | undefined =>
+      addresses(picker(board, { weights, poolPolicy: () => policy, fallbacks: 0 }).pick(pools, { model: 'm' }))[0];
+    // By its queue a:1 leads, by our in-flight count b:1 (its report is stale): neither has room.
+    assert.equal(first(QUEUE_ONLY, {}), 'a:1');
+    assert.equal(first(QUEUE_ONLY, limits), 'c:1');
+    assert.equal(first(IN_FLIGHT, {}), 'b:1');
+    assert.equal(first(IN_FLIGHT, limits), 'c:1');
+  });
+
+  it('a prefix owner without room gives the request to another replica', () => {
+    const board = new SignalBoard();
+    report(board, { 'a:1': {}, 'b:1': {}, 'c:1': {} });
+    const request = chat('You are a helpful assistant for the billing team.', 'hi');
+    const [owner] = addresses(picker(board, { poolPolicy: () => limits }).pick(pools, request));
+    inFlight(board, { [owner]: 2 });
+    const [first, ...rest] = addresses(picker(board, { poolPolicy: () => limits }).pick(pools, request));
+    assert.notEqual(first, owner);
+    assert.deepEqual(rest.at(-1), owner, 'still the last fallback');
+    assert.equal(addresses(picker(board).pick(pools, request))[0], owner, 'without flow control the owner keeps it (within bounded load)');
+  });
+
+  it('no replica with room: the order the scores give, fallbacks included', () => {
+    const board = new SignalBoard();
+    report(board, { 'a:1': { waiting: 9 }, 'b:1': { waiting: 6 }, 'c:1': { waiting: 7 } });
+    const p = picker(board, { weights: QUEUE_ONLY, poolPolicy: () => limits });
+    assert.deepEqual(addresses(p.pick(pools, { model: 'm' })), ['b:1', 'c:1', 'a:1']);
   });
 });
 
