@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { assertCatalogError, type ErrorBody } from '../support/catalog-assert.js';
-import { metricValue, startGateway, type Gateway } from '../support/gateway.js';
+import { metricValue, startGateway, waitForMetric, type Gateway } from '../support/gateway.js';
 import type { ClientRequest, ClientResponse } from '../support/http-client.js';
 import { startModelServer, type ModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -101,6 +101,7 @@ async function flowGateway(
       `    ttlSeconds: ${ttl.ttlSeconds}`,
       `    timedTtlSeconds: ${ttl.timedTtlSeconds}`,
       '    saturation: { maxInFlight: 1 }',
+      '    priorityByHeaderValue: { sheddable: -1 }',
       '',
     ].join('\n'),
     ...(profile === undefined ? { envoy: { messageTimeoutMs: ttl.messageTimeoutMs ?? 1000 } } : { profile }),
@@ -161,6 +162,29 @@ for (const { name, profile, ttl } of PROFILES) {
       assert.equal(metricValue(metrics, 'llm_extproc_flow_requests_total', { tenant: 'batch', event: 'dispatched' }), FLOOD);
       assert.equal(metricValue(metrics, 'llm_extproc_flow_requests_total', { tenant: 'interactive', event: 'dispatched' }), INTERACTIVE);
       assert.equal(await queueLength(gateway), 0);
+    });
+
+    it('a sheddable request gets 429 shed JSON with Retry-After while the pool is saturated, and passes when it is not', async () => {
+      const before = server.requests.length;
+      const sheddable = (): ClientRequest => chat('s', { headers: { [TENANT]: 's', 'x-llm-extproc-priority': 'sheddable' } });
+      held.hold(2);
+      const running = gateway.send(chat('a'));
+      await arrivals(server, before + 1);
+      const refused = await gateway.send(sheddable());
+      assertCatalogError(refused, 'shed');
+      assert.equal(refused.status, 429);
+      assert.equal(refused.headers['retry-after'], '1');
+      assert.equal(server.requests.length, before + 1, 'refused before reaching the model server');
+      held.releaseNext();
+      assert.equal((await running).status, 200);
+      // Its ext_proc stream ends (and gives its in-flight slot back) after the client has the answer.
+      await waitForMetric(() => gateway.metricsText(), 'llm_extproc_in_flight_requests', {}, 0, 'the answered stream ended');
+      // The replica is free: sheddable traffic passes (its answer is the second held one).
+      const passing = gateway.send(sheddable());
+      await arrivals(server, before + 2);
+      held.releaseNext();
+      const passed = await passing;
+      assert.equal(passed.status, 200, passed.text());
     });
 
     it('a client that hangs up while queued leaves the queue at once, and never reaches the model server', async () => {
