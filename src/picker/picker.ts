@@ -134,7 +134,7 @@ function summarise(set: CandidateSet, count: number, signals: Float64Array, out:
         excluded[i] = 1;
         continue;
       }
-      loadSum += candidateLoad(flight, true, waiting, signals[at + Field.Running]);
+      loadSum += candidateLoad(flight, true, signals[at + Field.OthersLoad]);
     } else loadSum += flight;
     excluded[i] = 0;
     eligible++;
@@ -329,7 +329,7 @@ export class Picker {
         if (
           (reports || reporting === 0) &&
           !(reports && waiting > ownerMaxQueue) &&
-          !isOverloaded(reports ? outstandingLoad(flight, waiting, signals[at + Field.Running]) : flight, meanLoad, factor, slack)
+          !isOverloaded(reports ? outstandingLoad(flight, signals[at + Field.OthersLoad]) : flight, meanLoad, factor, slack)
         ) {
           const w = mixedRendezvousWeight(key, records[2 * i + 1]);
           if (w > ownerWeight) {
