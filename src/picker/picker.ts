@@ -318,7 +318,11 @@ export class Picker {
       if (latency !== undefined) {
         const slot = at / Field.Stride;
         const value = slot < latency.length ? latency[slot] : LATENCY_NEUTRAL;
-        score = value === LATENCY_DEMOTED ? demotedScore + score : score + latencyWeight * value;
+        // A penalty, 0 for a replica as fast as its pool (latencyScore's band): while every
+        // replica is, each score is the very number it is without latency, so the picks are too
+        // by construction; adding the weight to every candidate would leave that to the rounding
+        // of every sum.
+        score = value === LATENCY_DEMOTED ? demotedScore + score : score + latencyWeight * (value - LATENCY_NEUTRAL);
       }
       if (useAffinity) {
         // Owners must be known to be within bounds: when any candidate reports metrics, one
@@ -335,7 +339,7 @@ export class Picker {
           if (w > ownerWeight) {
             ownerWeight = w;
             owner = i;
-            ownerBase = latency === undefined ? score : affine + latencyWeight;
+            ownerBase = affine;
             ownerPosition = step;
           }
         }
