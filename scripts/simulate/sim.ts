@@ -261,7 +261,8 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
   let cachedBlocks = 0;
   const events = new Events<SimEvent>();
   for (const request of requests) events.push({ time: request.arrival, kind: 'arrival', request });
-  if (policy === 'pipeline') events.push({ time: 0, kind: 'scrape' });
+  // Both pipelines read the servers' metrics (round-robin and least in-flight never do).
+  if (policy === 'pipeline' || policy === 'pipeline without latency') events.push({ time: 0, kind: 'scrape' });
   let pending = requests.length;
 
   const start = (server: Server, router: Router, request: SimRequest, now: number): void => {

@@ -137,7 +137,7 @@ function summarise(set: CandidateSet, count: number, signals: Float64Array, out:
         excluded[i] = 1;
         continue;
       }
-      loadSum += candidateLoad(flight, true, waiting, signals[at + Field.Running]);
+      loadSum += candidateLoad(flight, true, signals[at + Field.OthersLoad]);
     } else loadSum += flight;
     excluded[i] = 0;
     eligible++;
@@ -325,7 +325,11 @@ export class Picker {
       if (latency !== undefined) {
         const slot = at / Field.Stride;
         const value = slot < latency.length ? latency[slot] : LATENCY_NEUTRAL;
-        score = value === LATENCY_DEMOTED ? demotedScore + score : score + latencyWeight * value;
+        // A penalty, 0 for a replica as fast as its pool (latencyScore's band): while every
+        // replica is, each score is the very number it is without latency, so the picks are too
+        // by construction; adding the weight to every candidate would leave that to the rounding
+        // of every sum.
+        score = value === LATENCY_DEMOTED ? demotedScore + score : score + latencyWeight * (value - LATENCY_NEUTRAL);
       }
       if (full) score += fullScore;
       if (useAffinity && !full) {
@@ -337,13 +341,13 @@ export class Picker {
         if (
           (reports || reporting === 0) &&
           !(reports && waiting > ownerMaxQueue) &&
-          !isOverloaded(reports ? outstandingLoad(flight, waiting, signals[at + Field.Running]) : flight, meanLoad, factor, slack)
+          !isOverloaded(reports ? outstandingLoad(flight, signals[at + Field.OthersLoad]) : flight, meanLoad, factor, slack)
         ) {
           const w = mixedRendezvousWeight(key, records[2 * i + 1]);
           if (w > ownerWeight) {
             ownerWeight = w;
             owner = i;
-            ownerBase = latency === undefined ? score : affine + latencyWeight;
+            ownerBase = affine;
             ownerPosition = step;
           }
         }

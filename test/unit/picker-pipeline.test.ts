@@ -428,6 +428,34 @@ describe('pipeline: prefix-cache affinity', () => {
     assert.equal(addresses(twin.pick(fleet(4), request))[0], next);
   });
 
+  // Bounded load reads an owner's load as the others' share from the last report plus our
+  // in-flight count now (fleet of 4, factor 1.25, slack 2).
+  it('our requests that finished since the scrape stop counting: the owner keeps its prefixes at once', () => {
+    const board = new SignalBoard();
+    const p = picker(board);
+    const request = chat(system, 'hello');
+    const owner = addresses(p.pick(fleet(4), request))[0];
+    // The report's 6 running at the owner were all ours; then 5 of them finished.
+    inFlight(board, { [owner]: 6 });
+    report(board, Object.fromEntries(fleet(4)[0].endpoints.map((e) => [e.address, { running: e.address === owner ? 6 : 0 }])));
+    assert.notEqual(addresses(p.pick(fleet(4), request))[0], owner, 'at 6 of 6 the owner is over its bound');
+    inFlight(board, { [owner]: 1 });
+    assert.equal(addresses(p.pick(fleet(4), request))[0], owner);
+  });
+
+  it("the others' share stays from the report while ours is added live: the owner yields before the next scrape", () => {
+    const board = new SignalBoard();
+    const p = picker(board);
+    const request = chat(system, 'hello');
+    const owner = addresses(p.pick(fleet(4), request))[0];
+    // Other replicas keep 4 running at the owner and 1 at each other server; none of them ours.
+    report(board, Object.fromEntries(fleet(4)[0].endpoints.map((e) => [e.address, { running: e.address === owner ? 4 : 1 }])));
+    assert.equal(addresses(p.pick(fleet(4), request))[0], owner, '4 against a mean of 1.75 is within bounds');
+    // Two of ours since: 6 against a mean of 2.25, past 1.25 × 2.25 + 2.
+    inFlight(board, { [owner]: 2 });
+    assert.notEqual(addresses(p.pick(fleet(4), request))[0], owner);
+  });
+
   it('an owner whose metrics fail does not keep its prefixes when others report', () => {
     const board = new SignalBoard();
     const p = picker(board);
