@@ -11,8 +11,8 @@ import { GatewayError } from '../../src/errors/gateway-error.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';
 import { DEFAULT_FLOW_CONTROL, DEFAULT_PICKER_SETTINGS } from '../../src/picker/settings.js';
 import type { FlowControlSettings, PickerSettings } from '../../src/picker/settings.js';
-import { QueuedRequest } from '../../src/request/flow-control.js';
-import type { QueueOutcome } from '../../src/request/flow-control.js';
+import { FlowControl, QueuedRequest } from '../../src/request/flow-control.js';
+import type { FlowTimers, QueueOutcome } from '../../src/request/flow-control.js';
 import { StoreRouting } from '../../src/request/routing.js';
 import type { FlowRequest, QueuedRoute, RoutedRequest } from '../../src/request/routing.js';
 import { OTHER_TENANT, TenantLabels } from '../../src/metrics/flow-metrics.js';
@@ -146,6 +146,50 @@ describe('flow control', () => {
     assert.equal(outcome.kind, 'failed');
     assert.ok(outcome.kind === 'failed' && outcome.error.kind === 'queue_timeout' && outcome.error.retryAfterSeconds === 1);
     assert.equal(lengths(r), 0);
+  });
+
+  it("on a clock and timers of its own (the simulator's), the TTL fires when that timer does, re-armed for the earliest deadline", () => {
+    let now = 1000;
+    const armed: Array<{ callback: () => void; at: number; live: boolean }> = [];
+    const timers: FlowTimers = {
+      set: (callback, delayMs) => {
+        const timer = { callback, at: now + delayMs, live: true };
+        armed.push(timer);
+        return timer;
+      },
+      clear: (handle) => {
+        (handle as { live: boolean }).live = false;
+      },
+    };
+    const control = new FlowControl<{ model: string }, string>(
+      { saturated: () => true, route: () => 'picked', release: () => undefined },
+      { maxQueued: 10, maxQueuedBytes: 1000 },
+      undefined,
+      () => now,
+      timers,
+    );
+    const outcomes: string[] = [];
+    const listen = (name: string, queued: QueuedRequest<{ model: string }, string>): void =>
+      queued.listen((o) => outcomes.push(o.kind === 'failed' ? `${name}:${o.error.kind}` : name));
+    listen('slow', control.enqueue('p', { model: 'm' }, { priority: 0, tenant: 't', bytes: 1, ttlMs: 500 }));
+    listen('quick', control.enqueue('p', { model: 'm' }, { priority: 0, tenant: 't', bytes: 1, ttlMs: 100 }));
+    assert.deepEqual(
+      armed.map((t) => [t.at, t.live]),
+      [
+        [1500, false],
+        [1100, true],
+      ],
+      'one timer, for the earliest deadline',
+    );
+    now = 1100;
+    armed[1].callback();
+    assert.deepEqual(outcomes, ['quick:queue_timeout']);
+    assert.equal(control.size, 1);
+    assert.deepEqual(armed.at(-1)?.at, 1500, 're-armed for the one still waiting');
+    now = 1500;
+    armed[armed.length - 1].callback();
+    assert.deepEqual(outcomes, ['quick:queue_timeout', 'slow:queue_timeout']);
+    assert.equal(control.size, 0);
   });
 
   it('a cancelled request leaves the queue at once, and the next one takes the free replica', () => {
