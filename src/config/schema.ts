@@ -389,7 +389,7 @@ const Picker = Mapping(
         },
         {
           description:
-            'Flow control: priorities, fair queues between tenants and shedding while a pool is saturated (docs/flow-control.md).',
+            'Flow control: priorities, fair queues between tenants and shedding while a pool is saturated (docs/picking.md, Flow control).',
         },
       ),
     ),

@@ -24,7 +24,7 @@ export const ERROR_KINDS = [
   'no_healthy_upstream',
   'overloaded',
   'pool_overloaded',
-  // Flow control (the pool is saturated: docs/flow-control.md).
+  // Flow control (the pool is saturated: docs/picking.md, Flow control).
   'shed',
   'pool_saturated',
   'queue_timeout',
