@@ -12,6 +12,9 @@
 //   duplex    as tcp, with the ext_proc filter in FULL_DUPLEX_STREAMED both ways (the InferencePool
 //             gateways' mode: bodies stream through llm-extproc) instead of BUFFERED / STREAMED
 //   tls       as tcp, with TLS between Envoy and llm-extproc (self-signed, not verified)
+//   flow      as tcp, with flow control on (picker.flowControl) and a pool that never saturates
+//             (judged by our in-flight counts, maxInFlight far above the load): what the admission
+//             check costs on every request while nothing queues
 //   traced    as tcp, with tracing on at 100% sampling, exporting every span over OTLP/HTTP
 //             (only with --tracing): the cost of tracing
 // The load generator (this process) drives each Envoy with keep-alive HTTP/1.1 clients; measured
@@ -28,7 +31,7 @@
 // --workers N (llm-extproc workers of the `workers` setup, default 2; 1 leaves that setup out),
 // --envoy-concurrency N (Envoy worker threads of every setup, default 2: one per core, as Envoy
 // runs by default; each Envoy worker holds its own connection to llm-extproc), --no-modes (leave
-// out the duplex and tls setups), --setups a,b,… (run only these setups besides the baseline, e.g.
+// out the duplex, tls and flow setups), --setups a,b,… (run only these setups besides the baseline, e.g.
 // `--setups tcp,grpcjs` for a quick transport A/B), --external-extproc HOST:PORT (one more
 // setup: the same Envoy config pointed at an ext_proc server started elsewhere, e.g. the do-nothing
 // Go server of scripts/bench/go-floor, to measure the floor of the ext_proc hop itself; its CPU and
@@ -53,7 +56,7 @@ import type { GatewayConfigOptions } from '../tools/envoy-config/gateway-config.
 import { envoyBinaryPath } from '../test/support/envoy-binary.js';
 import { startEnvoy } from '../test/support/envoy-process.js';
 import type { RunningEnvoy } from '../test/support/envoy-process.js';
-import { poolsYaml } from '../test/support/gateway.js';
+import { metricValue, poolsYaml } from '../test/support/gateway.js';
 import { waitUntil } from '../test/support/wait-until.js';
 import { withoutExtProc } from './bench/baseline-config.js';
 import { isCpuProfile, summarizeProfile } from './bench/cpu-profile.js';
@@ -577,6 +580,30 @@ async function main(): Promise<void> {
       server: tlsServer,
     });
   }
+  if (opts.modes && wanted('flow')) {
+    // The bench's model server reports no metrics: judged by in-flight counts alone (a failing
+    // scrape would count as full), with a limit no phase reaches, so every request takes the fast path.
+    const flowConfig = join(dir, 'flow.yaml');
+    await writeFile(
+      flowConfig,
+      toYaml({
+        picker: {
+          pools: { bench: { metricsFormat: 'none' } },
+          flowControl: { enabled: true, saturation: { maxInFlight: 4 * Math.max(...opts.concurrency, ...opts.streamConcurrency) } },
+        },
+      }),
+    );
+    const flowServer = await startServer(
+      root,
+      'llm-extproc-flow',
+      `127.0.0.1:${await freePort()}`,
+      endpointsFile,
+      profileDir,
+      1,
+      flowConfig,
+    );
+    plans.push({ key: 'flow', config: gatewayConfig(flowServer.grpcAddress, upstreamAddress), server: flowServer });
+  }
   if (opts.tracing && wanted('traced')) {
     let endpoint = opts.tracingEndpoint;
     if (endpoint === undefined) {
@@ -675,6 +702,16 @@ async function main(): Promise<void> {
       goawaysReceived: stats['cluster.llm_extproc.upstream_cx_close_notify'] ?? 0,
       connections: stats['cluster.llm_extproc.upstream_cx_total'] ?? 0,
     };
+  }
+
+  // The flow row measures the fast path only if nothing queued (or was refused) there.
+  const flow = setups.find((s) => s.key === 'flow')?.server;
+  if (flow !== undefined) {
+    const events = metricValue(await scrapeMetrics(flow), 'llm_extproc_flow_requests_total');
+    if (events > 0)
+      throw new Error(
+        `flow: ${events} flow-control events (queued or refused): the pool saturated, the row would not measure the fast path`,
+      );
   }
 
   const report = renderReport(

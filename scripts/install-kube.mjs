@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // Builds (or reuses) the real Kubernetes control plane the test bed runs: kube-apiserver and etcd,
 // compiled with the machine's Go from the Go module proxy at pinned versions, plus the CRD
-// manifests of every kind the chart renders, each from its project's own Go module: InferencePool
-// (Gateway API Inference Extension), Envoy Gateway's gateway.envoyproxy.io kinds, and the
+// manifests of every kind the chart renders or the server watches, each from its project's own Go
+// module: InferencePool and InferenceObjective (Gateway API Inference Extension), Envoy Gateway's gateway.envoyproxy.io kinds, and the
 // Prometheus operator's ServiceMonitor and PrometheusRule. (Istio's come with istiod's base chart,
 // scripts/install-istiod.mjs.)
 //
@@ -10,6 +10,7 @@
 //   kube-apiserver-v1.34.3/kube-apiserver
 //   etcd-v3.6.5/etcd
 //   gateway-api-inference-extension-v1.0.1/inferencepools.yaml
+//   gateway-api-inference-extension-v1.0.1/inferenceobjectives.yaml
 //   envoy-gateway-v1.9.1/gateway.envoyproxy.io-crds.yaml
 //   prometheus-operator-v0.85.0/monitoring.coreos.com-crds.yaml
 // A binary is reused when it exists and reports the pinned version; a build writes to a temporary
@@ -21,8 +22,8 @@
 // module), so kube-apiserver builds from a small wrapper module that requires k8s.io/kubernetes and
 // maps every k8s.io/* staging module to its v0.x release; etcd likewise wraps etcdmain.
 //
-// Output: one JSON line on stdout, {"kubeApiserver", "etcd", "inferencePoolCrd", "envoyGatewayCrds",
-// "prometheusOperatorCrds"}: paths.
+// Output: one JSON line on stdout, {"kubeApiserver", "etcd", "inferencePoolCrd", "inferenceObjectiveCrd",
+// "envoyGatewayCrds", "prometheusOperatorCrds"}: paths.
 // Progress goes to stderr. Plain Node ESM without dependencies: it runs before the TypeScript build.
 // Options: --print (do nothing but print where the files would be, and whether they are present).
 
@@ -46,6 +47,8 @@ const STAGING_VERSION = 'v0.34.3';
 const ETCD_VERSION = 'v3.6.5';
 const INFERENCE_EXTENSION_VERSION = 'v1.0.1';
 const INFERENCE_POOL_CRD_FILE = 'config/crd/bases/inference.networking.k8s.io_inferencepools.yaml';
+/** InferenceObjective (inference.networking.x-k8s.io/v1alpha2): the priorities flow control reads. */
+const INFERENCE_OBJECTIVE_CRD_FILE = 'config/crd/bases/inference.networking.x-k8s.io_inferenceobjectives.yaml';
 /** The Envoy Gateway release whose controller the gateway tests run (same pin as its installer). */
 const ENVOY_GATEWAY_VERSION = 'v1.9.1';
 /** Envoy Gateway's own CRDs as its gateway-crds-helm chart ships them: one template per CRD. */
@@ -63,6 +66,7 @@ const paths = {
   kubeApiserver: join(TOOLS_DIR, `kube-apiserver-${KUBERNETES_VERSION}`, 'kube-apiserver'),
   etcd: join(TOOLS_DIR, `etcd-${ETCD_VERSION}`, 'etcd'),
   inferencePoolCrd: join(TOOLS_DIR, `gateway-api-inference-extension-${INFERENCE_EXTENSION_VERSION}`, 'inferencepools.yaml'),
+  inferenceObjectiveCrd: join(TOOLS_DIR, `gateway-api-inference-extension-${INFERENCE_EXTENSION_VERSION}`, 'inferenceobjectives.yaml'),
   envoyGatewayCrds: join(TOOLS_DIR, `envoy-gateway-${ENVOY_GATEWAY_VERSION}`, 'gateway.envoyproxy.io-crds.yaml'),
   prometheusOperatorCrds: join(TOOLS_DIR, `prometheus-operator-${PROMETHEUS_OPERATOR_VERSION}`, 'monitoring.coreos.com-crds.yaml'),
 };
@@ -171,16 +175,25 @@ function installKubeApiserver() {
   }
 }
 
-function installInferencePoolCrd() {
-  const target = paths.inferencePoolCrd;
-  if (existsSync(target)) return;
-  log(`fetching the InferencePool CRD from sigs.k8s.io/gateway-api-inference-extension@${INFERENCE_EXTENSION_VERSION}`);
-  mkdirSync(join(target, '..'), { recursive: true });
-  const info = goModDownload(`sigs.k8s.io/gateway-api-inference-extension@${INFERENCE_EXTENSION_VERSION}`, join(target, '..'));
-  const source = join(info.Dir, INFERENCE_POOL_CRD_FILE);
-  if (!existsSync(source)) throw new InstallError(`${source} is missing from the downloaded module`);
-  copyFileSync(source, `${target}.partial`);
-  renameSync(`${target}.partial`, target);
+/** The InferencePool and InferenceObjective CRDs, both from the one pinned module. */
+function installInferenceExtensionCrds() {
+  const wanted = [
+    { target: paths.inferencePoolCrd, file: INFERENCE_POOL_CRD_FILE },
+    { target: paths.inferenceObjectiveCrd, file: INFERENCE_OBJECTIVE_CRD_FILE },
+  ].filter(({ target }) => !existsSync(target));
+  if (wanted.length === 0) return;
+  const dir = dirname(paths.inferencePoolCrd);
+  log(
+    `fetching the InferencePool and InferenceObjective CRDs from sigs.k8s.io/gateway-api-inference-extension@${INFERENCE_EXTENSION_VERSION}`,
+  );
+  mkdirSync(dir, { recursive: true });
+  const info = goModDownload(`sigs.k8s.io/gateway-api-inference-extension@${INFERENCE_EXTENSION_VERSION}`, dir);
+  for (const { target, file } of wanted) {
+    const source = join(info.Dir, file);
+    if (!existsSync(source)) throw new InstallError(`${source} is missing from the downloaded module`);
+    copyFileSync(source, `${target}.partial`);
+    renameSync(`${target}.partial`, target);
+  }
 }
 
 /** Writes `parts` as one YAML stream at `target`, through a temporary name. */
@@ -240,12 +253,13 @@ function main() {
   }
   const missing =
     !existsSync(paths.inferencePoolCrd) ||
+    !existsSync(paths.inferenceObjectiveCrd) ||
     !existsSync(paths.envoyGatewayCrds) ||
     !existsSync(paths.prometheusOperatorCrds) ||
     !ready(paths.etcd, `etcd Version: ${ETCD_VERSION.slice(1)}`) ||
     !ready(paths.kubeApiserver, `Kubernetes ${KUBERNETES_VERSION}`);
   if (missing) log(requireGo('kube-apiserver and etcd (Go 1.24 or newer)'));
-  installInferencePoolCrd();
+  installInferenceExtensionCrds();
   installEnvoyGatewayCrds();
   installPrometheusOperatorCrds();
   installEtcd();

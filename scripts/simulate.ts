@@ -1,9 +1,12 @@
 // `npm run simulate`: replays one synthetic multi-tenant workload (scripts/simulate/sim.ts)
 // against simulated model servers under three picking policies (round-robin, least in-flight, and
 // our pipeline) and prints a comparison table; then the same workload with one server three times
-// slower, under least in-flight and the pipeline with and without its latency signal. --write also puts the table in docs/benchmarks.md
-// (between the simulate markers) and draws it as docs/picker-simulation.svg.
-// Flags: --seed N, --servers N, --requests N, --write.
+// slower, under least in-flight and the pipeline with and without its latency signal; then the
+// saturated multi-tenant scenario (scripts/simulate/tenants.ts: an interactive, a flooding batch and
+// a sheddable tenant) without flow control and with it, behind 1 and 3 llm-extproc replicas.
+// --write also puts the tables in docs/benchmarks.md (between the simulate markers) and draws
+// docs/picker-simulation.svg and docs/flow-control-simulation.svg.
+// Flags: --seed N, --servers N (both scenarios), --requests N (the picking workload), --write.
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -12,6 +15,8 @@ import { replaceBetweenMarkers } from './bench/stats.js';
 import { renderSimulationSvg } from './simulate/chart.js';
 import { DEFAULT_SIM, POLICIES, simulate, SLOW_REPLICA_POLICIES, workload } from './simulate/sim.js';
 import type { SimConfig, SimResult } from './simulate/sim.js';
+import { renderTenantSvg, tenantRuns, tenantTables } from './simulate/tenant-report.js';
+import { DEFAULT_TENANT_SIM } from './simulate/tenants.js';
 import { repoRoot } from './repo-root.js';
 
 const { values: flags } = parseArgs({
@@ -83,11 +88,19 @@ const slowTable = [
 ].join('\n');
 process.stdout.write(`\n${slowTable}\n`);
 
+// The pool saturated by one tenant's flood: what flow control changes for the others.
+const tenantConfig = { ...DEFAULT_TENANT_SIM, seed: config.seed, servers: config.servers };
+const runs = tenantRuns(tenantConfig);
+const tenantTable = tenantTables(tenantConfig, runs, `npm run simulate -- --write${args.length > 0 ? ` ${args.join(' ')}` : ''}`);
+process.stdout.write(`\n${tenantTable}\n`);
+
 if (flags.write) {
   const root = repoRoot();
   const doc = join(root, 'docs', 'benchmarks.md');
   const withMain = replaceBetweenMarkers(readFileSync(doc, 'utf8'), '<!-- simulate:start -->', '<!-- simulate:end -->', table);
-  writeFileSync(doc, replaceBetweenMarkers(withMain, '<!-- simulate-slow:start -->', '<!-- simulate-slow:end -->', slowTable));
+  const withSlow = replaceBetweenMarkers(withMain, '<!-- simulate-slow:start -->', '<!-- simulate-slow:end -->', slowTable);
+  writeFileSync(doc, replaceBetweenMarkers(withSlow, '<!-- simulate-tenants:start -->', '<!-- simulate-tenants:end -->', tenantTable));
   writeFileSync(join(root, 'docs', 'picker-simulation.svg'), renderSimulationSvg(results.filter((r) => r.routers === 3)));
-  process.stderr.write(`wrote ${doc} and docs/picker-simulation.svg\n`);
+  writeFileSync(join(root, 'docs', 'flow-control-simulation.svg'), renderTenantSvg(runs));
+  process.stderr.write(`wrote ${doc}, docs/picker-simulation.svg and docs/flow-control-simulation.svg\n`);
 }

@@ -7,6 +7,8 @@ import type { EndpointSource, EndpointView } from './endpoints/model.js';
 import { BrokenStreamCheck } from './endpoints/broken-stream-check.js';
 import { probeReplica } from './endpoints/replica-probe.js';
 import { StaticFileSource } from './endpoints/static-source.js';
+import { NO_OBJECTIVES } from './endpoints/inference-objectives.js';
+import type { ObjectiveIndex } from './endpoints/inference-objectives.js';
 import { EndpointStore } from './endpoints/store.js';
 import { startExtProcServer } from './extproc/server.js';
 import type { HealthSource } from './grpc/server.js';
@@ -75,7 +77,12 @@ async function startTracingIfOn(settings: TracingSettings, logger: Logger, metri
   return tracing;
 }
 
-async function createSource(config: Config, logger: Logger, metrics: Metrics): Promise<EndpointSource> {
+async function createSource(
+  config: Config,
+  logger: Logger,
+  metrics: Metrics,
+  objectivesChanged: (index: ObjectiveIndex) => void,
+): Promise<EndpointSource> {
   if (config.source.kind === 'static') {
     return new StaticFileSource(config.source.path, logger.child({ component: 'static-source' }), {
       loaded: () => metrics.sourceRefreshed('static'),
@@ -91,13 +98,16 @@ async function createSource(config: Config, logger: Logger, metrics: Metrics): P
       listed: () => metrics.sourceRefreshed('kubernetes'),
       eventReceived: () => metrics.sourceRefreshed('kubernetes'),
     },
+    objectivesChanged,
   });
 }
 
 export async function startApp(config: Config, logger: Logger, options: StartAppOptions = {}): Promise<RunningApp> {
   const metrics = options.metrics ?? new Metrics();
   const tracing = await startTracingIfOn(config.tracing, logger, metrics);
-  const source = await createSource(config, logger, metrics);
+  // The InferenceObjectives' priorities as the source last saw them; read per queued request.
+  let objectives: ObjectiveIndex = NO_OBJECTIVES;
+  const source = await createSource(config, logger, metrics, (index) => (objectives = index));
   const store = new EndpointStore([source.name], config.quarantine);
   // Flow control hears of what may give a saturated pool room: a new view, a fresh scrape.
   let wakeFlow = (): void => {};
@@ -168,12 +178,13 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
     picker: config.picker,
     ...(latency === undefined ? {} : { latency }),
     flowObserver: flowMetrics,
+    objectives: () => objectives,
   });
   flowMetrics.reportLengthsFrom(() => routing.queueLengths());
   wakeFlow = () => routing.wake();
   const flow = config.picker.flowControl;
   const flowOn = flow.enabled || Object.values(config.picker.pools).some((pool) => pool.flowControl === true);
-  const flowHeaders = flowOn ? { tenant: flow.tenantHeader, priority: flow.priorityHeader } : undefined;
+  const flowHeaders = flowOn ? { tenant: flow.tenantHeader, priority: flow.priorityHeader, objective: flow.objectiveHeader } : undefined;
   const scraper = new MetricsScraper(
     board,
     () => store.view(),

@@ -25,6 +25,7 @@ import { LatencyTracker } from '../../src/picker/latency-tracker.js';
 import { DEFAULT_BOUNDED_LOAD, DEFAULT_LATENCY, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
 import type { ScorerWeights } from '../../src/picker/settings.js';
 import { recordScrape, SignalBoard } from '../../src/picker/signals.js';
+import { Events, percentile, prng } from './kernel.js';
 
 export interface SimConfig {
   readonly seed: number;
@@ -94,18 +95,6 @@ export interface SimResult {
 }
 
 const BLOCK_TOKENS = 16;
-
-/** Seeded PRNG (mulberry32). */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface SimRequest {
   readonly id: number;
@@ -227,52 +216,12 @@ interface Router {
   roundRobin: number;
 }
 
-/** A binary min-heap of events by time. */
-class Events<T extends { time: number }> {
-  private readonly heap: T[] = [];
-  push(event: T): void {
-    const h = this.heap;
-    h.push(event);
-    let i = h.length - 1;
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (h[parent].time <= h[i].time) break;
-      [h[parent], h[i]] = [h[i], h[parent]];
-      i = parent;
-    }
-  }
-  pop(): T | undefined {
-    const h = this.heap;
-    const top = h[0];
-    const last = h.pop();
-    if (h.length > 0 && last !== undefined) {
-      h[0] = last;
-      let i = 0;
-      for (;;) {
-        const l = 2 * i + 1;
-        const r = l + 1;
-        let m = i;
-        if (l < h.length && h[l].time < h[m].time) m = l;
-        if (r < h.length && h[r].time < h[m].time) m = r;
-        if (m === i) break;
-        [h[m], h[i]] = [h[i], h[m]];
-        i = m;
-      }
-    }
-    return top;
-  }
-}
-
 type SimEvent =
   | { time: number; kind: 'arrival'; request: SimRequest }
   | { time: number; kind: 'finish'; server: Server; router: Router; request: SimRequest; ttftMs: number }
   | { time: number; kind: 'scrape' };
 
 const LEAST_IN_FLIGHT: ScorerWeights = { queue: 0, kvCache: 0, inFlight: 1, prefix: 0, lora: 0, latency: 0 };
-
-function percentile(sorted: readonly number[], q: number): number {
-  return sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
-}
 
 export function simulate(config: SimConfig, policy: PolicyName, requests: readonly SimRequest[] = workload(config)): SimResult {
   const servers: Server[] = Array.from({ length: config.servers }, (_, i) => ({
@@ -312,7 +261,8 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
   let cachedBlocks = 0;
   const events = new Events<SimEvent>();
   for (const request of requests) events.push({ time: request.arrival, kind: 'arrival', request });
-  if (policy === 'pipeline') events.push({ time: 0, kind: 'scrape' });
+  // Both pipelines read the servers' metrics (round-robin and least in-flight never do).
+  if (policy === 'pipeline' || policy === 'pipeline without latency') events.push({ time: 0, kind: 'scrape' });
   let pending = requests.length;
 
   const start = (server: Server, router: Router, request: SimRequest, now: number): void => {

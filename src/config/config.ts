@@ -413,6 +413,7 @@ function kubernetesConfig(k8s: NonNullable<ConfigFile['kubernetes']>): Kubernete
   if (ip?.enabled === true) {
     config.inferencePools = { enabled: true, namespaces: [...(ip.namespaces ?? [])] };
     if (ip.modelsAnnotation !== undefined) config.inferencePools.modelsAnnotation = ip.modelsAnnotation;
+    if (ip.objectives === false) config.inferencePools.objectives = false;
   }
   if (k8s.backoff !== undefined) config.backoff = { initialMs: k8s.backoff.initialMs, maxMs: k8s.backoff.maxMs };
   if (k8s.timeouts !== undefined) {

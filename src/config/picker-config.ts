@@ -88,6 +88,7 @@ function flowControlSettings(section: PickerSection['flowControl']): FlowControl
     enabled: f.enabled ?? d.enabled,
     tenantHeader: f.tenantHeader ?? d.tenantHeader,
     priorityHeader: f.priorityHeader ?? d.priorityHeader,
+    objectiveHeader: f.objectiveHeader ?? d.objectiveHeader,
     defaultPriority: f.defaultPriority ?? d.defaultPriority,
     priorityByModel: f.priorityByModel ?? d.priorityByModel,
     priorityByHeaderValue: f.priorityByHeaderValue ?? d.priorityByHeaderValue,

@@ -104,6 +104,13 @@ const Kubernetes = Mapping(
           modelsAnnotation: Type.Optional(
             NonEmpty({ description: 'Annotation holding comma-separated served model names. Default llm-extproc.io/models.' }),
           ),
+          objectives: Type.Optional(
+            Type.Boolean({
+              default: true,
+              description:
+                'Also watch InferenceObjectives (inference.networking.x-k8s.io/v1alpha2) in these namespaces: their priorities apply to flow control. A missing CRD is tolerated.',
+            }),
+          ),
         },
         { description: 'InferencePool support.' },
       ),
@@ -324,6 +331,11 @@ const Picker = Mapping(
           priorityHeader: Type.Optional(
             HeaderName(`Request header whose value names a class of priorityByHeaderValue. Default ${PICKER.flowControl.priorityHeader}.`),
           ),
+          objectiveHeader: Type.Optional(
+            HeaderName(
+              `Request header whose value names an InferenceObjective of the request's pool (its priority applies). Default ${PICKER.flowControl.objectiveHeader}.`,
+            ),
+          ),
           defaultPriority: Type.Optional(
             Type.Integer({
               description: `Priority of requests no rule names (below 0 = sheddable). Default ${PICKER.flowControl.defaultPriority}.`,
@@ -378,7 +390,7 @@ const Picker = Mapping(
         },
         {
           description:
-            'Flow control: priorities, fair queues between tenants and shedding while a pool is saturated (docs/flow-control.md).',
+            'Flow control: priorities, fair queues between tenants and shedding while a pool is saturated (docs/picking.md, Flow control).',
         },
       ),
     ),

@@ -1,8 +1,9 @@
 // The Kubernetes endpoint source: lists and watches the Pods of each configured pool (and,
-// when enabled, the InferencePools that define more pools) and reports every replica with its
-// state from `classifyPod`. The only module that imports @kubernetes/client-node: it builds the
-// API clients and hands each list-watch loop (list-watch.ts) its collection; the pods of a pool
-// are kept by pod-pools.ts, InferencePools parsed by inference-pools.ts.
+// when enabled, the InferencePools that define more pools, and the InferenceObjectives that give
+// their requests priorities) and reports every replica with its state from `classifyPod`. The only
+// module that imports @kubernetes/client-node: it builds the API clients and hands each list-watch
+// loop (list-watch.ts) its collection; the pods of a pool are kept by pod-pools.ts, InferencePools
+// parsed by inference-pools.ts, InferenceObjectives by inference-objectives.ts.
 //
 // We drive list → watch → relist ourselves instead of using the library's informer: the informer
 // does not restart itself after every kind of error, and recovery is the whole point here.
@@ -23,6 +24,8 @@ import type { KubernetesSourceObserver, Collection, LoopDeps } from './list-watc
 export type { KubernetesSourceObserver } from './list-watch.js';
 import { LIST_PAGE_SIZE, ListWatchLoop } from './list-watch.js';
 import { DEFAULT_MODELS_ANNOTATION, INFERENCE_POOL, parseInferencePool, parseCustomList } from './inference-pools.js';
+import { INFERENCE_OBJECTIVE, indexObjectives, parseInferenceObjective } from './inference-objectives.js';
+import type { ObjectiveDefinition, ObjectiveIndex } from './inference-objectives.js';
 
 export interface KubernetesPoolConfig {
   /** Pool name used in routing, errors and metrics. */
@@ -46,6 +49,8 @@ export interface KubernetesSourceConfig {
     namespaces: string[];
     /** Annotation holding comma-separated served model names. Default `llm-extproc.io/models`. */
     modelsAnnotation?: string;
+    /** Watch InferenceObjectives in the same namespaces (priorities for flow control). Default true. */
+    objectives?: boolean;
   };
   backoff?: { initialMs: number; maxMs: number };
   /** Request timeouts. Defaults: list 30 s, watch 300 s (the server ends the watch; we rewatch). */
@@ -55,6 +60,11 @@ export interface KubernetesSourceConfig {
 export interface KubernetesSourceOptions {
   logger: Logger;
   observer?: KubernetesSourceObserver;
+  /**
+   * The InferenceObjectives of the pools we serve, each time that table changes (objectives or
+   * pools). Until the first call routing has none, as while the CRD is not installed.
+   */
+  objectivesChanged?: (index: ObjectiveIndex) => void;
 }
 
 const SOURCE_NAME = 'kubernetes';
@@ -75,6 +85,10 @@ export class KubernetesSource implements EndpointSource {
   private readonly log: Logger;
   private readonly staticPools: PoolWatch[];
   private readonly inferencePoolLoops = new Map<string, ListWatchLoop<WatchedObject>>();
+  private readonly objectiveLoops = new Map<string, ListWatchLoop<WatchedObject>>();
+  private readonly objectivesChanged: ((index: ObjectiveIndex) => void) | undefined;
+  /** The last index handed over, as text: an unchanged table is not handed over again. */
+  private objectivesKey = '';
   private readonly dynamicPools = new Map<string, PoolWatch>();
   private readonly stopping = new Set<Promise<void>>();
   private readonly warned = new Set<string>();
@@ -105,6 +119,7 @@ export class KubernetesSource implements EndpointSource {
       watchSeconds: config.timeouts?.watchSeconds ?? DEFAULT_WATCH_SECONDS,
     };
     this.modelsAnnotation = config.inferencePools?.modelsAnnotation ?? DEFAULT_MODELS_ANNOTATION;
+    this.objectivesChanged = options.objectivesChanged;
     this.staticPools = config.pools.map((p) => this.poolWatch({ ...p, selector: { ...p.selector }, models: [...p.models] }));
   }
 
@@ -122,6 +137,11 @@ export class KubernetesSource implements EndpointSource {
         const loop = new ListWatchLoop(this.inferencePoolCollection(namespace), this.deps, () => this.onInferencePoolsChanged());
         this.inferencePoolLoops.set(namespace, loop);
         loop.start();
+        if (this.config.inferencePools.objectives === false) continue;
+        // Not part of the first sync: the CRD is alpha and often absent; until it lists, no objective applies.
+        const objectives = new ListWatchLoop(this.objectiveCollection(namespace), this.deps, () => this.onObjectivesChanged());
+        this.objectiveLoops.set(namespace, objectives);
+        objectives.start();
       }
     }
     this.schedulePublish();
@@ -134,6 +154,7 @@ export class KubernetesSource implements EndpointSource {
     const loops = [
       ...this.staticPools.map((p) => p.loop),
       ...this.inferencePoolLoops.values(),
+      ...this.objectiveLoops.values(),
       ...[...this.dynamicPools.values()].map((p) => p.loop),
     ];
     await Promise.all([...loops.map((l) => l.stop()), ...this.stopping]);
@@ -174,6 +195,54 @@ export class KubernetesSource implements EndpointSource {
       },
       project: (object) => object as WatchedObject,
     };
+  }
+
+  private objectiveCollection(namespace: string): Collection<WatchedObject> {
+    return {
+      resource: `inferenceobjectives/${namespace}`,
+      watchPath: `/apis/${INFERENCE_OBJECTIVE.group}/${INFERENCE_OBJECTIVE.version}/namespaces/${encodeURIComponent(namespace)}/${INFERENCE_OBJECTIVE.plural}`,
+      labelSelector: undefined,
+      list: async (signal, timeoutSeconds, continueToken) => {
+        const list: unknown = await this.custom.listNamespacedCustomObject(
+          { ...INFERENCE_OBJECTIVE, namespace, timeoutSeconds, limit: LIST_PAGE_SIZE, _continue: continueToken },
+          withSignal(signal),
+        );
+        return parseCustomList(list);
+      },
+      project: (object) => object as WatchedObject,
+      optional: true,
+    };
+  }
+
+  /** Hands routing the priorities of the objectives of the pools we serve now. */
+  private onObjectivesChanged(): void {
+    if (this.stopped || this.objectivesChanged === undefined || this.objectiveLoops.size === 0) return;
+    const definitions: ObjectiveDefinition[] = [];
+    for (const loop of this.objectiveLoops.values()) {
+      for (const object of loop.items()) {
+        const parsed = parseInferenceObjective(object, this.modelsAnnotation);
+        if (typeof parsed === 'string') {
+          this.warnOnce(`objective:${object.metadata?.namespace ?? ''}/${object.metadata?.name ?? ''}:${parsed}`, parsed);
+          continue;
+        }
+        definitions.push(parsed);
+      }
+    }
+    const served = new Set([...this.staticPools.map((p) => p.def.name), ...this.dynamicPools.keys()]);
+    const { index, ignored } = indexObjectives(definitions, served);
+    for (const { id, why, reason } of ignored) {
+      // Objectives of other pools are routine in a shared namespace (each pool's picker reads its own).
+      if (why === 'other-pool') this.log.debug({ objective: id }, `InferenceObjective ignored: ${reason}`);
+      else this.warnOnce(`objective-conflict:${id}:${reason}`, `InferenceObjective ${id} ignored: ${reason}`);
+    }
+    const summary = Object.fromEntries(
+      [...index].map(([pool, o]) => [pool, { byName: Object.fromEntries(o.byName), byModel: Object.fromEntries(o.byModel) }]),
+    );
+    const key = JSON.stringify(summary);
+    if (key === this.objectivesKey) return;
+    this.objectivesKey = key;
+    this.log.info({ objectives: summary }, 'InferenceObjective priorities changed');
+    this.objectivesChanged(index);
   }
 
   /** Brings the InferencePool-defined pools in line with the InferencePools we see. */
@@ -224,6 +293,8 @@ export class KubernetesSource implements EndpointSource {
       this.log.info({ pool: name, selector: formatSelector(def.selector), targetPort: def.targetPort }, 'InferencePool added');
       pool.loop.start();
     }
+    // Objectives waiting for their pool apply now; those of a pool that went stop applying.
+    this.onObjectivesChanged();
     this.schedulePublish();
   }
 

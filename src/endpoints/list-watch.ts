@@ -39,6 +39,11 @@ export interface Collection<T> {
   list(signal: AbortSignal, timeoutSeconds: number, continueToken: string | undefined): Promise<ListPage>;
   /** What the loop keeps of an object (the rest is garbage at once); `undefined` skips it. */
   project(object: unknown): T | undefined;
+  /**
+   * A kind that may be absent (an alpha CRD not installed, or not granted to us): a list answered
+   * 404 or 403 is logged once, not on every retry, and the loop keeps retrying until it lists.
+   */
+  readonly optional?: boolean;
 }
 
 /** What changed in a loop's objects: everything (a relist), or one object by name. */
@@ -87,6 +92,8 @@ export class ListWatchLoop<T> {
   private stopped = false;
   private failures = 0;
   private goneStreak = 0;
+  /** An optional collection whose list was refused (404/403): said once, until it lists. */
+  private unavailable = false;
   private cancelCurrent: (() => void) | undefined;
   private wake: (() => void) | undefined;
   private running: Promise<void> | undefined;
@@ -206,16 +213,28 @@ export class ListWatchLoop<T> {
       this.listedOnce = true;
       this.failures = 0;
       this.deps.observer?.listed(this.collection.resource);
-      this.log[first ? 'info' : 'debug'](
+      this.log[first || this.unavailable ? 'info' : 'debug'](
         { count: this.objects.size, pages, resourceVersion: this.resourceVersion },
-        first ? 'initial list complete' : 'relisted',
+        first ? 'initial list complete' : this.unavailable ? 'listed again (served and readable now)' : 'relisted',
       );
+      this.unavailable = false;
       this.onChange({ kind: 'reset' });
       return true;
     } catch (err: unknown) {
       if (!this.stopped) {
         const detail = controller.signal.aborted ? describeError(controller.signal.reason) : describeError(err);
-        this.log.warn({ detail, attempt: this.failures + 1 }, 'list failed; will retry');
+        const status = controller.signal.aborted ? undefined : httpStatusOf(err);
+        if (this.collection.optional === true && (status === 404 || status === 403)) {
+          // Expected where the CRD is not installed: one line, then quiet retries that pick it up once it is.
+          if (!this.unavailable) {
+            this.log.warn({ detail }, 'not served or not readable (CRD not installed, or no RBAC grant); going on without it, retrying');
+          } else {
+            this.log.debug({ detail, attempt: this.failures + 1 }, 'still not served; will retry');
+          }
+          this.unavailable = true;
+        } else {
+          this.log.warn({ detail, attempt: this.failures + 1 }, 'list failed; will retry');
+        }
       }
       return false;
     } finally {

@@ -24,7 +24,7 @@ export const ERROR_KINDS = [
   'no_healthy_upstream',
   'overloaded',
   'pool_overloaded',
-  // Flow control (the pool is saturated: docs/flow-control.md).
+  // Flow control (the pool is saturated: docs/picking.md, Flow control).
   'shed',
   'pool_saturated',
   'queue_timeout',
@@ -253,7 +253,8 @@ const SPECS: Record<ErrorKind, EntrySpec> = {
     cause:
       'Flow control: every replica of the pool is saturated (queue depth, KV-cache use or in-flight limit of ' +
       '`picker.flowControl.saturation`) and the request has a negative priority (sheddable: from ' +
-      '`picker.flowControl.priorityByModel` or `priorityByHeaderValue`), so it is refused at once instead of waiting. ' +
+      '`picker.flowControl.priorityByModel` or `priorityByHeaderValue`, or the `spec.priority` of an InferenceObjective), ' +
+      'so it is refused at once instead of waiting. ' +
       '`error.pool` names the pool and `error.priority` the priority.',
     action: 'Retry after the Retry-After delay; sheddable traffic passes again as soon as the pool is not saturated.',
   },

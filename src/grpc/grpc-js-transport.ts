@@ -5,8 +5,10 @@
 // and answers health from the shared HealthService; what to answer is decided there.
 import cluster from 'node:cluster';
 import type { EventEmitter } from 'node:events';
-import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
+import { constants as h2constants } from 'node:http2';
+import type { IncomingHttpHeaders, ServerHttp2Session, ServerHttp2Stream } from 'node:http2';
 import { Server as NetServer } from 'node:net';
+import { performance } from 'node:perf_hooks';
 import { Server, ServerCredentials, status as GrpcStatus } from '@grpc/grpc-js';
 import type {
   ChannelOptions,
@@ -36,6 +38,8 @@ import { openCalls } from './listener.js';
 import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
 import type { AnyBidiMethod, GrpcServerOptions, RunningGrpcServer } from './server-options.js';
 import type { TlsIdentitySource } from './tls-identity.js';
+import { RapidResetCount } from '../http2/abuse-limits.js';
+import { LogThrottle } from '../util/log-throttle.js';
 import { clientVerificationOptions, secureContextOptions } from './tls-identity.js';
 import {
   KEEPALIVE_INTERVAL_MS,
@@ -110,6 +114,7 @@ export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<Runnin
   const http2Servers = grpcJsHttp2Servers(server);
   checkRequestsBeforeGrpcJs(http2Servers);
   capConnections(http2Servers, opts, logger);
+  guardRapidResets(http2Servers, opts, logger);
   const address = dialAddress(target, port);
   logger.info({ address, tls: opts.tls !== undefined, transport: 'grpc-js' }, 'gRPC server listening');
 
@@ -272,6 +277,50 @@ function capConnections(http2Servers: readonly EventEmitter[], opts: GrpcServerO
     });
   }
 }
+
+/**
+ * Rapid reset and stream churn on grpc-js, counted by the native transport's rule (RapidResetCount
+ * in http2/abuse-limits.ts): a stream the peer reset soon after opening it, before any answer of
+ * ours (no response headers sent yet: grpc-js sends them with the first reply), whatever DATA it
+ * carried. Too many end the connection with GOAWAY ENHANCE_YOUR_CALM and count `rapid_reset`, as
+ * on the native transport. node:http2 on Node 20 has no option for this (`streamResetBurst` and
+ * `streamResetRate` came later, nodejs/node#54875; Node 20 ignores them), and nghttp2's fixed
+ * limit (1,000 resets of any kind, then 33 a second) answers INTERNAL_ERROR and counts nothing;
+ * ours trips first (at 500).
+ */
+function guardRapidResets(http2Servers: readonly EventEmitter[], opts: GrpcServerOptions, logger: Logger): void {
+  const log = new LogThrottle<'rapid_reset'>();
+  for (const http2Server of http2Servers) {
+    http2Server.on('session', (session: ServerHttp2Session) => {
+      const resets = new RapidResetCount();
+      let ended = false;
+      session.on('stream', (stream: ServerHttp2Stream) => {
+        resets.opened();
+        const opened = performance.now();
+        stream.once('close', () => {
+          // Our own ends (NO_ERROR) and the streams of a connection going away are no one's resets.
+          if (ended || session.destroyed || stream.rstCode === h2constants.NGHTTP2_NO_ERROR) return;
+          if (!resets.resetIsTooMany(performance.now() - opened, !stream.headersSent)) return;
+          ended = true;
+          opts.onProtocolEvent?.('rapid_reset');
+          const suppressed = log.admit('rapid_reset', performance.now());
+          const details = { peer: session.socket?.remoteAddress };
+          if (suppressed === undefined) logger.debug(details, 'HTTP/2 rapid_reset');
+          else
+            logger.info(
+              suppressed === 0 ? { ...details, kind: 'rapid_reset' } : { ...details, kind: 'rapid_reset', suppressed },
+              'HTTP/2 rapid_reset',
+            );
+          session.goaway(h2constants.NGHTTP2_ENHANCE_YOUR_CALM, stream.id ?? 0, Buffer.from(RAPID_RESET_MESSAGE));
+          // GOAWAY first, then the socket: destroying in the same turn could drop the frame unsent.
+          setImmediate(() => session.destroy());
+        });
+      });
+    });
+  }
+}
+
+const RAPID_RESET_MESSAGE = 'most streams were reset as soon as they opened, before our answer (rapid reset)';
 
 function refuseNonPost(stream: ServerHttp2Stream): void {
   const message = 'gRPC requires POST';

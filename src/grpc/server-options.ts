@@ -32,7 +32,7 @@ export interface GrpcServerOptions {
   /**
    * A peer's HTTP/2 protocol error, a refused stream, a rapid reset (one of a closed set of kinds,
    * `PROTOCOL_EVENT_KINDS` in http2/connection.ts), for a metric. The native transport reports every
-   * kind; grpc-js only the listener's (`connection_refused`).
+   * kind; grpc-js only the listener's (`connection_refused`) and `rapid_reset`.
    */
   onProtocolEvent?: (kind: string) => void;
   /** Most connections held at once (both transports; one more is closed and reported as `connection_refused`). */

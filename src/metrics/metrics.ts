@@ -127,7 +127,7 @@ export class Metrics {
 
   private readonly protocolEvents = new Counter({
     name: 'llm_extproc_grpc_protocol_events_total',
-    help: "HTTP/2 events on the gRPC listener, by kind (grpc-js reports only connection_refused): a peer's protocol errors (connection_error, malformed_request, stream_error, header_list_too_large), refused streams, abuse ended with ENHANCE_YOUR_CALM (rapid_reset, header_flood), handler_error, socket_error; connections closed over listen.maxConnections (connection_refused) or after listen.idleTimeoutSeconds without a stream (idle_closed).",
+    help: "HTTP/2 events on the gRPC listener, by kind (grpc-js reports only connection_refused and rapid_reset): a peer's protocol errors (connection_error, malformed_request, stream_error, header_list_too_large), refused streams, abuse ended with ENHANCE_YOUR_CALM (rapid_reset, header_flood), handler_error, socket_error; connections closed over listen.maxConnections (connection_refused) or after listen.idleTimeoutSeconds without a stream (idle_closed).",
     labelNames: ['kind'] as const,
     registers: [this.registry],
   });

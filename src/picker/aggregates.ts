@@ -78,8 +78,8 @@ export function isExcluded(reporting: boolean, waiting: number, queueLimit: numb
 }
 
 /** A candidate's outstanding load as the mean load counts it (only eligible candidates count). */
-export function candidateLoad(inFlight: number, reporting: boolean, waiting: number, running: number): number {
-  return reporting ? outstandingLoad(inFlight, waiting, running) : inFlight;
+export function candidateLoad(inFlight: number, reporting: boolean, othersLoad: number): number {
+  return reporting ? outstandingLoad(inFlight, othersLoad) : inFlight;
 }
 
 /** The aggregates over a set of candidates, each added once and withdrawn with the same signals. */
@@ -98,10 +98,10 @@ export class LoadAggregates {
 
   /**
    * Adds (`sign` 1) or withdraws (`sign` −1) one candidate: its in-flight count, whether it reports
-   * fresh metrics (only then do waiting and running count), and its pool's queue limit. Numbers,
-   * not an object: this runs for every signal change.
+   * fresh metrics (only then do waiting and the others' load count), and its pool's queue limit.
+   * Numbers, not an object: this runs for every signal change.
    */
-  apply(sign: 1 | -1, inFlight: number, reporting: boolean, waiting: number, running: number, queueLimit: number): void {
+  apply(sign: 1 | -1, inFlight: number, reporting: boolean, waiting: number, othersLoad: number, queueLimit: number): void {
     if (sign === 1) this.inFlight.add(inFlight);
     else this.inFlight.remove(inFlight);
     if (reporting) {
@@ -111,7 +111,7 @@ export class LoadAggregates {
     }
     if (isExcluded(reporting, waiting, queueLimit)) return;
     this.eligible += sign;
-    const load = candidateLoad(inFlight, reporting, waiting, running);
+    const load = candidateLoad(inFlight, reporting, othersLoad);
     if (Number.isInteger(load) && Math.abs(load) <= EXACT_LOAD_LIMIT) this.exactLoadSum += sign * load;
     else this.inexactLoads += sign;
   }

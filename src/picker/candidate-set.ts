@@ -28,6 +28,8 @@ export class CandidateSet {
   readonly queueLimits: Float64Array;
   /** Per candidate, its pool's saturation limits (flow control; OPEN_POOL where it is off). */
   readonly saturationLimits: SaturationLimits[] = [];
+  /** Some candidate's pool has flow control: the picker then places candidates without room last. */
+  readonly saturates: boolean;
   readonly indexOf = new Map<string, number>();
   /** Scratch space for one pick (picks never overlap: one event loop). */
   readonly order: Int32Array;
@@ -80,6 +82,7 @@ export class CandidateSet {
       this.queueLimits[i] = limits.get(this.endpoints[i].pool) ?? Number.POSITIVE_INFINITY;
       this.saturationLimits.push(saturation.get(this.endpoints[i].pool) ?? OPEN_POOL);
     }
+    this.saturates = this.saturationLimits.some((limits) => limits !== OPEN_POOL);
     this.order = new Int32Array(n);
     this.excluded = new Uint8Array(n);
     this.loadScores = new Float64Array(n);
@@ -131,7 +134,7 @@ export class CandidateSet {
           counted[c + Mirror.InFlight],
           counted[c + Mirror.Reporting] === 1,
           counted[c + Mirror.Waiting],
-          counted[c + Mirror.Running],
+          counted[c + Mirror.OthersLoad],
           this.queueLimits[i],
         );
         this.count(i, signals);
@@ -158,12 +161,7 @@ export class CandidateSet {
     for (let i = 0; i < this.size; i++) {
       if (this.excluded[i] === 1) continue;
       const c = Mirror.Stride * i;
-      sum += candidateLoad(
-        counted[c + Mirror.InFlight],
-        counted[c + Mirror.Reporting] === 1,
-        counted[c + Mirror.Waiting],
-        counted[c + Mirror.Running],
-      );
+      sum += candidateLoad(counted[c + Mirror.InFlight], counted[c + Mirror.Reporting] === 1, counted[c + Mirror.OthersLoad]);
     }
     return sum;
   }
@@ -176,8 +174,8 @@ export class CandidateSet {
     const inFlight = (counted[c + Mirror.InFlight] = signals[at + Field.InFlight]);
     const reporting = (counted[c + Mirror.Reporting] = signals[at + Field.Reporting]) === 1;
     const waiting = (counted[c + Mirror.Waiting] = signals[at + Field.Waiting]);
-    const running = (counted[c + Mirror.Running] = signals[at + Field.Running]);
-    this.aggregates.apply(1, inFlight, reporting, waiting, running, this.queueLimits[i]);
+    const others = (counted[c + Mirror.OthersLoad] = signals[at + Field.OthersLoad]);
+    this.aggregates.apply(1, inFlight, reporting, waiting, others, this.queueLimits[i]);
     this.excluded[i] = isExcluded(reporting, waiting, this.queueLimits[i]) ? 1 : 0;
   }
 }
@@ -187,7 +185,7 @@ const enum Mirror {
   InFlight = 0,
   Reporting = 1,
   Waiting = 2,
-  Running = 3,
+  OthersLoad = 3,
   Stride = 4,
 }
 

@@ -77,9 +77,20 @@ export interface LatencyFloor {
 }
 
 /**
- * The latency scorer: 1 for an endpoint as fast as its pool's median or faster (and for one not
- * yet measured: a new replica is not penalised for being new), 1/s for one s times slower.
+ * Up to this many times its pool's median, a replica is as fast as its pool. Estimates of equally
+ * fast replicas differ by what each happened to serve (batch sizes, output lengths) and by the
+ * rounding of the decayed means, which is never exactly the median even for identical samples;
+ * scoring those differences moves load-placed requests by noise, and every tiny score difference
+ * breaks ties, so picks differ from those without latency at random (`npm run simulate` moved
+ * p99 TTFT by ±10 % that way with every replica equally fast).
+ */
+export const SAME_SPEED = 1.2;
+
+/**
+ * The latency scorer: 1 for an endpoint within SAME_SPEED of its pool's median or faster (and for
+ * one not yet measured: a new replica is not penalised for being new), SAME_SPEED/s for one s
+ * times slower past that (continuous at the band's edge).
  */
 export function latencyScore(slowdown: number): number {
-  return slowdown <= 1 ? 1 : 1 / slowdown;
+  return slowdown <= SAME_SPEED ? 1 : SAME_SPEED / slowdown;
 }

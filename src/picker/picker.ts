@@ -16,12 +16,15 @@
 //   filters  routable (Ready with an address) · the gateway's subset hint · the pool's queue limit
 //   scorers  queue depth · KV-cache use · our in-flight count · prefix affinity · LoRA affinity ·
 //            recent latency (a replica demoted as much slower than its pool ranks below all others)
+//   room     where flow control is on, a candidate that cannot take a request without queueing
+//            past its pool's saturation limits (saturation.ts) ranks below every one that can, and
+//            owns no prefix: a request dispatched because the pool has room goes where the room is
 //   ties     visiting order from a random start, so equal endpoints share traffic evenly
 
 import type { Endpoint, PoolView } from '../endpoints/model.js';
 import { candidateLoad, isExcluded } from './aggregates.js';
 import { mixedRendezvousWeight } from './rendezvous.js';
-import { isSaturated } from './saturation.js';
+import { canTake, isSaturated } from './saturation.js';
 import { isOverloaded, loraAffinityScore, outstandingLoad, prefixAffinityScore } from './scorers.js';
 import type { Range } from './scorers.js';
 import { Field, LATENCY_DEMOTED, LATENCY_NEUTRAL } from './signals.js';
@@ -135,7 +138,7 @@ function summarise(set: CandidateSet, count: number, signals: Float64Array, out:
         excluded[i] = 1;
         continue;
       }
-      loadSum += candidateLoad(flight, true, waiting, signals[at + Field.Running]);
+      loadSum += candidateLoad(flight, true, signals[at + Field.OthersLoad]);
     } else loadSum += flight;
     excluded[i] = 0;
     eligible++;
@@ -291,6 +294,9 @@ export class Picker {
     const { useAffinity, useLora, key, holds, meanLoad, ownerMaxQueue, start, latency } = scoring;
     const latencyWeight = weights.latency;
     const demotedScore = this.demotedScore;
+    // Below every candidate with room, demoted or not (a full replica queues the request for sure).
+    const fullScore = 2 * demotedScore;
+    const { saturates, saturationLimits } = set;
     const limit = this.k + 1;
     const topScore = this.topScore;
     let kept = 0;
@@ -303,6 +309,7 @@ export class Picker {
       const i = all ? j : order[j];
       if (excluded[i] === 1) continue;
       const at = records[2 * i];
+      const full = saturates && !canTake(signals, at, saturationLimits[i]);
       let score = fresh ? loadScore(weights, signals, at, flightRange, waitingRange) : loadScores[i];
       if (useLora) {
         const reports = signals[at + Field.Reporting] === 1;
@@ -319,9 +326,14 @@ export class Picker {
       if (latency !== undefined) {
         const slot = at / Field.Stride;
         const value = slot < latency.length ? latency[slot] : LATENCY_NEUTRAL;
-        score = value === LATENCY_DEMOTED ? demotedScore + score : score + latencyWeight * value;
+        // A penalty, 0 for a replica as fast as its pool (latencyScore's band): while every
+        // replica is, each score is the very number it is without latency, so the picks are too
+        // by construction; adding the weight to every candidate would leave that to the rounding
+        // of every sum.
+        score = value === LATENCY_DEMOTED ? demotedScore + score : score + latencyWeight * (value - LATENCY_NEUTRAL);
       }
-      if (useAffinity) {
+      if (full) score += fullScore;
+      if (useAffinity && !full) {
         // Owners must be known to be within bounds: when any candidate reports metrics, one
         // that does not is never trusted with a prefix.
         const reports = signals[at + Field.Reporting] === 1;
@@ -330,13 +342,13 @@ export class Picker {
         if (
           (reports || reporting === 0) &&
           !(reports && waiting > ownerMaxQueue) &&
-          !isOverloaded(reports ? outstandingLoad(flight, waiting, signals[at + Field.Running]) : flight, meanLoad, factor, slack)
+          !isOverloaded(reports ? outstandingLoad(flight, signals[at + Field.OthersLoad]) : flight, meanLoad, factor, slack)
         ) {
           const w = mixedRendezvousWeight(key, records[2 * i + 1]);
           if (w > ownerWeight) {
             ownerWeight = w;
             owner = i;
-            ownerBase = latency === undefined ? score : affine + latencyWeight;
+            ownerBase = affine;
             ownerPosition = step;
           }
         }

@@ -63,12 +63,23 @@ export function isOverloaded(load: number, meanLoad: number, factor: number, sla
 }
 
 /**
- * Requests outstanding at an endpoint: what the server reports (running + waiting, across every
- * gateway replica) or, when more, what we sent it ourselves (fresher than the last scrape).
+ * The part of a model server's reported load (running + waiting, counted across every gateway
+ * replica and client) that is not ours: the report less our in-flight count there when it was
+ * taken, never below 0 (our requests may not have reached the server yet, or have left it while
+ * their streams close). Unknown parts (NaN) count as nothing, as an unreported queue does.
  */
-export function outstandingLoad(inFlight: number, waiting: number | undefined, running: number | undefined): number {
-  if (waiting === undefined) return inFlight;
-  // A comparison rather than Math.max (no NaN or -0 handling to pay for): this runs per candidate.
-  const reported = waiting + (running ?? 0);
-  return reported > inFlight ? reported : inFlight;
+export function othersLoad(waiting: number, running: number | undefined, ourInFlightThen: number): number {
+  const others = waiting + (running ?? 0) - ourInFlightThen;
+  // A comparison rather than Math.max: NaN (an unreadable gauge) gives 0, not NaN.
+  return others > 0 ? others : 0;
+}
+
+/**
+ * Requests outstanding at an endpoint: the others' share from the last report plus ours now. Ours
+ * is live, so a request we send or that ends counts at once instead of at the next scrape (a
+ * replica that just sent a burst somewhere sees it; one whose requests finished does not keep
+ * counting them), while the other replicas' share stays what the server said.
+ */
+export function outstandingLoad(inFlight: number, othersLoad: number): number {
+  return inFlight + othersLoad;
 }

@@ -72,6 +72,8 @@ export interface FlowControlSettings {
   readonly tenantHeader: string;
   /** A header whose value names a priority class in `priorityByHeaderValue`. */
   readonly priorityHeader: string;
+  /** A header whose value names an InferenceObjective of the request's pool (the EPP's header). */
+  readonly objectiveHeader: string;
   readonly defaultPriority: number;
   readonly priorityByModel: Readonly<Record<string, number>>;
   /** Header values the operator trusts, and their priority: a client cannot name a number of its own. */
@@ -94,6 +96,8 @@ export const DEFAULT_FLOW_CONTROL: FlowControlSettings = {
   enabled: false,
   tenantHeader: DEFAULT_TENANT_HEADER,
   priorityHeader: 'x-llm-extproc-priority',
+  // What the Gateway API Inference Extension's EPP reads (v1.0).
+  objectiveHeader: 'x-gateway-inference-objective',
   defaultPriority: 0,
   priorityByModel: {},
   priorityByHeaderValue: {},

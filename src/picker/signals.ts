@@ -4,7 +4,11 @@
 // Each address also has a SignalCell, the handle the writers use and the home of what the picker
 // never reads (the last report for display, when it was taken, the last error). Two writers, each
 // owning its own signals: the load tracker (our in-flight count) and the metrics scraper (what
-// the model server reports about itself).
+// the model server reports about itself). They meet here: a report is stored with our in-flight
+// count at that moment, so that the picker can tell our share of the reported load (which it
+// knows live) from everyone else's (which only the next scrape updates).
+
+import { othersLoad } from './scorers.js';
 
 /** Why an endpoint's model-server metrics cannot be used right now. */
 export type MetricsState =
@@ -45,7 +49,12 @@ export const enum Field {
    */
   Reporting = 1,
   Waiting = 2,
-  Running = 3,
+  /**
+   * The reported outstanding requests (waiting + running) beyond ours in flight to the server when
+   * the report was taken: what other llm-extproc replicas and other clients sent it (scorers.ts,
+   * othersLoad). Our own share is read live from InFlight instead of from the report.
+   */
+  OthersLoad = 3,
   /** NaN when the server does not report it. */
   KvCacheUsage = 4,
   /** How many LoRA adapters the server runs or loads. */
@@ -81,6 +90,8 @@ class SignalCell {
   load: ServerLoad | undefined = undefined;
   /** When `load` was scraped (ms since epoch), 0 = never. */
   scrapedAt = 0;
+  /** Our in-flight count here when `load` was stored: the part of the report that was ours. */
+  inFlightAtReport = 0;
   /** Short reason of the last failed scrape. */
   lastError = '';
   /** `runningAdapters ∪ waitingAdapters` of the last report. */
@@ -130,9 +141,14 @@ class SignalCell {
     return this.metricsState === 'fresh' ? this.load : undefined;
   }
 
-  /** Stores a good report's numbers in the board's signals (the state is set by the caller). */
+  /**
+   * Stores a good report's numbers in the board's signals (the state is set by the caller), with
+   * our in-flight count now as the report's own share: the scrape answered just now, and our count
+   * moves only when a request is routed or ends, so the two describe the same moment closely.
+   */
   storeReport(load: ServerLoad): void {
     this.load = load;
+    this.inFlightAtReport = this.inFlight;
     this.adapters =
       load.runningAdapters.length + load.waitingAdapters.length === 0
         ? EMPTY_SET
@@ -141,7 +157,7 @@ class SignalCell {
     const signals = this.board.signals;
     const at = this.slotIndex * Field.Stride;
     signals[at + Field.Waiting] = load.waiting;
-    signals[at + Field.Running] = load.running;
+    signals[at + Field.OthersLoad] = othersLoad(load.waiting, load.running, this.inFlightAtReport);
     signals[at + Field.KvCacheUsage] = load.kvCacheUsage ?? Number.NaN;
     signals[at + Field.AdapterCount] = this.adapters.size;
     signals[at + Field.MaxAdapters] = load.maxAdapters ?? Number.POSITIVE_INFINITY;
@@ -229,7 +245,7 @@ export class SignalBoard {
    */
   layoutVersion = 0;
   /**
-   * The change log: slots whose InFlight, Reporting, Waiting, Running or KV-cache use may have changed, in
+   * The change log: slots whose InFlight, Reporting, Waiting, OthersLoad or KV-cache use may have changed, in
    * order, so that a reader keeping aggregates over some slots (the picker's candidate sets)
    * replays the changes it has not seen instead of re-reading every record. Bounded: when full it
    * starts over under a new epoch, and a reader from an older epoch re-reads everything.

@@ -3,7 +3,7 @@
 // highest priority first, fair between tenants). The clock, the timer and the wake-ups live here;
 // the order lives in the queue.
 //
-// State machine of one request (docs/flow-control.md):
+// State machine of one request (docs/errors.md, docs/picking.md#flow-control-waiting-instead-of-piling-on):
 //   admitted ──(pool has room, nobody waiting)──────────────▶ routed at once (the fast path)
 //   admitted ──(saturated, priority < 0)────────────────────▶ rejected: 429 shed
 //   admitted ──(saturated, queue full: size or bytes)───────▶ rejected: 429 pool_saturated
@@ -14,7 +14,8 @@
 //   queued   ──(its client hung up: ext_proc stream ended)──▶ gone, slot freed at once
 //
 // Each llm-extproc replica queues only its own requests: fairness holds among the requests one
-// replica sees, and N replicas each let their own share through (docs/flow-control.md).
+// replica sees, and N replicas each let their own share through (docs/picking.md, shown by
+// `npm run simulate`'s saturated multi-tenant scenario in docs/benchmarks.md).
 
 import { GatewayError } from '../errors/gateway-error.js';
 import { FlowQueue } from '../picker/flow-queue.js';
@@ -104,10 +105,21 @@ export class QueuedRequest<R extends Routable = Routable, P = unknown> {
 
 const QUEUE_TIMEOUT_RETRY_AFTER_SECONDS = 1;
 
+/** How the TTL timer is armed: Node's timers, or a simulation's virtual clock (scripts/simulate). */
+export interface FlowTimers {
+  set(callback: () => void, delayMs: number): unknown;
+  clear(handle: unknown): void;
+}
+
+const NODE_TIMERS: FlowTimers = {
+  set: (callback, delayMs) => setTimeout(callback, delayMs).unref(),
+  clear: (handle) => clearTimeout(handle as NodeJS.Timeout),
+};
+
 export class FlowControl<R extends Routable, P> {
   private readonly queues = new Map<string, FlowQueue<QueuedRequest<R, P>>>();
   private waiting = 0;
-  private timer: NodeJS.Timeout | undefined;
+  private timer: unknown;
   private timerAt = Number.POSITIVE_INFINITY;
   private waking = false;
 
@@ -116,6 +128,7 @@ export class FlowControl<R extends Routable, P> {
     private readonly limits: FlowLimits,
     private readonly observer: FlowObserver | undefined,
     private readonly now: () => number = () => performance.now(),
+    private readonly timers: FlowTimers = NODE_TIMERS,
   ) {}
 
   /** Requests waiting now, over all pools. */
@@ -200,7 +213,7 @@ export class FlowControl<R extends Routable, P> {
 
   /** Stops the timer (shutdown); waiting streams end with their own streams. */
   close(): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
+    if (this.timer !== undefined) this.timers.clear(this.timer);
     this.timer = undefined;
     this.timerAt = Number.POSITIVE_INFINITY;
   }
@@ -224,10 +237,9 @@ export class FlowControl<R extends Routable, P> {
   }
 
   private arm(at: number): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
+    if (this.timer !== undefined) this.timers.clear(this.timer);
     this.timerAt = at;
-    this.timer = setTimeout(() => this.expire(), Math.max(0, at - this.now()));
-    this.timer.unref();
+    this.timer = this.timers.set(() => this.expire(), Math.max(0, at - this.now()));
   }
 
   private expire(): void {

@@ -141,6 +141,7 @@ function route(
         : ctx.routing.admit(routeRequest, {
             tenant: request.tenant,
             priorityClass: request.priorityClass,
+            objective: request.objective,
             bytes: body.length,
             timed: request.modes.request !== 'collect-duplex',
           });
@@ -210,12 +211,17 @@ function forward(ctx: MachineContext, out: StepBuilder, read: ReadRequest, route
   });
 }
 
-/** The tenant and priority headers, read only where flow control is on. */
-function flowHeaders(ctx: MachineContext, headers: HeaderMap | undefined): { tenant?: string; priorityClass?: string } {
+/** The tenant, priority and objective headers, read only where flow control is on. */
+function flowHeaders(ctx: MachineContext, headers: HeaderMap | undefined): { tenant?: string; priorityClass?: string; objective?: string } {
   if (ctx.flowHeaders === undefined) return {};
   const tenant = headerValue(headers, ctx.flowHeaders.tenant);
   const priorityClass = headerValue(headers, ctx.flowHeaders.priority);
-  return { ...(tenant === undefined ? {} : { tenant }), ...(priorityClass === undefined ? {} : { priorityClass }) };
+  const objective = headerValue(headers, ctx.flowHeaders.objective);
+  return {
+    ...(tenant === undefined ? {} : { tenant }),
+    ...(priorityClass === undefined ? {} : { priorityClass }),
+    ...(objective === undefined ? {} : { objective }),
+  };
 }
 
 /** The pick in the reply the mode allows; the body goes on unchanged. */

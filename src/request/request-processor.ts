@@ -65,7 +65,7 @@ export interface ProcessorDeps {
   /** Pools whose streaming requests get `stream_options.include_usage` added when they lack it. Default none. */
   readonly injectsStreamUsage?: (pool: string) => boolean;
   /** Flow control's request headers; absent = flow control is off (requests never wait). */
-  readonly flowHeaders?: { readonly tenant: string; readonly priority: string };
+  readonly flowHeaders?: { readonly tenant: string; readonly priority: string; readonly objective: string };
   /** Tracing on: one span per stream. Absent = off, and nothing is traced or called. */
   readonly tracer?: RequestTracer;
 }

@@ -2,6 +2,8 @@
 // passive-health bookkeeping that follows each request. Glue between the store (state owner),
 // the pure picker and the load tracker.
 
+import { NO_OBJECTIVES } from '../endpoints/inference-objectives.js';
+import type { ObjectiveIndex } from '../endpoints/inference-objectives.js';
 import type { Endpoint, PoolView } from '../endpoints/model.js';
 import type { AttemptFailure } from '../endpoints/passive-health.js';
 import type { EndpointStore } from '../endpoints/store.js';
@@ -11,6 +13,7 @@ import type { LatencyTracker } from '../picker/latency-tracker.js';
 import type { LoadTracker } from '../picker/load-tracker.js';
 import type { SignalSnapshot } from '../picker/signals.js';
 import { Picker } from '../picker/picker.js';
+import { requestPriority } from '../picker/priority.js';
 import { affinityKey, blockChars, NO_PROMPT, prefixLimit } from '../picker/prompt-hash.js';
 import type { CacheBlockSize, PrefixLimit, PromptPrefix } from '../picker/prompt-hash.js';
 import { cacheBlockFor, IN_FLIGHT_ONLY, poolPolicy } from '../picker/settings.js';
@@ -59,6 +62,8 @@ export interface FlowRequest {
   readonly tenant: string | undefined;
   /** The priority header's value (a class name from the config). */
   readonly priorityClass: string | undefined;
+  /** The objective header's value: an InferenceObjective's name. Optional for callers without one. */
+  readonly objective?: string | undefined;
   readonly bytes: number;
   /** Envoy runs its ext_proc message timer on this request (buffered and streamed body modes). */
   readonly timed: boolean;
@@ -113,6 +118,8 @@ export interface RoutingOptions {
   readonly latency?: LatencyTracker;
   /** Told about flow control's queueing (metrics). */
   readonly flowObserver?: FlowObserver;
+  /** The InferenceObjectives of the pools, as the source last saw them; absent = none. */
+  readonly objectives?: () => ObjectiveIndex;
 }
 
 export class StoreRouting implements Routing {
@@ -171,7 +178,12 @@ export class StoreRouting implements Routing {
     if (!this.flow.letThrough(pool) && !this.picker.saturated(pools, request.subset)) return this.routeIn(pools, request);
     const settings = this.settings.flowControl;
     return this.flow.enqueue(pool, request, {
-      priority: this.priorityOf(model, flow.priorityClass),
+      priority: requestPriority(settings, this.options.objectives?.() ?? NO_OBJECTIVES, {
+        pool,
+        model,
+        priorityClass: flow.priorityClass,
+        objective: flow.objective,
+      }),
       tenant: flow.tenant ?? DEFAULT_TENANT,
       bytes: flow.bytes,
       ttlMs: flow.timed ? settings.timedTtlMs : settings.ttlMs,
@@ -190,15 +202,6 @@ export class StoreRouting implements Routing {
 
   close(): void {
     this.flow.close();
-  }
-
-  /** The header's class when the config names it, else the model's priority, else the default. */
-  private priorityOf(model: string, priorityClass: string | undefined): number {
-    const settings = this.settings.flowControl;
-    if (priorityClass !== undefined && Object.hasOwn(settings.priorityByHeaderValue, priorityClass))
-      return settings.priorityByHeaderValue[priorityClass];
-    if (Object.hasOwn(settings.priorityByModel, model)) return settings.priorityByModel[model];
-    return settings.defaultPriority;
   }
 
   private policyOf(pool: string): PoolPolicy {

@@ -24,7 +24,7 @@ export interface MachineContext {
   /** Whether streams of requests routed to this pool get `stream_options.include_usage` added when they lack it. */
   readonly injectsStreamUsage: (pool: string) => boolean;
   /** Flow control's request headers; absent = flow control is off everywhere (no header is read). */
-  readonly flowHeaders?: { readonly tenant: string; readonly priority: string };
+  readonly flowHeaders?: { readonly tenant: string; readonly priority: string; readonly objective: string };
 }
 
 /** What the request headers told us; fixed for the life of the stream. */
@@ -37,9 +37,10 @@ export interface RequestFacts {
   readonly subset: ReadonlySet<string> | undefined;
   /** The request's declared `content-length`, when it has one. */
   readonly contentLength: number | undefined;
-  /** Flow control's tenant and priority-class headers, when it reads them. */
+  /** Flow control's tenant, priority-class and objective headers, when it reads them. */
   readonly tenant?: string;
   readonly priorityClass?: string;
+  readonly objective?: string;
 }
 
 /** A whole request body that is read and ready to go, once it has a pick. */

@@ -13,7 +13,7 @@ import { EXT_PROC_SERVICE_NAME } from '../../src/extproc/protocol-names.js';
 import { LOG_INTERVAL_MS } from '../../src/util/log-throttle.js';
 import { startExtprocProcess, type ExtprocProcess } from '../support/extproc-process.js';
 import { metricValue } from '../support/gateway.js';
-import { frame, grpcRequestHeaders, headersFrame, parseFrames, rawH2Connect } from '../support/h2-frames.js';
+import { dataFrame, frame, grpcRequestHeaders, headersFrame, parseFrames, rawH2Connect, rstStreamFrame } from '../support/h2-frames.js';
 import { healthClient } from '../support/grpc-health-client.js';
 import { waitUntil } from '../support/wait-until.js';
 
@@ -78,6 +78,7 @@ async function servedOnNewConnection(grpcAddress: string, description: string): 
 }
 
 const GOAWAY_TYPE = 7;
+const ENHANCE_YOUR_CALM = 11;
 const goawayCode = (received: Buffer): number | undefined =>
   parseFrames(received)
     .find((f) => f.type === GOAWAY_TYPE)
@@ -151,6 +152,47 @@ void describe('abuse of the gRPC port: counted in metrics, bounded in the log', 
       client.close();
     }
   });
+
+  // Rapid reset end to end, on each transport we ship: streams opened and reset before our answer,
+  // with or without DATA first. Five batches of 100, each proven read with a PING; the 500th reset
+  // is the last frame sent, so the server has read everything when it closes (unread bytes would
+  // make its kernel answer with a TCP reset, which can destroy the GOAWAY in flight). The native
+  // transport's own rule is tested frame by frame in test/unit/h2-connection.test.ts; grpc-js
+  // applies the same count to node:http2's streams (Node 20's node:http2 has no reset-rate option,
+  // and nghttp2's own limit would answer INTERNAL_ERROR at 1,000, uncounted).
+  for (const transport of ['native', 'grpc-js'] as const)
+    for (const [what, framesFor] of [
+      ['HEADERS then RST_STREAM', (id: number) => [headersFrame(id, grpcRequestHeaders(PROCESS_PATH)), rstStreamFrame(id)]],
+      [
+        'HEADERS, one byte of DATA, then RST_STREAM',
+        (id: number) => [headersFrame(id, grpcRequestHeaders(PROCESS_PATH)), dataFrame(id, Buffer.from('x')), rstStreamFrame(id)],
+      ],
+    ] as const)
+      void it(`rapid reset on ${transport} (${what}): 500 streams end the connection with ENHANCE_YOUR_CALM, counted as rapid_reset; the port still serves`, async (t) => {
+        const guarded = await startProgram(dir, `rapid-${transport}-${framesFor(1).length}`, { transport });
+        t.after(() => guarded.proc.kill());
+        const raw = await rawH2Connect(guarded.grpcAddress);
+        t.after(() => raw.close());
+        const pingAcks = (): number => parseFrames(raw.received()).filter((f) => f.type === PING_TYPE && (f.flags & 1) === 1).length;
+        let id = 1;
+        for (let batch = 0; batch < 5; batch++) {
+          const frames: Buffer[] = [];
+          for (let i = 0; i < 100; i++, id += 2) frames.push(...framesFor(id));
+          raw.write(Buffer.concat(frames));
+          if (batch === 4) break;
+          raw.write(PING);
+          await raw.until(() => pingAcks() === batch + 1);
+          assert.equal(goawayCode(raw.received()), undefined, `no GOAWAY after ${(batch + 1) * 100} resets`);
+        }
+        await raw.closed();
+        assert.equal(goawayCode(raw.received()), ENHANCE_YOUR_CALM, 'GOAWAY ENHANCE_YOUR_CALM before the close');
+        assert.equal(
+          metricValue(await metricsText(guarded.proc), 'llm_extproc_grpc_protocol_events_total', { kind: 'rapid_reset' }),
+          1,
+          'counted once, as rapid_reset',
+        );
+        await servedOnNewConnection(guarded.grpcAddress, 'a new connection served after the abusive one was ended');
+      });
 
   void it('listen.maxConnections on the grpc-js transport: 2 refuses the 3rd connection, counted; a slot freed serves again', async (t) => {
     const limited = await startProgram(dir, 'limited-grpc-js', { transport: 'grpc-js', maxConnections: 2 });

@@ -33,6 +33,11 @@ const EXAMPLES = readdirSync(join(CHART, 'examples'))
   .sort();
 
 type Obj = Record<string, unknown>;
+/** The API group of each resource the server reads (pods are in the core group). */
+const GROUP_OF: Readonly<Record<string, string>> = {
+  inferencepools: 'inference.networking.k8s.io',
+  inferenceobjectives: 'inference.networking.x-k8s.io',
+};
 let home = '';
 
 before(() => {
@@ -166,7 +171,9 @@ describe('chart: rendered manifests', () => {
         const expected = new Map<string, string[]>();
         if (config.source.kind === 'kubernetes') {
           for (const pool of config.source.kubernetes.pools) expected.set(pool.namespace, ['pods']);
-          for (const ns of config.source.kubernetes.inferencePools?.namespaces ?? []) expected.set(ns, ['pods', 'inferencepools']);
+          const ip = config.source.kubernetes.inferencePools;
+          const kinds = ip?.objectives === false ? ['pods', 'inferencepools'] : ['pods', 'inferencepools', 'inferenceobjectives'];
+          for (const ns of ip?.namespaces ?? []) expected.set(ns, kinds);
         }
         const roles = objects.filter((o) => o.kind === 'Role');
         assert.deepEqual(roles.map((r) => r.metadata.namespace).sort(), [...expected.keys()].sort());
@@ -175,7 +182,7 @@ describe('chart: rendered manifests', () => {
           assert.deepEqual(
             rules.map((r) => ({ groups: r.apiGroups, resources: r.resources, verbs: r.verbs })),
             (expected.get(role.metadata.namespace ?? '') ?? []).map((resource) => ({
-              groups: [resource === 'pods' ? '' : 'inference.networking.k8s.io'],
+              groups: [GROUP_OF[resource] ?? ''],
               resources: [resource],
               verbs: ['get', 'list', 'watch'],
             })),
@@ -272,6 +279,21 @@ describe('chart: rendered manifests', () => {
       });
     });
   }
+
+  it('inferencePools.objectives=false: the server watches no InferenceObjectives, and the Role grants none', async () => {
+    const objects = await template(['several-namespaces.yaml'], ['--set', 'config.kubernetes.inferencePools.objectives=false']);
+    const { config } = serverConfig(objects);
+    assert.ok(config.source.kind === 'kubernetes');
+    assert.equal(config.source.kubernetes.inferencePools?.objectives, false);
+    const role = only(
+      objects.filter((o) => o.kind === 'Role' && o.metadata.namespace === 'shared-models'),
+      'Role',
+    );
+    assert.deepEqual(
+      (field(role, 'rules') as Obj[]).map((r) => r.resources),
+      [['pods'], ['inferencepools']],
+    );
+  });
 });
 
 describe('chart: helm test catches what the values schema cannot', () => {

@@ -2,10 +2,14 @@
 // timer) and the istio profile (full duplex, no message timer). A pool whose one replica takes one
 // request at a time (picker.flowControl.saturation.maxInFlight: 1) is saturated while a request
 // runs; the test decides when each answer finishes (paused streams), so the order in which queued
-// requests reach the model server is what the queue decided, not timing.
+// requests reach the model server is what the queue decided, not timing. The TTL: under our
+// profile the timed TTL, below Envoy's message timer, answers first; under istio's the full-duplex
+// TTL applies (its shorter timed TTL would have answered sooner).
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { metricValue, startGateway, type Gateway } from '../support/gateway.js';
+import { assertCatalogError, type ErrorBody } from '../support/catalog-assert.js';
+import { arrivals, HeldAnswers, queueLength, waitForQueue } from '../support/flow-helpers.js';
+import { metricValue, startGateway, waitForMetric, type Gateway } from '../support/gateway.js';
 import type { ClientRequest, ClientResponse } from '../support/http-client.js';
 import { startModelServer, type ModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -22,47 +26,55 @@ function chat(tenant: string, extra: Partial<ClientRequest> = {}): ClientRequest
   };
 }
 
-/** Answers held until the test lets each one finish, in arrival order. */
-class HeldAnswers {
-  private readonly releases: Array<() => void> = [];
-  private released = 0;
-
-  constructor(private readonly server: ModelServer) {}
-
-  /** The next `count` requests get an answer that waits for release(). */
-  hold(count: number): void {
-    for (let i = 0; i < count; i++) {
-      const release = new Promise<void>((resolve) => this.releases.push(resolve));
-      this.server.nextBehavior({ kind: 'paused-stream', release });
-    }
-  }
-
-  /** Finishes the oldest held answer. */
-  releaseNext(): void {
-    this.releases[this.released++]();
-  }
+interface TtlCase {
+  readonly ttlSeconds: number;
+  readonly timedTtlSeconds: number;
+  /** Envoy's ext_proc message timer for our profile (ms); istio's profile runs none in full duplex. */
+  readonly messageTimeoutMs?: number;
+  /** The TTL this profile's body mode must apply. */
+  readonly expectedTtlMs: number;
 }
 
-async function queueLength(gateway: Gateway, labels: Record<string, string> = {}): Promise<number> {
-  return metricValue(await gateway.metricsText(), 'llm_extproc_flow_queue_length', labels);
-}
+const PROFILES: ReadonlyArray<{ name: string; profile: GatewayProfileName | undefined; ttl: TtlCase }> = [
+  {
+    name: 'our profile (buffered, message timer)',
+    profile: undefined,
+    // Buffered: the timed TTL, below the 3 s message timer (which would answer 504 instead).
+    ttl: { ttlSeconds: 60, timedTtlSeconds: 1.5, messageTimeoutMs: 3000, expectedTtlMs: 1500 },
+  },
+  {
+    name: 'istio profile (full duplex, no message timer)',
+    profile: 'istio',
+    // Full duplex: the full-duplex TTL, not the shorter timed one.
+    ttl: { ttlSeconds: 1.5, timedTtlSeconds: 0.3, expectedTtlMs: 1500 },
+  },
+];
 
-async function waitForQueue(gateway: Gateway, expected: number, labels: Record<string, string> = {}): Promise<void> {
-  await waitUntil(async () => ((await queueLength(gateway, labels)) === expected ? true : undefined), {
-    description: `${expected} queued ${JSON.stringify(labels)}`,
+/** One replica behind a gateway with flow control on, saturated while one request runs. */
+async function flowGateway(
+  server: ModelServer,
+  profile: GatewayProfileName | undefined,
+  ttl: Omit<TtlCase, 'expectedTtlMs'>,
+): Promise<Gateway> {
+  return startGateway({
+    pools: [{ name: 'p', models: ['m'], endpoints: [{ address: server.address }] }],
+    configYaml: [
+      'picker:',
+      '  pools:',
+      '    p: { metricsFormat: none }',
+      '  flowControl:',
+      '    enabled: true',
+      `    ttlSeconds: ${ttl.ttlSeconds}`,
+      `    timedTtlSeconds: ${ttl.timedTtlSeconds}`,
+      '    saturation: { maxInFlight: 1 }',
+      '    priorityByHeaderValue: { sheddable: -1 }',
+      '',
+    ].join('\n'),
+    ...(profile === undefined ? { envoy: { messageTimeoutMs: ttl.messageTimeoutMs ?? 1000 } } : { profile }),
   });
 }
 
-async function arrivals(server: ModelServer, count: number): Promise<void> {
-  await waitUntil(() => (server.requests.length >= count ? true : undefined), { description: `${count} requests at the model server` });
-}
-
-const PROFILES: ReadonlyArray<{ name: string; profile: GatewayProfileName | undefined }> = [
-  { name: 'our profile (buffered, message timer)', profile: undefined },
-  { name: 'istio profile (full duplex, no message timer)', profile: 'istio' },
-];
-
-for (const { name, profile } of PROFILES) {
+for (const { name, profile, ttl } of PROFILES) {
   describe(`flow control through Envoy, ${name}`, () => {
     let server: ModelServer;
     let gateway: Gateway;
@@ -71,22 +83,8 @@ for (const { name, profile } of PROFILES) {
     before(async () => {
       server = await startModelServer({ id: 'only', models: ['m'] });
       held = new HeldAnswers(server);
-      gateway = await startGateway({
-        pools: [{ name: 'p', models: ['m'], endpoints: [{ address: server.address }] }],
-        configYaml: [
-          'picker:',
-          '  pools:',
-          '    p: { metricsFormat: none }',
-          '  flowControl:',
-          '    enabled: true',
-          '    ttlSeconds: 60',
-          // Below the message timer we give our profile's Envoy (10 s), far above this test's waits.
-          '    timedTtlSeconds: 8',
-          '    saturation: { maxInFlight: 1 }',
-          '',
-        ].join('\n'),
-        ...(profile === undefined ? { envoy: { messageTimeoutMs: 10_000 } } : { profile }),
-      });
+      // Below the message timer we give our profile's Envoy (10 s), far above this test's waits.
+      gateway = await flowGateway(server, profile, { ttlSeconds: 60, timedTtlSeconds: 8, messageTimeoutMs: 10_000 });
     });
 
     after(async () => {
@@ -132,6 +130,29 @@ for (const { name, profile } of PROFILES) {
       assert.equal(await queueLength(gateway), 0);
     });
 
+    it('a sheddable request gets 429 shed JSON with Retry-After while the pool is saturated, and passes when it is not', async () => {
+      const before = server.requests.length;
+      const sheddable = (): ClientRequest => chat('s', { headers: { [TENANT]: 's', 'x-llm-extproc-priority': 'sheddable' } });
+      held.hold(2);
+      const running = gateway.send(chat('a'));
+      await arrivals(server, before + 1);
+      const refused = await gateway.send(sheddable());
+      assertCatalogError(refused, 'shed');
+      assert.equal(refused.status, 429);
+      assert.equal(refused.headers['retry-after'], '1');
+      assert.equal(server.requests.length, before + 1, 'refused before reaching the model server');
+      held.releaseNext();
+      assert.equal((await running).status, 200);
+      // Its ext_proc stream ends (and gives its in-flight slot back) after the client has the answer.
+      await waitForMetric(() => gateway.metricsText(), 'llm_extproc_in_flight_requests', {}, 0, 'the answered stream ended');
+      // The replica is free: sheddable traffic passes (its answer is the second held one).
+      const passing = gateway.send(sheddable());
+      await arrivals(server, before + 2);
+      held.releaseNext();
+      const passed = await passing;
+      assert.equal(passed.status, 200, passed.text());
+    });
+
     it('a client that hangs up while queued leaves the queue at once, and never reaches the model server', async () => {
       const before = server.requests.length;
       held.hold(2);
@@ -165,6 +186,43 @@ for (const { name, profile } of PROFILES) {
         server.requests.slice(before).map((r) => r.headers[TENANT]),
         ['a', 'c'],
       );
+    });
+  });
+
+  describe(`flow control's TTL through Envoy, ${name}`, () => {
+    let server: ModelServer;
+    let gateway: Gateway;
+    let held: HeldAnswers;
+
+    before(async () => {
+      server = await startModelServer({ id: 'ttl', models: ['m'] });
+      held = new HeldAnswers(server);
+      gateway = await flowGateway(server, profile, ttl);
+    });
+
+    after(async () => {
+      await gateway?.stop();
+      await server?.close();
+    });
+
+    const timer = ttl.messageTimeoutMs === undefined ? '' : `, before Envoy's ${ttl.messageTimeoutMs} ms message timer`;
+    it(`a request queued past its ${ttl.expectedTtlMs} ms TTL gets 429 queue_timeout JSON with Retry-After${timer}`, async () => {
+      held.hold(1);
+      const running = gateway.send(chat('a'));
+      await arrivals(server, 1);
+      const sent = performance.now();
+      const response = await gateway.send(chat('b'));
+      const elapsed = performance.now() - sent;
+      const { error } = assertCatalogError(response, 'queue_timeout');
+      const waited = (error as ErrorBody['error'] & { waited_ms?: number }).waited_ms ?? 0;
+      assert.equal(response.status, 429);
+      assert.equal(response.headers['retry-after'], '1');
+      assert.ok(waited >= ttl.expectedTtlMs, `waited ${waited} ms`);
+      if (ttl.messageTimeoutMs !== undefined) assert.ok(elapsed < ttl.messageTimeoutMs, `answered after ${Math.round(elapsed)} ms`);
+      assert.equal(server.requests.length, 1, 'the expired request never reached the busy replica');
+      assert.equal(metricValue(await gateway.metricsText(), 'llm_extproc_flow_requests_total', { tenant: 'b', event: 'expired' }), 1);
+      held.releaseNext();
+      assert.equal((await running).status, 200);
     });
   });
 }

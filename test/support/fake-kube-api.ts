@@ -56,6 +56,12 @@ const RESOURCE_TYPES: readonly ResourceType[] = [
     kind: 'InferencePool',
     apiVersion: 'inference.networking.k8s.io/v1',
   },
+  {
+    prefix: '/apis/inference.networking.x-k8s.io/v1alpha2',
+    plural: 'inferenceobjectives',
+    kind: 'InferenceObjective',
+    apiVersion: 'inference.networking.x-k8s.io/v1alpha2',
+  },
 ];
 
 /** Path of a namespaced collection, as a watch or list request uses it. */
@@ -65,6 +71,10 @@ export function podsPath(namespace: string): string {
 
 export function inferencePoolsPath(namespace: string): string {
   return `/apis/inference.networking.k8s.io/v1/namespaces/${namespace}/inferencepools`;
+}
+
+export function inferenceObjectivesPath(namespace: string): string {
+  return `/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/${namespace}/inferenceobjectives`;
 }
 
 interface HistoryEntry {
@@ -211,6 +221,14 @@ export class FakeKubeApi {
 
   deleteInferencePool(namespace: string, name: string): boolean {
     return this.remove('inferencepools', namespace, name);
+  }
+
+  upsertInferenceObjective(objective: KubeObject): KubeObject {
+    return this.upsert('inferenceobjectives', objective);
+  }
+
+  deleteInferenceObjective(namespace: string, name: string): boolean {
+    return this.remove('inferenceobjectives', namespace, name);
   }
 
   private upsert(plural: string, input: KubeObject): KubeObject {

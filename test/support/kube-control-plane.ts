@@ -250,6 +250,11 @@ export class KubeControlPlane {
     await this.installCrds(await readFile(this.tools.inferencePoolCrd, 'utf8'));
   }
 
+  /** Installs the InferenceObjective CRD (inference.networking.x-k8s.io/v1alpha2) and waits until the API serves it. */
+  async installInferenceObjectiveCrd(): Promise<void> {
+    await this.installCrds(await readFile(this.tools.inferenceObjectiveCrd, 'utf8'));
+  }
+
   /**
    * Server-side applies a manifest stream of CustomResourceDefinitions (other objects in it are
    * applied too) and waits until every CRD is Established and its resources are served.

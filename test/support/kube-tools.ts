@@ -12,6 +12,8 @@ export interface KubeTools {
   readonly etcd: string;
   /** The InferencePool CRD manifest (YAML) from the Gateway API Inference Extension module. */
   readonly inferencePoolCrd: string;
+  /** The InferenceObjective CRD manifest (YAML) from the same module. */
+  readonly inferenceObjectiveCrd: string;
   /** Envoy Gateway's gateway.envoyproxy.io CRDs (YAML stream) from its Go module. */
   readonly envoyGatewayCrds: string;
   /** The Prometheus operator's ServiceMonitor and PrometheusRule CRDs (YAML stream) from its Go module. */

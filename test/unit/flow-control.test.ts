@@ -5,19 +5,21 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { EndpointStore } from '../../src/endpoints/store.js';
+import { indexObjectives } from '../../src/endpoints/inference-objectives.js';
+import type { ObjectiveIndex } from '../../src/endpoints/inference-objectives.js';
 import { GatewayError } from '../../src/errors/gateway-error.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';
 import { DEFAULT_FLOW_CONTROL, DEFAULT_PICKER_SETTINGS } from '../../src/picker/settings.js';
 import type { FlowControlSettings, PickerSettings } from '../../src/picker/settings.js';
-import { QueuedRequest } from '../../src/request/flow-control.js';
-import type { QueueOutcome } from '../../src/request/flow-control.js';
+import { FlowControl, QueuedRequest } from '../../src/request/flow-control.js';
+import type { FlowTimers, QueueOutcome } from '../../src/request/flow-control.js';
 import { StoreRouting } from '../../src/request/routing.js';
 import type { FlowRequest, QueuedRoute, RoutedRequest } from '../../src/request/routing.js';
 import { OTHER_TENANT, TenantLabels } from '../../src/metrics/flow-metrics.js';
 import { waitUntil } from '../support/wait-until.js';
 
 /** One replica that takes one request at a time (our in-flight count; its metrics are not scraped). */
-function routing(flow: Partial<FlowControlSettings> = {}, replicas = 1): StoreRouting {
+function routing(flow: Partial<FlowControlSettings> = {}, replicas = 1, objectives?: () => ObjectiveIndex): StoreRouting {
   const store = new EndpointStore(['static'], { threshold: 3, baseMs: 10_000, maxMs: 60_000 });
   store.replaceAll('static', [
     {
@@ -44,7 +46,12 @@ function routing(flow: Partial<FlowControlSettings> = {}, replicas = 1): StoreRo
       ...flow,
     },
   };
-  return new StoreRouting(store, new LoadTracker(), { fallbacks: 0, picker: settings, random: () => 0 });
+  return new StoreRouting(store, new LoadTracker(), {
+    fallbacks: 0,
+    picker: settings,
+    random: () => 0,
+    ...(objectives === undefined ? {} : { objectives }),
+  });
 }
 
 const facts = (tenant?: string, priorityClass?: string): FlowRequest => ({ tenant, priorityClass, bytes: 100, timed: false });
@@ -141,6 +148,50 @@ describe('flow control', () => {
     assert.equal(lengths(r), 0);
   });
 
+  it("on a clock and timers of its own (the simulator's), the TTL fires when that timer does, re-armed for the earliest deadline", () => {
+    let now = 1000;
+    const armed: Array<{ callback: () => void; at: number; live: boolean }> = [];
+    const timers: FlowTimers = {
+      set: (callback, delayMs) => {
+        const timer = { callback, at: now + delayMs, live: true };
+        armed.push(timer);
+        return timer;
+      },
+      clear: (handle) => {
+        (handle as { live: boolean }).live = false;
+      },
+    };
+    const control = new FlowControl<{ model: string }, string>(
+      { saturated: () => true, route: () => 'picked', release: () => undefined },
+      { maxQueued: 10, maxQueuedBytes: 1000 },
+      undefined,
+      () => now,
+      timers,
+    );
+    const outcomes: string[] = [];
+    const listen = (name: string, queued: QueuedRequest<{ model: string }, string>): void =>
+      queued.listen((o) => outcomes.push(o.kind === 'failed' ? `${name}:${o.error.kind}` : name));
+    listen('slow', control.enqueue('p', { model: 'm' }, { priority: 0, tenant: 't', bytes: 1, ttlMs: 500 }));
+    listen('quick', control.enqueue('p', { model: 'm' }, { priority: 0, tenant: 't', bytes: 1, ttlMs: 100 }));
+    assert.deepEqual(
+      armed.map((t) => [t.at, t.live]),
+      [
+        [1500, false],
+        [1100, true],
+      ],
+      'one timer, for the earliest deadline',
+    );
+    now = 1100;
+    armed[1].callback();
+    assert.deepEqual(outcomes, ['quick:queue_timeout']);
+    assert.equal(control.size, 1);
+    assert.deepEqual(armed.at(-1)?.at, 1500, 're-armed for the one still waiting');
+    now = 1500;
+    armed[armed.length - 1].callback();
+    assert.deepEqual(outcomes, ['quick:queue_timeout', 'slow:queue_timeout']);
+    assert.equal(control.size, 0);
+  });
+
   it('a cancelled request leaves the queue at once, and the next one takes the free replica', () => {
     const r = routing();
     const running = routed(r.admit({ model: 'chat' }, facts()));
@@ -163,6 +214,33 @@ describe('flow control', () => {
     assert.deepEqual(log, ['early']);
     const late = r.admit({ model: 'chat' }, facts());
     assert.ok(late instanceof QueuedRequest, 'the replica is busy with the early one');
+  });
+
+  it("the pool's InferenceObjectives order the queue, and a changed objective applies to the next requests", () => {
+    const table = (priority: number): ObjectiveIndex =>
+      indexObjectives(
+        [
+          { id: 'ns/batch', name: 'batch-objective', pool: 'p', priority, models: ['batch'] },
+          { id: 'ns/urgent', name: 'urgent', pool: 'p', priority: 20, models: [] },
+        ],
+        new Set(['p']),
+      ).index;
+    let objectives = table(0);
+    // priorityByModel is empty here: the objective naming `batch` decides its priority.
+    const r = routing({ priorityByModel: {}, defaultPriority: 5 }, 1, () => objectives);
+    const running = routed(r.admit({ model: 'chat' }, facts()));
+    const log: string[] = [];
+    waiter(r, 'batch1', log, 'batch');
+    waiter(r, 'chat1', log, 'chat');
+    waiter(r, 'named', log, 'batch', { ...facts(), objective: 'urgent' });
+    r.release(running);
+    assert.deepEqual(log, ['named'], 'the header names the highest objective');
+    objectives = table(9);
+    waiter(r, 'batch2', log, 'batch');
+    waiter(r, 'chat2', log, 'chat');
+    // Already queued requests keep the priority they came with; batch2 came after the change.
+    for (let i = 0; i < 4; i++) r.release(running);
+    assert.deepEqual(log, ['named', 'batch2', 'chat1', 'chat2', 'batch1']);
   });
 });
 

@@ -12,7 +12,8 @@ import type { Logger } from 'pino';
 import { KubernetesSource } from '../../src/endpoints/kubernetes-source.js';
 import type { KubernetesSourceConfig, KubernetesSourceObserver } from '../../src/endpoints/kubernetes-source.js';
 import type { EndpointSink, ObservedEndpoint, ObservedPool } from '../../src/endpoints/model.js';
-import { FakeKubeApi, inferencePoolsPath, podsPath, writeKubeconfig } from '../support/fake-kube-api.js';
+import type { ObjectiveIndex } from '../../src/endpoints/inference-objectives.js';
+import { FakeKubeApi, inferenceObjectivesPath, inferencePoolsPath, podsPath, writeKubeconfig } from '../support/fake-kube-api.js';
 import type { KubeObject } from '../support/fake-kube-api.js';
 import { crashLoopPod, notReadyPod, pendingPod, readyPod, startingPod } from '../support/pod-builders.js';
 
@@ -110,6 +111,8 @@ async function eventually(what: string, check: () => boolean, timeoutMs = 5000):
 }
 
 interface Harness {
+  /** Every objective table the source handed over, oldest first. */
+  objectives: ObjectiveIndex[];
   api: FakeKubeApi;
   source: KubernetesSource;
   sink: RecordingSink;
@@ -131,16 +134,17 @@ async function setup(
   const { logger, entries } = recordingLogger();
   const observer = new RecordingObserver();
   const sink = new RecordingSink();
+  const objectives: ObjectiveIndex[] = [];
   const source = new KubernetesSource(
     { kubeconfigPath, pools: [POOL], backoff: { initialMs: 10, maxMs: 100 }, ...config },
-    { logger, observer },
+    { logger, observer, objectivesChanged: (index) => objectives.push(index) },
   );
   t.after(async () => {
     await source.stop();
     await api.stop();
     rmSync(dir, { recursive: true, force: true });
   });
-  return { api, source, sink, observer, logs: entries, kubeconfigPath, start: () => source.start(sink) };
+  return { api, source, sink, observer, objectives, logs: entries, kubeconfigPath, start: () => source.start(sink) };
 }
 
 function pod(
@@ -540,6 +544,94 @@ void describe('KubernetesSource: InferencePools', () => {
     assert.equal(h.sink.synced, false);
     h.api.setPathError(inferencePoolsPath(NS), undefined);
     await eventually('synced', () => h.sink.synced);
+  });
+});
+
+void describe('KubernetesSource: InferenceObjectives', () => {
+  function inferencePool(name: string): KubeObject & { spec: unknown } {
+    return {
+      apiVersion: 'inference.networking.k8s.io/v1',
+      kind: 'InferencePool',
+      metadata: { name, namespace: NS, annotations: { 'llm-extproc.io/models': 'chat,batch' } },
+      spec: {
+        selector: { matchLabels: LABELS },
+        targetPorts: [{ number: 8000 }],
+        endpointPickerRef: { name: 'epp', port: { number: 9002 } },
+      },
+    };
+  }
+  function objective(name: string, pool: string, priority: number | undefined, models?: string): KubeObject & { spec: unknown } {
+    return {
+      apiVersion: 'inference.networking.x-k8s.io/v1alpha2',
+      kind: 'InferenceObjective',
+      metadata: { name, namespace: NS, ...(models === undefined ? {} : { annotations: { 'llm-extproc.io/models': models } }) },
+      spec: {
+        poolRef: { group: 'inference.networking.k8s.io', kind: 'InferencePool', name: pool },
+        ...(priority === undefined ? {} : { priority }),
+      },
+    };
+  }
+  const latest = (h: Harness): ObjectiveIndex | undefined => h.objectives.at(-1);
+
+  void it("follows the objectives of our pools live: added, changed, deleted; other pools' objectives are left out", async (t) => {
+    const h = await setup(t, { pools: [], inferencePools: { enabled: true, namespaces: [NS] } }, (api) => {
+      api.upsertInferencePool(inferencePool('pool-a'));
+      api.upsertInferenceObjective(objective('batch', 'pool-a', 1, 'batch'));
+      api.upsertInferenceObjective(objective('theirs', 'pool-z', 50, 'chat'));
+    });
+    h.start();
+    await eventually('synced', () => h.sink.synced);
+    await eventually('the objective applies', () => latest(h)?.get('models/pool-a')?.byModel.get('batch') === 1);
+    assert.deepEqual([...(latest(h)?.keys() ?? [])], ['models/pool-a'], "pool-z's objective is not ours");
+
+    h.api.upsertInferenceObjective(objective('batch', 'pool-a', 9, 'batch'));
+    await eventually('the new priority applies', () => latest(h)?.get('models/pool-a')?.byModel.get('batch') === 9);
+    h.api.upsertInferenceObjective(objective('urgent', 'pool-a', 20));
+    await eventually('a second one, by name', () => latest(h)?.get('models/pool-a')?.byName.get('urgent') === 20);
+    h.api.deleteInferenceObjective(NS, 'batch');
+    await eventually('the deleted one is gone', () => latest(h)?.get('models/pool-a')?.byModel.has('batch') === false);
+
+    // The objective of a pool that appears later applies once the pool does.
+    h.api.upsertInferencePool(inferencePool('pool-z'));
+    await eventually("pool-z's objective applies with its pool", () => latest(h)?.get('models/pool-z')?.byModel.get('chat') === 50);
+    h.api.deleteInferencePool(NS, 'pool-z');
+    await eventually('and stops applying when the pool goes', () => latest(h)?.has('models/pool-z') === false);
+  });
+
+  void it('a missing InferenceObjective CRD (404) does not hold up the sync, is said once, and is picked up once installed', async (t) => {
+    const h = await setup(t, { pools: [], inferencePools: { enabled: true, namespaces: [NS] } }, (api) => {
+      api.upsertInferencePool(inferencePool('pool-a'));
+      api.setPathError(inferenceObjectivesPath(NS), 404);
+    });
+    h.start();
+    await eventually('synced without the objectives', () => h.sink.synced);
+    await eventually('retried the CRD', () => h.api.requests.filter((r) => r.path === inferenceObjectivesPath(NS)).length >= 4);
+    const said = h.logs.filter((l) => l.resource === `inferenceobjectives/${NS}` && l.level >= 40);
+    assert.equal(said.length, 1, JSON.stringify(said));
+    assert.match(said[0].msg, /not served or not readable/);
+    assert.match(String(said[0].detail), /^HTTP 404/);
+
+    h.api.upsertInferenceObjective(objective('batch', 'pool-a', 3, 'batch'));
+    h.api.setPathError(inferenceObjectivesPath(NS), undefined);
+    await eventually('the objective applies', () => latest(h)?.get('models/pool-a')?.byModel.get('batch') === 3);
+    assert.ok(h.logs.some((l) => l.resource === `inferenceobjectives/${NS}` && l.msg === 'initial list complete'));
+  });
+
+  void it('warns once about an objective it cannot use; objectives: false watches none', async (t) => {
+    const h = await setup(t, { pools: [], inferencePools: { enabled: true, namespaces: [NS] } }, (api) => {
+      api.upsertInferencePool(inferencePool('pool-a'));
+      const broken = objective('broken', 'pool-a', 1);
+      broken.spec = { poolRef: { name: 'pool-a', kind: 'Service', group: '' }, priority: 1 };
+      api.upsertInferenceObjective(broken);
+    });
+    h.start();
+    await eventually('synced', () => h.sink.synced);
+    await eventually('warned', () => h.logs.some((l) => l.level === 40 && /models\/broken refers to kind "Service"/.test(l.msg)));
+
+    const off = await setup(t, { pools: [], inferencePools: { enabled: true, namespaces: [NS], objectives: false } });
+    off.start();
+    await eventually('synced', () => off.sink.synced);
+    assert.equal(off.api.requests.filter((r) => r.path === inferenceObjectivesPath(NS)).length, 0);
   });
 });
 

@@ -95,8 +95,9 @@ function fromScratch(board: SignalBoard, set: CandidateSet) {
     }
     excluded.push(0);
     eligible++;
-    const reported = load.waiting + load.running;
-    loadSum += reported > flight ? reported : flight;
+    // Ours live, the others' share as the report had it (what was not ours when it was taken).
+    const others = load.waiting + load.running - (cell?.inFlightAtReport ?? 0);
+    loadSum += flight + (others > 0 ? others : 0);
   }
   return { minFlight, maxFlight, minWaiting, maxWaiting, reporting, eligible, loadSum, excluded };
 }

@@ -58,6 +58,7 @@ describe('picker config', () => {
         enabled: false,
         tenantHeader: 'x-tenant',
         priorityHeader: 'x-priority',
+        objectiveHeader: 'x-gateway-inference-objective',
         defaultPriority: 1,
         priorityByModel: { batch: -1 },
         priorityByHeaderValue: { chat: 10 },

@@ -5,7 +5,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import type { Endpoint, PoolView } from '../../src/endpoints/model.js';
-import { DecayedMean, latencyScore, medianOf, slowness } from '../../src/picker/latency.js';
+import { DecayedMean, latencyScore, medianOf, SAME_SPEED, slowness } from '../../src/picker/latency.js';
 import { LatencyTracker, SLOW_REPLICA } from '../../src/picker/latency-tracker.js';
 import type { LatencySample } from '../../src/picker/latency-tracker.js';
 import { Picker } from '../../src/picker/picker.js';
@@ -106,10 +106,15 @@ describe('medianOf and slowness', () => {
     assert.equal(slowness(0.08, 0.008, 0.005, 0.0005, FLOOR), 4);
   });
 
-  it('the score: 1 up to the median, 1/s for s times slower', () => {
-    assert.equal(latencyScore(1), 1);
+  it('the score: 1 up to SAME_SPEED times the median (noise between equally fast replicas), SAME_SPEED/s for s times slower', () => {
+    assert.equal(SAME_SPEED, 1.2);
     assert.equal(latencyScore(0.5), 1);
-    assert.equal(latencyScore(4), 0.25);
+    assert.equal(latencyScore(1), 1);
+    // A decayed mean of identical samples is not always exactly the median: still 1.
+    assert.equal(latencyScore(1.0000000000000002), 1);
+    assert.equal(latencyScore(1.2), 1);
+    assert.equal(latencyScore(2.4), 0.5);
+    assert.equal(latencyScore(4.8), 0.25);
   });
 });
 
@@ -227,7 +232,7 @@ describe('LatencyTracker: passive outlier handling', () => {
     const b = bed();
     warm(b, { [FAST_A]: 0.1, [FAST_B]: 0.1, [SLOW]: 0.15 });
     assert.equal(b.state(SLOW), 'normal');
-    assert.ok(Math.abs(b.value(SLOW) - 1 / 1.5) < 1e-9);
+    assert.ok(Math.abs(b.value(SLOW) - SAME_SPEED / 1.5) < 1e-9);
   });
 
   it('no verdict without three measured replicas, nor before minSamples', () => {
@@ -334,5 +339,45 @@ describe('LatencyTracker: passive outlier handling', () => {
     const newcomer = b.board.cell('10.0.0.9:8000');
     assert.equal(newcomer.slot, slot);
     assert.equal(b.board.latencyTable('m')?.[slot], LATENCY_NEUTRAL);
+  });
+});
+
+describe('latency with every replica as fast as its pool', () => {
+  it('picks exactly what the pipeline without latency picks (scores within SAME_SPEED of the median, or unmeasured)', () => {
+    const addresses = Array.from({ length: 6 }, (_, i) => `10.0.1.${i + 1}:8000`);
+    fc.assert(
+      fc.property(
+        fc.array(fc.integer({ min: 0, max: 9 }), { minLength: 6, maxLength: 6 }),
+        // Slowness per replica within the band, or not measured (undefined).
+        fc.array(fc.option(fc.double({ min: 0.5, max: SAME_SPEED, noNaN: true })), { minLength: 6, maxLength: 6 }),
+        fc.array(fc.double({ min: 0, max: 0.999, noNaN: true }), { minLength: 1, maxLength: 20 }),
+        fc.option(fc.integer({ min: 0, max: 2 ** 31 })),
+        (flights, slownesses, draws, key) => {
+          const board = new SignalBoard();
+          addresses.forEach((address, i) => {
+            board.cell(address).inFlight = flights[i];
+            const s = slownesses[i];
+            if (s !== null) board.setLatency('m', board.cell(address).slot, latencyScore(s));
+          });
+          const options = (latency: number, k: number) => {
+            let i = k;
+            return {
+              weights: { ...DEFAULT_WEIGHTS, latency },
+              fallbacks: 2,
+              boundedLoad: { factor: 1.1, slack: 1 },
+              maxAdaptersPerServer: 4,
+              poolPolicy: () => ({}),
+              random: () => draws[i++ % draws.length],
+            };
+          };
+          const withLatency = new Picker(board, options(DEFAULT_WEIGHTS.latency, 0));
+          const without = new Picker(board, options(0, 0));
+          const request = key === null ? { model: 'm' } : { model: 'm', affinityKey: key };
+          for (let n = 0; n < draws.length; n++)
+            assert.deepEqual(withLatency.pick(pools(addresses), request), without.pick(pools(addresses), request));
+        },
+      ),
+      { numRuns: 200 },
+    );
   });
 });

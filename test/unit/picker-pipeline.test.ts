@@ -7,6 +7,7 @@ import { ENDPOINT_STATES, isRoutable } from '../../src/endpoints/model.js';
 import type { Endpoint, EndpointState, PoolView } from '../../src/endpoints/model.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';
 import { Picker } from '../../src/picker/picker.js';
+import { DEFAULT_SATURATION } from '../../src/picker/saturation.js';
 import { DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
 import type { PickOutcome, PickRequest, PipelineOptions } from '../../src/picker/picker.js';
 import type { PoolPolicy, ScorerWeights } from '../../src/picker/settings.js';
@@ -311,6 +312,57 @@ describe('pipeline: queue limit and shedding', () => {
   });
 });
 
+describe('pipeline: room under flow control (saturation limits)', () => {
+  const limits: PoolPolicy = { saturation: { ...DEFAULT_SATURATION, maxInFlight: 2, scraped: true } };
+  const pools = [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])];
+  const QUEUE_ONLY: ScorerWeights = { queue: 1, kvCache: 0, inFlight: 0, prefix: 0, lora: 0, latency: 0 };
+
+  it('a replica at its in-flight limit goes after every replica with room, whatever its scores', () => {
+    const board = new SignalBoard();
+    report(board, { 'a:1': { waiting: 0 }, 'b:1': { waiting: 3 }, 'c:1': { waiting: 4 } });
+    inFlight(board, { 'a:1': 2 });
+    assert.deepEqual(addresses(picker(board, { weights: QUEUE_ONLY }).pick(pools, { model: 'm' })), ['a:1', 'b:1', 'c:1'], 'scores alone');
+    assert.deepEqual(addresses(picker(board, { weights: QUEUE_ONLY, poolPolicy: () => limits }).pick(pools, { model: 'm' })), [
+      'b:1',
+      'c:1',
+      'a:1',
+    ]);
+  });
+
+  it('so does one reporting KV-cache use at the limit, and one without a fresh report', () => {
+    const board = new SignalBoard();
+    report(board, { 'a:1': { waiting: 0, kvCacheUsage: 0.85 }, 'b:1': { waiting: 0 }, 'c:1': { waiting: 4, kvCacheUsage: 0.1 } });
+    board.cell('b:1').metricsState = 'stale';
+    inFlight(board, { 'a:1': 1, 'c:1': 1 });
+    const first = (weights: ScorerWeights, policy: PoolPolicy): string | undefined =>
+      addresses(picker(board, { weights, poolPolicy: () => policy, fallbacks: 0 }).pick(pools, { model: 'm' }))[0];
+    // By its queue a:1 leads, by our in-flight count b:1 (its report is stale): neither has room.
+    assert.equal(first(QUEUE_ONLY, {}), 'a:1');
+    assert.equal(first(QUEUE_ONLY, limits), 'c:1');
+    assert.equal(first(IN_FLIGHT, {}), 'b:1');
+    assert.equal(first(IN_FLIGHT, limits), 'c:1');
+  });
+
+  it('a prefix owner without room gives the request to another replica', () => {
+    const board = new SignalBoard();
+    report(board, { 'a:1': {}, 'b:1': {}, 'c:1': {} });
+    const request = chat('You are a helpful assistant for the billing team.', 'hi');
+    const [owner] = addresses(picker(board, { poolPolicy: () => limits }).pick(pools, request));
+    inFlight(board, { [owner]: 2 });
+    const [first, ...rest] = addresses(picker(board, { poolPolicy: () => limits }).pick(pools, request));
+    assert.notEqual(first, owner);
+    assert.deepEqual(rest.at(-1), owner, 'still the last fallback');
+    assert.equal(addresses(picker(board).pick(pools, request))[0], owner, 'without flow control the owner keeps it (within bounded load)');
+  });
+
+  it('no replica with room: the order the scores give, fallbacks included', () => {
+    const board = new SignalBoard();
+    report(board, { 'a:1': { waiting: 9 }, 'b:1': { waiting: 6 }, 'c:1': { waiting: 7 } });
+    const p = picker(board, { weights: QUEUE_ONLY, poolPolicy: () => limits });
+    assert.deepEqual(addresses(p.pick(pools, { model: 'm' })), ['b:1', 'c:1', 'a:1']);
+  });
+});
+
 describe('pipeline: prefix-cache affinity', () => {
   const system = 'You are a helpful assistant for ACME Corp. Answer briefly and cite the handbook.';
 
@@ -374,6 +426,34 @@ describe('pipeline: prefix-cache affinity', () => {
     assert.notEqual(next, owner);
     const twin = picker(board, { draws: [0.99] });
     assert.equal(addresses(twin.pick(fleet(4), request))[0], next);
+  });
+
+  // Bounded load reads an owner's load as the others' share from the last report plus our
+  // in-flight count now (fleet of 4, factor 1.25, slack 2).
+  it('our requests that finished since the scrape stop counting: the owner keeps its prefixes at once', () => {
+    const board = new SignalBoard();
+    const p = picker(board);
+    const request = chat(system, 'hello');
+    const owner = addresses(p.pick(fleet(4), request))[0];
+    // The report's 6 running at the owner were all ours; then 5 of them finished.
+    inFlight(board, { [owner]: 6 });
+    report(board, Object.fromEntries(fleet(4)[0].endpoints.map((e) => [e.address, { running: e.address === owner ? 6 : 0 }])));
+    assert.notEqual(addresses(p.pick(fleet(4), request))[0], owner, 'at 6 of 6 the owner is over its bound');
+    inFlight(board, { [owner]: 1 });
+    assert.equal(addresses(p.pick(fleet(4), request))[0], owner);
+  });
+
+  it("the others' share stays from the report while ours is added live: the owner yields before the next scrape", () => {
+    const board = new SignalBoard();
+    const p = picker(board);
+    const request = chat(system, 'hello');
+    const owner = addresses(p.pick(fleet(4), request))[0];
+    // Other replicas keep 4 running at the owner and 1 at each other server; none of them ours.
+    report(board, Object.fromEntries(fleet(4)[0].endpoints.map((e) => [e.address, { running: e.address === owner ? 4 : 1 }])));
+    assert.equal(addresses(p.pick(fleet(4), request))[0], owner, '4 against a mean of 1.75 is within bounds');
+    // Two of ours since: 6 against a mean of 2.25, past 1.25 × 2.25 + 2.
+    inFlight(board, { [owner]: 2 });
+    assert.notEqual(addresses(p.pick(fleet(4), request))[0], owner);
   });
 
   it('an owner whose metrics fail does not keep its prefixes when others report', () => {

@@ -7,6 +7,7 @@ import {
   kvCacheScore,
   loraAffinityScore,
   lowerIsBetter,
+  othersLoad,
   outstandingLoad,
   prefixAffinityScore,
   queueDepthScore,
@@ -90,14 +91,26 @@ describe('isOverloaded (bounded load)', () => {
     it(`load ${c.load}, mean ${c.mean} → ${c.expected}`, () => assert.equal(isOverloaded(c.load, c.mean, c.factor, c.slack), c.expected));
 });
 
-describe('outstandingLoad', () => {
-  const cases: ReadonlyArray<{ inFlight: number; waiting: number | undefined; running: number | undefined; expected: number }> = [
-    { inFlight: 3, waiting: undefined, running: undefined, expected: 3 },
-    { inFlight: 3, waiting: 10, running: 4, expected: 14 },
-    { inFlight: 9, waiting: 1, running: 2, expected: 9 },
-    { inFlight: 0, waiting: 0, running: undefined, expected: 0 },
+describe('othersLoad: the reported load that is not ours', () => {
+  const cases: ReadonlyArray<{ waiting: number; running: number | undefined; oursThen: number; expected: number; why: string }> = [
+    { waiting: 10, running: 4, oursThen: 0, expected: 14, why: 'all of it is others' },
+    { waiting: 10, running: 4, oursThen: 6, expected: 8, why: 'ours taken out' },
+    { waiting: 1, running: 2, oursThen: 9, expected: 0, why: 'ours not arrived yet: never below 0' },
+    { waiting: 3, running: undefined, oursThen: 1, expected: 2, why: 'no batch gauge (TGI-like)' },
+    { waiting: Number.NaN, running: 4, oursThen: 0, expected: 0, why: 'an unreadable gauge counts as nothing' },
   ];
   for (const c of cases)
-    it(`${c.inFlight} / ${String(c.waiting)} / ${String(c.running)} → ${c.expected}`, () =>
-      assert.equal(outstandingLoad(c.inFlight, c.waiting, c.running), c.expected));
+    it(`${c.waiting} waiting + ${String(c.running)} running, ${c.oursThen} ours then → ${c.expected} (${c.why})`, () =>
+      assert.equal(othersLoad(c.waiting, c.running, c.oursThen), c.expected));
+});
+
+describe('outstandingLoad: the others from the report plus ours now', () => {
+  const cases: ReadonlyArray<{ inFlight: number; others: number; expected: number; why: string }> = [
+    { inFlight: 3, others: 0, expected: 3, why: 'only ours' },
+    { inFlight: 3, others: 11, expected: 14, why: 'both' },
+    { inFlight: 0, others: 0, expected: 0, why: 'idle' },
+  ];
+  for (const c of cases)
+    it(`${c.inFlight} ours + ${c.others} others → ${c.expected} (${c.why})`, () =>
+      assert.equal(outstandingLoad(c.inFlight, c.others), c.expected));
 });

@@ -1,9 +1,22 @@
 // The simulator's own parts: the prefix cache it models, the workload it replays, and that a run
-// is deterministic for a seed and accounts every request.
+// is deterministic for a seed and accounts every request; and the saturated multi-tenant
+// scenario's claims about flow control (the real FlowControl and Picker, on the simulated clock).
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { DEFAULT_SIM, PrefixCache, simulate, workload } from '../../scripts/simulate/sim.js';
 import { renderSimulationSvg } from '../../scripts/simulate/chart.js';
+import { renderTenantSvg, tenantRuns } from '../../scripts/simulate/tenant-report.js';
+import {
+  DEFAULT_TENANT_SIM,
+  jainIndex,
+  maxMinShares,
+  simulateTenants,
+  tenantWorkload,
+  type TenantName,
+  type TenantSimConfig,
+  type TenantSimResult,
+  type TenantStats,
+} from '../../scripts/simulate/tenants.js';
 
 describe('simulated prefix cache (LRU of blocks)', () => {
   it('a hit is the longest cached prefix, not any cached block', () => {
@@ -74,5 +87,99 @@ describe('simulation', () => {
     const svg = renderSimulationSvg(results);
     assert.equal((svg.match(/<rect x="[\d.]+" y="[\d.]+" width="50"/g) ?? []).length, 12);
     for (const p of ['round-robin', 'least-in-flight', 'pipeline']) assert.ok(svg.includes(`>${p}</text>`));
+  });
+});
+
+describe('saturated multi-tenant simulation (flow control)', () => {
+  // Half the pool and a shorter flood than `npm run simulate` runs, for speed: the same shape.
+  const base: TenantSimConfig = { ...DEFAULT_TENANT_SIM, servers: 4, durationSeconds: 40, floodFromSeconds: 10, floodUntilSeconds: 30 };
+  const of = (r: TenantSimResult, tenant: TenantName): TenantStats => r.tenants.find((t) => t.tenant === tenant) as TenantStats;
+  const split = Math.ceil(base.slots / 3);
+  const off = simulateTenants({ ...base, flowControl: false });
+  const on = simulateTenants({ ...base, flowControl: true });
+  const offThree = simulateTenants({ ...base, flowControl: false, routers: 3 });
+  const onThree = simulateTenants({ ...base, flowControl: true, routers: 3, maxInFlight: split });
+
+  it('fairness helpers: max-min shares fill the small demands first, Jain is 1 when equal and 1/n when one takes all', () => {
+    assert.deepEqual(maxMinShares(30, [5, 100]), [5, 25]);
+    assert.deepEqual(maxMinShares(30, [20, 20]), [15, 15]);
+    assert.equal(jainIndex([1, 1, 1]), 1);
+    assert.equal(jainIndex([1, 0, 0, 0]), 0.25);
+  });
+
+  it('is deterministic for a seed and accounts every request (served or refused with 429)', () => {
+    assert.deepEqual(tenantWorkload(base), tenantWorkload(base));
+    assert.notDeepEqual(tenantWorkload(base), tenantWorkload({ ...base, seed: base.seed + 1 }));
+    assert.deepEqual(
+      simulateTenants({ ...base, flowControl: true, routers: 3 }),
+      simulateTenants({ ...base, flowControl: true, routers: 3 }),
+    );
+    for (const r of [off, on, offThree, onThree])
+      for (const t of r.tenants)
+        assert.equal(t.served + t.shed + t.queueFull + t.expired, t.sent, `${r.routers} ${r.flowControl} ${t.tenant}`);
+    // The batch tenant floods at 5× what the pool serves.
+    const batch = of(off, 'batch');
+    assert.ok(batch.floodDemand > 4.5 * off.capacity && batch.floodDemand < 5.5 * off.capacity, `${batch.floodDemand} vs ${off.capacity}`);
+  });
+
+  it("the interactive tenant's p99 time to first token is far below what it is without flow control, with 1 and with 3 replicas", () => {
+    for (const [without, withFlow] of [
+      [off, on],
+      [offThree, onThree],
+    ] as const) {
+      const slow = of(without, 'interactive').p99TtftMs;
+      const fast = of(withFlow, 'interactive').p99TtftMs;
+      assert.ok(fast * 10 < slow, `${withFlow.routers} replica(s): p99 ${fast} ms with flow control, ${slow} ms without`);
+      // It gets all it asks for during the flood, instead of a share proportional to its sending.
+      const interactive = of(withFlow, 'interactive');
+      assert.ok(
+        interactive.floodThroughput >= 0.9 * interactive.floodDemand,
+        `${interactive.floodThroughput} of ${interactive.floodDemand}/s`,
+      );
+      assert.ok(of(without, 'interactive').floodThroughput < 0.5 * interactive.floodDemand);
+    }
+  });
+
+  it('the sheddable tenant is shed while the pool is saturated and served while it is not; never shed without flow control', () => {
+    for (const r of [on, onThree]) {
+      const shed = of(r, 'sheddable');
+      // Saturated for about half of the run (the flood): about half of its requests are shed.
+      assert.ok(shed.shed > shed.sent / 3, `${r.routers}: ${shed.shed} of ${shed.sent} shed`);
+      assert.ok(shed.floodThroughput < 0.1 * shed.floodDemand, 'next to nothing gets through during the flood');
+      assert.ok(shed.served > 0.1 * shed.sent, 'served before and after the flood');
+      assert.equal(of(r, 'interactive').shed + of(r, 'batch').shed, 0, 'priority 0 is never shed');
+    }
+    assert.equal(of(off, 'sheddable').shed, 0);
+  });
+
+  it('no tenant starves: the flooding tenant still gets most of the pool, and the shares are fair (Jain)', () => {
+    for (const r of [on, onThree]) {
+      assert.ok(
+        of(r, 'batch').floodThroughput > 0.6 * r.capacity,
+        `${r.routers}: batch ${of(r, 'batch').floodThroughput}/s of ${r.capacity}`,
+      );
+      assert.ok(r.floodThroughput > 0.9 * r.capacity, `the pool stays busy: ${r.floodThroughput}/s`);
+      assert.ok(r.jain > 0.98, `${r.routers}: Jain ${r.jain}`);
+      for (const t of r.tenants) assert.ok(t.served > 0, `${t.tenant} served`);
+    }
+    assert.ok(off.jain < 0.8 && offThree.jain < 0.8, `without: ${off.jain}, ${offThree.jain}`);
+  });
+
+  it('each replica holds its own requests to maxInFlight per server; with 3 the 1-replica limit overcommits the servers', () => {
+    assert.ok(on.peakInFlight <= base.maxInFlight, `${on.peakInFlight}`);
+    assert.ok(onThree.peakInFlight <= split, `${onThree.peakInFlight}`);
+    assert.ok(off.peakInFlight > 10 * base.maxInFlight, 'without flow control nothing holds them');
+    const kept = simulateTenants({ ...base, flowControl: true, routers: 3 });
+    assert.ok(kept.peakInFlight <= base.maxInFlight);
+    // Three replicas × slots each: the model servers' own queues come back, and with them the interactive tail.
+    assert.ok(of(kept, 'interactive').p99TtftMs > 2 * of(onThree, 'interactive').p99TtftMs);
+  });
+
+  it('the chart has a bar per run and measure, and a legend entry per run', () => {
+    const runs = tenantRuns(base);
+    assert.equal(runs.length, 6);
+    const svg = renderTenantSvg(runs);
+    assert.equal((svg.match(/<rect x="[\d.]+" y="[\d.]+" width="34"/g) ?? []).length, 6 * 4);
+    for (const run of runs) assert.ok(svg.includes(`>${run.label}</text>`), run.label);
   });
 });
