@@ -486,6 +486,13 @@ const Tracing = Mapping(
         TRACING_DEFAULTS.shutdownFlushSeconds,
       ),
     ),
+    propagateToUpstream: Type.Optional(
+      Type.Boolean({
+        default: TRACING_DEFAULTS.propagateToUpstream,
+        description:
+          "Send the model server our span's traceparent/tracestate in place of the client's, so its own spans are children of ours.",
+      }),
+    ),
   },
   { description: "OpenTelemetry traces: one span per request, continuing the client's traceparent (docs/observability.md)." },
 );

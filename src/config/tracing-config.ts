@@ -65,6 +65,7 @@ export function tracingSettings(section: TracingSection | undefined, env: Env): 
       millis(env, 'OTEL_EXPORTER_OTLP_TIMEOUT') ??
       seconds(file.exportTimeoutSeconds, TRACING_DEFAULTS.exportTimeoutSeconds),
     shutdownFlushMs: seconds(file.shutdownFlushSeconds, TRACING_DEFAULTS.shutdownFlushSeconds),
+    propagateToUpstream: file.propagateToUpstream ?? TRACING_DEFAULTS.propagateToUpstream,
   };
 }
 

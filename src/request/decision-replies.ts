@@ -9,6 +9,7 @@ import { reusedReply } from '../extproc/constant-replies.js';
 import type { ProcessingResponse } from '../extproc/messages.js';
 import { headerMutation, metadataNamespaces } from '../extproc/message-fields.js';
 import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE } from '../extproc/protocol-names.js';
+import type { UpstreamTraceHeaders } from '../tracing/request-trace.js';
 
 /**
  * Answer the client ourselves. Envoy honours this at any point before the response headers
@@ -74,27 +75,36 @@ export function routingReply(
   return reply;
 }
 
+/** What a request's own routing reply changes besides the destination. */
+export interface RequestChanges {
+  /** The new body (usage injection), in the body reply where Envoy buffered it. */
+  readonly body?: Buffer;
+  /** The new body's length, when the request declared one. */
+  readonly contentLength?: number;
+  /** Our span's trace context for the model server, over the client's. */
+  readonly trace?: UpstreamTraceHeaders;
+}
+
 /**
- * The routing reply for a request whose body we changed (usage injection): the new body (in the
- * body reply, where Envoy buffered it) and its length, when the request declared one. Built per
- * request: the body is the request's own.
+ * The routing reply for a request we change on its way (a new body, our trace context). Built per
+ * request, never reused: what it carries is the request's own.
  */
-export function routingReplyWithBody(
+export function routingReplyWithChanges(
   phase: 'request_headers' | 'request_body',
   destinations: readonly string[],
   format: DestinationFormat,
-  rewrite: { readonly body?: Buffer; readonly contentLength?: number },
+  changes: RequestChanges,
 ): ProcessingResponse {
   const reply = buildRoutingReply(phase, destinations, format);
   const common = phase === 'request_headers' ? reply.request_headers?.response : reply.request_body?.response;
   if (common === undefined) return reply;
-  if (rewrite.contentLength !== undefined) {
-    common.header_mutation = headerMutation([
-      [DESTINATION_HEADER, destinations[0] ?? ''],
-      ['content-length', String(rewrite.contentLength)],
-    ]);
+  if (changes.contentLength !== undefined || changes.trace !== undefined) {
+    const set: Array<readonly [string, string]> = [[DESTINATION_HEADER, destinations[0] ?? '']];
+    if (changes.contentLength !== undefined) set.push(['content-length', String(changes.contentLength)]);
+    if (changes.trace !== undefined) set.push(...changes.trace.set);
+    common.header_mutation = headerMutation(set, changes.trace?.remove);
   }
-  if (rewrite.body !== undefined) common.body_mutation = { body: rewrite.body };
+  if (changes.body !== undefined) common.body_mutation = { body: changes.body };
   return reply;
 }
 

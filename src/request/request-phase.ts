@@ -8,13 +8,13 @@ import {
   CONTINUE_REQUEST_BODY,
   CONTINUE_REQUEST_HEADERS,
 } from '../extproc/constant-replies.js';
-import type { HeaderMap, HttpBody, ProcessingRequest } from '../extproc/messages.js';
+import type { HeaderMap, HttpBody, ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
 import { readInferenceRequest } from './openai-request.js';
 import type { InferenceRequest } from './openai-request.js';
 import { canAskForStreamUsage, withStreamUsage } from './usage-injection.js';
 import { SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from '../extproc/protocol-names.js';
 import { immediateJson, replaceBodyChunk, streamedBody, streamedChunks } from '../extproc/replies.js';
-import { routingReply, routingReplyWithBody } from './decision-replies.js';
+import { routingReply, routingReplyWithChanges } from './decision-replies.js';
 import type { RoutedRequest } from './routing.js';
 import { pathOnly } from './stream-state.js';
 import { StepBuilder } from './stream-state.js';
@@ -229,17 +229,24 @@ function passBody(ctx: MachineContext, out: StepBuilder, state: ReadRequest, rou
   switch (state.request.modes.request) {
     case 'envoy-buffers':
     case 'ask-for-buffered':
-      out.reply(routingReply('request_body', routed.destinations, ctx.destinationFormat));
+      out.reply(pickReply(ctx, 'request_body', routed));
       break;
     case 'collect-streamed':
-      out.reply(routingReply('request_headers', routed.destinations, ctx.destinationFormat));
+      out.reply(pickReply(ctx, 'request_headers', routed));
       for (let i = 0; i < state.chunks.length; i++) out.reply(CONTINUE_REQUEST_BODY);
       break;
     case 'collect-duplex':
-      out.reply(routingReply('request_headers', routed.destinations, ctx.destinationFormat));
+      out.reply(pickReply(ctx, 'request_headers', routed));
       out.replies(streamedChunks('request', state.chunks, !trailersFollow));
       break;
   }
+}
+
+/** The shared reply of this destination list, unless our trace context goes along (then the request's own). */
+function pickReply(ctx: MachineContext, phase: 'request_headers' | 'request_body', routed: RoutedRequest): ProcessingResponse {
+  return ctx.upstreamTrace === undefined
+    ? routingReply(phase, routed.destinations, ctx.destinationFormat)
+    : routingReplyWithChanges(phase, routed.destinations, ctx.destinationFormat, { trace: ctx.upstreamTrace });
 }
 
 /**
@@ -255,18 +262,21 @@ function passRewrittenBody(
   body: Buffer,
   trailersFollow: boolean,
 ): void {
-  const contentLength = state.request.contentLength === undefined ? {} : { contentLength: body.length };
+  const headers = {
+    ...(state.request.contentLength === undefined ? {} : { contentLength: body.length }),
+    ...(ctx.upstreamTrace === undefined ? {} : { trace: ctx.upstreamTrace }),
+  };
   switch (state.request.modes.request) {
     case 'envoy-buffers':
     case 'ask-for-buffered':
-      out.reply(routingReplyWithBody('request_body', routed.destinations, ctx.destinationFormat, { body, ...contentLength }));
+      out.reply(routingReplyWithChanges('request_body', routed.destinations, ctx.destinationFormat, { body, ...headers }));
       break;
     case 'collect-streamed':
-      out.reply(routingReplyWithBody('request_headers', routed.destinations, ctx.destinationFormat, contentLength));
+      out.reply(routingReplyWithChanges('request_headers', routed.destinations, ctx.destinationFormat, headers));
       for (let i = 0; i < state.chunks.length; i++) out.reply(i === 0 ? replaceBodyChunk('request', body) : CLEAR_REQUEST_BODY_CHUNK);
       break;
     case 'collect-duplex':
-      out.reply(routingReplyWithBody('request_headers', routed.destinations, ctx.destinationFormat, contentLength));
+      out.reply(routingReplyWithChanges('request_headers', routed.destinations, ctx.destinationFormat, headers));
       out.replies(streamedBody('request', body, !trailersFollow));
       break;
   }

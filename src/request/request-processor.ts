@@ -77,7 +77,8 @@ const UNKNOWN_MODEL = '(unknown)';
 
 export class RequestProcessor implements StreamProcessor {
   private state: StreamState = { kind: 'AwaitingRequestHeaders' };
-  private readonly context: MachineContext;
+  /** Per stream; gains the span's upstream headers when a trace starts. */
+  private context: MachineContext;
   private routed: RoutedRequest | undefined;
   private finished = false;
   private reportedOutsidePick = false;
@@ -157,6 +158,8 @@ export class RequestProcessor implements StreamProcessor {
       path: query === -1 ? path : path.slice(0, query),
       requestId: headerValue(headers, 'x-request-id') ?? '',
     });
+    const upstreamTrace = this.trace?.upstreamHeaders;
+    if (upstreamTrace !== undefined) this.context = { ...this.context, upstreamTrace };
   }
 
   /** The one place where outcomes are recorded. */

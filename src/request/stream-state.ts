@@ -14,6 +14,7 @@ import type { RequestResult } from './request-result.js';
 import type { QueuedRoute, RoutedRequest, Routing } from './routing.js';
 import type { StreamModes } from '../extproc/body-modes.js';
 import type { InferenceRequest } from './openai-request.js';
+import type { UpstreamTraceHeaders } from '../tracing/request-trace.js';
 
 export interface MachineContext {
   readonly routing: Routing;
@@ -25,6 +26,8 @@ export interface MachineContext {
   readonly injectsStreamUsage: (pool: string) => boolean;
   /** Flow control's request headers; absent = flow control is off everywhere (no header is read). */
   readonly flowHeaders?: { readonly tenant: string; readonly priority: string; readonly objective: string };
+  /** This stream's span context for the model server (tracing on, sampled, propagateToUpstream); absent otherwise. */
+  readonly upstreamTrace?: UpstreamTraceHeaders;
 }
 
 /** What the request headers told us; fixed for the life of the stream. */

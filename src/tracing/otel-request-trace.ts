@@ -4,9 +4,18 @@
 // (gen_ai.*), plus ours under `llm_extproc.`; attempts are span events. Names and figures only:
 // nothing here ever reads a body.
 
-import { ROOT_CONTEXT, SpanKind, SpanStatusCode } from '@opentelemetry/api';
-import type { Attributes, Span, TextMapGetter, TextMapPropagator, Tracer } from '@opentelemetry/api';
-import type { HeaderLookup, RequestTrace, RequestTracer, TracedFigures, TracedPick, TracedRequest, TracedResult } from './request-trace.js';
+import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
+import type { Attributes, Span, TextMapGetter, TextMapPropagator, TextMapSetter, Tracer } from '@opentelemetry/api';
+import type {
+  HeaderLookup,
+  RequestTrace,
+  RequestTracer,
+  TracedFigures,
+  TracedPick,
+  TracedRequest,
+  TracedResult,
+  UpstreamTraceHeaders,
+} from './request-trace.js';
 
 /** The attribute names we write (docs/observability.md lists them). */
 export const ATTR = {
@@ -55,11 +64,29 @@ const GETTER: TextMapGetter<HeaderLookup> = {
   get: (lookup, key) => lookup(key.toLowerCase()),
 };
 
+type Carrier = Record<string, string>;
+
+const SETTER: TextMapSetter<Carrier> = {
+  set: (carrier, key, value) => {
+    carrier[key.toLowerCase()] = value;
+  },
+};
+
+export interface OtelRequestTracerOptions {
+  /** Hand the model server our span's context (tracing.propagateToUpstream). Default true. */
+  readonly propagateToUpstream?: boolean;
+}
+
 export class OtelRequestTracer implements RequestTracer {
+  private readonly propagateToUpstream: boolean;
+
   constructor(
     private readonly tracer: Tracer,
     private readonly propagator: TextMapPropagator,
-  ) {}
+    options: OtelRequestTracerOptions = {},
+  ) {
+    this.propagateToUpstream = options.propagateToUpstream ?? true;
+  }
 
   start(headers: HeaderLookup, request: TracedRequest): RequestTrace | undefined {
     const parent = this.propagator.extract(ROOT_CONTEXT, headers, GETTER);
@@ -73,7 +100,18 @@ export class OtelRequestTracer implements RequestTracer {
     );
     // Not sampled: the span records nothing, and the request path is told nothing more.
     if (!span.isRecording()) return undefined;
-    return new OtelRequestTrace(span);
+    return new OtelRequestTrace(span, this.propagateToUpstream ? this.upstreamHeaders(span, headers) : undefined);
+  }
+
+  /** Our span's context as the propagator writes it: the model server's span becomes our child. */
+  private upstreamHeaders(span: Span, headers: HeaderLookup): UpstreamTraceHeaders {
+    const carrier: Carrier = {};
+    this.propagator.inject(trace.setSpan(ROOT_CONTEXT, span), carrier, SETTER);
+    const set = Object.entries(carrier);
+    // A client tracestate we did not take on (its traceparent was malformed) must not ride along
+    // with a traceparent of another trace.
+    const stale = carrier.tracestate === undefined && headers('tracestate') !== undefined;
+    return { set, remove: stale ? ['tracestate'] : [] };
   }
 }
 
@@ -81,7 +119,10 @@ class OtelRequestTrace implements RequestTrace {
   private attempts = 0;
   private ended = false;
 
-  constructor(private readonly span: Span) {}
+  constructor(
+    private readonly span: Span,
+    readonly upstreamHeaders: UpstreamTraceHeaders | undefined,
+  ) {}
 
   queued(): void {
     this.span.setAttribute(ATTR.queued, true);

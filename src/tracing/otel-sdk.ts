@@ -74,7 +74,9 @@ export function startTracing(settings: TracingSettings, observer: TracingObserve
     .merge(detectResources({ detectors: [envDetector] }))
     .merge(resourceFromAttributes({ 'service.name': settings.serviceName }));
   const provider = new TracerProvider({ resource, sampler: samplerOf(settings.sampler), spanProcessors: [processor] });
-  const tracer = new OtelRequestTracer(provider.getTracer('llm-extproc'), new W3CTraceContextPropagator());
+  const tracer = new OtelRequestTracer(provider.getTracer('llm-extproc'), new W3CTraceContextPropagator(), {
+    propagateToUpstream: settings.propagateToUpstream,
+  });
   return {
     tracer,
     queueLength: () => selfObservation.queueLength(),

@@ -70,7 +70,19 @@ export interface TracedResult {
   readonly verdict: string | undefined;
 }
 
+/**
+ * The trace context the request carries on to the model server: our span's `traceparent` (and
+ * `tracestate`) set over the client's, and the client's `tracestate` removed when it belongs to a
+ * trace we did not continue (a malformed traceparent).
+ */
+export interface UpstreamTraceHeaders {
+  readonly set: ReadonlyArray<readonly [string, string]>;
+  readonly remove: readonly string[];
+}
+
 export interface RequestTrace {
+  /** Undefined when tracing.propagateToUpstream is off: the client's headers go on unchanged. */
+  readonly upstreamHeaders: UpstreamTraceHeaders | undefined;
   /** The request waits in its pool's queue (flow control). */
   queued(): void;
   picked(pick: TracedPick): void;

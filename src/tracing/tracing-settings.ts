@@ -27,6 +27,11 @@ export interface TracingSettings {
   readonly exportTimeoutMs: number;
   /** At shutdown, the queued spans get this long to be sent. */
   readonly shutdownFlushMs: number;
+  /**
+   * The request to the model server carries our span's `traceparent` (and `tracestate`) in place
+   * of the client's, so the model server's own span is a child of ours.
+   */
+  readonly propagateToUpstream: boolean;
 }
 
 export const TRACING_DEFAULTS = {
@@ -39,6 +44,7 @@ export const TRACING_DEFAULTS = {
   scheduledDelaySeconds: 1,
   exportTimeoutSeconds: 10,
   shutdownFlushSeconds: 2,
+  propagateToUpstream: true,
 } as const;
 
 /** Tracing off: what the app runs with unless the config (or the environment) turns it on. */
@@ -52,4 +58,5 @@ export const TRACING_OFF: TracingSettings = Object.freeze({
   scheduledDelayMs: TRACING_DEFAULTS.scheduledDelaySeconds * 1000,
   exportTimeoutMs: TRACING_DEFAULTS.exportTimeoutSeconds * 1000,
   shutdownFlushMs: TRACING_DEFAULTS.shutdownFlushSeconds * 1000,
+  propagateToUpstream: TRACING_DEFAULTS.propagateToUpstream,
 });

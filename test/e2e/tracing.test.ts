@@ -2,7 +2,9 @@
 // Collector (OTLP/HTTP receiver, file exporter writing OTLP JSON) that this test starts. Each
 // request carries the client's own `traceparent`; the collector's file must hold exactly one span
 // per request, in the client's trace and parented to the client's span, with the GenAI and
-// llm_extproc attributes, and none of the prompt's (or the answer's) text. Then the collector is
+// llm_extproc attributes, and none of the prompt's (or the answer's) text; the model server must
+// receive a traceparent naming our span (as the collector got it) as its parent, so its own spans
+// join the trace — and with tracing off, the client's traceparent untouched. Then the collector is
 // frozen and later killed mid-run: every request still succeeds as fast as before, the export
 // queue never holds more than tracing.maxQueueSize spans, and the lost spans are counted.
 
@@ -15,7 +17,7 @@ import { after, before, describe, it } from 'node:test';
 import { freePort } from '../support/envoy-gateway-bed.js';
 import { metricValue, startGateway, type Gateway } from '../support/gateway.js';
 import type { ClientRequest } from '../support/http-client.js';
-import { startModelServer, type ModelServer } from '../support/model-server.js';
+import { startModelServer, type ModelServer, type RecordedRequest } from '../support/model-server.js';
 import { OtelCollector } from '../support/otel-collector.js';
 import type { CollectedSpan, OtlpValue } from '../support/otel-collector.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -67,6 +69,16 @@ async function timed(gateway: Gateway, request: ClientRequest): Promise<number> 
   return ms;
 }
 
+/** One request header as the model server got it ('' when absent). */
+function header(request: RecordedRequest, name: string): string {
+  const value = request.headers[name];
+  return Array.isArray(value) ? value.join(',') : (value ?? '');
+}
+
+/** The first test's client traces and the spans the collector got for them (the next test reads both). */
+const CLIENT_TRACES: ClientTrace[] = [];
+const SPANS: CollectedSpan[] = [];
+
 function median(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.floor(sorted.length / 2)];
@@ -108,6 +120,7 @@ void describe('OpenTelemetry traces through Envoy to a real collector', () => {
 
   void it("one span per request, in the client's trace, parented to the client's span, with the GenAI and llm_extproc attributes", async () => {
     const traces = [newClientTrace(), newClientTrace(), newClientTrace(), newClientTrace()];
+    CLIENT_TRACES.push(...traces);
     for (const [n, trace] of traces.entries()) healthyMs.push(await timed(gateway, tracedChat(trace, n)));
     const ids = new Set(traces.map((t) => t.traceId));
     const spans = await waitUntil(
@@ -118,6 +131,7 @@ void describe('OpenTelemetry traces through Envoy to a real collector', () => {
       { description: 'the collector wrote a span for every request', timeoutMs: 15_000 },
     );
     assert.equal(spans.length, traces.length, 'exactly one span per request');
+    SPANS.push(...spans);
     for (const trace of traces) {
       const span = spans.find((s) => s.traceId === trace.traceId) as CollectedSpan;
       assert.ok(span !== undefined, `a span in trace ${trace.traceId}`);
@@ -145,6 +159,16 @@ void describe('OpenTelemetry traces through Envoy to a real collector', () => {
       assert.equal(str(attempt?.attributes['llm_extproc.attempt.endpoint']), server.address);
       assert.equal(span.status.code, 1, 'status OK');
       assert.equal(str(span.resource['service.name']), 'llm-extproc');
+    }
+  });
+
+  void it("the model server receives our span's context: the client's trace, our span as the parent", () => {
+    for (const trace of CLIENT_TRACES) {
+      const span = SPANS.find((s) => s.traceId === trace.traceId) as CollectedSpan;
+      const received = server.requests.filter((r) => r.path === '/v1/chat/completions' && header(r, 'traceparent').includes(trace.traceId));
+      assert.equal(received.length, 1, `one request of trace ${trace.traceId} reached the model server`);
+      assert.equal(header(received[0], 'traceparent'), `00-${trace.traceId}-${span.spanId}-01`, 'parent id = our span as collected');
+      assert.equal(header(received[0], 'tracestate'), 'client=e2e');
     }
   });
 
@@ -203,5 +227,29 @@ void describe('OpenTelemetry traces through Envoy to a real collector', () => {
     const stopMs = performance.now() - stopping;
     assert.ok(stopMs < 5000, `stopping took ${stopMs} ms (grace 1 s, flush bound 1 s)`);
     t.diagnostic(`stopped in ${stopMs.toFixed(0)} ms with the collector gone`);
+  });
+});
+
+void describe("tracing off: the request to the model server keeps the client's trace context", () => {
+  let server: ModelServer;
+  let gateway: Gateway;
+
+  before(async () => {
+    server = await startModelServer({ id: 'untraced', models: [MODEL] });
+    gateway = await startGateway({ pools: [{ name: POOL, models: [MODEL], endpoints: [{ address: server.address }] }] });
+  });
+
+  after(async () => {
+    await gateway?.stop();
+    await server?.close();
+  });
+
+  void it("the client's traceparent and tracestate reach the model server unchanged", async () => {
+    const trace = newClientTrace();
+    await timed(gateway, tracedChat(trace, 0));
+    const received = server.requests.filter((r) => r.path === '/v1/chat/completions');
+    assert.equal(received.length, 1);
+    assert.equal(header(received[0], 'traceparent'), `00-${trace.traceId}-${trace.spanId}-01`);
+    assert.equal(header(received[0], 'tracestate'), 'client=e2e');
   });
 });

@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
-import { routingReply } from '../../src/request/decision-replies.js';
+import { routingReply, routingReplyWithChanges } from '../../src/request/decision-replies.js';
 import { encodeReply } from '../../src/extproc/reply-frames.js';
 import { loadWireDefinitions } from '../support/proto-definitions.js';
 
@@ -50,4 +50,25 @@ it('keeps apart replies that differ in phase, order, length or format', () => {
   assert.deepEqual(metadata(replies[3]), { 'x-gateway-destination-endpoint': { stringValue: `${A},${B}` } });
   assert.deepEqual(metadata(replies[4]), { 'x-gateway-destination-endpoint': { stringValue: A } });
   assert.equal(routingReply('request_body', [A, B, A], 'single'), routingReply('request_body', [A, A, B], 'single'));
+});
+
+it("a request's own reply: our trace context and the new length in the one header mutation, never shared", () => {
+  const { Process } = loadWireDefinitions().externalProcessor;
+  const trace = { set: [['traceparent', `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`] as const], remove: ['tracestate'] };
+  const reply = routingReplyWithChanges('request_headers', [A, B], 'list', { contentLength: 42, trace });
+  assert.notEqual(routingReplyWithChanges('request_headers', [A, B], 'list', { contentLength: 42, trace }), reply);
+  const mutation = Process.responseDeserialize(encodeReply(reply)).request_headers?.response?.header_mutation;
+  assert.deepEqual(
+    mutation?.set_headers?.map((h) => [h.header?.key, h.header?.raw_value?.toString()]),
+    [
+      ['x-gateway-destination-endpoint', A],
+      ['content-length', '42'],
+      ['traceparent', `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`],
+    ],
+  );
+  assert.deepEqual(mutation?.remove_headers, ['tracestate']);
+  // Without a trace, a body change's reply is what it always was: no removal, no trace header.
+  const plain = routingReplyWithChanges('request_headers', [A, B], 'list', { contentLength: 42 });
+  assert.equal(plain.request_headers?.response?.header_mutation?.remove_headers, undefined);
+  assert.equal(plain.request_headers?.response?.header_mutation?.set_headers?.length, 2);
 });

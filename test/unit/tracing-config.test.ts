@@ -14,6 +14,7 @@ tracing:
   maxExportBatchSize: 50
   exportTimeoutSeconds: 3
   shutdownFlushSeconds: 1
+  propagateToUpstream: false
 `;
 
 describe('tracing config', () => {
@@ -25,6 +26,7 @@ describe('tracing config', () => {
     assert.equal(t.serviceName, 'llm-extproc');
     assert.equal(t.maxQueueSize, 2048);
     assert.equal(t.exportTimeoutMs, 10_000);
+    assert.equal(t.propagateToUpstream, true, 'on with tracing, unless the file says otherwise');
   });
 
   it('the file sets every setting; a ratio below 1 samples new traces, parent based', () => {
@@ -37,6 +39,7 @@ describe('tracing config', () => {
     assert.equal(t.maxExportBatchSize, 50);
     assert.equal(t.exportTimeoutMs, 3000);
     assert.equal(t.shutdownFlushMs, 1000);
+    assert.equal(t.propagateToUpstream, false);
   });
 
   it('OTEL_* variables win over the file', () => {

@@ -15,9 +15,12 @@ import type { ObservedPool } from '../../src/endpoints/model.js';
 import { Metrics } from '../../src/metrics/metrics.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';
 import { RequestProcessor } from '../../src/request/request-processor.js';
+import type { ProcessorDeps } from '../../src/request/request-processor.js';
 import { StoreRouting } from '../../src/request/routing.js';
 import { ATTEMPT_EVENT, ATTR, OtelRequestTracer } from '../../src/tracing/otel-request-trace.js';
 import { LogThrottle } from '../../src/util/log-throttle.js';
+import type { ProcessingResponse } from '../../src/extproc/messages.js';
+import { DESTINATION_HEADER } from '../../src/extproc/protocol-names.js';
 import { requestBody, requestHeaders, responseBody, responseHeaders } from '../support/envoy-messages.js';
 import type { ReplyAttributes } from '../support/envoy-messages.js';
 
@@ -38,7 +41,7 @@ const CLIENT_SPAN = '00f067aa0ba902b7';
 const PROMPT = 'the secret prompt: purple elephants at dawn';
 const ANSWER = 'the secret answer: forty-two kumquats';
 
-function harness(sampler?: Sampler) {
+function harness(sampler?: Sampler, propagateToUpstream?: boolean) {
   const store = new EndpointStore(['static'], { threshold: 3, baseMs: 10_000, maxMs: 60_000 }, frozen);
   store.replaceAll('static', FLEET);
   store.markSynced('static');
@@ -48,18 +51,24 @@ function harness(sampler?: Sampler) {
     spanProcessors: [new SimpleSpanProcessor({ exporter })],
     ...(sampler === undefined ? {} : { sampler }),
   });
-  const tracer = new OtelRequestTracer(provider.getTracer('test'), new W3CTraceContextPropagator());
-  const processor = () =>
-    new RequestProcessor({
-      routing,
-      metrics: new Metrics({ processMetrics: false }),
-      logger: pino({ level: 'silent' }),
-      failureLog: new LogThrottle(),
-      maxRequestBodyBytes: 1 << 20,
-      maxInspectedBodyBytes: 1 << 20,
-      tracer,
-    });
-  return { exporter, processor };
+  const tracer = new OtelRequestTracer(
+    provider.getTracer('test'),
+    new W3CTraceContextPropagator(),
+    propagateToUpstream === undefined ? {} : { propagateToUpstream },
+  );
+  const metrics = new Metrics({ processMetrics: false });
+  const deps: ProcessorDeps = {
+    routing,
+    metrics,
+    logger: pino({ level: 'silent' }),
+    failureLog: new LogThrottle(),
+    maxRequestBodyBytes: 1 << 20,
+    maxInspectedBodyBytes: 1 << 20,
+  };
+  const processor = () => new RequestProcessor({ ...deps, tracer });
+  /** The same processor with tracing off. */
+  const untraced = () => new RequestProcessor(deps);
+  return { exporter, processor, untraced };
 }
 
 function headers(extra: Record<string, string> = {}): Record<string, string> {
@@ -212,5 +221,54 @@ describe('tracing: one span per request', () => {
     const text = JSON.stringify({ name: span.name, attributes: span.attributes, events: span.events, status: span.status });
     for (const secret of ['purple', 'elephants', 'kumquats', 'forty-two', PROMPT, ANSWER])
       assert.ok(!text.includes(secret), `${secret} must not be traced`);
+  });
+});
+
+/** The routing reply (to the buffered request body) of one request; the stream then ends. */
+function routingReplyOf(p: RequestProcessor, requestHeaderPairs: Record<string, string>): ProcessingResponse {
+  p.process(requestHeaders(requestHeaderPairs));
+  const [reply] = p.process(requestBody({ model: MODEL, messages: [{ role: 'user', content: PROMPT }] }));
+  p.finish({ kind: 'half-closed' });
+  return reply;
+}
+
+function setHeaders(reply: ProcessingResponse): Record<string, string> {
+  const set = reply.request_body?.response?.header_mutation?.set_headers ?? [];
+  return Object.fromEntries(set.map((h) => [h.header?.key ?? '', h.header?.raw_value?.toString('latin1') ?? '']));
+}
+
+describe("tracing: the model server's request carries our span's context", () => {
+  it("traceparent names our span as the parent, in the client's trace; tracestate goes on", () => {
+    const h = harness();
+    const reply = routingReplyOf(h.processor(), headers({ traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`, tracestate: 'vendor=abc' }));
+    const span = onlySpan(h.exporter);
+    const set = setHeaders(reply);
+    assert.equal(set.traceparent, `00-${CLIENT_TRACE}-${span.spanContext().spanId}-01`);
+    assert.equal(set.tracestate, 'vendor=abc');
+    assert.equal(set[DESTINATION_HEADER], A, 'the pick is still in the same mutation');
+    assert.equal(reply.request_body?.response?.header_mutation?.remove_headers, undefined);
+  });
+
+  it("without a client trace, our root span's context; a malformed traceparent's tracestate is removed", () => {
+    const h = harness();
+    const reply = routingReplyOf(h.processor(), headers({ traceparent: 'not-a-traceparent', tracestate: 'vendor=abc' }));
+    const span = onlySpan(h.exporter);
+    const set = setHeaders(reply);
+    assert.equal(set.traceparent, `00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`);
+    assert.equal(set.tracestate, undefined);
+    assert.deepEqual(reply.request_body?.response?.header_mutation?.remove_headers, ['tracestate']);
+  });
+
+  it('propagateToUpstream off, or a request not sampled: the very reply tracing off sends', () => {
+    const sampled = headers({ traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`, tracestate: 'vendor=abc' });
+    const off = harness(undefined, false);
+    const untraced = routingReplyOf(off.untraced(), sampled);
+    assert.deepEqual(Object.keys(setHeaders(untraced)), [DESTINATION_HEADER]);
+    assert.equal(routingReplyOf(off.processor(), sampled), untraced, 'propagateToUpstream: false');
+    assert.equal(off.exporter.getFinishedSpans().length, 1, 'the span is still recorded');
+    const unsampled = harness(new ParentBasedSampler({ root: new AlwaysOffSampler() }));
+    const notSampled = headers({ traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-00` });
+    assert.equal(routingReplyOf(unsampled.processor(), notSampled), routingReplyOf(unsampled.untraced(), notSampled), 'not sampled');
+    assert.equal(unsampled.exporter.getFinishedSpans().length, 0);
   });
 });
