@@ -3,11 +3,11 @@
 // two modules that cannot be understood apart.
 //
 // Two stacks meet in request/: the protocol stack (http2 ← grpc ← extproc) knows nothing of what we
-// do with a request, and the domain folders (picker, endpoints, errors, inspect, metrics, config)
-// know nothing of the protocol. The app (app.ts, main.ts, cluster.ts, cli.ts, check-config.ts) wires everything; util/ and
+// do with a request, and the domain folders (picker, endpoints, errors, inspect, metrics, config,
+// tracing) know nothing of the protocol. The app (app.ts, main.ts, cluster.ts, cli.ts, check-config.ts) wires everything; util/ and
 // types/ are at the bottom; nothing in src/ reaches build-time code, scripts or tests.
 const PROTOCOL = ['http2', 'grpc', 'extproc'];
-const DOMAIN = ['picker', 'endpoints', 'errors', 'inspect', 'metrics', 'config'];
+const DOMAIN = ['picker', 'endpoints', 'errors', 'inspect', 'metrics', 'config', 'tracing'];
 const APP = '^src/(app|main|cluster|cli|check-config)\\.ts$';
 
 /** What each folder must not import. */

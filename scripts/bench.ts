@@ -15,6 +15,8 @@
 //   flow      as tcp, with flow control on (picker.flowControl) and a pool that never saturates
 //             (judged by our in-flight counts, maxInFlight far above the load): what the admission
 //             check costs on every request while nothing queues
+//   traced    as tcp, with tracing on at 100% sampling, exporting every span over OTLP/HTTP
+//             (only with --tracing): the cost of tracing
 // The load generator (this process) drives each Envoy with keep-alive HTTP/1.1 clients; measured
 // phases are interleaved across setups in rounds so drift on a shared machine hits all of them.
 //
@@ -36,7 +38,10 @@
 // metrics are not read; with --no-modes off, a second one runs it under FULL_DUPLEX_STREAMED), --long-prompts N
 // (requests per body size and setup for the long-prompt rows: chat requests of 32 KiB, 256 KiB and
 // 1 MiB, one at a time; default 40; 0 leaves them out), --only-long-prompts (run only those rows,
-// on the baseline, tcp (BUFFERED), duplex (FULL_DUPLEX_STREAMED) and external setups: a short run).
+// on the baseline, tcp (BUFFERED), duplex (FULL_DUPLEX_STREAMED) and external setups: a short run),
+// --tracing (add the `traced` setup: every request traced and exported; `--setups tcp,traced` for a
+// quick A/B), --tracing-endpoint URL (its OTLP/HTTP traces URL, e.g. a real collector's
+// http://127.0.0.1:4318/v1/traces; default: a sink process started here that accepts and discards).
 
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -103,6 +108,8 @@ const { values: flags } = parseArgs({
     'external-extproc': { type: 'string' },
     'long-prompts': { type: 'string', default: '40' },
     'only-long-prompts': { type: 'boolean', default: false },
+    tracing: { type: 'boolean', default: false },
+    'tracing-endpoint': { type: 'string' },
   },
   allowPositionals: false,
 });
@@ -152,6 +159,8 @@ const opts = {
   externalExtProc: flags['external-extproc'],
   longPrompts: positiveInt('long-prompts', flags['long-prompts'], 0),
   onlyLongPrompts: flags['only-long-prompts'],
+  tracing: flags.tracing || flags['tracing-endpoint'] !== undefined,
+  tracingEndpoint: flags['tracing-endpoint'],
 };
 if (opts.onlyLongPrompts && opts.longPrompts === 0) throw new Error('--only-long-prompts needs --long-prompts above 0');
 if (opts.write && opts.cpuProf) throw new Error('--write and --cpu-prof do not mix: a profiled server is slower than a real one');
@@ -595,6 +604,27 @@ async function main(): Promise<void> {
     );
     plans.push({ key: 'flow', config: gatewayConfig(flowServer.grpcAddress, upstreamAddress), server: flowServer });
   }
+  if (opts.tracing && wanted('traced')) {
+    let endpoint = opts.tracingEndpoint;
+    if (endpoint === undefined) {
+      const sink = spawnNode('otlp-sink', join(root, 'dist', 'scripts', 'bench', 'otlp-sink.js'));
+      cleanups.push(() => sink.stop());
+      endpoint = `http://${await sink.waitForLine(/^address=(\S+)$/)}/v1/traces`;
+    }
+    const tracedConfig = join(dir, 'traced.yaml');
+    // 100% sampling; a queue large enough that a sink that keeps up never drops (the drop count is printed).
+    await writeFile(tracedConfig, toYaml({ tracing: { enabled: true, endpoint, sampleRatio: 1, maxQueueSize: 8192 } }));
+    const tracedServer = await startServer(
+      root,
+      'llm-extproc-traced',
+      `127.0.0.1:${await freePort()}`,
+      endpointsFile,
+      profileDir,
+      1,
+      tracedConfig,
+    );
+    plans.push({ key: 'traced', config: gatewayConfig(tracedServer.grpcAddress, upstreamAddress), server: tracedServer });
+  }
   if (opts.externalExtProc !== undefined) {
     plans.push({ key: 'external', config: gatewayConfig(opts.externalExtProc, upstreamAddress), server: undefined });
     if (opts.modes)
@@ -689,6 +719,17 @@ async function main(): Promise<void> {
     setups.map((s) => s.results),
   );
   process.stdout.write(`${report}\n`);
+  const traced = setups.find((s) => s.key === 'traced')?.server;
+  if (traced !== undefined) {
+    // The cost above is honest only if the spans were really sent: say how many got through.
+    const text = await scrapeMetrics(traced);
+    const sample = (pattern: RegExp): number => Number(pattern.exec(text)?.[1] ?? NaN);
+    log(
+      `traced: ${sample(/^llm_extproc_trace_spans_exported_total (\S+)$/m)} spans exported, ` +
+        `${sample(/^llm_extproc_trace_spans_dropped_total\{reason="queue_full"\} (\S+)$/m)} dropped (queue full), ` +
+        `${sample(/^llm_extproc_trace_spans_dropped_total\{reason="export_failed"\} (\S+)$/m)} lost in failed exports`,
+    );
+  }
   for (const setup of setups) {
     const failed = [...setup.results.requests, ...setup.results.streams].filter(([, p]) => p.errors > 0);
     for (const [c, p] of failed) log(`WARNING ${setup.key} concurrency ${c}: ${p.errors} errors, first: ${p.firstError ?? '?'}`);

@@ -26,6 +26,9 @@ import { metricsFormatFor } from './picker/settings.js';
 import { SignalBoard } from './picker/signals.js';
 import type { RequestResult } from './request/request-result.js';
 import { LogThrottle } from './util/log-throttle.js';
+import type { RunningTracing } from './tracing/otel-sdk.js';
+import type { TracingSettings } from './tracing/tracing-settings.js';
+import { errorMessage } from './util/error-message.js';
 
 export interface RunningApp {
   /** Bound gRPC address (`host:port` or `unix:///path`). */
@@ -42,6 +45,36 @@ export interface StartAppOptions {
   metrics?: Metrics;
   /** false: no ops HTTP server (a cluster worker; the primary serves /metrics and /readyz). Default true. */
   opsServer?: boolean;
+}
+
+/**
+ * Tracing on: the SDK (loaded only then), its losses in /metrics and in at most one log line per
+ * kind per interval. Off: undefined, and the request path never calls a tracer.
+ */
+async function startTracingIfOn(settings: TracingSettings, logger: Logger, metrics: Metrics): Promise<RunningTracing | undefined> {
+  if (!settings.enabled) return undefined;
+  const traceMetrics = metrics.traces;
+  const { startTracing } = await import('./tracing/otel-sdk.js');
+  const log = logger.child({ component: 'tracing' });
+  const throttle = new LogThrottle<'queue_full' | 'export_failed' | 'error'>();
+  const tracing = startTracing(settings, {
+    spansExported: (count) => traceMetrics.spansExported(count),
+    spansDropped: (reason, count) => {
+      traceMetrics.spansDropped(reason, count);
+      const suppressed = throttle.admit(reason, performance.now());
+      if (suppressed !== undefined) log.warn({ reason, count, suppressed }, 'trace spans dropped');
+    },
+    error: (err) => {
+      const suppressed = throttle.admit('error', performance.now());
+      if (suppressed !== undefined) log.warn({ err: errorMessage(err), suppressed }, 'trace export failed');
+    },
+  });
+  traceMetrics.reportQueueFrom(() => tracing.queueLength());
+  log.info(
+    { endpoint: settings.endpoint, sampler: settings.sampler, serviceName: settings.serviceName, maxQueueSize: settings.maxQueueSize },
+    'tracing on: exporting spans over OTLP/HTTP',
+  );
+  return tracing;
 }
 
 async function createSource(
@@ -71,6 +104,7 @@ async function createSource(
 
 export async function startApp(config: Config, logger: Logger, options: StartAppOptions = {}): Promise<RunningApp> {
   const metrics = options.metrics ?? new Metrics();
+  const tracing = await startTracingIfOn(config.tracing, logger, metrics);
   // The InferenceObjectives' priorities as the source last saw them; read per queued request.
   let objectives: ObjectiveIndex = NO_OBJECTIVES;
   const source = await createSource(config, logger, metrics, (index) => (objectives = index));
@@ -205,6 +239,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
           onMidStreamBreak: (endpoint) => void brokenStreams.suspect(endpoint.address),
           onFailedConnect: (endpoint) => void failedConnects.suspect(endpoint.address),
           ...(flowHeaders === undefined ? {} : { flowHeaders }),
+          ...(tracing === undefined ? {} : { tracer: tracing.tracer }),
         },
         later,
       ),
@@ -232,6 +267,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   } catch (err) {
     await grpc.shutdown(0);
     await ops.close();
+    await tracing?.shutdown(0);
     throw err;
   }
   // Scrapes the first synced view at once, then every interval; a view change is picked up at the
@@ -255,6 +291,8 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
           await new Promise((resolve) => setTimeout(resolve, config.shutdownDrainMs));
         }
         await grpc.shutdown(config.shutdownGraceMs);
+        // The streams are done, so every span has ended: send what is queued, within the bound.
+        await tracing?.shutdown(config.tracing.shutdownFlushMs);
         await scraper.stop();
         routing.close();
         await source.stop();

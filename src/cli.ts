@@ -6,6 +6,7 @@
 import { parseArgs } from 'node:util';
 import { parseWorkers } from './cluster.js';
 import { ENVIRONMENT_OVERRIDES } from './config/config.js';
+import { TRACING_ENVIRONMENT } from './config/tracing-config.js';
 import { errorMessage } from './util/error-message.js';
 
 /** What main.ts should do. */
@@ -121,6 +122,7 @@ export function usage(): string {
     return row(names, `${flag.help}${flag.env === undefined ? '' : ` Env: ${flag.env}.`}`);
   });
   const envLines = ENVIRONMENT_OVERRIDES.map((o) => row(o.name, o.help));
+  const tracingLines = TRACING_ENVIRONMENT.map((o) => row(o.name, o.help));
   return [
     ...SYNOPSIS,
     '',
@@ -132,6 +134,9 @@ export function usage(): string {
     '',
     'Environment overrides (they win over the config file):',
     ...envLines,
+    '',
+    'OpenTelemetry variables (tracing; they win over the tracing section of the config file):',
+    ...tracingLines,
     '',
     'Exit status: 0 success (a clean shutdown after SIGTERM/SIGINT, a valid --check-config),',
     '1 invalid configuration or a failure, 2 a command line that cannot be run.',

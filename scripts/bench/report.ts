@@ -5,7 +5,8 @@ import { histogramQuantile, summarize } from './stats.js';
 import type { HistogramSnapshot, Summary } from './stats.js';
 import type { ServerPhaseStats } from './server-stats.js';
 
-export type SetupKey = 'baseline' | 'tcp' | 'grpcjs' | 'uds' | 'workers' | 'duplex' | 'tls' | 'flow' | 'external' | 'external-duplex';
+export type SetupKey =
+  'baseline' | 'tcp' | 'grpcjs' | 'uds' | 'workers' | 'duplex' | 'tls' | 'flow' | 'traced' | 'external' | 'external-duplex';
 
 export const SETUP_LABELS: Readonly<Record<SetupKey, string>> = {
   baseline: 'baseline (Envoy, no ext_proc)',
@@ -16,6 +17,7 @@ export const SETUP_LABELS: Readonly<Record<SetupKey, string>> = {
   duplex: 'llm-extproc, TCP, FULL_DUPLEX_STREAMED',
   tls: 'llm-extproc, TCP + TLS',
   flow: 'llm-extproc, TCP, flow control on (never saturated)',
+  traced: 'llm-extproc, TCP, tracing at 100% sampling (OTLP)',
   external: 'another ext_proc server (--external-extproc), TCP loopback',
   'external-duplex': 'another ext_proc server (--external-extproc), TCP, FULL_DUPLEX_STREAMED',
 };

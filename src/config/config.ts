@@ -11,6 +11,8 @@ import type { KubernetesSourceConfig } from '../endpoints/kubernetes-source.js';
 import { errorMessage, firstLine } from '../util/error-message.js';
 import type { PickerSettings } from '../picker/settings.js';
 import { PickerConfigError, pickerSettings } from './picker-config.js';
+import { TracingConfigError, tracingSettings } from './tracing-config.js';
+import type { TracingSettings } from '../tracing/tracing-settings.js';
 import { configFileSchema, DEFAULTS, LOG_LEVELS } from './schema.js';
 import type { GRPC_TRANSPORTS } from './schema.js';
 import type { ConfigFile } from './schema.js';
@@ -71,6 +73,8 @@ export interface Config {
   readonly shutdownGraceMs: number;
   /** Load-aware, cache-affine picking (picker-config.ts). */
   readonly picker: PickerSettings;
+  /** OpenTelemetry traces: the file's `tracing` section and the OTEL_* variables (tracing-config.ts). */
+  readonly tracing: TracingSettings;
 }
 
 export type DestinationFormat = 'list' | 'single';
@@ -112,7 +116,7 @@ export function buildConfig(fileText: string | undefined, env: Env): Config {
   applyEnvironment(file, env);
   if (hasKubernetes && file.kubernetes === undefined) file.kubernetes = {};
   const valid = validate(file);
-  return deepFreeze(toConfig(valid, nonEmpty(env.LLM_EXTPROC_ENDPOINTS_FILE)));
+  return deepFreeze(toConfig(valid, nonEmpty(env.LLM_EXTPROC_ENDPOINTS_FILE), env));
 }
 
 function parseFile(fileText: string | undefined): Raw {
@@ -320,7 +324,7 @@ function crossFieldChecks(file: ConfigFile): void {
 }
 
 /** Maps the validated file onto `Config`: defaults, seconds → milliseconds, the source choice. */
-function toConfig(file: ConfigFile, endpointsFile: string | undefined): Config {
+function toConfig(file: ConfigFile, endpointsFile: string | undefined, env: Env): Config {
   const listen = file.listen ?? {};
   const routing = file.routing ?? {};
   const quarantine = file.quarantine ?? {};
@@ -359,7 +363,17 @@ function toConfig(file: ConfigFile, endpointsFile: string | undefined): Config {
     shutdownDrainMs: (file.shutdownDrainSeconds ?? DEFAULTS.shutdownDrainSeconds) * 1000,
     shutdownGraceMs: (file.shutdownGraceSeconds ?? DEFAULTS.shutdownGraceSeconds) * 1000,
     picker: pickerOrConfigError(file.picker),
+    tracing: tracingOrConfigError(file.tracing, env),
   };
+}
+
+function tracingOrConfigError(section: ConfigFile['tracing'], env: Env): TracingSettings {
+  try {
+    return tracingSettings(section, env);
+  } catch (err) {
+    if (err instanceof TracingConfigError) throw new ConfigError(err.message);
+    throw err;
+  }
 }
 
 function pickerOrConfigError(section: ConfigFile['picker']): PickerSettings {

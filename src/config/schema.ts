@@ -10,6 +10,7 @@
 // for any error at that node or below it; see describeSchemaError in config.ts.
 
 import { DEFAULT_PICKER_SETTINGS } from '../picker/settings.js';
+import { TRACING_DEFAULTS } from '../tracing/tracing-settings.js';
 import { Kind, Type, TypeRegistry } from '@sinclair/typebox';
 import type { SchemaOptions, Static, TProperties, TUnsafe } from '@sinclair/typebox';
 
@@ -426,6 +427,69 @@ const Picker = Mapping(
   { description: 'Load-aware, cache-affine endpoint picking.' },
 );
 
+const Tracing = Mapping(
+  {
+    enabled: Type.Optional(
+      Type.Boolean({
+        default: TRACING_DEFAULTS.enabled,
+        description: 'Export one OpenTelemetry span per request over OTLP/HTTP (OTEL_TRACES_EXPORTER and OTEL_SDK_DISABLED override).',
+      }),
+    ),
+    endpoint: Type.Optional(
+      Type.String({
+        pattern: '^https?://',
+        default: TRACING_DEFAULTS.endpoint,
+        errorMessage: 'expected an http(s) URL',
+        description:
+          'The OTLP/HTTP traces URL, /v1/traces included (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT override).',
+      }),
+    ),
+    sampleRatio: Type.Optional(
+      Type.Number({
+        minimum: 0,
+        maximum: 1,
+        default: TRACING_DEFAULTS.sampleRatio,
+        description:
+          "Share of new traces kept; a client's traceparent decides for its own trace (parent based). OTEL_TRACES_SAMPLER and _ARG override.",
+      }),
+    ),
+    serviceName: Type.Optional(
+      NonEmpty({ default: TRACING_DEFAULTS.serviceName, description: 'service.name of our spans (OTEL_SERVICE_NAME overrides).' }),
+    ),
+    maxQueueSize: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        default: TRACING_DEFAULTS.maxQueueSize,
+        description: 'Finished spans waiting for export at most; more are dropped and counted (llm_extproc_trace_spans_dropped_total).',
+      }),
+    ),
+    maxExportBatchSize: Type.Optional(
+      Type.Integer({ minimum: 1, default: TRACING_DEFAULTS.maxExportBatchSize, description: 'Spans per export request at most.' }),
+    ),
+    scheduledDelaySeconds: Type.Optional(
+      Type.Number({
+        exclusiveMinimum: 0,
+        default: TRACING_DEFAULTS.scheduledDelaySeconds,
+        description: 'A part-full batch is exported after this long.',
+      }),
+    ),
+    exportTimeoutSeconds: Type.Optional(
+      Type.Number({
+        exclusiveMinimum: 0,
+        default: TRACING_DEFAULTS.exportTimeoutSeconds,
+        description: 'One export request gives up after this long; its spans are counted as dropped.',
+      }),
+    ),
+    shutdownFlushSeconds: Type.Optional(
+      Seconds(
+        'At shutdown, queued spans get this long to be exported (after the streams are done).',
+        TRACING_DEFAULTS.shutdownFlushSeconds,
+      ),
+    ),
+  },
+  { description: "OpenTelemetry traces: one span per request, continuing the client's traceparent (docs/observability.md)." },
+);
+
 export const configFileSchema = Mapping(
   {
     listen: Type.Optional(
@@ -553,6 +617,7 @@ export const configFileSchema = Mapping(
       ),
     ),
     picker: Type.Optional(Picker),
+    tracing: Type.Optional(Tracing),
     shutdownDrainSeconds: Type.Optional(
       Seconds('On SIGTERM: keep answering (health NOT_SERVING) this long, so the proxy moves away first.', DEFAULTS.shutdownDrainSeconds),
     ),

@@ -12,6 +12,7 @@ import { EventLoopDelayMetric } from './event-loop-delay.js';
 import { GieMetrics } from './gie-metrics.js';
 import type { PoolLoads } from './gie-metrics.js';
 import { LlmMetrics } from './llm-metrics.js';
+import { TraceMetrics } from './trace-metrics.js';
 import type { LlmFigures } from './llm-metrics.js';
 
 export type AttemptOutcome = 'success' | 'failure';
@@ -192,6 +193,8 @@ export class Metrics {
   private readonly llm = new LlmMetrics(this.registry);
   /** The Gateway API Inference Extension's names for the same figures (its dashboards and HPA examples). */
   private readonly gie = new GieMetrics(this.registry);
+  /** The trace spans' fate (exported, dropped) and the export queue: series present with tracing off too. */
+  readonly traces = new TraceMetrics(this.registry);
 
   /** Present with process metrics: a native sampler that a test creating many Metrics can do without. */
   readonly eventLoopDelay: EventLoopDelayMetric | undefined;

@@ -65,7 +65,8 @@ export interface PickRequest {
 }
 
 export type PickOutcome =
-  | { readonly kind: 'picked'; readonly endpoints: readonly Endpoint[] }
+  /** `score`: the primary's total score (higher is better), for traces. */
+  | { readonly kind: 'picked'; readonly endpoints: readonly Endpoint[]; readonly score: number }
   /** No routable endpoint (or none inside the subset). */
   | { readonly kind: 'none' }
   /** Every candidate reports a queue at or above its pool's limit. */
@@ -211,7 +212,7 @@ export class Picker {
 
     const picked: Endpoint[] = [];
     for (let r = 0; r < kept && r < this.k; r++) picked.push(set.endpoints[this.topIndex[r]]);
-    return { kind: 'picked', endpoints: picked };
+    return { kind: 'picked', endpoints: picked, score: this.topScore[0] };
   }
 
   /**

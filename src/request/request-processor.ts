@@ -12,6 +12,8 @@ import type { LaterReplies, StreamEnd, StreamProcessor } from '../extproc/stream
 import type { LlmFigures } from '../metrics/llm-metrics.js';
 import type { RequestResult } from './request-result.js';
 import type { LogThrottle } from '../util/log-throttle.js';
+import type { RequestTrace, RequestTracer } from '../tracing/request-trace.js';
+import { headerValue } from '../extproc/message-fields.js';
 import { ResponseClock } from './response-clock.js';
 import type { QueueOutcome } from './flow-control.js';
 import type { QueuedRoute, RoutedRequest, Routing } from './routing.js';
@@ -64,6 +66,8 @@ export interface ProcessorDeps {
   readonly injectsStreamUsage?: (pool: string) => boolean;
   /** Flow control's request headers; absent = flow control is off (requests never wait). */
   readonly flowHeaders?: { readonly tenant: string; readonly priority: string; readonly objective: string };
+  /** Tracing on: one span per stream. Absent = off, and nothing is traced or called. */
+  readonly tracer?: RequestTracer;
 }
 
 const NEVER = (): boolean => false;
@@ -85,6 +89,8 @@ export class RequestProcessor implements StreamProcessor {
   /** While the request waits in a queue: its place, and the messages Envoy sent meanwhile. */
   private queued: QueuedRoute | undefined;
   private held: ProcessingRequest[] | undefined;
+  /** This request's trace, when tracing is on and it is sampled. */
+  private trace: RequestTrace | undefined;
 
   constructor(
     private readonly deps: ProcessorDeps,
@@ -109,7 +115,10 @@ export class RequestProcessor implements StreamProcessor {
       return [];
     }
     const started = performance.now();
-    this.startedAt ??= started;
+    if (this.startedAt === undefined) {
+      this.startedAt = started;
+      if (this.deps.tracer !== undefined) this.startTrace(this.deps.tracer, request);
+    }
     try {
       const before = this.state;
       const step = onMessage(this.context, this.state, request);
@@ -134,6 +143,20 @@ export class RequestProcessor implements StreamProcessor {
       if (this.pickedAt !== undefined) this.deps.metrics.requestReleased(this.routed.model);
     }
     this.deps.metrics.requestEnded();
+    this.trace?.end();
+  }
+
+  /** From the first message's headers: the client's trace context, the method, path and request id. */
+  private startTrace(tracer: RequestTracer, request: ProcessingRequest): void {
+    const headers = request.request_headers?.headers;
+    if (headers === undefined) return;
+    const path = headerValue(headers, ':path') ?? '';
+    const query = path.indexOf('?');
+    this.trace = tracer.start((name) => headerValue(headers, name), {
+      method: headerValue(headers, ':method') ?? '',
+      path: query === -1 ? path : path.slice(0, query),
+      requestId: headerValue(headers, 'x-request-id') ?? '',
+    });
   }
 
   /** The one place where outcomes are recorded. */
@@ -146,8 +169,10 @@ export class RequestProcessor implements StreamProcessor {
           this.deps.metrics.requestRouted(notice.routed.model);
         }
         this.routed = notice.routed;
+        if (this.trace !== undefined) this.tracePick(this.trace, notice.routed);
       } else if (notice.kind === 'queued') {
         this.queued = notice.queued;
+        this.trace?.queued();
         notice.queued.listen((outcome) => this.leftQueue(outcome));
       } else if (!this.reportedOutsidePick) {
         this.reportedOutsidePick = true;
@@ -165,6 +190,15 @@ export class RequestProcessor implements StreamProcessor {
       // Label only models we serve: a client must not be able to mint metric series at will.
       this.deps.metrics.requestFinished(model, done.result);
       if (model !== UNKNOWN_MODEL) this.recordFigures(model, done, now);
+      this.trace?.finished({
+        result: done.result,
+        model: done.model === undefined || model === UNKNOWN_MODEL ? undefined : model,
+        operation: operationOf(done.path),
+        status: done.status,
+        endpoint: done.endpoint,
+        answer: done.answer,
+        verdict: verdictOf(done),
+      });
       if (done.result === 'ok') {
         // One line per request at debug level (an access log for debugging); nothing is built at info.
         if (this.deps.logger.isLevelEnabled('debug'))
@@ -241,9 +275,32 @@ export class RequestProcessor implements StreamProcessor {
       interTokenLatency: times?.interTokenLatency,
       timePerOutputToken,
     });
+    this.trace?.figures({
+      usage: done.usage,
+      timeToFirstToken: times?.timeToFirstToken,
+      timePerOutputToken: timePerOutputToken ?? times?.interTokenLatency,
+    });
+  }
+
+  private tracePick(trace: RequestTrace, routed: RoutedRequest): void {
+    const primary = routed.endpoints[0];
+    if (primary === undefined) return;
+    const signals = this.deps.routing.signalsOf(primary.address);
+    trace.picked({
+      model: routed.model,
+      pool: primary.pool,
+      endpoint: primary.address,
+      fallbacks: routed.endpoints.slice(1).map((e) => e.address),
+      score: routed.score,
+      inFlight: signals.inFlight,
+      waiting: signals.waiting,
+      running: signals.running,
+      kvCacheUsage: signals.kvCacheUsage,
+    });
   }
 
   private recordAttempt(endpoint: Endpoint, failure: AttemptFailure | undefined, reason: string): void {
+    this.trace?.attempt(endpoint.pool, endpoint.address, failure === undefined ? 'success' : 'failure', reason);
     if (failure === undefined) {
       this.deps.routing.recordSuccess(endpoint);
       this.deps.metrics.attempt(endpoint.pool, endpoint.address, 'success', 'ok');
@@ -253,6 +310,14 @@ export class RequestProcessor implements StreamProcessor {
       if (failure === 'connect_failure' || failure === 'reset') this.deps.onFailedConnect?.(endpoint);
     }
   }
+}
+
+/** Body verdicts: what inspecting the answer found, for a trace (undefined when nothing was judged). */
+const BODY_VERDICTS: ReadonlySet<string> = new Set(['stream_incomplete', 'upstream_error_event', 'truncated_response', 'stream_broken']);
+
+function verdictOf(done: Finished): string | undefined {
+  if (BODY_VERDICTS.has(done.result)) return done.result;
+  return done.result === 'ok' && done.answer !== undefined ? 'ok' : undefined;
 }
 
 /** The GenAI semantic conventions' operation name of an OpenAI-compatible path. */

@@ -11,6 +11,7 @@ import { GatewayError } from '../errors/gateway-error.js';
 import { noReadyReplicaError } from '../errors/no-ready-replica.js';
 import type { LatencyTracker } from '../picker/latency-tracker.js';
 import type { LoadTracker } from '../picker/load-tracker.js';
+import type { SignalSnapshot } from '../picker/signals.js';
 import { Picker } from '../picker/picker.js';
 import { requestPriority } from '../picker/priority.js';
 import { affinityKey, blockChars, NO_PROMPT, prefixLimit } from '../picker/prompt-hash.js';
@@ -30,6 +31,8 @@ export interface RoutedRequest {
    * fallback policy, which may pick any host of the cluster (even one serving another model).
    */
   readonly destinations: readonly string[];
+  /** The primary's total score in the picker (traces). */
+  readonly score?: number;
 }
 
 /** How fast one answer came, in seconds (undefined = not measured). */
@@ -94,6 +97,8 @@ export interface Routing {
   modelList(): unknown;
   /** Whether some pool serves this model (bounds metric label values to configured models). */
   servesModel(model: string): boolean;
+  /** An endpoint's signals now (for a trace of its pick; never on an untraced request). */
+  signalsOf(address: string): SignalSnapshot;
 }
 
 const NOT_SYNCED_RETRY_AFTER_SECONDS = 5;
@@ -240,7 +245,7 @@ export class StoreRouting implements Routing {
     this.options.latency?.picked(model, endpoints[0].address);
     const destinations = new Array<string>(1 + this.options.fallbacks);
     for (let i = 0; i < destinations.length; i++) destinations[i] = endpoints[i % endpoints.length].address;
-    return { model, endpoints, destinations };
+    return { model, endpoints, destinations, score: outcome.score };
   }
 
   /**
@@ -348,6 +353,10 @@ export class StoreRouting implements Routing {
 
   recordLatency(model: string, endpoint: Endpoint, times: AnswerTimes, now: number): void {
     this.options.latency?.record({ model, pool: endpoint.pool, address: endpoint.address, ...times }, now);
+  }
+
+  signalsOf(address: string): SignalSnapshot {
+    return this.load.board.snapshot(address);
   }
 
   servesModel(model: string): boolean {

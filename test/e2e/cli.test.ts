@@ -19,13 +19,14 @@ const PACKAGE = JSON.parse(readFileSync(join(repoRoot(), 'package.json'), 'utf8'
 /** What the primary hands its workers; not a setting. */
 const INTERNAL_VARIABLES = new Set(['LLM_EXTPROC_WORKER_INDEX']);
 
-/** Every LLM_EXTPROC_* variable the server's source reads (so --help cannot fall behind the code). */
+/** Every LLM_EXTPROC_* and OTEL_* variable the server's source reads (so --help cannot fall behind the code). */
 function variablesInSource(dir = join(repoRoot(), 'src')): Set<string> {
   const found = new Set<string>();
   for (const entry of readdirSync(dir)) {
     const path = join(dir, entry);
     if (statSync(path).isDirectory()) for (const name of variablesInSource(path)) found.add(name);
-    else if (entry.endsWith('.ts')) for (const match of readFileSync(path, 'utf8').matchAll(/LLM_EXTPROC_[A-Z_]+/g)) found.add(match[0]);
+    else if (entry.endsWith('.ts'))
+      for (const match of readFileSync(path, 'utf8').matchAll(/(?:LLM_EXTPROC|OTEL)_[A-Z_]+/g)) found.add(match[0]);
   }
   for (const name of INTERNAL_VARIABLES) found.delete(name);
   return found;
