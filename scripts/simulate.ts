@@ -4,26 +4,36 @@
 // slower, under least in-flight and the pipeline with and without its latency signal; then the
 // saturated multi-tenant scenario (scripts/simulate/tenants.ts: an interactive, a flooding batch and
 // a sheddable tenant) without flow control and with it, behind 1 and 3 llm-extproc replicas.
+// Each picking row (both of those scenarios) is the mean over --draws router draws: the same
+// workload with the routers' random stream changed, ± the standard error of that mean.
 // --write also puts the tables in docs/benchmarks.md (between the simulate markers) and draws
 // docs/picker-simulation.svg and docs/flow-control-simulation.svg.
-// Flags: --seed N, --servers N (both scenarios), --requests N (the picking workload), --write.
+// Flags: --seed N, --servers N (both scenarios), --requests N and --draws N (the picking workload), --write.
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { replaceBetweenMarkers } from './bench/stats.js';
 import { renderSimulationSvg } from './simulate/chart.js';
-import { DEFAULT_SIM, POLICIES, simulate, SLOW_REPLICA_POLICIES, workload } from './simulate/sim.js';
-import type { SimConfig, SimResult } from './simulate/sim.js';
+import { simulateDraws } from './simulate/draws.js';
+import type { DrawSummary, Estimate } from './simulate/draws.js';
+import { DEFAULT_SIM, POLICIES, SLOW_REPLICA_POLICIES, workload } from './simulate/sim.js';
+import type { SimConfig } from './simulate/sim.js';
 import { renderTenantSvg, tenantRuns, tenantTables } from './simulate/tenant-report.js';
 import { DEFAULT_TENANT_SIM } from './simulate/tenants.js';
 import { repoRoot } from './repo-root.js';
+
+// Router draws per picking row. With 3 llm-extproc replicas the pipeline's p99 queue wait leads
+// least in-flight's by a few percent, about what one draw's p99 moves: 5 draws left the gap at
+// ~1.3 standard errors, 10 put it at ~3. The whole run then takes ~90 s on 2 cores (1 draw: 9 s).
+const DEFAULT_DRAWS = 10;
 
 const { values: flags } = parseArgs({
   options: {
     seed: { type: 'string', default: String(DEFAULT_SIM.seed) },
     servers: { type: 'string', default: String(DEFAULT_SIM.servers) },
     requests: { type: 'string', default: String(DEFAULT_SIM.requests) },
+    draws: { type: 'string', default: String(DEFAULT_DRAWS) },
     write: { type: 'boolean', default: false },
   },
 });
@@ -40,23 +50,34 @@ const config: SimConfig = {
   servers: whole('servers', flags.servers),
   requests: whole('requests', flags.requests),
 };
+const draws = whole('draws', flags.draws);
 const requests = workload(config);
 // One llm-extproc, and three (each with its own in-flight view, as the chart's replicas run).
 const ROUTERS = [1, 3] as const;
-const results: SimResult[] = ROUTERS.flatMap((routers) => POLICIES.map((policy) => simulate({ ...config, routers }, policy, requests)));
+const results: DrawSummary[] = ROUTERS.flatMap((routers) =>
+  POLICIES.map((policy) => simulateDraws({ ...config, routers }, policy, requests, draws)),
+);
 
 const ms = (v: number): string => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
+const pct = (v: number): string => (v * 100).toFixed(1);
+// Mean ± standard error over the draws (the mean alone for one draw).
+const withError = (e: Estimate, format: (v: number) => string, unit = ''): string =>
+  draws > 1 ? `${format(e.mean)} ± ${format(e.stderr)}${unit}` : `${format(e.mean)}${unit}`;
+const drawNote =
+  draws > 1
+    ? ` Each row: mean ± standard error over ${draws} router draws (the same workload; which llm-extproc replica takes each arrival and the picker's tie-breaks drawn anew).`
+    : '';
 const args = process.argv.slice(2).filter((a) => a !== '--write');
 const table = [
   `Command: \`npm run simulate -- --write${args.length > 0 ? ` ${args.join(' ')}` : ''}\` · ${config.requests.toLocaleString('en-US')} requests, ${config.servers} servers × ${config.slots} slots, ` +
     `${config.tenants} tenants (Zipf) with 500–4,000-token system prompts plus ${(config.shortShare * 100).toFixed(0)} % short single-turn prompts (2–40 tokens, 40 common openings), vLLM-style prefix cache (whole blocks, LRU) of ${config.cacheBlocks} blocks of 16 tokens per server, Poisson arrivals ${config.calmRate}/s calm and ${config.burstRate}/s in bursts (mean period ${config.periodSeconds} s), ` +
-    `prefill ${config.prefillMsPerToken} ms/token, decode ${config.decodeMsPerToken} ms/token, metrics scraped every ${config.scrapeMs} ms, seed ${config.seed}.`,
+    `prefill ${config.prefillMsPerToken} ms/token, decode ${config.decodeMsPerToken} ms/token, metrics scraped every ${config.scrapeMs} ms, seed ${config.seed}.${drawNote}`,
   '',
   '| llm-extproc replicas | policy | mean queue wait ms | p99 queue wait ms | mean TTFT ms | p99 TTFT ms | cache hit ratio (blocks) | max/min load |',
   '| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |',
   ...results.map(
-    (r) =>
-      `| ${r.routers} | ${r.policy} | ${ms(r.meanWaitMs)} | ${ms(r.p99WaitMs)} | ${ms(r.meanTtftMs)} | ${ms(r.p99TtftMs)} | ${(r.cacheHitRatio * 100).toFixed(1)} % | ${r.maxMinLoad.toFixed(2)} |`,
+    ({ mean: r, estimates: e }) =>
+      `| ${r.routers} | ${r.policy} | ${withError(e.meanWaitMs, ms)} | ${withError(e.p99WaitMs, ms)} | ${withError(e.meanTtftMs, ms)} | ${withError(e.p99TtftMs, ms)} | ${withError(e.cacheHitRatio, pct, ' %')} | ${e.maxMinLoad.mean.toFixed(2)} |`,
   ),
   '',
   '![Simulation with 3 llm-extproc replicas: queue wait, time to first token and prefix-cache hits per policy](picker-simulation.svg)',
@@ -73,17 +94,17 @@ const slowScenarios: ReadonlyArray<{ readonly name: string; readonly config: Sim
 const slowRows = slowScenarios.flatMap(({ name, config: scenario }) => {
   const scenarioRequests = scenario === slowScenarios[0].config ? requests : workload(scenario);
   return ROUTERS.flatMap((routers) =>
-    SLOW_REPLICA_POLICIES.map((policy) => ({ name, result: simulate({ ...scenario, routers }, policy, scenarioRequests) })),
+    SLOW_REPLICA_POLICIES.map((policy) => ({ name, summary: simulateDraws({ ...scenario, routers }, policy, scenarioRequests, draws) })),
   );
 });
 const slowTable = [
-  `Command: \`npm run simulate -- --write${args.length > 0 ? ` ${args.join(' ')}` : ''}\` · one of the ${config.servers} servers ${SLOW_FACTOR}× slower (prefill and decode); the pipeline's latency tracker at its defaults.`,
+  `Command: \`npm run simulate -- --write${args.length > 0 ? ` ${args.join(' ')}` : ''}\` · one of the ${config.servers} servers ${SLOW_FACTOR}× slower (prefill and decode); the pipeline's latency tracker at its defaults.${drawNote}`,
   '',
   `| workload | llm-extproc replicas | policy | mean TTFT ms | p99 TTFT ms | p99 queue wait ms | cache hit ratio (blocks) | share served by the slow server (fair: ${((1 / config.servers) * 100).toFixed(1)} %) |`,
   '| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |',
   ...slowRows.map(
-    ({ name, result: r }) =>
-      `| ${name} | ${r.routers} | ${r.policy} | ${ms(r.meanTtftMs)} | ${ms(r.p99TtftMs)} | ${ms(r.p99WaitMs)} | ${(r.cacheHitRatio * 100).toFixed(1)} % | ${(r.slowShare * 100).toFixed(1)} % |`,
+    ({ name, summary: { mean: r, estimates: e } }) =>
+      `| ${name} | ${r.routers} | ${r.policy} | ${withError(e.meanTtftMs, ms)} | ${withError(e.p99TtftMs, ms)} | ${withError(e.p99WaitMs, ms)} | ${withError(e.cacheHitRatio, pct, ' %')} | ${pct(r.slowShare)} % |`,
   ),
 ].join('\n');
 process.stdout.write(`\n${slowTable}\n`);
@@ -100,7 +121,10 @@ if (flags.write) {
   const withMain = replaceBetweenMarkers(readFileSync(doc, 'utf8'), '<!-- simulate:start -->', '<!-- simulate:end -->', table);
   const withSlow = replaceBetweenMarkers(withMain, '<!-- simulate-slow:start -->', '<!-- simulate-slow:end -->', slowTable);
   writeFileSync(doc, replaceBetweenMarkers(withSlow, '<!-- simulate-tenants:start -->', '<!-- simulate-tenants:end -->', tenantTable));
-  writeFileSync(join(root, 'docs', 'picker-simulation.svg'), renderSimulationSvg(results.filter((r) => r.routers === 3)));
+  writeFileSync(
+    join(root, 'docs', 'picker-simulation.svg'),
+    renderSimulationSvg(results.map((s) => s.mean).filter((r) => r.routers === 3)),
+  );
   writeFileSync(join(root, 'docs', 'flow-control-simulation.svg'), renderTenantSvg(runs));
   process.stderr.write(`wrote ${doc}, docs/picker-simulation.svg and docs/flow-control-simulation.svg\n`);
 }

@@ -51,6 +51,11 @@ export interface SimConfig {
   /** The first `slowServers` servers take `slowFactor` times as long for prefill and for every token. */
   readonly slowServers: number;
   readonly slowFactor: number;
+  /**
+   * Which of the routers' random streams to use (which replica takes an arrival, the picker's
+   * tie-breaks): the same workload under another draw shows how much a result owes to chance.
+   */
+  readonly draw: number;
 }
 
 export const DEFAULT_SIM: SimConfig = {
@@ -71,6 +76,7 @@ export const DEFAULT_SIM: SimConfig = {
   boundedLoad: DEFAULT_BOUNDED_LOAD,
   slowServers: 0,
   slowFactor: 1,
+  draw: 0,
 };
 
 export type PolicyName = 'round-robin' | 'least-in-flight' | 'pipeline' | 'pipeline without latency';
@@ -96,7 +102,7 @@ export interface SimResult {
 
 const BLOCK_TOKENS = 16;
 
-interface SimRequest {
+export interface SimRequest {
   readonly id: number;
   readonly arrival: number;
   readonly tenant: number;
@@ -235,7 +241,8 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
   const byAddress = new Map(servers.map((s) => [s.address, s]));
   const endpoints: Endpoint[] = servers.map((s) => ({ id: s.address, address: s.address, state: 'Ready', reason: '', pool: 'sim' }));
   const pools: PoolView[] = [{ name: 'sim', models: ['m'], endpoints }];
-  const rand = prng(config.seed ^ 0x5eed);
+  // Draw 0 is the stream every earlier run used; the others are spread by the golden ratio.
+  const rand = prng(((config.seed ^ 0x5eed) + Math.imul(config.draw, 0x9e3779b9)) >>> 0);
   const routers: Router[] = Array.from({ length: config.routers }, () => {
     const board = new SignalBoard();
     const weights =

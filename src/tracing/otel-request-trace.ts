@@ -6,6 +6,7 @@
 
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { Attributes, Span, TextMapGetter, TextMapPropagator, TextMapSetter, Tracer } from '@opentelemetry/api';
+import { splitHostPort } from '../util/host-port.js';
 import type {
   HeaderLookup,
   RequestTrace,
@@ -172,12 +173,9 @@ class OtelRequestTrace implements RequestTrace {
     setDefined(attributes, ATTR.verdict, result.verdict);
     if (result.endpoint !== undefined) {
       attributes[ATTR.served] = result.endpoint;
-      const colon = result.endpoint.lastIndexOf(':');
-      if (colon > 0) {
-        attributes[ATTR.serverAddress] = result.endpoint.slice(0, colon).replace(/^\[|\]$/g, '');
-        const port = Number(result.endpoint.slice(colon + 1));
-        if (Number.isInteger(port)) attributes[ATTR.serverPort] = port;
-      }
+      const { host, port } = splitHostPort(result.endpoint);
+      attributes[ATTR.serverAddress] = host;
+      if (Number.isInteger(port)) attributes[ATTR.serverPort] = port;
     }
     if (result.result === 'ok') this.span.setStatus({ code: SpanStatusCode.OK });
     else {

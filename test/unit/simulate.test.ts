@@ -3,7 +3,10 @@
 // scenario's claims about flow control (the real FlowControl and Picker, on the simulated clock).
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { DEFAULT_SIM, PrefixCache, simulate, workload } from '../../scripts/simulate/sim.js';
+import { DEFAULT_SIM, POLICIES, PrefixCache, simulate, workload } from '../../scripts/simulate/sim.js';
+import type { PolicyName } from '../../scripts/simulate/sim.js';
+import { estimate, simulateDraws } from '../../scripts/simulate/draws.js';
+import type { DrawSummary } from '../../scripts/simulate/draws.js';
 import { renderSimulationSvg } from '../../scripts/simulate/chart.js';
 import { renderTenantSvg, tenantRuns } from '../../scripts/simulate/tenant-report.js';
 import {
@@ -80,6 +83,43 @@ describe('simulation', () => {
 
   it('round-robin spreads requests exactly evenly', () => {
     assert.equal(simulate({ ...small, requests: 400 }, 'round-robin').maxMinLoad, 1);
+  });
+
+  it('router draws: draw 0 is the plain run, others differ, and a row reports mean ± standard error over them', () => {
+    const three = { ...small, routers: 3 };
+    const requests = workload(three);
+    assert.deepEqual(simulate({ ...three, draw: 0 }, 'pipeline', requests), simulate(three, 'pipeline', requests));
+    assert.notDeepEqual(simulate({ ...three, draw: 1 }, 'pipeline', requests), simulate(three, 'pipeline', requests));
+    const summary = simulateDraws(three, 'pipeline', requests, 3);
+    assert.deepEqual(summary, simulateDraws(three, 'pipeline', requests, 3), 'deterministic for a seed');
+    const p99s = [0, 1, 2].map((draw) => simulate({ ...three, draw }, 'pipeline', requests).p99WaitMs);
+    assert.deepEqual(summary.estimates.p99WaitMs, estimate(p99s));
+    assert.equal(summary.mean.p99WaitMs, estimate(p99s).mean);
+    const e = estimate([1, 2, 3]);
+    assert.deepEqual([e.mean, e.min, e.max], [2, 1, 3]);
+    assert.ok(Math.abs(e.stderr - 1 / Math.sqrt(3)) < 1e-12, `${e.stderr}`);
+    assert.equal(estimate([5]).stderr, 0);
+  });
+
+  it('means over router draws: the pipeline is ahead of round-robin and least in-flight on block hit ratio and p99 queue wait, with 1 and with 3 replicas', () => {
+    // The default workload's first 8,000 requests and 3 draws (npm run simulate: 20,000 and 10), for speed.
+    const config = { ...DEFAULT_SIM, requests: 8000 };
+    const requests = workload(config);
+    for (const routers of [1, 3]) {
+      const rows = new Map<PolicyName, DrawSummary>(POLICIES.map((p) => [p, simulateDraws({ ...config, routers }, p, requests, 3)]));
+      const ours = (rows.get('pipeline') as DrawSummary).mean;
+      for (const baseline of ['round-robin', 'least-in-flight'] as const) {
+        const other = (rows.get(baseline) as DrawSummary).mean;
+        assert.ok(
+          ours.cacheHitRatio > other.cacheHitRatio,
+          `${routers} replica(s): hit ratio ${ours.cacheHitRatio} vs ${baseline} ${other.cacheHitRatio}`,
+        );
+        assert.ok(
+          ours.p99WaitMs < other.p99WaitMs,
+          `${routers} replica(s): p99 queue wait ${ours.p99WaitMs} vs ${baseline} ${other.p99WaitMs}`,
+        );
+      }
+    }
   });
 
   it('the chart has a bar per policy and measure, labelled', () => {
