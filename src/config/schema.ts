@@ -332,9 +332,11 @@ const Picker = Mapping(
             HeaderName(`Request header whose value names a class of priorityByHeaderValue. Default ${PICKER.flowControl.priorityHeader}.`),
           ),
           objectiveHeader: Type.Optional(
-            HeaderName(
-              `Request header whose value names an InferenceObjective of the request's pool (its priority applies). Default ${PICKER.flowControl.objectiveHeader}.`,
-            ),
+            Type.String({
+              pattern: "^[a-z0-9!#$%&'*+.^_`|~-]*$",
+              errorMessage: "expected a lower-case HTTP header name, or '' (no header names an objective)",
+              description: `Request header whose value names an InferenceObjective of the request's pool (its priority applies); '' = none does. Trusted: for untrusted clients the gateway must strip or set it. Default ${PICKER.flowControl.objectiveHeader}.`,
+            }),
           ),
           defaultPriority: Type.Optional(
             Type.Integer({

@@ -23,7 +23,7 @@ export interface PriorityFacts {
   readonly objective: string | undefined;
 }
 
-type PrioritySettings = Pick<FlowControlSettings, 'defaultPriority' | 'priorityByModel' | 'priorityByHeaderValue'>;
+type PrioritySettings = Pick<FlowControlSettings, 'defaultPriority' | 'priorityByModel' | 'priorityByHeaderValue' | 'objectiveHeader'>;
 
 export function requestPriority(settings: PrioritySettings, objectives: ObjectiveIndex, facts: PriorityFacts): number {
   const { priorityClass, objective, model } = facts;
@@ -31,7 +31,8 @@ export function requestPriority(settings: PrioritySettings, objectives: Objectiv
     return settings.priorityByHeaderValue[priorityClass];
   }
   const ofPool = objectives.get(facts.pool);
-  const named = objective === undefined ? undefined : ofPool?.byName.get(objective);
+  // An empty objectiveHeader turns name matching off: the header is the client's to set unless the gateway strips it.
+  const named = objective === undefined || settings.objectiveHeader === '' ? undefined : ofPool?.byName.get(objective);
   if (named !== undefined) return named;
   if (Object.hasOwn(settings.priorityByModel, model)) return settings.priorityByModel[model];
   return ofPool?.byModel.get(model) ?? settings.defaultPriority;

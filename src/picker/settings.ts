@@ -72,11 +72,15 @@ export interface FlowControlSettings {
   readonly tenantHeader: string;
   /** A header whose value names a priority class in `priorityByHeaderValue`. */
   readonly priorityHeader: string;
-  /** A header whose value names an InferenceObjective of the request's pool (the EPP's header). */
+  /**
+   * A header whose value names an InferenceObjective of the request's pool (the EPP's header); '' =
+   * no header names an objective. Trusted as the EPP trusts it: any client can name any objective
+   * (the highest priority included) unless the gateway strips or sets the header.
+   */
   readonly objectiveHeader: string;
   readonly defaultPriority: number;
   readonly priorityByModel: Readonly<Record<string, number>>;
-  /** Header values the operator trusts, and their priority: a client cannot name a number of its own. */
+  /** Header values the operator lists, and their priority: a client can pick a listed class, not a number of its own. */
   readonly priorityByHeaderValue: Readonly<Record<string, number>>;
   /** Longest wait in a queue where Envoy runs no message timer (full-duplex body modes). */
   readonly ttlMs: number;

@@ -216,7 +216,7 @@ function flowHeaders(ctx: MachineContext, headers: HeaderMap | undefined): { ten
   if (ctx.flowHeaders === undefined) return {};
   const tenant = headerValue(headers, ctx.flowHeaders.tenant);
   const priorityClass = headerValue(headers, ctx.flowHeaders.priority);
-  const objective = headerValue(headers, ctx.flowHeaders.objective);
+  const objective = ctx.flowHeaders.objective === '' ? undefined : headerValue(headers, ctx.flowHeaders.objective);
   return {
     ...(tenant === undefined ? {} : { tenant }),
     ...(priorityClass === undefined ? {} : { priorityClass }),

@@ -141,6 +141,12 @@ describe('requestPriority: config and objectives', () => {
     assert.equal(at({ priorityClass: 'nobody', objective: 'nobody', model: 'batch-model' }), -2);
   });
 
+  it('an empty objectiveHeader stops a request naming an objective, while objectives by model still apply', () => {
+    const off = { ...settings, objectiveHeader: '' };
+    assert.equal(requestPriority(off, index, facts({ objective: 'urgent' })), 1, 'the named objective no longer raises it');
+    assert.equal(requestPriority(off, index, facts({ objective: 'urgent', model: 'batch-model' })), -2);
+  });
+
   it('objectives apply only in their own pool', () => {
     assert.equal(requestPriority(settings, index, facts({ pool: 'team-b/llama', objective: 'urgent', model: 'batch-model' })), 1);
     assert.equal(requestPriority(settings, NO_OBJECTIVES, facts({ objective: 'urgent' })), 1);

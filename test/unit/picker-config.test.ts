@@ -12,6 +12,10 @@ describe('picker config', () => {
     assert.deepEqual(buildConfig('picker: {}\n', {}).picker, DEFAULT_PICKER_SETTINGS);
   });
 
+  it("objectiveHeader '' turns objective names off", () => {
+    assert.equal(buildConfig("picker:\n  flowControl: { objectiveHeader: '' }\n", {}).picker.flowControl.objectiveHeader, '');
+  });
+
   it('reads every setting', () => {
     const config = buildConfig(
       [
@@ -137,6 +141,10 @@ describe('picker config', () => {
       message: /^picker\.flowControl\.saturation\.kvCacheUsage: expected a number ≤ 1/,
     },
     { yaml: 'picker:\n  flowControl: { priorityByModel: { m: high } }', message: /^picker\.flowControl\.priorityByModel\.m: / },
+    {
+      yaml: 'picker:\n  flowControl: { objectiveHeader: X-Objective }',
+      message: /^picker\.flowControl\.objectiveHeader: expected a lower-case HTTP header name, or ''/,
+    },
     { yaml: 'picker:\n  metrics: { concurrency: 0 }', message: /^picker\.metrics\.concurrency: expected a number ≥ 1, got 0/ },
     {
       yaml: 'picker:\n  pools:\n    p: { maxQueueDepth: 2.5 }',
