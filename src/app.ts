@@ -22,7 +22,7 @@ import type { PodLoad, PoolLoads } from './metrics/gie-metrics.js';
 import { FlowMetrics } from './metrics/flow-metrics.js';
 import { LoadTracker } from './picker/load-tracker.js';
 import { MetricsScraper } from './picker/scraper.js';
-import { metricsFormatFor } from './picker/settings.js';
+import { flowControlAnywhere, metricsFormatFor } from './picker/settings.js';
 import { SignalBoard } from './picker/signals.js';
 import type { RequestResult } from './request/request-result.js';
 import { LogThrottle } from './util/log-throttle.js';
@@ -81,7 +81,7 @@ async function createSource(
   config: Config,
   logger: Logger,
   metrics: Metrics,
-  objectivesChanged: (index: ObjectiveIndex) => void,
+  objectivesChanged: ((index: ObjectiveIndex) => void) | undefined,
 ): Promise<EndpointSource> {
   if (config.source.kind === 'static') {
     return new StaticFileSource(config.source.path, logger.child({ component: 'static-source' }), {
@@ -98,7 +98,7 @@ async function createSource(
       listed: () => metrics.sourceRefreshed('kubernetes'),
       eventReceived: () => metrics.sourceRefreshed('kubernetes'),
     },
-    objectivesChanged,
+    ...(objectivesChanged === undefined ? {} : { objectivesChanged }),
   });
 }
 
@@ -107,7 +107,10 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   const tracing = await startTracingIfOn(config.tracing, logger, metrics);
   // The InferenceObjectives' priorities as the source last saw them; read per queued request.
   let objectives: ObjectiveIndex = NO_OBJECTIVES;
-  const source = await createSource(config, logger, metrics, (index) => (objectives = index));
+  const flow = config.picker.flowControl;
+  const flowOn = flowControlAnywhere(config.picker);
+  // Only flow control reads objectives: without it, no watch (and no RBAC rule needed for one).
+  const source = await createSource(config, logger, metrics, flowOn ? (index) => (objectives = index) : undefined);
   const store = new EndpointStore([source.name], config.quarantine);
   // Flow control hears of what may give a saturated pool room: a new view, a fresh scrape.
   let wakeFlow = (): void => {};
@@ -182,8 +185,6 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   });
   flowMetrics.reportLengthsFrom(() => routing.queueLengths());
   wakeFlow = () => routing.wake();
-  const flow = config.picker.flowControl;
-  const flowOn = flow.enabled || Object.values(config.picker.pools).some((pool) => pool.flowControl === true);
   const flowHeaders = flowOn ? { tenant: flow.tenantHeader, priority: flow.priorityHeader, objective: flow.objectiveHeader } : undefined;
   const scraper = new MetricsScraper(
     board,

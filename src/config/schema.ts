@@ -108,7 +108,7 @@ const Kubernetes = Mapping(
             Type.Boolean({
               default: true,
               description:
-                'Also watch InferenceObjectives (inference.networking.x-k8s.io/v1alpha2) in these namespaces: their priorities apply to flow control. A missing CRD is tolerated.',
+                'Also watch InferenceObjectives (inference.networking.x-k8s.io/v1alpha2) in these namespaces while flow control is on (globally or for some pool): their priorities apply to it. A missing CRD is tolerated.',
             }),
           ),
         },

@@ -62,7 +62,8 @@ export interface KubernetesSourceOptions {
   observer?: KubernetesSourceObserver;
   /**
    * The InferenceObjectives of the pools we serve, each time that table changes (objectives or
-   * pools). Until the first call routing has none, as while the CRD is not installed.
+   * pools). Until the first call routing has none, as while the CRD is not installed. Absent = no
+   * InferenceObjective is watched (flow control, their only reader, is off everywhere).
    */
   objectivesChanged?: (index: ObjectiveIndex) => void;
 }
@@ -137,7 +138,7 @@ export class KubernetesSource implements EndpointSource {
         const loop = new ListWatchLoop(this.inferencePoolCollection(namespace), this.deps, () => this.onInferencePoolsChanged());
         this.inferencePoolLoops.set(namespace, loop);
         loop.start();
-        if (this.config.inferencePools.objectives === false) continue;
+        if (this.config.inferencePools.objectives === false || this.objectivesChanged === undefined) continue;
         // Not part of the first sync: the CRD is alpha and often absent; until it lists, no objective applies.
         const objectives = new ListWatchLoop(this.objectiveCollection(namespace), this.deps, () => this.onObjectivesChanged());
         this.objectiveLoops.set(namespace, objectives);

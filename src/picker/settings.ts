@@ -217,6 +217,11 @@ export function metricsFormatFor(settings: PickerSettings, pool: string): Metric
   return own ?? settings.metrics.format;
 }
 
+/** Whether some pool may queue: flow control on for every pool, or named for one (the chart's RBAC asks the same). */
+export function flowControlAnywhere(settings: PickerSettings): boolean {
+  return settings.flowControl.enabled || Object.values(settings.pools).some((pool) => pool.flowControl === true);
+}
+
 /** What the picker applies to `pool`: load shedding and, where flow control is on, saturation limits. */
 export function poolPolicy(settings: PickerSettings, pool: string): PoolPolicy {
   const own = poolSettings(settings, pool);

@@ -13,6 +13,7 @@ import { buildConfig } from '../../src/config/config.js';
 import type { Config } from '../../src/config/config.js';
 import { configFileSchema } from '../../src/config/schema.js';
 import { parseStaticEndpoints } from '../../src/endpoints/static-file.js';
+import { flowControlAnywhere } from '../../src/picker/settings.js';
 import { makeSelfSignedIdentity } from '../../src/grpc/tls-identity.js';
 import { ERROR_CODE_HEADER } from '../../src/errors/render.js';
 import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE } from '../../src/extproc/protocol-names.js';
@@ -145,6 +146,37 @@ describe('chart: helm lint', () => {
   }
 });
 
+describe('chart: InferenceObjective RBAC follows flow control', () => {
+  const rulesIn = (objects: readonly K8sObject[], namespace: string): unknown[] =>
+    (
+      field(
+        objects.find((o) => o.kind === 'Role' && o.metadata.namespace === namespace),
+        'rules',
+      ) as Obj[]
+    ).map((r) => r.resources);
+  for (const [flow, extra, granted] of [
+    ['off', [], false],
+    ['on', ['--set', 'config.picker.flowControl.enabled=true'], true],
+    ['on for one pool', ['--set', 'config.picker.pools.llama.flowControl=true'], true],
+    [
+      'on, objectives: false',
+      ['--set', 'config.picker.flowControl.enabled=true', '--set', 'config.kubernetes.inferencePools.objectives=false'],
+      false,
+    ],
+  ] as const) {
+    it(`flow control ${flow}: ${granted ? 'granted' : 'not granted'}`, async () => {
+      const objects = await template(['several-namespaces.yaml'], extra);
+      const resources = rulesIn(objects, 'shared-models');
+      assert.equal(
+        resources.some((r) => JSON.stringify(r) === '["inferenceobjectives"]'),
+        granted,
+        JSON.stringify(resources),
+      );
+      assert.ok(resources.some((r) => JSON.stringify(r) === '["inferencepools"]'));
+    });
+  }
+});
+
 describe('chart: rendered manifests', () => {
   for (const values of ['(defaults)', ...EXAMPLES]) {
     describe(values, () => {
@@ -172,7 +204,9 @@ describe('chart: rendered manifests', () => {
         if (config.source.kind === 'kubernetes') {
           for (const pool of config.source.kubernetes.pools) expected.set(pool.namespace, ['pods']);
           const ip = config.source.kubernetes.inferencePools;
-          const kinds = ip?.objectives === false ? ['pods', 'inferencepools'] : ['pods', 'inferencepools', 'inferenceobjectives'];
+          // InferenceObjectives are watched only where flow control, their only reader, is on.
+          const objectives = ip?.objectives !== false && flowControlAnywhere(config.picker);
+          const kinds = objectives ? ['pods', 'inferencepools', 'inferenceobjectives'] : ['pods', 'inferencepools'];
           for (const ns of ip?.namespaces ?? []) expected.set(ns, kinds);
         }
         const roles = objects.filter((o) => o.kind === 'Role');

@@ -126,6 +126,8 @@ async function setup(
   t: TestContext,
   config: Partial<KubernetesSourceConfig> = {},
   prepare?: (api: FakeKubeApi) => Promise<void> | void,
+  /** false = as the app runs it with flow control off everywhere: nobody reads objectives. */
+  flowControl = true,
 ): Promise<Harness> {
   const api = await FakeKubeApi.start();
   const dir = mkdtempSync(join(tmpdir(), 'kube-source-test-'));
@@ -137,7 +139,7 @@ async function setup(
   const objectives: ObjectiveIndex[] = [];
   const source = new KubernetesSource(
     { kubeconfigPath, pools: [POOL], backoff: { initialMs: 10, maxMs: 100 }, ...config },
-    { logger, observer, objectivesChanged: (index) => objectives.push(index) },
+    { logger, observer, ...(flowControl ? { objectivesChanged: (index: ObjectiveIndex) => objectives.push(index) } : {}) },
   );
   t.after(async () => {
     await source.stop();
@@ -632,6 +634,24 @@ void describe('KubernetesSource: InferenceObjectives', () => {
     off.start();
     await eventually('synced', () => off.sink.synced);
     assert.equal(off.api.requests.filter((r) => r.path === inferenceObjectivesPath(NS)).length, 0);
+  });
+
+  void it('with flow control off, no InferenceObjective is listed or watched', async (t) => {
+    const h = await setup(
+      t,
+      { pools: [], inferencePools: { enabled: true, namespaces: [NS] } },
+      (api) => {
+        api.upsertInferencePool(inferencePool('pool-a'));
+        api.upsertInferenceObjective(objective('batch', 'pool-a', 3, 'batch'));
+      },
+      false,
+    );
+    h.start();
+    await eventually('synced', () => h.sink.synced);
+    // The pool's pods were asked for after the pools listed, so an objective list started with them would be here too.
+    await eventually('the pool is served', () => h.api.requests.some((r) => r.path === podsPath(NS)));
+    assert.equal(h.api.requests.filter((r) => r.path === inferenceObjectivesPath(NS)).length, 0);
+    assert.deepEqual(h.objectives, []);
   });
 });
 
