@@ -108,10 +108,13 @@ export class OtelRequestTracer implements RequestTracer {
   private upstreamHeaders(span: Span, headers: HeaderLookup): UpstreamTraceHeaders {
     const carrier: Carrier = {};
     this.propagator.inject(trace.setSpan(ROOT_CONTEXT, span), carrier, SETTER);
-    const set = Object.entries(carrier);
-    // A client tracestate we did not take on (its traceparent was malformed) must not ride along
-    // with a traceparent of another trace.
-    const stale = carrier.tracestate === undefined && headers('tracestate') !== undefined;
+    // The propagator writes an empty tracestate when the client's parsed to no entries: W3C says
+    // omit the header then, so it is dropped, never sent as `tracestate: ""`.
+    const set = Object.entries(carrier).filter(([key, value]) => key !== 'tracestate' || value !== '');
+    const forwarded = set.some(([key]) => key === 'tracestate');
+    // A client tracestate we did not take on (its traceparent was malformed, or nothing in it
+    // parsed) must not ride along with a traceparent of another trace.
+    const stale = !forwarded && headers('tracestate') !== undefined;
     return { set, remove: stale ? ['tracestate'] : [] };
   }
 }

@@ -259,6 +259,18 @@ describe("tracing: the model server's request carries our span's context", () =>
     assert.deepEqual(reply.request_body?.response?.header_mutation?.remove_headers, ['tracestate']);
   });
 
+  it('a client tracestate with no entry that parses is removed, not sent empty', () => {
+    const h = harness();
+    const reply = routingReplyOf(
+      h.processor(),
+      headers({ traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`, tracestate: 'not a list member' }),
+    );
+    const set = setHeaders(reply);
+    assert.equal(set.traceparent, `00-${CLIENT_TRACE}-${onlySpan(h.exporter).spanContext().spanId}-01`);
+    assert.equal(Object.hasOwn(set, 'tracestate'), false, JSON.stringify(set));
+    assert.deepEqual(reply.request_body?.response?.header_mutation?.remove_headers, ['tracestate']);
+  });
+
   it('propagateToUpstream off, or a request not sampled: the very reply tracing off sends', () => {
     const sampled = headers({ traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`, tracestate: 'vendor=abc' });
     const off = harness(undefined, false);
