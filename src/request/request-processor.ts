@@ -12,6 +12,7 @@ import type { LaterReplies, StreamEnd, StreamProcessor } from '../extproc/stream
 import type { LlmFigures } from '../metrics/llm-metrics.js';
 import type { RequestResult } from './request-result.js';
 import type { LogThrottle } from '../util/log-throttle.js';
+import { tracedPath } from '../tracing/request-trace.js';
 import type { RequestTrace, RequestTracer } from '../tracing/request-trace.js';
 import { headerValue } from '../extproc/message-fields.js';
 import { ResponseClock } from './response-clock.js';
@@ -151,11 +152,9 @@ export class RequestProcessor implements StreamProcessor {
   private startTrace(tracer: RequestTracer, request: ProcessingRequest): void {
     const headers = request.request_headers?.headers;
     if (headers === undefined) return;
-    const path = headerValue(headers, ':path') ?? '';
-    const query = path.indexOf('?');
     this.trace = tracer.start((name) => headerValue(headers, name), {
       method: headerValue(headers, ':method') ?? '',
-      path: query === -1 ? path : path.slice(0, query),
+      path: tracedPath(headerValue(headers, ':path') ?? ''),
       requestId: headerValue(headers, 'x-request-id') ?? '',
     });
     const upstreamTrace = this.trace?.upstreamHeaders;

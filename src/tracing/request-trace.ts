@@ -3,8 +3,9 @@
 // few times per request — when the headers arrive, at the pick, per attempt, at the result — and
 // never per body chunk. With tracing off there is no tracer and no trace: nothing is called at all.
 //
-// Only figures and names cross this interface: never the prompt, the answer, or a header value
-// other than the trace context that `start` reads.
+// Only figures and names cross this interface, never the prompt or the answer. The header values
+// that do: the trace context `start` reads, and `:method`, `:path` (query stripped, length capped:
+// it is the client's to make long) and `x-request-id`, which become span attributes.
 
 import type { TokenUsage } from '../inspect/usage.js';
 
@@ -20,10 +21,19 @@ export interface RequestTracer {
   start(headers: HeaderLookup, request: TracedRequest): RequestTrace | undefined;
 }
 
+/** Longest `url.path` a span carries: a client's path is unbounded, an attribute should not be. */
+export const MAX_TRACED_PATH = 256;
+
+/** `:path` as a span records it: without its query (tokens ride there), at most MAX_TRACED_PATH chars. */
+export function tracedPath(path: string): string {
+  const query = path.indexOf('?');
+  return (query === -1 ? path : path.slice(0, query)).slice(0, MAX_TRACED_PATH);
+}
+
 /** What the request headers say, fixed for the stream. */
 export interface TracedRequest {
   readonly method: string;
-  /** The path without its query. */
+  /** The path without its query, capped (tracedPath). */
   readonly path: string;
   readonly requestId: string;
 }

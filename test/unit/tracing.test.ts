@@ -18,6 +18,7 @@ import { RequestProcessor } from '../../src/request/request-processor.js';
 import type { ProcessorDeps } from '../../src/request/request-processor.js';
 import { StoreRouting } from '../../src/request/routing.js';
 import { ATTEMPT_EVENT, ATTR, OtelRequestTracer } from '../../src/tracing/otel-request-trace.js';
+import { MAX_TRACED_PATH } from '../../src/tracing/request-trace.js';
 import { LogThrottle } from '../../src/util/log-throttle.js';
 import type { ProcessingResponse } from '../../src/extproc/messages.js';
 import { DESTINATION_HEADER } from '../../src/extproc/protocol-names.js';
@@ -257,6 +258,15 @@ describe("tracing: the model server's request carries our span's context", () =>
     assert.equal(set.traceparent, `00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`);
     assert.equal(set.tracestate, undefined);
     assert.deepEqual(reply.request_body?.response?.header_mutation?.remove_headers, ['tracestate']);
+  });
+
+  it('a long path is recorded cut to MAX_TRACED_PATH characters, still without its query', () => {
+    const h = harness();
+    const long = '/v1/chat/completions/' + 'x'.repeat(1000);
+    streamedRequest(h.processor(), headers({ ':path': `${long}?token=secret` }));
+    const recorded = onlySpan(h.exporter).attributes[ATTR.path];
+    assert.equal(MAX_TRACED_PATH, 256);
+    assert.equal(recorded, long.slice(0, MAX_TRACED_PATH));
   });
 
   it('a client tracestate with no entry that parses is removed, not sent empty', () => {
