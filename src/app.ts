@@ -74,6 +74,11 @@ async function startTracingIfOn(settings: TracingSettings, logger: Logger, metri
     { endpoint: settings.endpoint, sampler: settings.sampler, serviceName: settings.serviceName, maxQueueSize: settings.maxQueueSize },
     'tracing on: exporting spans over OTLP/HTTP',
   );
+  if (settings.ignoredExporters.length > 0)
+    log.warn(
+      { ignored: settings.ignoredExporters },
+      'OTEL_TRACES_EXPORTER: llm-extproc exports with otlp only; the other exporters named are ignored',
+    );
   return tracing;
 }
 

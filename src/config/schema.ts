@@ -10,9 +10,12 @@
 // for any error at that node or below it; see describeSchemaError in config.ts.
 
 import { DEFAULT_PICKER_SETTINGS } from '../picker/settings.js';
-import { TRACING_DEFAULTS } from '../tracing/tracing-settings.js';
+import { MAX_TIMER_MS, TRACING_DEFAULTS } from '../tracing/tracing-settings.js';
 import { Kind, Type, TypeRegistry } from '@sinclair/typebox';
 import type { SchemaOptions, Static, TProperties, TUnsafe } from '@sinclair/typebox';
+
+/** A timer's longest wait in seconds, whole: Node fires longer timers at once. */
+const MAX_TIMER_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
 
 declare module '@sinclair/typebox' {
   interface SchemaOptions {
@@ -471,6 +474,7 @@ const Tracing = Mapping(
     scheduledDelaySeconds: Type.Optional(
       Type.Number({
         exclusiveMinimum: 0,
+        maximum: MAX_TIMER_SECONDS,
         default: TRACING_DEFAULTS.scheduledDelaySeconds,
         description: 'A part-full batch is exported after this long.',
       }),
@@ -478,6 +482,7 @@ const Tracing = Mapping(
     exportTimeoutSeconds: Type.Optional(
       Type.Number({
         exclusiveMinimum: 0,
+        maximum: MAX_TIMER_SECONDS,
         default: TRACING_DEFAULTS.exportTimeoutSeconds,
         description: 'One export request gives up after this long; its spans are counted as dropped.',
       }),

@@ -8,7 +8,7 @@
 // that cannot be honoured (an unknown sampler, a negative queue size) is a config error: an explicit
 // choice is never silently ignored.
 
-import { TRACING_DEFAULTS } from '../tracing/tracing-settings.js';
+import { MAX_TIMER_MS, TRACING_DEFAULTS } from '../tracing/tracing-settings.js';
 import type { SamplerSettings, TracingSettings } from '../tracing/tracing-settings.js';
 import type { ConfigFile } from './schema.js';
 
@@ -22,7 +22,7 @@ export class TracingConfigError extends Error {
 /** The OTEL_* variables read here (listed by `--help` and in docs/observability.md). */
 export const TRACING_ENVIRONMENT = [
   { name: 'OTEL_SDK_DISABLED', help: 'true: tracing off, whatever the config file says.' },
-  { name: 'OTEL_TRACES_EXPORTER', help: 'otlp: tracing on; none: tracing off (unset: tracing.enabled).' },
+  { name: 'OTEL_TRACES_EXPORTER', help: 'A list with otlp: tracing on (others ignored); none: tracing off (unset: tracing.enabled).' },
   { name: 'OTEL_SERVICE_NAME', help: 'The service.name of our spans (over tracing.serviceName).' },
   { name: 'OTEL_RESOURCE_ATTRIBUTES', help: 'key=value,… added to the resource of our spans.' },
   { name: 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', help: 'The OTLP/HTTP traces URL, used as is.' },
@@ -50,8 +50,11 @@ export function tracingSettings(section: TracingSection | undefined, env: Env): 
   const file = section ?? {};
   const maxQueueSize = count(env, 'OTEL_BSP_MAX_QUEUE_SIZE') ?? file.maxQueueSize ?? TRACING_DEFAULTS.maxQueueSize;
   const batch = count(env, 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE') ?? file.maxExportBatchSize ?? TRACING_DEFAULTS.maxExportBatchSize;
+  // OTEL_SDK_DISABLED=true wins over everything, OTEL_TRACES_EXPORTER over the file.
+  const off = disabled(env);
+  const exporters = off ? undefined : exportersFrom(env);
   return {
-    enabled: enabledFrom(file, env),
+    enabled: !off && (exporters === undefined ? (file.enabled ?? TRACING_DEFAULTS.enabled) : exporters.otlp),
     endpoint: endpointFrom(file, env),
     sampler: samplerFrom(file, env),
     serviceName: serviceNameFrom(file, env),
@@ -66,18 +69,37 @@ export function tracingSettings(section: TracingSection | undefined, env: Env): 
       seconds(file.exportTimeoutSeconds, TRACING_DEFAULTS.exportTimeoutSeconds),
     shutdownFlushMs: seconds(file.shutdownFlushSeconds, TRACING_DEFAULTS.shutdownFlushSeconds),
     propagateToUpstream: file.propagateToUpstream ?? TRACING_DEFAULTS.propagateToUpstream,
+    ignoredExporters: exporters?.ignored ?? [],
   };
 }
 
-function enabledFrom(file: TracingSection, env: Env): boolean {
-  const disabled = value(env, 'OTEL_SDK_DISABLED');
-  if (disabled !== undefined && disabled.toLowerCase() === 'true') return false;
-  const exporter = value(env, 'OTEL_TRACES_EXPORTER')?.toLowerCase();
-  if (exporter === 'none') return false;
-  if (exporter === 'otlp') return true;
-  if (exporter !== undefined)
-    throw new TracingConfigError(`OTEL_TRACES_EXPORTER: llm-extproc exports with otlp (or none), got ${JSON.stringify(exporter)}`);
-  return file.enabled ?? TRACING_DEFAULTS.enabled;
+function disabled(env: Env): boolean {
+  return value(env, 'OTEL_SDK_DISABLED')?.toLowerCase() === 'true';
+}
+
+/**
+ * OTEL_TRACES_EXPORTER is a comma-separated list (OTel spec). We export with otlp only: a list
+ * naming it turns tracing on and the other names are ignored (and told); `none` alone turns it
+ * off. A list without otlp, or `none` among others, cannot be honoured.
+ */
+function exportersFrom(env: Env): { otlp: boolean; ignored: readonly string[] } | undefined {
+  const text = value(env, 'OTEL_TRACES_EXPORTER');
+  if (text === undefined) return undefined;
+  const names = [
+    ...new Set(
+      text
+        .toLowerCase()
+        .split(',')
+        .map((n) => n.trim())
+        .filter((n) => n !== ''),
+    ),
+  ];
+  if (names.length === 1 && names[0] === 'none') return { otlp: false, ignored: [] };
+  if (names.includes('none'))
+    throw new TracingConfigError(`OTEL_TRACES_EXPORTER: none cannot be combined with other exporters, got ${JSON.stringify(text)}`);
+  if (!names.includes('otlp'))
+    throw new TracingConfigError(`OTEL_TRACES_EXPORTER: llm-extproc exports with otlp (or none), got ${JSON.stringify(text)}`);
+  return { otlp: true, ignored: names.filter((n) => n !== 'otlp') };
 }
 
 function endpointFrom(file: TracingSection, env: Env): string {
@@ -85,7 +107,8 @@ function endpointFrom(file: TracingSection, env: Env): string {
   if (traces !== undefined) return httpUrl('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', traces);
   const base = value(env, 'OTEL_EXPORTER_OTLP_ENDPOINT');
   if (base !== undefined) return httpUrl('OTEL_EXPORTER_OTLP_ENDPOINT', `${base.replace(/\/+$/, '')}/v1/traces`);
-  return file.endpoint ?? TRACING_DEFAULTS.endpoint;
+  // The schema only checks the scheme; `http://` or a port past 65535 fails here as it would for the variables.
+  return file.endpoint === undefined ? TRACING_DEFAULTS.endpoint : httpUrl('tracing.endpoint', file.endpoint);
 }
 
 function samplerFrom(file: TracingSection, env: Env): SamplerSettings {
@@ -156,7 +179,8 @@ function millis(env: Env, name: string): number | undefined {
   const text = value(env, name);
   if (text === undefined) return undefined;
   const n = Number(text);
-  if (!Number.isFinite(n) || n <= 0) throw new TracingConfigError(`${name}: expected milliseconds above 0, got ${JSON.stringify(text)}`);
+  if (!Number.isFinite(n) || n <= 0 || n > MAX_TIMER_MS)
+    throw new TracingConfigError(`${name}: expected milliseconds above 0 and at most ${MAX_TIMER_MS}, got ${JSON.stringify(text)}`);
   return n;
 }
 

@@ -32,6 +32,8 @@ export interface TracingSettings {
    * of the client's, so the model server's own span is a child of ours.
    */
   readonly propagateToUpstream: boolean;
+  /** OTEL_TRACES_EXPORTER names besides `otlp` that we do not export with (told once at startup). */
+  readonly ignoredExporters: readonly string[];
 }
 
 export const TRACING_DEFAULTS = {
@@ -47,6 +49,9 @@ export const TRACING_DEFAULTS = {
   propagateToUpstream: true,
 } as const;
 
+/** Longest timer Node keeps (2^31−1 ms); a longer one fires at once. The schema and the OTEL_BSP_* checks stay below it. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Tracing off: what the app runs with unless the config (or the environment) turns it on. */
 export const TRACING_OFF: TracingSettings = Object.freeze({
   enabled: false,
@@ -59,4 +64,5 @@ export const TRACING_OFF: TracingSettings = Object.freeze({
   exportTimeoutMs: TRACING_DEFAULTS.exportTimeoutSeconds * 1000,
   shutdownFlushMs: TRACING_DEFAULTS.shutdownFlushSeconds * 1000,
   propagateToUpstream: TRACING_DEFAULTS.propagateToUpstream,
+  ignoredExporters: Object.freeze([]),
 });

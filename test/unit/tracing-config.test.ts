@@ -80,6 +80,15 @@ describe('tracing config', () => {
     assert.equal(buildConfig(FILE, { OTEL_TRACES_EXPORTER: '' }).tracing.enabled, true, 'an empty variable counts as unset');
   });
 
+  it('OTEL_TRACES_EXPORTER is a list: one naming otlp turns tracing on and the rest are told as ignored; none alone turns it off', () => {
+    const on = buildConfig(undefined, { OTEL_TRACES_EXPORTER: 'console, OTLP,zipkin' }).tracing;
+    assert.equal(on.enabled, true);
+    assert.deepEqual(on.ignoredExporters, ['console', 'zipkin']);
+    assert.deepEqual(buildConfig(undefined, { OTEL_TRACES_EXPORTER: 'otlp,' }).tracing.ignoredExporters, []);
+    assert.equal(buildConfig(FILE, { OTEL_TRACES_EXPORTER: ' none ' }).tracing.enabled, false);
+    assert.equal(buildConfig(FILE, { OTEL_SDK_DISABLED: 'true', OTEL_TRACES_EXPORTER: 'zipkin' }).tracing.enabled, false, 'disabled wins');
+  });
+
   it('the parentbased_ samplers and their argument', () => {
     const sampler = (name: string, arg?: string) =>
       buildConfig(undefined, { OTEL_TRACES_SAMPLER: name, ...(arg === undefined ? {} : { OTEL_TRACES_SAMPLER_ARG: arg }) }).tracing.sampler;
@@ -98,6 +107,18 @@ describe('tracing config', () => {
         /OTEL_TRACES_SAMPLER_ARG: expected a number from 0 to 1/,
       ],
       [undefined, { OTEL_TRACES_EXPORTER: 'zipkin' }, /OTEL_TRACES_EXPORTER: llm-extproc exports with otlp/],
+      [undefined, { OTEL_TRACES_EXPORTER: 'zipkin,console' }, /OTEL_TRACES_EXPORTER: llm-extproc exports with otlp/],
+      [undefined, { OTEL_TRACES_EXPORTER: 'none,otlp' }, /OTEL_TRACES_EXPORTER: none cannot be combined/],
+      ['tracing:\n  endpoint: "http://"\n', {}, /^tracing\.endpoint: expected an http\(s\) URL/],
+      ['tracing:\n  endpoint: http://collector:99999/v1/traces\n', {}, /^tracing\.endpoint: expected an http\(s\) URL/],
+      ['tracing:\n  exportTimeoutSeconds: 2147484\n', {}, /tracing\.exportTimeoutSeconds/],
+      ['tracing:\n  scheduledDelaySeconds: 1e9\n', {}, /tracing\.scheduledDelaySeconds/],
+      [
+        undefined,
+        { OTEL_BSP_SCHEDULE_DELAY: '2147483648' },
+        /OTEL_BSP_SCHEDULE_DELAY: expected milliseconds above 0 and at most 2147483647/,
+      ],
+      [undefined, { OTEL_EXPORTER_OTLP_TIMEOUT: '1e12' }, /OTEL_EXPORTER_OTLP_TIMEOUT: expected milliseconds/],
       [undefined, { OTEL_EXPORTER_OTLP_ENDPOINT: 'grpc://x:4317' }, /expected an http\(s\) URL/],
       [undefined, { OTEL_BSP_MAX_QUEUE_SIZE: '0' }, /OTEL_BSP_MAX_QUEUE_SIZE: expected a whole number above 0/],
       ['tracing:\n  endpoint: collector:4318\n', {}, /tracing\.endpoint/],
