@@ -66,7 +66,8 @@ export function isOverloaded(load: number, meanLoad: number, factor: number, sla
  * The part of a model server's reported load (running + waiting, counted across every gateway
  * replica and client) that is not ours: the report less our in-flight count there when it was
  * taken, never below 0 (our requests may not have reached the server yet, or have left it while
- * their streams close). Unknown parts (NaN) count as nothing, as an unreported queue does.
+ * their streams close). An unreported `running` counts as 0; a NaN in any part (an unreadable
+ * gauge) makes the whole report count as 0, not just that part.
  */
 export function othersLoad(waiting: number, running: number | undefined, ourInFlightThen: number): number {
   const others = waiting + (running ?? 0) - ourInFlightThen;
