@@ -146,3 +146,31 @@ export function parseFrames(bytes: Buffer): Array<{ type: number; flags: number;
   }
   return frames;
 }
+
+/**
+ * A rapid-reset attack as both transports' tests send it: `batches` batches of `perBatch` streams,
+ * each stream's frames from `framesFor(id)` (odd ids from 1). After every batch but the last, a PING
+ * whose ACK proves the server read the batch, then `afterBatch(streamsSoFar)` for the caller's
+ * check that the connection is still up. The last reset is the last frame sent, so the server has
+ * read everything when it closes (unread bytes would make its kernel answer with a TCP reset,
+ * which can destroy the GOAWAY in flight).
+ */
+export async function sendResetBatches(
+  raw: RawH2Connection,
+  framesFor: (streamId: number) => Buffer[],
+  afterBatch: (streamsSoFar: number) => void,
+  { batches = 5, perBatch = 100 }: { batches?: number; perBatch?: number } = {},
+): Promise<void> {
+  const ping = frame(FRAME.PING, 0, 0, Buffer.alloc(8, 7));
+  const pingAcks = (): number => parseFrames(raw.received()).filter((f) => f.type === FRAME.PING && (f.flags & 1) === 1).length;
+  let id = 1;
+  for (let batch = 0; batch < batches; batch++) {
+    const frames: Buffer[] = [];
+    for (let i = 0; i < perBatch; i++, id += 2) frames.push(...framesFor(id));
+    raw.write(Buffer.concat(frames));
+    if (batch === batches - 1) return;
+    raw.write(ping);
+    await raw.until(() => pingAcks() === batch + 1);
+    afterBatch((batch + 1) * perBatch);
+  }
+}

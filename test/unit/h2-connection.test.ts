@@ -24,6 +24,7 @@ import {
   rawConnection,
   rawH2Connect,
   rstStreamFrame,
+  sendResetBatches,
 } from '../support/h2-frames.js';
 import type { RawH2Connection } from '../support/h2-frames.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -705,20 +706,12 @@ void describe('HTTP/2 connection limits on streams', () => {
       t.after(() => harness.server.close());
       const raw = await rawH2Connect(harness.address);
       t.after(() => raw.close());
-      const pingAcks = (): number => parseFrames(raw.received()).filter((f) => f.type === 6 && (f.flags & 1) === 1).length;
-      // Five batches of 100 opened-and-reset streams; the 500th reset is the last frame of the last
-      // batch, so the server has read all we sent when it closes (unread bytes would make its
-      // kernel answer with a TCP reset, which can destroy the GOAWAY in flight).
-      let id = 1;
-      for (let batch = 0; batch < 5; batch++) {
-        const frames: Buffer[] = [];
-        for (let i = 0; i < 100; i++, id += 2) frames.push(...framesFor(id));
-        raw.write(Buffer.concat(frames));
-        if (batch === 4) break;
-        raw.write(PING);
-        await raw.until(() => pingAcks() === batch + 1);
-        assert.equal(harness.observed.connections[0]?.closed, false, `still open after ${(batch + 1) * 100} resets`);
-      }
+      // Five batches of 100 opened-and-reset streams (sendResetBatches).
+      await sendResetBatches(
+        raw,
+        (id) => [...framesFor(id)],
+        (streams) => assert.equal(harness.observed.connections[0]?.closed, false, `still open after ${streams} resets`),
+      );
       await raw.closed(ABUSE_BOUND_MS);
       const goaway = parseFrames(raw.received()).find((f) => f.type === FRAME.GOAWAY);
       assert.ok(goaway !== undefined, 'a GOAWAY before the close');
