@@ -1,4 +1,5 @@
-// What the simulations share: a seeded PRNG, an event queue by time, percentiles. No clocks, no I/O.
+// What the simulations share: a seeded PRNG, an event queue by time, percentiles, the scrape of a model server by every replica. No clocks, no I/O.
+import { recordScrape, type SignalBoard } from '../../src/picker/signals.js';
 
 /** Seeded PRNG (mulberry32). */
 export function prng(seed: number): () => number {
@@ -51,4 +52,18 @@ export class Events<T extends { time: number }> {
 /** The value at quantile q of an ascending array (0 when empty). */
 export function percentile(sorted: readonly number[], q: number): number {
   return sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+}
+
+/**
+ * One model server's metrics page as every llm-extproc replica's scraper reads it at `now`: a
+ * vLLM-style report (queue, running, KV-cache use; no LoRA) recorded on each replica's board.
+ */
+export function recordScrapeOnEvery(
+  boards: readonly SignalBoard[],
+  address: string,
+  load: { waiting: number; running: number; kvCacheUsage: number },
+  now: number,
+): void {
+  for (const board of boards)
+    recordScrape(board.cell(address), { ...load, runningAdapters: [], waitingAdapters: [], maxAdapters: undefined }, now);
 }

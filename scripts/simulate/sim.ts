@@ -24,8 +24,8 @@ import { Picker } from '../../src/picker/picker.js';
 import { LatencyTracker } from '../../src/picker/latency-tracker.js';
 import { DEFAULT_BOUNDED_LOAD, DEFAULT_LATENCY, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
 import type { ScorerWeights } from '../../src/picker/settings.js';
-import { recordScrape, SignalBoard } from '../../src/picker/signals.js';
-import { Events, percentile, prng } from './kernel.js';
+import { SignalBoard } from '../../src/picker/signals.js';
+import { Events, percentile, prng, recordScrapeOnEvery } from './kernel.js';
 
 export interface SimConfig {
   readonly seed: number;
@@ -287,23 +287,17 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
     events.push({ time: finish, kind: 'finish', server, router, request, ttftMs });
   };
 
+  const boards = routers.map((router) => router.board);
   for (let event = events.pop(); event !== undefined; event = events.pop()) {
     const now = event.time;
     if (event.kind === 'scrape') {
       for (const s of servers) {
-        for (const { board } of routers)
-          recordScrape(
-            board.cell(s.address),
-            {
-              waiting: s.queue.length,
-              running: s.running,
-              kvCacheUsage: s.running / config.slots,
-              runningAdapters: [],
-              waitingAdapters: [],
-              maxAdapters: undefined,
-            },
-            now,
-          );
+        recordScrapeOnEvery(
+          boards,
+          s.address,
+          { waiting: s.queue.length, running: s.running, kvCacheUsage: s.running / config.slots },
+          now,
+        );
       }
       if (pending > 0) events.push({ time: now + config.scrapeMs, kind: 'scrape' });
     } else if (event.kind === 'arrival') {

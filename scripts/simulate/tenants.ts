@@ -20,9 +20,9 @@ import { GatewayError } from '../../src/errors/gateway-error.js';
 import { Picker } from '../../src/picker/picker.js';
 import { DEFAULT_SATURATION, type SaturationLimits } from '../../src/picker/saturation.js';
 import { DEFAULT_BOUNDED_LOAD, DEFAULT_FLOW_CONTROL, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
-import { recordScrape, SignalBoard } from '../../src/picker/signals.js';
+import { SignalBoard } from '../../src/picker/signals.js';
 import { FlowControl, type FlowTimers } from '../../src/request/flow-control.js';
-import { Events, percentile, prng } from './kernel.js';
+import { Events, percentile, prng, recordScrapeOnEvery } from './kernel.js';
 
 export type TenantName = 'interactive' | 'batch' | 'sheddable';
 const TENANTS: readonly TenantName[] = ['interactive', 'batch', 'sheddable'];
@@ -325,25 +325,19 @@ export function simulateTenants(config: TenantSimConfig, requests: readonly Tena
 
   for (const request of requests) events.push({ time: request.arrival, kind: 'arrival', request });
   events.push({ time: 0, kind: 'scrape' });
+  const boards = routers.map((router) => router.board);
   for (let event = events.pop(); event !== undefined; event = events.pop()) {
     now = event.time;
     if (event.kind === 'timer') {
       if (event.live) event.callback();
     } else if (event.kind === 'scrape') {
       for (const s of servers)
-        for (const { board } of routers)
-          recordScrape(
-            board.cell(s.address),
-            {
-              waiting: s.queue.length,
-              running: s.running,
-              kvCacheUsage: s.kvHeld / config.kvTokens,
-              runningAdapters: [],
-              waitingAdapters: [],
-              maxAdapters: undefined,
-            },
-            now,
-          );
+        recordScrapeOnEvery(
+          boards,
+          s.address,
+          { waiting: s.queue.length, running: s.running, kvCacheUsage: s.kvHeld / config.kvTokens },
+          now,
+        );
       for (const router of routers) router.flow?.wake();
       if (pending > 0) events.push({ time: now + config.scrapeMs, kind: 'scrape' });
     } else if (event.kind === 'arrival') {
