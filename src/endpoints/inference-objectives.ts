@@ -12,6 +12,7 @@
 
 import type { WatchedObject } from './pod-pools.js';
 import { field } from './list-watch.js';
+import { annotatedModels } from './inference-pools.js';
 
 export const INFERENCE_OBJECTIVE = { group: 'inference.networking.x-k8s.io', version: 'v1alpha2', plural: 'inferenceobjectives' } as const;
 
@@ -51,11 +52,7 @@ export function parseInferenceObjective(object: WatchedObject, modelsAnnotation:
   if (priority !== undefined && (typeof priority !== 'number' || !Number.isSafeInteger(priority))) {
     return `InferenceObjective ${id} has a spec.priority that is not an integer; ignoring it`;
   }
-  const models = (object.metadata?.annotations?.[modelsAnnotation] ?? '')
-    .split(',')
-    .map((m) => m.trim())
-    .filter((m) => m !== '');
-  return { id, name, pool: `${namespace}/${poolName}`, priority, models };
+  return { id, name, pool: `${namespace}/${poolName}`, priority, models: annotatedModels(object, modelsAnnotation) };
 }
 
 /** The objectives of one pool that set a priority. */

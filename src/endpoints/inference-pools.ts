@@ -25,11 +25,15 @@ export function parseInferencePool(object: WatchedObject, modelsAnnotation: stri
   if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
     return `InferencePool ${id} has no valid spec.targetPorts[0].number; ignoring it`;
   }
-  const models = (object.metadata?.annotations?.[modelsAnnotation] ?? '')
+  return { name: id, namespace, selector: matchLabels, targetPort: port, models: annotatedModels(object, modelsAnnotation) };
+}
+
+/** The models an object names in the models annotation (comma-separated; blanks dropped): InferencePools and InferenceObjectives alike. */
+export function annotatedModels(object: WatchedObject, modelsAnnotation: string): string[] {
+  return (object.metadata?.annotations?.[modelsAnnotation] ?? '')
     .split(',')
     .map((m) => m.trim())
     .filter((m) => m !== '');
-  return { name: id, namespace, selector: matchLabels, targetPort: port, models };
 }
 
 export function parseCustomList(list: unknown): ListPage {

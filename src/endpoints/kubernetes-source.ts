@@ -135,12 +135,16 @@ export class KubernetesSource implements EndpointSource {
     for (const p of this.staticPools) p.loop.start();
     if (this.config.inferencePools?.enabled) {
       for (const namespace of new Set(this.config.inferencePools.namespaces)) {
-        const loop = new ListWatchLoop(this.inferencePoolCollection(namespace), this.deps, () => this.onInferencePoolsChanged());
+        const loop = new ListWatchLoop(this.customCollection(INFERENCE_POOL, namespace, false), this.deps, () =>
+          this.onInferencePoolsChanged(),
+        );
         this.inferencePoolLoops.set(namespace, loop);
         loop.start();
         if (this.config.inferencePools.objectives === false || this.objectivesChanged === undefined) continue;
         // Not part of the first sync: the CRD is alpha and often absent; until it lists, no objective applies.
-        const objectives = new ListWatchLoop(this.objectiveCollection(namespace), this.deps, () => this.onObjectivesChanged());
+        const objectives = new ListWatchLoop(this.customCollection(INFERENCE_OBJECTIVE, namespace, true), this.deps, () =>
+          this.onObjectivesChanged(),
+        );
         this.objectiveLoops.set(namespace, objectives);
         objectives.start();
       }
@@ -182,36 +186,28 @@ export class KubernetesSource implements EndpointSource {
     };
   }
 
-  private inferencePoolCollection(namespace: string): Collection<WatchedObject> {
+  /**
+   * One namespace's objects of a custom kind (InferencePools, InferenceObjectives), handed to the
+   * loop as they are; `optional`: the kind's CRD may be missing (a refused list is said once and retried).
+   */
+  private customCollection(
+    kind: typeof INFERENCE_POOL | typeof INFERENCE_OBJECTIVE,
+    namespace: string,
+    optional: boolean,
+  ): Collection<WatchedObject> {
     return {
-      resource: `inferencepools/${namespace}`,
-      watchPath: `/apis/${INFERENCE_POOL.group}/${INFERENCE_POOL.version}/namespaces/${encodeURIComponent(namespace)}/${INFERENCE_POOL.plural}`,
+      resource: `${kind.plural}/${namespace}`,
+      watchPath: `/apis/${kind.group}/${kind.version}/namespaces/${encodeURIComponent(namespace)}/${kind.plural}`,
       labelSelector: undefined,
       list: async (signal, timeoutSeconds, continueToken) => {
         const list: unknown = await this.custom.listNamespacedCustomObject(
-          { ...INFERENCE_POOL, namespace, timeoutSeconds, limit: LIST_PAGE_SIZE, _continue: continueToken },
+          { ...kind, namespace, timeoutSeconds, limit: LIST_PAGE_SIZE, _continue: continueToken },
           withSignal(signal),
         );
         return parseCustomList(list);
       },
       project: (object) => object as WatchedObject,
-    };
-  }
-
-  private objectiveCollection(namespace: string): Collection<WatchedObject> {
-    return {
-      resource: `inferenceobjectives/${namespace}`,
-      watchPath: `/apis/${INFERENCE_OBJECTIVE.group}/${INFERENCE_OBJECTIVE.version}/namespaces/${encodeURIComponent(namespace)}/${INFERENCE_OBJECTIVE.plural}`,
-      labelSelector: undefined,
-      list: async (signal, timeoutSeconds, continueToken) => {
-        const list: unknown = await this.custom.listNamespacedCustomObject(
-          { ...INFERENCE_OBJECTIVE, namespace, timeoutSeconds, limit: LIST_PAGE_SIZE, _continue: continueToken },
-          withSignal(signal),
-        );
-        return parseCustomList(list);
-      },
-      project: (object) => object as WatchedObject,
-      optional: true,
+      optional,
     };
   }
 
