@@ -1,7 +1,10 @@
 // The outcome of inspecting a complete response body. Pure data: the processor decides what to
 // send (an appended SSE event, a replacement response) and what to record.
 
-export type BodyFailureKind = 'stream_incomplete' | 'upstream_error_event' | 'truncated_response';
+/** What inspecting a complete body can find wrong with it (each one a catalog error kind). */
+export const BODY_FAILURE_KINDS = ['stream_incomplete', 'upstream_error_event', 'truncated_response'] as const;
+
+export type BodyFailureKind = (typeof BODY_FAILURE_KINDS)[number];
 
 export type BodyVerdict =
   | { ok: true }

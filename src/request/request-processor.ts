@@ -13,6 +13,7 @@ import type { LlmFigures } from '../metrics/llm-metrics.js';
 import type { RequestResult } from './request-result.js';
 import type { LogThrottle } from '../util/log-throttle.js';
 import { tracedPath } from '../tracing/request-trace.js';
+import { BODY_FAILURE_KINDS } from '../inspect/verdict.js';
 import type { RequestTrace, RequestTracer } from '../tracing/request-trace.js';
 import { headerValue } from '../extproc/message-fields.js';
 import { ResponseClock } from './response-clock.js';
@@ -288,6 +289,8 @@ export class RequestProcessor implements StreamProcessor {
     const primary = routed.endpoints[0];
     if (primary === undefined) return;
     const signals = this.deps.routing.signalsOf(primary.address);
+    // A report that is stale or failing did not count in the pick: the span does not show it as if it had.
+    const reported = signals.metrics === 'fresh';
     trace.picked({
       model: routed.model,
       pool: primary.pool,
@@ -295,9 +298,9 @@ export class RequestProcessor implements StreamProcessor {
       fallbacks: routed.endpoints.slice(1).map((e) => e.address),
       score: routed.score,
       inFlight: signals.inFlight,
-      waiting: signals.waiting,
-      running: signals.running,
-      kvCacheUsage: signals.kvCacheUsage,
+      waiting: reported ? signals.waiting : undefined,
+      running: reported ? signals.running : undefined,
+      kvCacheUsage: reported ? signals.kvCacheUsage : undefined,
     });
   }
 
@@ -314,8 +317,8 @@ export class RequestProcessor implements StreamProcessor {
   }
 }
 
-/** Body verdicts: what inspecting the answer found, for a trace (undefined when nothing was judged). */
-const BODY_VERDICTS: ReadonlySet<string> = new Set(['stream_incomplete', 'upstream_error_event', 'truncated_response', 'stream_broken']);
+/** Results that are a verdict on the answer's body (what inspecting it found, or the stream breaking mid-answer), for a trace. */
+const BODY_VERDICTS: ReadonlySet<string> = new Set([...BODY_FAILURE_KINDS, 'stream_broken']);
 
 function verdictOf(done: Finished): string | undefined {
   if (BODY_VERDICTS.has(done.result)) return done.result;

@@ -48,7 +48,7 @@ export interface TracedPick {
   readonly fallbacks: readonly string[];
   /** The primary's total score in the picker (higher is better); undefined when not scored. */
   readonly score: number | undefined;
-  /** The primary's signals when it was picked. */
+  /** The primary's signals when it was picked: our in-flight count (this request included); the server's figures only from a fresh report. */
   readonly inFlight: number | undefined;
   readonly waiting: number | undefined;
   readonly running: number | undefined;

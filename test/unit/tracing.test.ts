@@ -14,6 +14,7 @@ import type { Clock } from '../../src/endpoints/store.js';
 import type { ObservedPool } from '../../src/endpoints/model.js';
 import { Metrics } from '../../src/metrics/metrics.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';
+import { recordScrape, recordScrapeFailure } from '../../src/picker/signals.js';
 import { RequestProcessor } from '../../src/request/request-processor.js';
 import type { ProcessorDeps } from '../../src/request/request-processor.js';
 import { StoreRouting } from '../../src/request/routing.js';
@@ -46,7 +47,8 @@ function harness(sampler?: Sampler, propagateToUpstream?: boolean) {
   const store = new EndpointStore(['static'], { threshold: 3, baseMs: 10_000, maxMs: 60_000 }, frozen);
   store.replaceAll('static', FLEET);
   store.markSynced('static');
-  const routing = new StoreRouting(store, new LoadTracker(), { fallbacks: 1, random: () => 0 });
+  const load = new LoadTracker();
+  const routing = new StoreRouting(store, load, { fallbacks: 1, random: () => 0 });
   const exporter = new InMemorySpanExporter();
   const provider = new TracerProvider({
     spanProcessors: [new SimpleSpanProcessor({ exporter })],
@@ -69,7 +71,7 @@ function harness(sampler?: Sampler, propagateToUpstream?: boolean) {
   const processor = () => new RequestProcessor({ ...deps, tracer });
   /** The same processor with tracing off. */
   const untraced = () => new RequestProcessor(deps);
-  return { exporter, processor, untraced };
+  return { exporter, processor, untraced, board: load.board };
 }
 
 function headers(extra: Record<string, string> = {}): Record<string, string> {
@@ -168,6 +170,21 @@ describe('tracing: one span per request', () => {
       attempts.map((e) => e.attributes),
       [{ [ATTR.attemptEndpoint]: A, [ATTR.attemptPool]: 'llama', [ATTR.attemptOutcome]: 'success', [ATTR.attemptReason]: 'ok' }],
     );
+  });
+
+  it("the pick's load figures come from a fresh report only: a failing scrape's last figures are not shown", () => {
+    const h = harness();
+    const report = { waiting: 4, running: 2, kvCacheUsage: 0.5, runningAdapters: [], waitingAdapters: [], maxAdapters: undefined };
+    for (const address of [A, B]) recordScrape(h.board.cell(address), report, 1);
+    streamedRequest(h.processor(), headers());
+    const fresh = onlySpan(h.exporter).attributes;
+    assert.deepEqual([fresh[ATTR.waiting], fresh[ATTR.running], fresh[ATTR.kvCacheUsage]], [4, 2, 0.5]);
+    h.exporter.reset();
+    for (const address of [A, B]) recordScrapeFailure(h.board.cell(address), 'connection refused');
+    streamedRequest(h.processor(), headers());
+    const failing = onlySpan(h.exporter).attributes;
+    assert.deepEqual([failing[ATTR.waiting], failing[ATTR.running], failing[ATTR.kvCacheUsage]], [undefined, undefined, undefined]);
+    assert.equal(failing[ATTR.inFlight], 1, 'our own count is always known');
   });
 
   it('a fallback answered: the primary failed to connect, both attempts are events', () => {
