@@ -216,7 +216,8 @@ function flowHeaders(ctx: MachineContext, headers: HeaderMap | undefined): { ten
   if (ctx.flowHeaders === undefined) return {};
   const tenant = headerValue(headers, ctx.flowHeaders.tenant);
   const priorityClass = headerValue(headers, ctx.flowHeaders.priority);
-  const objective = ctx.flowHeaders.objective === '' ? undefined : headerValue(headers, ctx.flowHeaders.objective);
+  // An empty objective header name (matching by name off) is applied where priorities are decided (picker/priority.ts).
+  const objective = headerValue(headers, ctx.flowHeaders.objective);
   return {
     ...(tenant === undefined ? {} : { tenant }),
     ...(priorityClass === undefined ? {} : { priorityClass }),
