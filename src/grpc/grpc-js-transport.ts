@@ -38,8 +38,9 @@ import { openCalls } from './listener.js';
 import { dialAddress, parseAddress, removeStaleSocket } from './listen-address.js';
 import type { AnyBidiMethod, GrpcServerOptions, RunningGrpcServer } from './server-options.js';
 import type { TlsIdentitySource } from './tls-identity.js';
-import { RapidResetCount } from '../http2/abuse-limits.js';
-import { LogThrottle } from '../util/log-throttle.js';
+import { RAPID_RESET_EXPLANATION, RapidResetCount } from '../http2/abuse-limits.js';
+import { protocolEventReporter } from './protocol-events.js';
+import type { ProtocolEventReport } from './protocol-events.js';
 import { clientVerificationOptions, secureContextOptions } from './tls-identity.js';
 import {
   KEEPALIVE_INTERVAL_MS,
@@ -113,8 +114,9 @@ export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<Runnin
   const port = await bind(server, target.kind === 'unix' ? `unix://${target.path}` : opts.address, credentials);
   const http2Servers = grpcJsHttp2Servers(server);
   checkRequestsBeforeGrpcJs(http2Servers);
-  capConnections(http2Servers, opts, logger);
-  guardRapidResets(http2Servers, opts, logger);
+  const report = protocolEventReporter<'connection_refused' | 'rapid_reset'>(opts, logger);
+  capConnections(http2Servers, opts, report);
+  guardRapidResets(http2Servers, report);
   const address = dialAddress(target, port);
   logger.info({ address, tls: opts.tls !== undefined, transport: 'grpc-js' }, 'gRPC server listening');
 
@@ -266,14 +268,17 @@ function grpcJsHttp2Servers(server: Server): EventEmitter[] {
  * TLS, so handshakes count), and Node closes a socket over `maxConnections` at once and says so
  * ('drop'), as on the native transport.
  */
-function capConnections(http2Servers: readonly EventEmitter[], opts: GrpcServerOptions, logger: Logger): void {
+function capConnections(
+  http2Servers: readonly EventEmitter[],
+  opts: GrpcServerOptions,
+  report: ProtocolEventReport<'connection_refused'>,
+): void {
   if (opts.maxConnections === undefined) return;
   for (const http2Server of http2Servers) {
     if (!(http2Server instanceof NetServer)) throw new Error('@grpc/grpc-js: its HTTP/2 server is not a net.Server (a grpc-js upgrade?)');
     http2Server.maxConnections = opts.maxConnections;
     http2Server.on('drop', (peer?: { remoteAddress?: string }) => {
-      opts.onProtocolEvent?.('connection_refused');
-      logger.debug({ peer: peer?.remoteAddress, maxConnections: opts.maxConnections }, 'connection refused: listen.maxConnections reached');
+      report('connection_refused', { peer: peer?.remoteAddress, maxConnections: opts.maxConnections });
     });
   }
 }
@@ -288,8 +293,7 @@ function capConnections(http2Servers: readonly EventEmitter[], opts: GrpcServerO
  * limit (1,000 resets of any kind, then 33 a second) answers INTERNAL_ERROR and counts nothing;
  * ours trips first (at 500).
  */
-function guardRapidResets(http2Servers: readonly EventEmitter[], opts: GrpcServerOptions, logger: Logger): void {
-  const log = new LogThrottle<'rapid_reset'>();
+function guardRapidResets(http2Servers: readonly EventEmitter[], report: ProtocolEventReport<'rapid_reset'>): void {
   for (const http2Server of http2Servers) {
     http2Server.on('session', (session: ServerHttp2Session) => {
       const resets = new RapidResetCount();
@@ -302,16 +306,8 @@ function guardRapidResets(http2Servers: readonly EventEmitter[], opts: GrpcServe
           if (ended || session.destroyed || stream.rstCode === h2constants.NGHTTP2_NO_ERROR) return;
           if (!resets.resetIsTooMany(performance.now() - opened, !stream.headersSent)) return;
           ended = true;
-          opts.onProtocolEvent?.('rapid_reset');
-          const suppressed = log.admit('rapid_reset', performance.now());
-          const details = { peer: session.socket?.remoteAddress };
-          if (suppressed === undefined) logger.debug(details, 'HTTP/2 rapid_reset');
-          else
-            logger.info(
-              suppressed === 0 ? { ...details, kind: 'rapid_reset' } : { ...details, kind: 'rapid_reset', suppressed },
-              'HTTP/2 rapid_reset',
-            );
-          session.goaway(h2constants.NGHTTP2_ENHANCE_YOUR_CALM, stream.id ?? 0, Buffer.from(RAPID_RESET_MESSAGE));
+          report('rapid_reset', { peer: session.socket?.remoteAddress });
+          session.goaway(h2constants.NGHTTP2_ENHANCE_YOUR_CALM, stream.id ?? 0, Buffer.from(RAPID_RESET_EXPLANATION));
           // GOAWAY first, then the socket: destroying in the same turn could drop the frame unsent.
           setImmediate(() => session.destroy());
         });
@@ -319,8 +315,6 @@ function guardRapidResets(http2Servers: readonly EventEmitter[], opts: GrpcServe
     });
   }
 }
-
-const RAPID_RESET_MESSAGE = 'most streams were reset as soon as they opened, before our answer (rapid reset)';
 
 function refuseNonPost(stream: ServerHttp2Stream): void {
   const message = 'gRPC requires POST';

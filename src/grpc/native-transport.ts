@@ -11,11 +11,11 @@ import { createServer as createTlsServer } from 'node:tls';
 import type { Server as TlsServer } from 'node:tls';
 import { Http2Connection } from '../http2/connection.js';
 import type { ProtocolEventKind } from '../http2/connection.js';
-import { LogThrottle } from '../util/log-throttle.js';
 import type { Http2Stream, StreamClose } from '../http2/stream.js';
 import { ErrorCode } from '../http2/frames.js';
 import { encodeHeaderBlock } from '../http2/hpack-encoder.js';
 import { HealthCall } from './health-call.js';
+import { protocolEventReporter } from './protocol-events.js';
 import { HEALTH_SERVICE_NAME } from './health-messages.js';
 import { HealthService } from './health-service.js';
 import { bindListener, isGrpcContentType, startKeepalive } from './listener.js';
@@ -124,15 +124,7 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
     }
   };
 
-  // Counted one by one (the metric), logged at most once per kind per interval: these are what a
-  // stranger or a fuzzer on the port produces by the thousand.
-  const protocolLog = new LogThrottle<ProtocolEventKind | ListenerEventKind>();
-  const onProtocolEvent = (kind: ProtocolEventKind | ListenerEventKind, details: Record<string, unknown>): void => {
-    opts.onProtocolEvent?.(kind);
-    const suppressed = protocolLog.admit(kind, performance.now());
-    if (suppressed === undefined) logger.debug(details, `HTTP/2 ${kind}`);
-    else logger.info(suppressed === 0 ? { ...details, kind } : { ...details, kind, suppressed }, `HTTP/2 ${kind}`);
-  };
+  const onProtocolEvent = protocolEventReporter<ProtocolEventKind | ListenerEventKind>(opts, logger);
 
   const serveConnection = (socket: Socket): void => {
     if (stopping) {

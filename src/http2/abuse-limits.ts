@@ -23,6 +23,9 @@ const RAPID_RESETS_MIN = 500;
 /** Both counts are halved every time this many streams were opened: old traffic cannot hide a new burst. */
 const RESET_WINDOW_STREAMS = 2000;
 
+/** The GOAWAY's debug data when RapidResetCount trips, on every transport. */
+export const RAPID_RESET_EXPLANATION = 'most streams were reset as soon as they opened, before our answer (rapid reset)';
+
 /** Streams opened, and streams the peer reset quickly while they waited for us (see RAPID_RESET_LIFETIME_MS). */
 export class RapidResetCount {
   private streamsOpened = 0;

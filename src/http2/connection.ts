@@ -13,7 +13,7 @@
 // from a microtask, so the replies to every message of one read leave together.
 import type { Socket } from 'node:net';
 import { checkRequestFields, trailerFieldsProblem } from './field-rules.js';
-import { HeaderBlockCharge, LocallyClosedStreams, RapidResetCount } from './abuse-limits.js';
+import { HeaderBlockCharge, LocallyClosedStreams, RAPID_RESET_EXPLANATION, RapidResetCount } from './abuse-limits.js';
 import { Http2Stream } from './stream.js';
 import type { StreamClose, StreamHost } from './stream.js';
 import { HeaderListTooLargeError, HpackDecoder } from './hpack.js';
@@ -562,7 +562,7 @@ export class Http2Connection implements StreamHost {
     const stream = this.streams.get(streamId);
     if (stream === undefined) return; // closed already: the peer had not heard, or resets twice
     if (this.resets.resetIsTooMany(this.now - stream.openedAt, stream.waiting)) {
-      throw new AbuseError('rapid_reset', 'most streams were reset as soon as they opened, before our answer (rapid reset)');
+      throw new AbuseError('rapid_reset', RAPID_RESET_EXPLANATION);
     }
     this.closeStream(stream, { kind: 'reset', code: payload.readUInt32BE(0) });
   }
