@@ -26,9 +26,7 @@ import { flowControlAnywhere, metricsFormatFor } from './picker/settings.js';
 import { SignalBoard } from './picker/signals.js';
 import type { RequestResult } from './request/request-result.js';
 import { LogThrottle } from './util/log-throttle.js';
-import type { RunningTracing } from './tracing/otel-sdk.js';
-import type { TracingSettings } from './tracing/tracing-settings.js';
-import { errorMessage } from './util/error-message.js';
+import { startTracingIfOn } from './tracing/start-tracing.js';
 
 export interface RunningApp {
   /** Bound gRPC address (`host:port` or `unix:///path`). */
@@ -45,41 +43,6 @@ export interface StartAppOptions {
   metrics?: Metrics;
   /** false: no ops HTTP server (a cluster worker; the primary serves /metrics and /readyz). Default true. */
   opsServer?: boolean;
-}
-
-/**
- * Tracing on: the SDK (loaded only then), its losses in /metrics and in at most one log line per
- * kind per interval. Off: undefined, and the request path never calls a tracer.
- */
-async function startTracingIfOn(settings: TracingSettings, logger: Logger, metrics: Metrics): Promise<RunningTracing | undefined> {
-  if (!settings.enabled) return undefined;
-  const traceMetrics = metrics.traces;
-  const { startTracing } = await import('./tracing/otel-sdk.js');
-  const log = logger.child({ component: 'tracing' });
-  const throttle = new LogThrottle<'queue_full' | 'export_failed' | 'error'>();
-  const tracing = startTracing(settings, {
-    spansExported: (count) => traceMetrics.spansExported(count),
-    spansDropped: (reason, count) => {
-      traceMetrics.spansDropped(reason, count);
-      const suppressed = throttle.admit(reason, performance.now());
-      if (suppressed !== undefined) log.warn({ reason, count, suppressed }, 'trace spans dropped');
-    },
-    error: (err) => {
-      const suppressed = throttle.admit('error', performance.now());
-      if (suppressed !== undefined) log.warn({ err: errorMessage(err), suppressed }, 'trace export failed');
-    },
-  });
-  traceMetrics.reportQueueFrom(() => tracing.queueLength());
-  log.info(
-    { endpoint: settings.endpoint, sampler: settings.sampler, serviceName: settings.serviceName, maxQueueSize: settings.maxQueueSize },
-    'tracing on: exporting spans over OTLP/HTTP',
-  );
-  if (settings.ignoredExporters.length > 0)
-    log.warn(
-      { ignored: settings.ignoredExporters },
-      'OTEL_TRACES_EXPORTER: llm-extproc exports with otlp only; the other exporters named are ignored',
-    );
-  return tracing;
 }
 
 async function createSource(
@@ -109,7 +72,7 @@ async function createSource(
 
 export async function startApp(config: Config, logger: Logger, options: StartAppOptions = {}): Promise<RunningApp> {
   const metrics = options.metrics ?? new Metrics();
-  const tracing = await startTracingIfOn(config.tracing, logger, metrics);
+  const tracing = await startTracingIfOn(config.tracing, logger, metrics.traces);
   // The InferenceObjectives' priorities as the source last saw them; read per queued request.
   let objectives: ObjectiveIndex = NO_OBJECTIVES;
   const flow = config.picker.flowControl;
