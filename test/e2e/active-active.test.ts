@@ -226,9 +226,11 @@ describe('three llm-extproc processes behind one Envoy (active-active)', () => {
 
   it('lose only the requests the fail mode gives up when one process is killed under sequential load', async (t) => {
     // failure_mode_allow is false (renderGatewayConfig). The request in flight on the killed
-    // process fails: its answer had started (the model server had sent headers), so the client
-    // sees the stream cut. Until Envoy's health check marks the process down, Envoy still opens
-    // one stream in three to it: those fail at once with 500 gateway_unavailable (catalog JSON).
+    // process fails, either way with nothing raw: if the victim had already let the answer's
+    // headers through, the client sees the stream cut; if Envoy was still waiting for its answer to
+    // the response headers when it died, Envoy answers itself, which our local reply makes
+    // gateway_unavailable JSON (which of the two depends on where the kill lands). Until Envoy's health check marks the process down, Envoy still opens
+    // one stream in three to it: those fail at once with 503 gateway_unavailable (catalog JSON).
     // After that, none fails.
     interface Outcome {
       readonly startedAt: bigint;
@@ -263,7 +265,7 @@ describe('three llm-extproc processes behind one Envoy (active-active)', () => {
       else assert.equal(response.status, 200, response.text());
     }
     for (const server of bed.servers) server.setBehavior({ kind: 'ok' });
-    assert.ok(cut.error !== undefined || cut.status === 500, `the request in flight on the killed process: ${cut.status} ${cut.text()}`);
+    // A cut stream, or else exactly the catalog's gateway_unavailable (status, type, code, JSON).
     if (cut.error === undefined) assertCatalogError(cut, 'gateway_unavailable');
 
     let markedDownAt: bigint | undefined;

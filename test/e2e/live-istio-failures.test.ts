@@ -144,25 +144,33 @@ void describe('live Istio: failure modes', { skip: podNetworkUnavailable() }, ()
   void it('llm-extproc draining at SIGTERM: streams in flight finish byte-identical, new requests go to the other replica', async () => {
     assert.equal(bed.pickers.length, 2, 'the chart runs two replicas');
     for (const name of ['a', 'b']) bed.server(name).setBehavior({ kind: 'paced-random-sse', events: 16, gapMs: 250, bytesPerEvent: 256 });
+    let drainingIndex = 0;
     try {
       const streams = Array.from({ length: 4 }, (_, i) =>
         bed.send({ path: CHAT, body: { model: MODEL, stream: true, messages: [{ role: 'user', content: `s${i}` }] } }),
       );
-      const draining = bed.pickers[0];
-      await waitUntil(
-        async () =>
-          metricValue(await (await fetch(`${draining.opsUrl}/metrics`)).text(), 'llm_extproc_in_flight_requests') > 0 ? true : undefined,
-        { description: 'a stream in flight on replica 0', timeoutMs: 10_000, intervalMs: 20 },
+      // The replica to drain is one that holds a stream: the gateway spreads ext_proc streams over
+      // the two replicas as it likes, so four streams can all land on one of them.
+      drainingIndex = await waitUntil(
+        async () => {
+          const inFlight = await Promise.all(
+            bed.pickers.map(async (p) => metricValue(await (await fetch(`${p.opsUrl}/metrics`)).text(), 'llm_extproc_in_flight_requests')),
+          );
+          const holder = inFlight.findIndex((n) => n > 0);
+          return holder < 0 ? undefined : holder;
+        },
+        { description: 'a stream in flight on a replica', timeoutMs: 10_000, intervalMs: 20 },
       );
+      const draining = bed.pickers[drainingIndex];
       // Shutdown (a rollout, `kubectl delete pod`): SIGTERM; from then on /readyz fails, the kubelet
       // reports the pod not ready and the endpoint controller takes it out of the ready set.
       draining.process.signal('SIGTERM');
       await waitUntil(async () => ((await fetch(`${draining.opsUrl}/readyz`)).status === 503 ? true : undefined), {
-        description: 'replica 0 to report not ready',
+        description: 'the draining replica to report not ready',
         timeoutMs: 10_000,
         intervalMs: 20,
       });
-      await bed.setPickerReady(0, false);
+      await bed.setPickerReady(drainingIndex, false);
       for (let i = 0; i < 6; i++) {
         const response = await bed.send(chat(`during drain ${i}`));
         assert.equal(response.status, 200, response.text());
@@ -179,7 +187,7 @@ void describe('live Istio: failure modes', { skip: podNetworkUnavailable() }, ()
       assert.equal(exit.code, 0, 'drained and exited cleanly');
     } finally {
       for (const name of ['a', 'b']) bed.server(name).setBehavior({ kind: 'ok' });
-      await bed.restartPicker(0);
+      await bed.restartPicker(drainingIndex);
     }
   });
 
