@@ -24,7 +24,7 @@ import { loadWireDefinitions } from '../test/support/proto-definitions.js';
 import type * as Store from '../src/endpoints/store.js';
 import type * as Call from '../src/extproc/process-service.js';
 import type * as Processor from '../src/request/request-processor.js';
-import type * as Routing from '../src/request/routing.js';
+import type * as Routing from '../src/routing/routing.js';
 import type * as MetricsModule from '../src/metrics/metrics.js';
 import type * as Load from '../src/picker/load-tracker.js';
 import type { RequestResult } from '../src/request/request-result.js';
@@ -53,11 +53,13 @@ async function loadModules(dist: string | undefined) {
   const url = (path: string): string =>
     dist === undefined ? new URL(`../src/${path}`, import.meta.url).href : pathToFileURL(join(dist, 'src', path)).href;
   const load = <T>(path: string): Promise<T> => import(url(path)) as Promise<T>;
+  // Builds before src/routing/ (e.g. 42815f8) kept routing in request/.
+  const routing = await load<typeof Routing>('routing/routing.js').catch(() => load<typeof Routing>('request/routing.js'));
   return {
     ...(await load<typeof Store>('endpoints/store.js')),
     ...(await load<typeof Call>('extproc/process-service.js')),
     ...(await load<typeof Processor>('request/request-processor.js')),
-    ...(await load<typeof Routing>('request/routing.js')),
+    ...routing,
     ...(await load<typeof MetricsModule>('metrics/metrics.js')),
     ...(await load<typeof Load>('picker/load-tracker.js')),
   };

@@ -13,7 +13,7 @@ import { EndpointStore } from './endpoints/store.js';
 import { startExtProcServer } from './extproc/server.js';
 import type { HealthSource } from './grpc/server.js';
 import { RequestProcessor } from './request/request-processor.js';
-import { StoreRouting } from './request/routing.js';
+import { StoreRouting } from './routing/routing.js';
 import { openTlsIdentity } from './grpc/tls-identity.js';
 import { startOpsServer } from './ops/ops-server.js';
 import { Metrics } from './metrics/metrics.js';

@@ -165,7 +165,7 @@ function flowControlSection(): string[] {
     '## Flow control: when a request waits, and when it gets 429',
     '',
     'With flow control on ([picking.md](picking.md#flow-control-waiting-instead-of-piling-on)), a',
-    'request to a saturated pool goes through these states (`src/request/flow-control.ts`):',
+    'request to a saturated pool goes through these states (`src/routing/flow-control.ts`):',
     '',
     '```text',
     'admitted ──(pool has room, nobody waiting)────────────────▶ picked at once (as without flow control)',

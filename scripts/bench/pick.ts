@@ -13,7 +13,7 @@ import type { Endpoint, PoolView } from '../../src/endpoints/model.js';
 import { Picker } from '../../src/picker/picker.js';
 import type { PickRequest } from '../../src/picker/picker.js';
 import { DEFAULT_BOUNDED_LOAD, DEFAULT_CACHE_BLOCK, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
-import { affinityKey } from '../../src/picker/prompt-hash.js';
+import { affinityKey } from '../../src/routing/affinity-key.js';
 import { promptPrefixOf } from '../../src/request/prompt-prefix.js';
 import { recordScrape, SignalBoard } from '../../src/picker/signals.js';
 import type { ServerLoad } from '../../src/picker/signals.js';

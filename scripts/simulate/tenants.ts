@@ -9,7 +9,7 @@
 // scraped every `scrapeMs`.
 // Each llm-extproc replica is what production runs, on the simulation's clock: the real Picker
 // with the pool's saturation limits (src/picker/saturation.ts), the real FlowControl
-// (src/request/flow-control.ts, its queue src/picker/flow-queue.ts) with a virtual timer for the
+// (src/routing/flow-control.ts, its queue src/routing/flow-queue.ts) with a virtual timer for the
 // TTL, admitted the way StoreRouting.admit does it, woken when one of its own requests finishes
 // and when a scrape lands. Each replica counts only its own in-flight requests and queues only
 // its own arrivals; Envoy spreads the streams over the replicas at random (or, in one variant,
@@ -21,7 +21,7 @@ import { Picker } from '../../src/picker/picker.js';
 import { DEFAULT_SATURATION, type SaturationLimits } from '../../src/picker/saturation.js';
 import { DEFAULT_BOUNDED_LOAD, DEFAULT_FLOW_CONTROL, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
 import { SignalBoard } from '../../src/picker/signals.js';
-import { FlowControl, type FlowTimers } from '../../src/request/flow-control.js';
+import { FlowControl, type FlowTimers } from '../../src/routing/flow-control.js';
 import { Events, percentile, prng, recordScrapeOnEvery } from './kernel.js';
 
 export type TenantName = 'interactive' | 'batch' | 'sheddable';

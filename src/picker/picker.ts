@@ -56,7 +56,7 @@ export interface PipelineOptions {
 export interface PickRequest {
   readonly model: string;
   /**
-   * The prompt's prefix-affinity key (prompt-hash.ts: its leading whole cache blocks); absent when
+   * The prompt's prefix-affinity key (routing/affinity-key.ts: its leading whole cache blocks); absent when
    * it has none, and the request is placed by load alone.
    */
   readonly affinityKey?: number;

@@ -1,7 +1,6 @@
 // The picker's settings as the configuration file gives them, with their defaults. Shared by the
 // config parser (config.ts), the wiring (app.ts) and the routing glue.
 
-import type { CacheBlockSize } from './prompt-hash.js';
 import type { MetricsFormat } from './server-metrics.js';
 import { DEFAULT_SATURATION } from './saturation.js';
 import type { SaturationLimits } from './saturation.js';
@@ -61,7 +60,7 @@ export interface PoolPolicy {
 export type SaturationSettings = Omit<SaturationLimits, 'scraped'>;
 
 /**
- * Flow control (request/flow-control.ts): while every candidate of a pool is saturated, requests
+ * Flow control (routing/flow-control.ts): while every candidate of a pool is saturated, requests
  * wait in the pool's bounded queues, highest priority first and fair between tenants, instead of
  * piling onto busy replicas.
  */
@@ -120,6 +119,14 @@ export const DEFAULT_FLOW_CONTROL: FlowControlSettings = {
  * simulation).
  */
 export const DEFAULT_BOUNDED_LOAD = { factor: 1.1, slack: 1, maxQueue: 0 } as const;
+
+/** How a pool's model servers cut their prefix cache. */
+export interface CacheBlockSize {
+  /** Tokens per KV-cache block (vLLM `--block-size`). */
+  readonly blockTokens: number;
+  /** Characters per token, estimated high. */
+  readonly charsPerToken: number;
+}
 
 export interface PoolPickerSettings {
   /** Load shedding (PoolPolicy.maxQueueDepth). */

@@ -15,13 +15,13 @@ import { canAskForStreamUsage, withStreamUsage } from './usage-injection.js';
 import { SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from '../extproc/protocol-names.js';
 import { immediateJson, replaceBodyChunk, streamedBody, streamedChunks } from '../extproc/replies.js';
 import { routingReply, routingReplyWithChanges } from './decision-replies.js';
-import type { RoutedRequest } from './routing.js';
+import type { RoutedRequest } from '../routing/routing.js';
 import { pathOnly } from './stream-state.js';
 import { StepBuilder } from './stream-state.js';
 import type { MachineContext, ReadRequest, RequestFacts, Step, StreamState } from './stream-state.js';
-import { QueuedRequest } from './flow-control.js';
-import type { QueueOutcome } from './flow-control.js';
-import type { QueuedRoute } from './routing.js';
+import { QueuedRequest } from '../routing/flow-control.js';
+import type { QueueOutcome } from '../routing/flow-control.js';
+import type { QueuedRoute } from '../routing/routing.js';
 import { streamModes } from '../extproc/body-modes.js';
 import { headerValue, metadataValue } from '../extproc/message-fields.js';
 import { retainedPiece } from '../util/retained-piece.js';
@@ -216,7 +216,7 @@ function flowHeaders(ctx: MachineContext, headers: HeaderMap | undefined): { ten
   if (ctx.flowHeaders === undefined) return {};
   const tenant = headerValue(headers, ctx.flowHeaders.tenant);
   const priorityClass = headerValue(headers, ctx.flowHeaders.priority);
-  // An empty objective header name (matching by name off) is applied where priorities are decided (picker/priority.ts).
+  // An empty objective header name (matching by name off) is applied where priorities are decided (routing/priority.ts).
   const objective = headerValue(headers, ctx.flowHeaders.objective);
   return {
     ...(tenant === undefined ? {} : { tenant }),

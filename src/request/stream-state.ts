@@ -11,7 +11,7 @@ import type { TokenUsage } from '../inspect/usage.js';
 import type { ProcessingResponse } from '../extproc/messages.js';
 import { immediateError } from './decision-replies.js';
 import type { RequestResult } from './request-result.js';
-import type { QueuedRoute, RoutedRequest, Routing } from './routing.js';
+import type { QueuedRoute, RoutedRequest, Routing } from '../routing/routing.js';
 import type { StreamModes } from '../extproc/body-modes.js';
 import type { InferenceRequest } from './openai-request.js';
 import type { UpstreamTraceHeaders } from '../tracing/request-trace.js';

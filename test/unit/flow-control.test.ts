@@ -1,4 +1,4 @@
-// Flow control as routing applies it (src/request/routing.ts + flow-control.ts), on a real endpoint
+// Flow control as routing applies it (src/routing/routing.ts + flow-control.ts), on a real endpoint
 // store and signal board: nothing waits while the pool has room; while it is saturated requests
 // wait, leave in priority order when a request finishes, are shed when sheddable, refused when the
 // queue is full, time out after their TTL and leave at once when cancelled.
@@ -11,10 +11,10 @@ import { GatewayError } from '../../src/errors/gateway-error.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';
 import { DEFAULT_FLOW_CONTROL, DEFAULT_PICKER_SETTINGS } from '../../src/picker/settings.js';
 import type { FlowControlSettings, PickerSettings } from '../../src/picker/settings.js';
-import { FlowControl, QueuedRequest } from '../../src/request/flow-control.js';
-import type { FlowTimers, QueueOutcome } from '../../src/request/flow-control.js';
-import { StoreRouting } from '../../src/request/routing.js';
-import type { FlowRequest, QueuedRoute, RoutedRequest } from '../../src/request/routing.js';
+import { FlowControl, QueuedRequest } from '../../src/routing/flow-control.js';
+import type { FlowTimers, QueueOutcome } from '../../src/routing/flow-control.js';
+import { StoreRouting } from '../../src/routing/routing.js';
+import type { FlowRequest, QueuedRoute, RoutedRequest } from '../../src/routing/routing.js';
 import { OTHER_TENANT, TenantLabels } from '../../src/metrics/flow-metrics.js';
 import { waitUntil } from '../support/wait-until.js';
 

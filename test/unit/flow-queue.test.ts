@@ -1,11 +1,11 @@
-// The fair queue of a saturated pool (src/picker/flow-queue.ts): priority order, round robin between
+// The fair queue of a saturated pool (src/routing/flow-queue.ts): priority order, round robin between
 // tenants inside a priority, FIFO inside a tenant, the size and byte bounds, TTL expiry and removal.
 // Property tests drive random sequences of operations against a plain model of what must hold.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { FlowQueue } from '../../src/picker/flow-queue.js';
-import type { QueueEntry } from '../../src/picker/flow-queue.js';
+import { FlowQueue } from '../../src/routing/flow-queue.js';
+import type { QueueEntry } from '../../src/routing/flow-queue.js';
 
 let serial = 0;
 function entry(priority: number, tenant: string, opts: { bytes?: number; at?: number; ttl?: number } = {}): QueueEntry<number> {

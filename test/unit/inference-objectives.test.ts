@@ -5,8 +5,8 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { indexObjectives, NO_OBJECTIVES, parseInferenceObjective } from '../../src/endpoints/inference-objectives.js';
 import type { ObjectiveDefinition } from '../../src/endpoints/inference-objectives.js';
-import { requestPriority } from '../../src/picker/priority.js';
-import type { PriorityFacts } from '../../src/picker/priority.js';
+import { requestPriority } from '../../src/routing/priority.js';
+import type { PriorityFacts } from '../../src/routing/priority.js';
 import { DEFAULT_FLOW_CONTROL } from '../../src/picker/settings.js';
 
 const ANNOTATION = 'llm-extproc.io/models';

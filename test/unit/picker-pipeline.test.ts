@@ -11,7 +11,7 @@ import { DEFAULT_SATURATION } from '../../src/picker/saturation.js';
 import { DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
 import type { PickOutcome, PickRequest, PipelineOptions } from '../../src/picker/picker.js';
 import type { PoolPolicy, ScorerWeights } from '../../src/picker/settings.js';
-import { affinityKey } from '../../src/picker/prompt-hash.js';
+import { affinityKey } from '../../src/routing/affinity-key.js';
 import { promptPrefixOf } from '../../src/request/prompt-prefix.js';
 import { recordScrape, recordScrapeFailure, SignalBoard } from '../../src/picker/signals.js';
 import type { ServerLoad } from '../../src/picker/signals.js';

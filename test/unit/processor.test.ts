@@ -10,7 +10,7 @@ import type { EndpointState, ObservedEndpoint, ObservedPool } from '../../src/en
 import { GatewayError } from '../../src/errors/gateway-error.js';
 import { LogThrottle } from '../../src/util/log-throttle.js';
 import { RequestProcessor } from '../../src/request/request-processor.js';
-import { StoreRouting } from '../../src/request/routing.js';
+import { StoreRouting } from '../../src/routing/routing.js';
 import type { HeaderMutation, ProcessingRequest, ProcessingResponse, ProtoStruct } from '../../src/extproc/messages.js';
 import { Metrics } from '../../src/metrics/metrics.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';

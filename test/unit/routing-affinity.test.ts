@@ -8,7 +8,7 @@ import { LoadTracker } from '../../src/picker/load-tracker.js';
 import { DEFAULT_PICKER_SETTINGS } from '../../src/picker/settings.js';
 import type { PickerSettings } from '../../src/picker/settings.js';
 import { readInferenceRequest } from '../../src/request/openai-request.js';
-import { StoreRouting } from '../../src/request/routing.js';
+import { StoreRouting } from '../../src/routing/routing.js';
 
 const pool = (name: string, model: string, base: number): ObservedPool => ({
   name,

@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import { EndpointStore } from '../../src/endpoints/store.js';
 import type { BodySendMode, ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
 import { LoadTracker } from '../../src/picker/load-tracker.js';
-import { StoreRouting } from '../../src/request/routing.js';
+import { StoreRouting } from '../../src/routing/routing.js';
 import { onMessage, onStreamEnd } from '../../src/request/stream-machine.js';
 import type { MachineContext, Step, StreamState } from '../../src/request/stream-state.js';
 import {

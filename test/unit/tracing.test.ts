@@ -17,7 +17,7 @@ import { LoadTracker } from '../../src/picker/load-tracker.js';
 import { recordScrape, recordScrapeFailure } from '../../src/picker/signals.js';
 import { RequestProcessor } from '../../src/request/request-processor.js';
 import type { ProcessorDeps } from '../../src/request/request-processor.js';
-import { StoreRouting } from '../../src/request/routing.js';
+import { StoreRouting } from '../../src/routing/routing.js';
 import { ATTEMPT_EVENT, ATTR, OtelRequestTracer } from '../../src/tracing/otel-request-trace.js';
 import { MAX_TRACED_PATH } from '../../src/tracing/request-trace.js';
 import { LogThrottle } from '../../src/util/log-throttle.js';

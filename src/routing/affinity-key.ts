@@ -15,6 +15,8 @@
 // keyBlocks blocks, or agree entirely and hold the same number of whole blocks, share the key.
 // The text is only hashed: nothing here keeps, returns or logs it.
 
+import type { CacheBlockSize } from '../picker/settings.js';
+
 /** The leading part of a prompt's shared part (see request/prompt-prefix.ts), bounded in length. */
 export type PromptPrefix =
   | { readonly kind: 'none' }
@@ -24,14 +26,6 @@ export type PromptPrefix =
   | { readonly kind: 'tokens'; readonly tokens: readonly number[] };
 
 export const NO_PROMPT: PromptPrefix = { kind: 'none' };
-
-/** How a pool's model servers cut their prefix cache. */
-export interface CacheBlockSize {
-  /** Tokens per KV-cache block (vLLM `--block-size`). */
-  readonly blockTokens: number;
-  /** Characters per token, estimated high. */
-  readonly charsPerToken: number;
-}
 
 /** Characters (UTF-16 code units) in one block. */
 export function blockChars(size: CacheBlockSize): number {

@@ -11,7 +11,7 @@
 // An objective without spec.priority sets nothing: the next rule decides.
 
 import type { ObjectiveIndex } from '../endpoints/inference-objectives.js';
-import type { FlowControlSettings } from './settings.js';
+import type { FlowControlSettings } from '../picker/settings.js';
 
 export interface PriorityFacts {
   /** The pool the request queues in. */

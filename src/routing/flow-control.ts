@@ -1,5 +1,5 @@
 // Flow control: while every candidate of a pool is saturated (picker/saturation.ts), its requests
-// wait here instead of piling onto busy replicas, in the pool's bounded queue (picker/flow-queue.ts:
+// wait here instead of piling onto busy replicas, in the pool's bounded queue (flow-queue.ts:
 // highest priority first, fair between tenants). The clock, the timer and the wake-ups live here;
 // the order lives in the queue.
 //
@@ -18,8 +18,8 @@
 // `npm run simulate`'s saturated multi-tenant scenario in docs/benchmarks.md).
 
 import { GatewayError } from '../errors/gateway-error.js';
-import { FlowQueue } from '../picker/flow-queue.js';
-import type { QueueEntry } from '../picker/flow-queue.js';
+import { FlowQueue } from './flow-queue.js';
+import type { QueueEntry } from './flow-queue.js';
 
 /** What flow control knows of a request: its model (for error messages); the rest is routing's. */
 interface Routable {

@@ -13,11 +13,11 @@ import type { LatencyTracker } from '../picker/latency-tracker.js';
 import type { LoadTracker } from '../picker/load-tracker.js';
 import type { SignalSnapshot } from '../picker/signals.js';
 import { Picker } from '../picker/picker.js';
-import { requestPriority } from '../picker/priority.js';
-import { affinityKey, blockChars, NO_PROMPT, prefixLimit } from '../picker/prompt-hash.js';
-import type { CacheBlockSize, PrefixLimit, PromptPrefix } from '../picker/prompt-hash.js';
+import { requestPriority } from './priority.js';
+import { affinityKey, blockChars, NO_PROMPT, prefixLimit } from './affinity-key.js';
+import type { PrefixLimit, PromptPrefix } from './affinity-key.js';
 import { cacheBlockFor, IN_FLIGHT_ONLY, poolPolicy } from '../picker/settings.js';
-import type { PickerSettings, PoolPolicy } from '../picker/settings.js';
+import type { CacheBlockSize, PickerSettings, PoolPolicy } from '../picker/settings.js';
 import { FlowControl } from './flow-control.js';
 import type { FlowObserver, QueuedRequest } from './flow-control.js';
 
