@@ -1,5 +1,5 @@
 // Renders docs/errors.md from the catalog, the Envoy classification tables and the endpoint
-// states, so the documentation cannot drift from the code (test/unit/error-docs.test.ts fails
+// states, so the documentation cannot drift from the code (test/unit/tools/error-docs.test.ts fails
 // when the committed file differs). Pure: returns the Markdown text.
 
 import { ENDPOINT_STATES, isRoutable } from '../src/endpoints/model.js';

@@ -2,7 +2,7 @@
 // HPA examples work against llm-extproc unchanged: the `inference_objective_*` request series and
 // the `inference_pool_*` pool series of its endpoint picker (EPP), with the labels and units of
 // its metrics documentation (site-src/guides/metrics-and-observability.md; the list is
-// transcribed in test/unit/gie-metrics.test.ts). They repeat figures our own series already have
+// transcribed in test/unit/metrics/gie-metrics.test.ts). They repeat figures our own series already have
 // (llm_extproc_requests_total, gen_ai_*), under the other project's names.
 //
 // Labels: `model_name` is the model the client asked for; `target_model_name` is the model the

@@ -164,7 +164,7 @@ void describe('abuse of the gRPC port: counted in metrics, bounded in the log', 
 
   // Rapid reset end to end, on each transport we ship: streams opened and reset before our answer,
   // with or without DATA first, in five batches of 100 (sendResetBatches). The native
-  // transport's own rule is tested frame by frame in test/unit/h2-connection.test.ts; grpc-js
+  // transport's own rule is tested frame by frame in test/unit/http2/connection.test.ts; grpc-js
   // applies the same count to node:http2's streams (Node 20's node:http2 has no reset-rate option,
   // and nghttp2's own limit would answer INTERNAL_ERROR at 1,000, uncounted).
   for (const transport of ['native', 'grpc-js'] as const)

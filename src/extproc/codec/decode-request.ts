@@ -6,7 +6,7 @@
 // are fields with an unexpected wire type and enum numbers we have no name for; of two members of
 // one oneof the last wins; a map entry without a value gets the empty one. Only bytes that are not
 // a protobuf message at all throw MalformedMessage. Field numbers are those of proto/ (pinned by
-// proto-contract.test); test/unit/fast-codec.test.ts checks it against protobufjs as an oracle.
+// proto-contract.test); test/unit/extproc/codec.test.ts checks it against protobufjs as an oracle.
 
 import type {
   HeaderMap,

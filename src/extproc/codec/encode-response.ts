@@ -2,7 +2,7 @@
 // the only one at run time. It writes the fields of messages.ts's ProcessingResponse in field-number
 // order, a field iff its value is neither undefined nor null (explicit defaults included), map
 // entries in key order and oneof discriminator properties ignored: the bytes protobufjs writes for
-// the same object (test/unit/fast-codec.test.ts checks it against protobufjs as an oracle).
+// the same object (test/unit/extproc/codec.test.ts checks it against protobufjs as an oracle).
 
 import { WIRE_LEN, WIRE_VARINT } from '../../grpc/protobuf-wire.js';
 import type { Writer } from '../../grpc/protobuf-wire.js';
