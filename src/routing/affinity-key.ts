@@ -15,7 +15,10 @@
 // keyBlocks blocks, or agree entirely and hold the same number of whole blocks, share the key.
 // The text is only hashed: nothing here keeps, returns or logs it.
 
-import type { CacheBlockSize } from '../picker/settings.js';
+import type { PoolView } from '../endpoints/model.js';
+import type { CacheBlockSize } from '../picker/scorer-table.js';
+import { cacheBlockFor } from '../picker/settings.js';
+import type { PickerSettings } from '../picker/settings.js';
 
 /** The leading part of a prompt's shared part (see request/prompt-prefix.ts), bounded in length. */
 export type PromptPrefix =
@@ -78,4 +81,33 @@ export function affinityKey(prefix: PromptPrefix, size: CacheBlockSize, keyBlock
     }
   }
   return hash >>> 0;
+}
+
+/**
+ * How much of a prompt the affinity key may depend on, under these settings: what the request
+ * reader extracts. Without prefix affinity no prompt is read at all; pools the config names may
+ * cut their cache in larger blocks than the default: enough for the largest.
+ */
+export function promptLimit(settings: PickerSettings): PrefixLimit {
+  if (!(settings.weights.prefix > 0)) return prefixLimit([], 0);
+  const sizes = [cacheBlockFor(settings, ''), ...Object.keys(settings.pools).map((pool) => cacheBlockFor(settings, pool))];
+  return prefixLimit(sizes, settings.prefix.keyBlocks);
+}
+
+/** The affinity key of a prompt for a model served by `pools`, cut in their cache blocks. */
+export function affinityKeyOf(settings: PickerSettings, pools: readonly PoolView[], prompt: PromptPrefix): number | undefined {
+  return affinityKey(prompt, cacheBlockOf(settings, pools), settings.prefix.keyBlocks);
+}
+
+/**
+ * The cache block of a model's pools. When they differ (rare: one model on servers configured
+ * apart), the largest: a block whole at that size is whole on every one of them.
+ */
+function cacheBlockOf(settings: PickerSettings, pools: readonly PoolView[]): CacheBlockSize {
+  let size = cacheBlockFor(settings, pools.length > 0 ? pools[0].name : '');
+  for (let i = 1; i < pools.length; i++) {
+    const other = cacheBlockFor(settings, pools[i].name);
+    if (blockChars(other) > blockChars(size)) size = other;
+  }
+  return size;
 }

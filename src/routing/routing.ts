@@ -13,11 +13,13 @@ import type { LatencyTracker } from '../picker/latency-tracker.js';
 import type { LoadTracker } from '../picker/load-tracker.js';
 import type { SignalSnapshot } from '../picker/signals.js';
 import { Picker } from '../picker/picker.js';
+import { candidateScorers, SCORERS } from '../picker/scorer-table.js';
+import type { ScoringRequest } from '../picker/scorer-table.js';
 import { requestPriority } from './priority.js';
-import { affinityKey, blockChars, NO_PROMPT, prefixLimit } from './affinity-key.js';
+import { affinityKeyOf, NO_PROMPT, promptLimit } from './affinity-key.js';
 import type { PrefixLimit, PromptPrefix } from './affinity-key.js';
-import { cacheBlockFor, IN_FLIGHT_ONLY, poolPolicy } from '../picker/settings.js';
-import type { CacheBlockSize, PickerSettings, PoolPolicy } from '../picker/settings.js';
+import { IN_FLIGHT_ONLY, poolPolicy } from '../picker/settings.js';
+import type { PickerSettings, PoolPolicy } from '../picker/settings.js';
 import { FlowControl } from './flow-control.js';
 import type { FlowObserver, QueuedRequest } from './flow-control.js';
 
@@ -41,9 +43,8 @@ export interface AnswerTimes {
   readonly timePerOutputToken: number | undefined;
 }
 
-/** What the picker may use about one request. */
-export interface RouteRequest {
-  readonly model: string;
+/** What the picker may use about one request (its model, and its headers for the scorers that read one). */
+export interface RouteRequest extends ScoringRequest {
   /**
    * The gateway's subset hint (`envoy.lb.subset_hint` → `x-gateway-destination-endpoint-subset`):
    * only these `ip:port` addresses may be picked. Undefined = no restriction.
@@ -137,13 +138,11 @@ export class StoreRouting implements Routing {
   ) {
     const settings = options.picker ?? IN_FLIGHT_ONLY;
     this.settings = settings;
-    // Without prefix affinity no prompt is read at all. Pools the config names may cut their cache
-    // in larger blocks than the default: extract enough for the largest.
-    const sizes = [cacheBlockFor(settings, ''), ...Object.keys(settings.pools).map((pool) => cacheBlockFor(settings, pool))];
-    this.promptLimit = settings.weights.prefix > 0 ? prefixLimit(sizes, settings.prefix.keyBlocks) : prefixLimit([], 0);
+    this.promptLimit = promptLimit(settings);
     // The picker reads the same signal cells the load tracker counts in (and the scraper fills).
     this.picker = new Picker(load.board, {
       weights: settings.weights,
+      scorers: candidateScorers(SCORERS, settings.weights, settings, load.board),
       fallbacks: options.fallbacks,
       boundedLoad: { factor: settings.prefix.loadFactor, slack: settings.prefix.loadSlack, maxQueue: settings.prefix.maxQueue },
       maxAdaptersPerServer: settings.lora.maxAdaptersPerServer,
@@ -224,11 +223,11 @@ export class StoreRouting implements Routing {
 
   private routeIn(pools: readonly PoolView[], request: RouteRequest): RoutedRequest {
     const model = request.model;
-    const key = affinityKey(request.prompt ?? NO_PROMPT, this.cacheBlockOf(pools), this.settings.prefix.keyBlocks);
     const outcome = this.picker.pick(pools, {
       model,
-      ...(key === undefined ? {} : { affinityKey: key }),
-      ...(request.subset === undefined ? {} : { subset: request.subset }),
+      affinityKey: affinityKeyOf(this.settings, pools, request.prompt ?? NO_PROMPT),
+      subset: request.subset,
+      header: request.header,
     });
     if (outcome.kind === 'shed') {
       throw new GatewayError(
@@ -246,19 +245,6 @@ export class StoreRouting implements Routing {
     const destinations = new Array<string>(1 + this.options.fallbacks);
     for (let i = 0; i < destinations.length; i++) destinations[i] = endpoints[i % endpoints.length].address;
     return { model, endpoints, destinations, score: outcome.score };
-  }
-
-  /**
-   * The cache block of a model's pools. When they differ (rare: one model on servers configured
-   * apart), the largest: a block whole at that size is whole on every one of them.
-   */
-  private cacheBlockOf(pools: readonly PoolView[]): CacheBlockSize {
-    let size = cacheBlockFor(this.settings, pools.length > 0 ? pools[0].name : '');
-    for (let i = 1; i < pools.length; i++) {
-      const other = cacheBlockFor(this.settings, pools[i].name);
-      if (blockChars(other) > blockChars(size)) size = other;
-    }
-    return size;
   }
 
   /** The pools that may serve `model`: those listing it, or the one pool we are scoped to. */

@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { affinityKey, blockChars, NO_PROMPT, prefixLimit, wholeBlocks } from '../../../src/routing/affinity-key.js';
-import type { CacheBlockSize } from '../../../src/picker/settings.js';
+import type { CacheBlockSize } from '../../../src/picker/scorer-table.js';
 import { promptPrefixOf } from '../../../src/request/prompt-prefix.js';
 import { hashAddress, rendezvousOwner, rendezvousWeight } from '../../../src/picker/rendezvous.js';
 

@@ -9,8 +9,9 @@ import { DecayedMean, latencyScore, medianOf, SAME_SPEED, slowness } from '../..
 import { LatencyTracker, SLOW_REPLICA } from '../../../src/picker/latency-tracker.js';
 import type { LatencySample } from '../../../src/picker/latency-tracker.js';
 import { Picker } from '../../../src/picker/picker.js';
-import { DEFAULT_LATENCY, DEFAULT_WEIGHTS } from '../../../src/picker/settings.js';
-import type { LatencySettings } from '../../../src/picker/settings.js';
+import { DEFAULT_WEIGHTS } from '../../../src/picker/settings.js';
+import { DEFAULT_LATENCY } from '../../../src/picker/scorer-table.js';
+import type { LatencySettings } from '../../../src/picker/scorer-table.js';
 import { LATENCY_DEMOTED, LATENCY_NEUTRAL, SignalBoard } from '../../../src/picker/signals.js';
 
 const H = 1000;

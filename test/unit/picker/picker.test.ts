@@ -10,7 +10,9 @@ import { Picker } from '../../../src/picker/picker.js';
 import { DEFAULT_SATURATION } from '../../../src/picker/saturation.js';
 import { DEFAULT_WEIGHTS } from '../../../src/picker/settings.js';
 import type { PickOutcome, PickRequest, PipelineOptions } from '../../../src/picker/picker.js';
-import type { PoolPolicy, ScorerWeights } from '../../../src/picker/settings.js';
+import type { PoolPolicy } from '../../../src/picker/settings.js';
+import { onlyScorers, SCORERS } from '../../../src/picker/scorer-table.js';
+import type { ScorerWeights } from '../../../src/picker/scorer-table.js';
 import { affinityKey } from '../../../src/routing/affinity-key.js';
 import { promptPrefixOf } from '../../../src/request/prompt-prefix.js';
 import { recordScrape, recordScrapeFailure, SignalBoard } from '../../../src/picker/signals.js';
@@ -24,7 +26,7 @@ function poolOf(name: string, endpoints: Endpoint[]): PoolView {
   return { name, models: ['m'], endpoints: endpoints.map((e) => ({ ...e, pool: name })) };
 }
 
-const IN_FLIGHT: ScorerWeights = { queue: 0, kvCache: 0, inFlight: 1, prefix: 0, lora: 0, latency: 0 };
+const IN_FLIGHT: ScorerWeights = onlyScorers(SCORERS, { inFlight: 1 });
 
 function picker(board: SignalBoard, options: Partial<PipelineOptions> & { draws?: number[] } = {}): Picker {
   const draws = options.draws ?? [0];
@@ -315,7 +317,7 @@ describe('pipeline: queue limit and shedding', () => {
 describe('pipeline: room under flow control (saturation limits)', () => {
   const limits: PoolPolicy = { saturation: { ...DEFAULT_SATURATION, maxInFlight: 2, scraped: true } };
   const pools = [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])];
-  const QUEUE_ONLY: ScorerWeights = { queue: 1, kvCache: 0, inFlight: 0, prefix: 0, lora: 0, latency: 0 };
+  const QUEUE_ONLY: ScorerWeights = onlyScorers(SCORERS, { queue: 1 });
 
   it('a replica at its in-flight limit goes after every replica with room, whatever its scores', () => {
     const board = new SignalBoard();
