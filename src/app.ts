@@ -14,6 +14,12 @@ import { startExtProcServer } from './extproc/server.js';
 import type { HealthSource } from './grpc/server.js';
 import { RequestProcessor } from './request/request-processor.js';
 import { StoreRouting } from './routing/routing.js';
+import { ServedModels } from './routing/served-models.js';
+import { composeSinks } from './request/outcome-sink.js';
+import { healthSink } from './outcomes/health-sink.js';
+import { logSink } from './outcomes/log-sink.js';
+import { metricsSink } from './outcomes/metrics-sink.js';
+import { traceSink } from './outcomes/trace-sink.js';
 import { openTlsIdentity } from './grpc/tls-identity.js';
 import { startOpsServer } from './ops/ops-server.js';
 import { Metrics } from './metrics/metrics.js';
@@ -177,7 +183,14 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   });
   metrics.reportPoolLoadsFrom(() => poolLoads(store.view(), board));
   const requestLogger = logger.child({ component: 'extproc' });
-  const failureLog = new LogThrottle<RequestResult>();
+  const models = new ServedModels(store, config.routing.pool);
+  // Every outcome of every stream goes to each of these, in this order.
+  const outcomes = composeSinks([
+    metricsSink(metrics),
+    ...(tracing === undefined ? [] : [traceSink(board)]),
+    logSink(requestLogger, new LogThrottle<RequestResult>()),
+    healthSink({ store, failedConnects, brokenStreams, ...(latency === undefined ? {} : { latency }) }),
+  ]);
   const tls =
     config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
   const usagePools = new Set(config.routing.streamUsagePools);
@@ -198,15 +211,13 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
       new RequestProcessor(
         {
           routing,
-          metrics,
+          models,
+          outcomes,
           logger: requestLogger,
-          failureLog,
           maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
           maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
           destinationFormat: config.routing.destinationFormat,
           injectsStreamUsage,
-          onMidStreamBreak: (endpoint) => void brokenStreams.suspect(endpoint.address),
-          onFailedConnect: (endpoint) => void failedConnects.suspect(endpoint.address),
           ...(flowHeaders === undefined ? {} : { flowHeaders }),
           ...(tracing === undefined ? {} : { tracer: tracing.tracer }),
         },

@@ -45,7 +45,7 @@ export function requestHeaders(ctx: MachineContext, out: StepBuilder, state: Str
   if (message.request_headers?.end_of_stream === true) {
     if (request.method === 'GET' && path === '/v1/models') {
       try {
-        out.reply(immediateJson(ctx.routing.modelList(), 'llm_extproc_models'));
+        out.reply(immediateJson(ctx.models.list(), 'llm_extproc_models'));
         out.finish(request, undefined, 'ok');
       } catch (err) {
         out.reject(request, GatewayError.from(err));

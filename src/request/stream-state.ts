@@ -12,12 +12,15 @@ import type { ProcessingResponse } from '../extproc/messages.js';
 import { immediateError } from './decision-replies.js';
 import type { RequestResult } from './request-result.js';
 import type { QueuedRoute, RoutedRequest, Routing } from '../routing/routing.js';
+import type { ServedModels } from '../routing/served-models.js';
 import type { StreamModes } from '../extproc/body-modes.js';
 import type { InferenceRequest } from './openai-request.js';
 import type { UpstreamTraceHeaders } from '../tracing/request-trace.js';
 
 export interface MachineContext {
   readonly routing: Routing;
+  /** What GET /v1/models lists. */
+  readonly models: ServedModels;
   readonly maxRequestBodyBytes: number;
   /** Bodies we hold ourselves to validate (JSON answers in full-duplex mode) stop being held past this. */
   readonly maxInspectedBodyBytes: number;

@@ -1,17 +1,16 @@
-// Routing decisions for the data path: model → pools → ordered endpoints, with the load and
-// passive-health bookkeeping that follows each request. Glue between the store (state owner),
-// the pure picker and the load tracker.
+// Routing decisions for the data path: model → pools → ordered endpoints, and the load each pick
+// charges until its request ends; flow control's queue where a pool is saturated. Glue between the
+// store (state owner), the pure picker and the load tracker. What became of a request is recorded
+// elsewhere (the outcome sinks, src/outcomes/).
 
 import { NO_OBJECTIVES } from '../endpoints/inference-objectives.js';
 import type { ObjectiveIndex } from '../endpoints/inference-objectives.js';
 import type { Endpoint, PoolView } from '../endpoints/model.js';
-import type { AttemptFailure } from '../endpoints/passive-health.js';
 import type { EndpointStore } from '../endpoints/store.js';
 import { GatewayError } from '../errors/gateway-error.js';
 import { noReadyReplicaError } from '../errors/no-ready-replica.js';
 import type { LatencyTracker } from '../picker/latency-tracker.js';
 import type { LoadTracker } from '../picker/load-tracker.js';
-import type { SignalSnapshot } from '../picker/signals.js';
 import { Picker } from '../picker/picker.js';
 import { candidateScorers, SCORERS } from '../picker/scorer-table.js';
 import type { ScoringRequest } from '../picker/scorer-table.js';
@@ -21,6 +20,7 @@ import type { PrefixLimit, PromptPrefix } from './affinity-key.js';
 import { IN_FLIGHT_ONLY, poolPolicy } from '../picker/settings.js';
 import type { PickerSettings, PoolPolicy } from '../picker/settings.js';
 import { FlowControl } from './flow-control.js';
+import { NOT_SYNCED_RETRY_AFTER_SECONDS, requireSynced } from './served-models.js';
 import type { FlowObserver, QueuedRequest } from './flow-control.js';
 
 export interface RoutedRequest {
@@ -35,12 +35,6 @@ export interface RoutedRequest {
   readonly destinations: readonly string[];
   /** The primary's total score in the picker (traces). */
   readonly score?: number;
-}
-
-/** How fast one answer came, in seconds (undefined = not measured). */
-export interface AnswerTimes {
-  readonly timeToFirstToken: number | undefined;
-  readonly timePerOutputToken: number | undefined;
 }
 
 /** What the picker may use about one request (its model, and its headers for the scorers that read one). */
@@ -87,22 +81,7 @@ export interface Routing {
    */
   admit(request: RouteRequest, flow: FlowRequest): RoutedRequest | QueuedRoute;
   release(routed: RoutedRequest): void;
-  recordSuccess(endpoint: Endpoint): void;
-  recordFailure(endpoint: Endpoint, failure: AttemptFailure): void;
-  /**
-   * How fast `endpoint` answered a request of `model` (seconds; undefined = not measured), at
-   * `now` (performance.now() milliseconds): the latency signal's input.
-   */
-  recordLatency(model: string, endpoint: Endpoint, times: AnswerTimes, now: number): void;
-  /** OpenAI `GET /v1/models` answer from the cache; throws `no_ready_replica` before the first sync. */
-  modelList(): unknown;
-  /** Whether some pool serves this model (bounds metric label values to configured models). */
-  servesModel(model: string): boolean;
-  /** An endpoint's signals now (for a trace of its pick; never on an untraced request). */
-  signalsOf(address: string): SignalSnapshot;
 }
-
-const NOT_SYNCED_RETRY_AFTER_SECONDS = 5;
 
 export interface RoutingOptions {
   /** Must be at least the Envoy route's retry count (our shipped configs use the same number). */
@@ -163,13 +142,13 @@ export class StoreRouting implements Routing {
 
   route(request: RouteRequest): RoutedRequest {
     const model = request.model;
-    this.requireSynced(`model ${model} cannot be routed yet`, { model });
+    requireSynced(this.store, `model ${model} cannot be routed yet`, { model });
     return this.routeIn(this.poolsFor(model), request);
   }
 
   admit(request: RouteRequest, flow: FlowRequest): RoutedRequest | QueuedRoute {
     const model = request.model;
-    this.requireSynced(`model ${model} cannot be routed yet`, { model });
+    requireSynced(this.store, `model ${model} cannot be routed yet`, { model });
     const pools = this.poolsFor(model);
     // A model's requests queue in its first pool's queue; pools without flow control never queue.
     const pool = pools[0]?.name;
@@ -317,47 +296,6 @@ export class StoreRouting implements Routing {
     if (primary !== undefined) this.load.release(primary.address);
     // A finished request may give a saturated pool room.
     this.flow.wake();
-  }
-
-  /** Until the source's first complete view we know neither the models nor their pods. */
-  private requireSynced(what: string, details: Record<string, unknown>): void {
-    if (this.store.isSynced()) return;
-    throw new GatewayError(
-      'no_ready_replica',
-      `${what}: the endpoint list has not been loaded (waiting for the first sync with the endpoint source). Retry in about ${NOT_SYNCED_RETRY_AFTER_SECONDS} s.`,
-      { details: { ...details, endpoints_synced: false }, retryAfterSeconds: NOT_SYNCED_RETRY_AFTER_SECONDS },
-    );
-  }
-
-  recordSuccess(endpoint: Endpoint): void {
-    this.store.recordSuccess(endpoint.address);
-  }
-
-  recordFailure(endpoint: Endpoint, failure: AttemptFailure): void {
-    this.store.recordFailure(endpoint.address, failure);
-  }
-
-  recordLatency(model: string, endpoint: Endpoint, times: AnswerTimes, now: number): void {
-    this.options.latency?.record({ model, pool: endpoint.pool, address: endpoint.address, ...times }, now);
-  }
-
-  signalsOf(address: string): SignalSnapshot {
-    return this.load.board.snapshot(address);
-  }
-
-  servesModel(model: string): boolean {
-    const scope = this.options.pool;
-    if (scope === undefined) return this.store.view().poolsByModel.has(model);
-    return this.store.view().pools.get(scope)?.models.includes(model) ?? false;
-  }
-
-  modelList(): unknown {
-    this.requireSynced('the served models cannot be listed yet', {});
-    const view = this.store.view();
-    const scope = this.options.pool;
-    const models = scope === undefined ? [...view.poolsByModel.keys()] : [...(view.pools.get(scope)?.models ?? [])];
-    const data = models.sort().map((id) => ({ id, object: 'model', created: 0, owned_by: 'llm-extproc' }));
-    return { object: 'list', data };
   }
 }
 

@@ -11,6 +11,12 @@ import { GatewayError } from '../../../src/errors/gateway-error.js';
 import { LogThrottle } from '../../../src/util/log-throttle.js';
 import { RequestProcessor } from '../../../src/request/request-processor.js';
 import { StoreRouting } from '../../../src/routing/routing.js';
+import { ServedModels } from '../../../src/routing/served-models.js';
+import { composeSinks } from '../../../src/request/outcome-sink.js';
+import type { OutcomeSink } from '../../../src/request/outcome-sink.js';
+import { healthSink } from '../../../src/outcomes/health-sink.js';
+import { logSink } from '../../../src/outcomes/log-sink.js';
+import { metricsSink } from '../../../src/outcomes/metrics-sink.js';
 import type { HeaderMutation, ProcessingRequest, ProcessingResponse, ProtoStruct } from '../../../src/extproc/messages.js';
 import { Metrics } from '../../../src/metrics/metrics.js';
 import { LoadTracker } from '../../../src/picker/load-tracker.js';
@@ -47,7 +53,13 @@ interface Harness {
   store: EndpointStore;
   load: LoadTracker;
   metrics: Metrics;
+  outcomes: OutcomeSink;
   processor(): RequestProcessor;
+}
+
+/** The sinks app.ts composes, on this test's metrics and store (no tracing, no active checks). */
+function outcomeSinks(metrics: Metrics, store: EndpointStore): OutcomeSink {
+  return composeSinks([metricsSink(metrics), logSink(pino({ level: 'silent' }), new LogThrottle()), healthSink({ store })]);
 }
 
 function harness(
@@ -72,16 +84,18 @@ function harness(
   });
   const metrics = new Metrics({ processMetrics: false });
   const logger = pino({ level: 'silent' });
+  const outcomes = outcomeSinks(metrics, store);
   return {
     store,
     load,
     metrics,
+    outcomes,
     processor: () =>
       new RequestProcessor({
         routing,
-        metrics,
+        models: new ServedModels(store, options.pool),
+        outcomes,
         logger,
-        failureLog: new LogThrottle(),
         maxRequestBodyBytes: LIMIT,
         maxInspectedBodyBytes: LIMIT,
         destinationFormat: options.destinationFormat ?? 'list',
@@ -939,9 +953,9 @@ describe('RequestProcessor: full duplex', () => {
     const h = harness({});
     const p = new RequestProcessor({
       routing: new StoreRouting(h.store, h.load, { fallbacks: 0, random: () => 0 }),
-      metrics: h.metrics,
+      models: new ServedModels(h.store, undefined),
+      outcomes: h.outcomes,
       logger: pino({ level: 'silent' }),
-      failureLog: new LogThrottle(),
       maxRequestBodyBytes: 1 << 20,
       maxInspectedBodyBytes: LIMIT,
     });

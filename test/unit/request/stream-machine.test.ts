@@ -8,6 +8,7 @@ import { EndpointStore } from '../../../src/endpoints/store.js';
 import type { BodySendMode, ProcessingRequest, ProcessingResponse } from '../../../src/extproc/messages.js';
 import { LoadTracker } from '../../../src/picker/load-tracker.js';
 import { StoreRouting } from '../../../src/routing/routing.js';
+import { ServedModels } from '../../../src/routing/served-models.js';
 import { onMessage, onStreamEnd } from '../../../src/request/stream-machine.js';
 import type { MachineContext, Step, StreamState } from '../../../src/request/stream-state.js';
 import {
@@ -26,6 +27,7 @@ function context(): MachineContext {
   store.markSynced('static');
   return {
     routing: new StoreRouting(store, new LoadTracker(), { fallbacks: 0, random: () => 0 }),
+    models: new ServedModels(store, undefined),
     maxRequestBodyBytes: 1024 * 1024,
     maxInspectedBodyBytes: 1024 * 1024,
     destinationFormat: 'list',

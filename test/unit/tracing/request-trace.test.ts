@@ -18,6 +18,12 @@ import { recordScrape, recordScrapeFailure } from '../../../src/picker/signals.j
 import { RequestProcessor } from '../../../src/request/request-processor.js';
 import type { ProcessorDeps } from '../../../src/request/request-processor.js';
 import { StoreRouting } from '../../../src/routing/routing.js';
+import { ServedModels } from '../../../src/routing/served-models.js';
+import { composeSinks } from '../../../src/request/outcome-sink.js';
+import { healthSink } from '../../../src/outcomes/health-sink.js';
+import { logSink } from '../../../src/outcomes/log-sink.js';
+import { metricsSink } from '../../../src/outcomes/metrics-sink.js';
+import { traceSink } from '../../../src/outcomes/trace-sink.js';
 import { ATTEMPT_EVENT, ATTR, OtelRequestTracer } from '../../../src/tracing/otel-request-trace.js';
 import { MAX_TRACED_PATH } from '../../../src/tracing/request-trace.js';
 import { LogThrottle } from '../../../src/util/log-throttle.js';
@@ -60,15 +66,19 @@ function harness(sampler?: Sampler, propagateToUpstream?: boolean) {
     propagateToUpstream === undefined ? {} : { propagateToUpstream },
   );
   const metrics = new Metrics({ processMetrics: false });
+  const logger = pino({ level: 'silent' });
+  // The sinks as app.ts composes them, with tracing on and off.
+  const sinks = [metricsSink(metrics), logSink(logger, new LogThrottle()), healthSink({ store })];
   const deps: ProcessorDeps = {
     routing,
-    metrics,
-    logger: pino({ level: 'silent' }),
-    failureLog: new LogThrottle(),
+    models: new ServedModels(store, undefined),
+    outcomes: composeSinks(sinks),
+    logger,
     maxRequestBodyBytes: 1 << 20,
     maxInspectedBodyBytes: 1 << 20,
   };
-  const processor = () => new RequestProcessor({ ...deps, tracer });
+  const traced = composeSinks([sinks[0], traceSink(load.board), ...sinks.slice(1)]);
+  const processor = () => new RequestProcessor({ ...deps, outcomes: traced, tracer });
   /** The same processor with tracing off. */
   const untraced = () => new RequestProcessor(deps);
   return { exporter, processor, untraced, board: load.board };
