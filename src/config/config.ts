@@ -14,11 +14,12 @@ import { PickerConfigError, pickerSettings } from './picker-config.js';
 import { TracingConfigError, tracingSettings } from './tracing-config.js';
 import type { TracingSettings } from '../tracing/tracing-settings.js';
 import { configFileSchema, DEFAULTS, LOG_LEVELS } from './schema.js';
-import type { GRPC_TRANSPORTS } from './schema.js';
+import type { DESTINATION_FORMATS, GRPC_TRANSPORTS } from './schema.js';
 import type { ConfigFile } from './schema.js';
 
 export type LogLevel = (typeof LOG_LEVELS)[number];
 export type GrpcTransport = (typeof GRPC_TRANSPORTS)[number];
+export type DestinationFormat = (typeof DESTINATION_FORMATS)[number];
 
 export interface Config {
   readonly listen: {
@@ -76,8 +77,6 @@ export interface Config {
   /** OpenTelemetry traces: the file's `tracing` section and the OTEL_* variables (tracing-config.ts). */
   readonly tracing: TracingSettings;
 }
-
-export type DestinationFormat = 'list' | 'single';
 
 /**
  * Certificate and key files (PEM, reloaded when they change), optionally with the CA client

@@ -37,10 +37,12 @@ export function requestHeaders(ctx: MachineContext, out: StepBuilder, state: Str
     method: headerValue(headers, ':method') ?? '',
     path: headerValue(headers, ':path') ?? '',
     requestId: headerValue(headers, 'x-request-id') ?? '',
+    header: (name) => headerValue(headers, name),
     subset: subsetHint(message),
     contentLength: declaredLength(headerValue(headers, 'content-length')),
     ...flowHeaders(ctx, headers),
   };
+  out.notice({ kind: 'headers-read', request });
   const path = pathOnly(request.path);
   if (message.request_headers?.end_of_stream === true) {
     if (request.method === 'GET' && path === '/v1/models') {
@@ -130,11 +132,7 @@ function route(
   try {
     inference = readInferenceRequest(body, ctx.routing.promptLimit);
     model = inference.model;
-    const routeRequest = {
-      model,
-      prompt: inference.prompt,
-      ...(request.subset === undefined ? {} : { subset: request.subset }),
-    };
+    const routeRequest = { model, prompt: inference.prompt, subset: request.subset, header: request.header };
     admitted =
       ctx.flowHeaders === undefined
         ? ctx.routing.route(routeRequest)

@@ -33,12 +33,17 @@ export interface MachineContext {
   readonly upstreamTrace?: UpstreamTraceHeaders;
 }
 
-/** What the request headers told us; fixed for the life of the stream. */
+/** Reads one request header (lower-case name); undefined when absent. */
+export type HeaderLookup = (name: string) => string | undefined;
+
+/** What the request headers told us, read once (request-phase.ts); fixed for the life of the stream. */
 export interface RequestFacts {
   readonly modes: StreamModes;
   readonly method: string;
   readonly path: string;
   readonly requestId: string;
+  /** Any other header, for who needs one (a trace's context, a scorer keyed on a header). */
+  readonly header: HeaderLookup;
   /** The gateway's subset hint, when it sent one. */
   readonly subset: ReadonlySet<string> | undefined;
   /** The request's declared `content-length`, when it has one. */
@@ -164,6 +169,8 @@ export interface Finished {
 }
 
 export type Notice =
+  /** The request headers are read: the processor starts the request's trace from them. */
+  | { readonly kind: 'headers-read'; readonly request: RequestFacts }
   | { readonly kind: 'routed'; readonly routed: RoutedRequest }
   /** The request waits in a queue: the processor listens for its outcome, and cancels it if the stream ends. */
   | { readonly kind: 'queued'; readonly queued: QueuedRoute }

@@ -2,6 +2,7 @@
 // load tracker and metrics: what Envoy is told to do at each phase, what the client ends up
 // reading, and what gets recorded about each endpoint.
 import { describe, it } from 'node:test';
+import type { DestinationFormat } from '../../../src/config/config.js';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
 import { EndpointStore } from '../../../src/endpoints/store.js';
@@ -68,7 +69,7 @@ function harness(
     fallbacks?: number;
     threshold?: number;
     pool?: string;
-    destinationFormat?: 'list' | 'single';
+    destinationFormat?: DestinationFormat;
     injectsStreamUsage?: boolean;
   } = {},
 ): Harness {
