@@ -13,7 +13,7 @@ import { immediateError } from './decision-replies.js';
 import type { RequestResult } from './request-result.js';
 import type { QueuedRoute, RoutedRequest, Routing } from '../routing/routing.js';
 import type { ServedModels } from '../routing/served-models.js';
-import type { StreamModes } from '../extproc/body-modes.js';
+import type { RequestRule, ResponseRule } from './delivery-rules.js';
 import type { InferenceRequest } from './openai-request.js';
 import type { UpstreamTraceHeaders } from '../tracing/request-trace.js';
 
@@ -38,7 +38,9 @@ export type HeaderLookup = (name: string) => string | undefined;
 
 /** What the request headers told us, read once (request-phase.ts); fixed for the life of the stream. */
 export interface RequestFacts {
-  readonly modes: StreamModes;
+  /** What the bodies' delivery, as Envoy announced it on this stream, means to us (delivery-rules.ts). */
+  readonly requestRule: RequestRule;
+  readonly responseRule: ResponseRule;
   readonly method: string;
   readonly path: string;
   readonly requestId: string;
