@@ -24,6 +24,7 @@ import { repoRoot } from '../../scripts/repo-root.js';
 import { CHART_DIR } from '../../scripts/chart/chart-files.js';
 import { EG_CONTROLLER_NAME, EnvoyGatewayController, deepMerge, type EnvoyGatewayOptions, type GatewayProxy } from './envoy-gateway.js';
 import { dumpRoutes } from './envoy-config-dump.js';
+import { scrapeMetrics } from './prometheus.js';
 import { startExtprocProcess, type ExtprocProcess } from './extproc-process.js';
 import { helm, parseManifests, type K8sObject } from './helm.js';
 import { send, type ClientRequest, type ClientResponse } from './http-client.js';
@@ -192,7 +193,7 @@ export class EnvoyGatewayBed {
 
   /** llm-extproc's Prometheus text (its ops port). */
   async metricsText(): Promise<string> {
-    return (await fetch(`http://127.0.0.1:${this.extproc.httpPort}/metrics`)).text();
+    return scrapeMetrics(this.extproc.httpPort);
   }
 
   /** `helm template` of the chart with the example, the bed's values and `values`. */

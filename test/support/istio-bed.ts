@@ -34,6 +34,7 @@ import { startModelServer, type Behavior, type ModelServer } from './model-serve
 import { notReadyPod, readyPod, terminatingPod, type PodJson, type PodOptions } from './pod-builders.js';
 import { claimPodAddresses, releasePodAddresses } from './pod-network.js';
 import { makeTestCa } from './tls-files.js';
+import { scrapeMetrics } from './prometheus.js';
 import { waitUntil } from './wait-until.js';
 
 export const RELEASE = 'llm';
@@ -229,14 +230,7 @@ export class IstioBed {
   /** Every running llm-extproc replica's Prometheus text, concatenated (metricValue sums over replicas). */
   async pickerMetrics(): Promise<string> {
     // A replica that is down has no metrics to add.
-    const texts = await Promise.all(
-      this.pickers.map((p) =>
-        fetch(`${p.opsUrl}/metrics`).then(
-          (r) => r.text(),
-          () => '',
-        ),
-      ),
-    );
+    const texts = await Promise.all(this.pickers.map((p) => scrapeMetrics(p.opsUrl).catch(() => '')));
     return texts.join('\n');
   }
 
