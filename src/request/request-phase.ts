@@ -46,7 +46,6 @@ export function requestHeaders(ctx: MachineContext, out: StepBuilder, state: Str
     contentLength: declaredLength(headerValue(headers, 'content-length')),
     ...flowHeaders(ctx, headers),
   };
-  out.notice({ kind: 'headers-read', request });
   const path = pathOnly(request.path);
   if (message.request_headers?.end_of_stream === true) {
     if (request.method === 'GET' && path === '/v1/models') {

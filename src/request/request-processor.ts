@@ -18,6 +18,7 @@ import type { QueuedRoute, RoutedRequest, Routing } from '../routing/routing.js'
 import type { ServedModels } from '../routing/served-models.js';
 import { dispatched } from './request-phase.js';
 import { onMessage, onStreamEnd } from './stream-machine.js';
+import { factsOf } from './stream-state.js';
 import type { Finished, MachineContext, RequestFacts, Step, StreamState } from './stream-state.js';
 import type { AnswerFigures, OutcomeSink } from './outcome-sink.js';
 
@@ -85,10 +86,14 @@ export class RequestProcessor implements StreamProcessor {
       return [];
     }
     const started = performance.now();
+    const first = this.startedAt === undefined;
     this.startedAt ??= started;
     try {
       const before = this.state;
       const step = onMessage(this.context, this.state, request);
+      // The request headers, as the machine read them (once): the request's trace starts from them,
+      // before any outcome of this first step is recorded.
+      if (first && this.deps.tracer !== undefined) this.startTrace(this.deps.tracer, factsOf(step.state));
       // The chunk was fed to the inspector of the state it arrived in: its content events so far.
       if (before.kind === 'Streaming' && before.watch.kind === 'sse') {
         (this.clock ??= new ResponseClock(this.pickedAt)).contentSeen(before.watch.inspector.contentEvents, started);
@@ -113,7 +118,8 @@ export class RequestProcessor implements StreamProcessor {
   }
 
   /** From the request's headers as the machine read them: the client's trace context, the method, path and request id. */
-  private startTrace(tracer: RequestTracer, request: RequestFacts): void {
+  private startTrace(tracer: RequestTracer, request: RequestFacts | undefined): void {
+    if (request === undefined) return;
     const trace = tracer.start(request.header, { method: request.method, path: tracedPath(request.path), requestId: request.requestId });
     this.record.trace = trace;
     const upstreamTrace = trace?.upstreamHeaders;
@@ -126,9 +132,6 @@ export class RequestProcessor implements StreamProcessor {
     const outcomes = this.deps.outcomes;
     for (const notice of step.notices) {
       switch (notice.kind) {
-        case 'headers-read':
-          if (this.deps.tracer !== undefined) this.startTrace(this.deps.tracer, notice.request);
-          break;
         case 'routed': {
           const first = this.pickedAt === undefined;
           if (first) this.pickedAt = now;

@@ -42,6 +42,13 @@ export type ResponseClass =
    */
   | { readonly kind: 'answer'; readonly body: 'sse' | 'json' | 'opaque' };
 
+// The classes of every good answer, built once: classifying one allocates nothing.
+const UNEXPLAINED: ResponseClass = { kind: 'unexplained' };
+const SSE: ResponseClass = { kind: 'answer', body: 'sse' };
+const JSON_ANSWER: ResponseClass = { kind: 'answer', body: 'json' };
+const OPAQUE: ResponseClass = { kind: 'answer', body: 'opaque' };
+const NO_BODY: ResponseClass = { kind: 'headers-only', result: 'ok', failure: undefined };
+
 export function classifyResponse(facts: ResponseFacts, maxInspectedBodyBytes: number): ResponseClass {
   const evidence = envoyReplyFacts(facts);
   const local = classifyEnvoyReply(evidence);
@@ -49,10 +56,10 @@ export function classifyResponse(facts: ResponseFacts, maxInspectedBodyBytes: nu
   if (isEnvoyLocalReply(evidence)) return { kind: 'other-filter', result: localReplyResult(facts.status) };
   const status = facts.status;
   const json = isJsonContentType(facts.contentType);
-  if (facts.codeDetails === undefined && (status >= 500 || status === 413) && !json && !facts.ours) return { kind: 'unexplained' };
+  if (facts.codeDetails === undefined && (status >= 500 || status === 413) && !json && !facts.ours) return UNEXPLAINED;
   // A 4xx says the request was wrong, not that the replica is unhealthy.
   const failure: AttemptFailure | undefined = status >= 500 ? 'bad_response' : undefined;
-  if (facts.endOfStream) return { kind: 'headers-only', result: status < 400 ? 'ok' : upstreamStatusResult(status), failure };
+  if (facts.endOfStream) return status < 400 ? NO_BODY : { kind: 'headers-only', result: upstreamStatusResult(status), failure };
   if (status >= 400) {
     if (json) return { kind: 'upstream-error', result: upstreamStatusResult(status), failure };
     return {
@@ -63,9 +70,9 @@ export function classifyResponse(facts: ResponseFacts, maxInspectedBodyBytes: nu
       upstreamStatus: status,
     };
   }
-  if (!facts.compressed && isSseContentType(facts.contentType)) return { kind: 'answer', body: 'sse' };
+  if (!facts.compressed && isSseContentType(facts.contentType)) return SSE;
   const whole = json && !facts.compressed && !(facts.contentLength !== undefined && facts.contentLength > maxInspectedBodyBytes);
-  return { kind: 'answer', body: whole ? 'json' : 'opaque' };
+  return whole ? JSON_ANSWER : OPAQUE;
 }
 
 /** An unexplained error's body (its first bytes) read: Envoy's own text, or the model server's. */

@@ -16,7 +16,7 @@ import { replaceBodyChunk, responseHeadersReply, streamedBody, streamedChunks } 
 import { immediateError } from './decision-replies.js';
 import { responseFacts } from './response-facts.js';
 import type { ResponseFacts } from './response-facts.js';
-import { requestOf } from './stream-state.js';
+import { factsOf } from './stream-state.js';
 import type { BodyWatch, Exchange, MachineContext, PendingOutcome, Served, StreamState, StepBuilder } from './stream-state.js';
 import { RESPONSE_RULES, unhandled } from './delivery-rules.js';
 import type { ResponseRule } from './delivery-rules.js';
@@ -394,7 +394,7 @@ export function responseTrailers(out: StepBuilder, state: StreamState): void {
       break;
   }
   out.reply({ response_trailers: {} });
-  const request = state.kind === 'Done' ? state.request : state.kind === 'AwaitingRequestHeaders' ? undefined : requestOf(state);
+  const request = factsOf(state);
   out.become(request === undefined ? { kind: 'Done' } : { kind: 'Done', request });
 }
 
@@ -476,6 +476,6 @@ function exchangeForResponse(state: StreamState): Exchange {
 
 /** The response rule of a stream in any state (a stream done before its headers: Envoy's default, streamed). */
 function ruleOf(state: StreamState): ResponseRule {
-  const request = state.kind === 'Done' ? state.request : requestOf(state);
+  const request = factsOf(state);
   return request?.responseRule ?? RESPONSE_RULES.streamed;
 }

@@ -171,8 +171,6 @@ export interface Finished {
 }
 
 export type Notice =
-  /** The request headers are read: the processor starts the request's trace from them. */
-  | { readonly kind: 'headers-read'; readonly request: RequestFacts }
   | { readonly kind: 'routed'; readonly routed: RoutedRequest }
   /** The request waits in a queue: the processor listens for its outcome, and cancels it if the stream ends. */
   | { readonly kind: 'queued'; readonly queued: QueuedRoute }
@@ -277,6 +275,11 @@ export class StepBuilder {
     }
     return { state: this.state, replies: this.out, attempts: this.learnt, finished: result, notices: this.told };
   }
+}
+
+/** The request facts of any state, once the request headers were read. */
+export function factsOf(state: StreamState): RequestFacts | undefined {
+  return state.kind === 'Done' ? state.request : requestOf(state);
 }
 
 /** The request facts of any state that has them. */
