@@ -15,12 +15,14 @@
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { connect as connectHttp2, constants as http2 } from 'node:http2';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
+import { repoRoot } from '../../scripts/repo-root.js';
 import OpenAI from 'openai';
 import { stringify as toYaml } from 'yaml';
 import { GATEWAY_PROFILE_NAMES, GATEWAY_PROFILES } from '../../tools/envoy-config/gateway-profiles.js';
@@ -36,6 +38,7 @@ import { startRecordingExtProc } from '../support/recording-processor.js';
 import type { HeardStream, RecordingExtProc } from '../support/recording-processor.js';
 import { waitUntil } from '../support/wait-until.js';
 
+const run = promisify(execFile);
 const CHAT = '/v1/chat/completions';
 const EVENTS_BEFORE_CUT = 3;
 const streamRequest = { model: 'm', stream: true, messages: [{ role: 'user', content: 'tell me a story' }] };
@@ -270,13 +273,10 @@ describe('cut streams: what the client gets (llm-extproc behind our Envoy config
     assert.ok(!(failure instanceof OpenAI.APIError), 'not an APIError: the SDK never saw an error response');
   });
 
-  it('the official openai Python SDK (set OPENAI_PYTHON to a python with `openai` installed)', async (t) => {
-    const python = process.env.OPENAI_PYTHON;
-    if (python === undefined || python === '') {
-      t.skip('OPENAI_PYTHON is not set');
-      return;
-    }
-    const outcome = await pythonClientOutcome(python, gateway.port, model);
+  it("the official openai Python SDK: the stream raises APIConnectionError from httpx's RemoteProtocolError", async () => {
+    // scripts/install-openai-python.mjs: a venv with the pinned SDK in the tools cache (or $OPENAI_PYTHON).
+    const installed = await run(process.execPath, [join(repoRoot(), 'scripts', 'install-openai-python.mjs')]);
+    const outcome = await pythonClientOutcome(installed.stdout.trim(), gateway.port, model);
     // openai-python wraps the transport's error: an APIConnectionError (an APIError subclass there).
     assert.deepEqual(outcome, { chunks: EVENTS_BEFORE_CUT, raised: 'openai.APIConnectionError from httpx2.RemoteProtocolError' });
   });
@@ -305,7 +305,7 @@ async function pythonClientOutcome(python: string, port: number, model: ModelSer
     out += data.toString();
     if (out.split('\n').filter((line) => line === 'chunk').length === EVENTS_BEFORE_CUT) model.resetConnections('rst');
   });
-  await promisify((done: (err: Error | null) => void) => child.once('exit', () => done(null)))();
+  await once(child, 'exit');
   const lines = out.trim().split('\n');
   return { chunks: lines.filter((line) => line === 'chunk').length, raised: lines.at(-1)?.replace(/^raised /, '') ?? '' };
 }
