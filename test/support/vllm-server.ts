@@ -240,6 +240,9 @@ function httpCall(
       url,
       {
         method,
+        // A connection per request: uvicorn closes idle keep-alive connections after 5 s, and a
+        // request sent on one as it closes fails with "socket hang up".
+        agent: false,
         ...(signal === undefined ? {} : { signal }),
         headers: body === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
       },
