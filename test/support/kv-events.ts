@@ -6,7 +6,7 @@
 // with a `type` (BlockStored, BlockRemoved, AllBlocksCleared); older releases as an array whose
 // first element is that tag, fields in declaration order. Both are read here. What was published
 // before a subscriber connected is not delivered (PUB/SUB), so connect before the traffic.
-// docs/picking.md ("What vLLM publishes") records what a real server sends.
+// docs/picking.md ("What a real vLLM reports and publishes") records what a real server sends.
 
 import { Decoder } from '@msgpack/msgpack';
 import { Subscriber } from 'zeromq';
