@@ -92,34 +92,32 @@ function describeImage(confPath, tag) {
 
 /** Builds the image unless the tag for this exact context exists; returns { tag, built, seconds }. */
 function projectImage(confPath, bases) {
-  const dockerfile = readFileSync(join(REPO, 'Dockerfile'), 'utf8');
   const { args, cafile } = buildInputs();
+  const flags = [
+    '--pull=never',
+    // Build steps need the registries only; the host's network spares a NAT setup per step.
+    '--network=host',
+    ...Object.entries(args).flatMap(([k, v]) => ['--build-arg', `${k}=${v}`]),
+    // The Dockerfile's LABEL reads these args too, but buildah 1.28 (podman 4.3) reuses a cached
+    // LABEL step when only an arg's value changed: the labels would name the previous commit.
+    '--label',
+    `org.opencontainers.image.version=${args.VERSION}`,
+    '--label',
+    `org.opencontainers.image.revision=${args.REVISION}`,
+    ...(cafile === undefined ? [] : ['--secret', `id=npm-ca,src=${cafile}`]),
+    '--file',
+    join(REPO, 'Dockerfile'),
+  ];
   const hash = createHash('sha256');
-  hash.update(dockerfile).update(readFileSync(join(REPO, '.dockerignore')));
+  hash.update(readFileSync(join(REPO, 'Dockerfile'))).update(readFileSync(join(REPO, '.dockerignore')));
   for (const file of contextFiles()) hash.update(`\0${file}\0`).update(readFileSync(join(REPO, file)));
   for (const base of bases) hash.update(`\0${imageId(confPath, qualifiedName(base.name))}`);
-  hash.update(JSON.stringify(args));
+  hash.update(JSON.stringify(flags));
   const tag = `${IMAGE_REPOSITORY}:ctx-${hash.digest('hex').slice(0, 16)}`;
   if (imageExists(confPath, tag)) return { tag, built: false, seconds: 0 };
   const started = Date.now();
   process.stderr.write(`install-podman: podman build -t ${tag}\n`);
-  podman(
-    confPath,
-    [
-      'build',
-      '--pull=never',
-      // Build steps need the registries only; the host's network spares a NAT setup per step.
-      '--network=host',
-      ...Object.entries(args).flatMap(([k, v]) => ['--build-arg', `${k}=${v}`]),
-      ...(cafile === undefined ? [] : ['--secret', `id=npm-ca,src=${cafile}`]),
-      '--tag',
-      tag,
-      '--file',
-      join(REPO, 'Dockerfile'),
-      REPO,
-    ],
-    { inherit: true },
-  );
+  podman(confPath, ['build', ...flags, '--tag', tag, REPO], { inherit: true });
   // Earlier builds of this repository's images are superseded: keep storage from growing per commit.
   const old = podman(confPath, ['images', '--format', '{{.Repository}}:{{.Tag}}', '--filter', `reference=${IMAGE_REPOSITORY}`])
     .split('\n')
