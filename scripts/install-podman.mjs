@@ -21,7 +21,8 @@
 // Prints {"available":false,"reason":...} (exit 0) on a machine that cannot run containers at all
 // (not Linux, or no podman and no root to install it); a failure on a machine that can is exit 1.
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { InstallError, runCaptured, runInstaller } from './install-common.mjs';
@@ -65,14 +66,15 @@ function gitRevision() {
   return res.status === 0 ? res.stdout.trim() : 'unknown';
 }
 
-/** Build args and secrets: the OCI labels' values, and what npm inside the build needs from the host's npm. */
+/** Build args, the OCI labels' values, and what npm inside the build needs from the host's npm (its CA bundle, a mirror). */
 function buildInputs() {
   const pkg = JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8'));
-  const args = { VERSION: pkg.version, REVISION: gitRevision() };
+  const args = { VERSION: pkg.version };
+  const labels = { 'org.opencontainers.image.version': pkg.version, 'org.opencontainers.image.revision': gitRevision() };
   const registry = npmConfig('registry');
   if (registry !== '' && registry !== DEFAULT_NPM_REGISTRY) args.NPM_REGISTRY = registry;
   const cafile = npmConfig('cafile') || process.env.NODE_EXTRA_CA_CERTS || '';
-  return { args, cafile: cafile !== '' && existsSync(cafile) ? cafile : undefined };
+  return { args, labels, cafile: cafile !== '' && existsSync(cafile) ? cafile : undefined };
 }
 
 function imageId(confPath, name) {
@@ -90,40 +92,61 @@ function describeImage(confPath, tag) {
   return { sizeBytes, layers, labels };
 }
 
-/** Builds the image unless the tag for this exact context exists; returns { tag, built, seconds }. */
+/** A tag in our repository for `parts` (hashed). */
+function tagFor(kind, parts) {
+  const hash = createHash('sha256');
+  for (const part of parts) hash.update(`\0${part.length}\0`).update(part);
+  return `${IMAGE_REPOSITORY}:${kind}-${hash.digest('hex').slice(0, 16)}`;
+}
+
+/**
+ * The image for this tree and commit, in two steps so a new commit costs seconds, not a build:
+ * 1. `build-<key>`: `podman build` of the Dockerfile, keyed by the context files, the Dockerfile,
+ *    the base images' ids and the flags. The commit is not among its inputs: buildah 1.28 (podman
+ *    4.3) re-runs every step, `npm ci` included, when any build arg's value changes.
+ * 2. `ctx-<key>`: that image with the OCI version and revision labels set (a one-line build
+ *    `FROM build-<key>`; the Dockerfile's own LABEL reads the same values from build args, for
+ *    `docker build --build-arg REVISION=...`).
+ * Returns { tag, built, seconds }; `built` is false when both already existed.
+ */
 function projectImage(confPath, bases) {
-  const { args, cafile } = buildInputs();
+  const { args, labels, cafile } = buildInputs();
   const flags = [
     '--pull=never',
     // Build steps need the registries only; the host's network spares a NAT setup per step.
     '--network=host',
     ...Object.entries(args).flatMap(([k, v]) => ['--build-arg', `${k}=${v}`]),
-    // The Dockerfile's LABEL reads these args too, but buildah 1.28 (podman 4.3) reuses a cached
-    // LABEL step when only an arg's value changed: the labels would name the previous commit.
-    '--label',
-    `org.opencontainers.image.version=${args.VERSION}`,
-    '--label',
-    `org.opencontainers.image.revision=${args.REVISION}`,
     ...(cafile === undefined ? [] : ['--secret', `id=npm-ca,src=${cafile}`]),
     '--file',
     join(REPO, 'Dockerfile'),
   ];
-  const hash = createHash('sha256');
-  hash.update(readFileSync(join(REPO, 'Dockerfile'))).update(readFileSync(join(REPO, '.dockerignore')));
-  for (const file of contextFiles()) hash.update(`\0${file}\0`).update(readFileSync(join(REPO, file)));
-  for (const base of bases) hash.update(`\0${imageId(confPath, qualifiedName(base.name))}`);
-  hash.update(JSON.stringify(flags));
-  const tag = `${IMAGE_REPOSITORY}:ctx-${hash.digest('hex').slice(0, 16)}`;
+  const inputs = [readFileSync(join(REPO, 'Dockerfile')), readFileSync(join(REPO, '.dockerignore'))];
+  for (const file of contextFiles()) inputs.push(Buffer.from(file), readFileSync(join(REPO, file)));
+  for (const base of bases) inputs.push(Buffer.from(imageId(confPath, qualifiedName(base.name))));
+  const buildTag = tagFor('build', [...inputs, Buffer.from(JSON.stringify(flags))]);
+  const labelFlags = Object.entries(labels).flatMap(([k, v]) => ['--label', `${k}=${v}`]);
+  const tag = tagFor('ctx', [Buffer.from(buildTag), Buffer.from(JSON.stringify(labelFlags))]);
   if (imageExists(confPath, tag)) return { tag, built: false, seconds: 0 };
   const started = Date.now();
-  process.stderr.write(`install-podman: podman build -t ${tag}\n`);
-  podman(confPath, ['build', ...flags, '--tag', tag, REPO], { inherit: true });
-  // Earlier builds of this repository's images are superseded: keep storage from growing per commit.
+  if (!imageExists(confPath, buildTag)) {
+    process.stderr.write(`install-podman: podman build -t ${buildTag}\n`);
+    podman(confPath, ['build', ...flags, '--tag', buildTag, REPO], { inherit: true });
+  }
+  const labelDir = mkdtempSync(join(tmpdir(), 'llm-extproc-label-'));
+  try {
+    writeFileSync(join(labelDir, 'Containerfile'), `FROM ${buildTag}\n`);
+    podman(confPath, ['build', '--pull=never', '--quiet', ...labelFlags, '--tag', tag, labelDir]);
+  } finally {
+    rmSync(labelDir, { recursive: true, force: true });
+  }
+  // Earlier builds of this repository's images are superseded: their tags go. Their untagged
+  // intermediate images are buildah's layer cache (the `npm ci` layer of an unchanged lockfile is
+  // reused from one), so only those unused for a month are pruned.
   const old = podman(confPath, ['images', '--format', '{{.Repository}}:{{.Tag}}', '--filter', `reference=${IMAGE_REPOSITORY}`])
     .split('\n')
-    .filter((t) => t !== '' && t !== tag);
+    .filter((t) => t !== '' && t !== tag && t !== buildTag);
   if (old.length > 0) podmanCaptured(confPath, ['rmi', '--force', ...old]);
-  podmanCaptured(confPath, ['image', 'prune', '--force']);
+  podmanCaptured(confPath, ['image', 'prune', '--force', '--filter', 'until=720h']);
   return { tag, built: true, seconds: Math.round((Date.now() - started) / 1000) };
 }
 
