@@ -27,7 +27,8 @@ const ENTRY = join(REPO, 'dist', 'src', 'main.js');
 /** Optional native add-ons some dependencies try (`ws`): absent, and their absence is handled where required. */
 const OPTIONAL_NATIVE = ['bufferutil', 'utf-8-validate'];
 // Each output file (entry and chunks) gets its own `require` for the CommonJS code bundled into it.
-const BANNER = "import { createRequire as __llmExtprocCreateRequire } from 'node:module';\nconst require = __llmExtprocCreateRequire(import.meta.url);";
+const BANNER =
+  "import { createRequire as __llmExtprocCreateRequire } from 'node:module';\nconst require = __llmExtprocCreateRequire(import.meta.url);";
 
 function parseArgs(argv) {
   const i = argv.indexOf('--root');
@@ -58,7 +59,10 @@ function thirdPartyNotices(inputs) {
     const abs = join(REPO, dir);
     const pkg = JSON.parse(readFileSync(join(abs, 'package.json'), 'utf8'));
     const licenseFile = readdirSync(abs).find((f) => /^(licen[cs]e|copying)(\.|$)/i.test(f));
-    const text = licenseFile === undefined ? `(no license file in the package; package.json says: ${pkg.license ?? 'nothing'})` : readFileSync(join(abs, licenseFile), 'utf8').trim();
+    const text =
+      licenseFile === undefined
+        ? `(no license file in the package; package.json says: ${pkg.license ?? 'nothing'})`
+        : readFileSync(join(abs, licenseFile), 'utf8').trim();
     return `${pkg.name}@${pkg.version} (${pkg.license ?? 'see text'})\n\n${text}\n`;
   });
   return `Third-party software in this bundle, with its license texts.\n\n${sections.join(`\n${'-'.repeat(72)}\n\n`)}`;
@@ -90,7 +94,10 @@ async function main() {
   writeFileSync(join(outdir, 'THIRD-PARTY-NOTICES.txt'), thirdPartyNotices(Object.keys(result.metafile.inputs)));
   if (root !== REPO) {
     const pkg = JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8'));
-    writeFileSync(join(root, 'package.json'), `${JSON.stringify({ name: pkg.name, version: pkg.version, license: pkg.license, type: 'module' }, null, 2)}\n`);
+    writeFileSync(
+      join(root, 'package.json'),
+      `${JSON.stringify({ name: pkg.name, version: pkg.version, license: pkg.license, type: 'module' }, null, 2)}\n`,
+    );
   }
   process.stdout.write(`${JSON.stringify({ bundle: outdir, bytes: sizeOf(outdir) })}\n`);
 }

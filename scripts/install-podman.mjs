@@ -20,6 +20,7 @@
 //   so a broken Dockerfile fails that test, not the whole run).
 // Prints {"available":false,"reason":...} (exit 0) on a machine that cannot run containers at all
 // (not Linux, or no podman and no root to install it); a failure on a machine that can is exit 1.
+import { Buffer } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -27,7 +28,17 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { InstallError, runCaptured, runInstaller } from './install-common.mjs';
 import { baseImages, ensureBaseImage, qualifiedName } from './podman-base-image.mjs';
-import { ContainersUnavailable, containersConf, ensurePodman, imageExists, isRoot, podman, podmanCaptured, podmanEnv, probeFailure } from './podman-engine.mjs';
+import {
+  ContainersUnavailable,
+  containersConf,
+  ensurePodman,
+  imageExists,
+  isRoot,
+  podman,
+  podmanCaptured,
+  podmanEnv,
+  probeFailure,
+} from './podman-engine.mjs';
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const IMAGE_REPOSITORY = 'localhost/llm-extproc';
@@ -87,7 +98,12 @@ function describeImage(confPath, tag) {
   const history = JSON.parse(podman(confPath, ['history', '--format', 'json', tag]));
   const layers = history
     .filter((h) => h.size > 0)
-    .map((h) => ({ bytes: h.size, createdBy: String(h.createdBy ?? h.CreatedBy ?? '').replace(/^\/bin\/sh -c #\(nop\) /, '').slice(0, 120) }));
+    .map((h) => ({
+      bytes: h.size,
+      createdBy: String(h.createdBy ?? h.CreatedBy ?? '')
+        .replace(/^\/bin\/sh -c #\(nop\) /, '')
+        .slice(0, 120),
+    }));
   const labels = JSON.parse(podman(confPath, ['image', 'inspect', '--format', '{{json .Labels}}', tag]));
   return { sizeBytes, layers, labels };
 }
@@ -180,7 +196,13 @@ function main() {
   const machine = { available: true, env: podmanEnv(confPath), bases, aptSeconds };
   if (machineOnly) return JSON.stringify(machine);
   const image = projectImage(confPath, bases);
-  return JSON.stringify({ ...machine, image: image.tag, built: image.built, buildSeconds: image.seconds, ...describeImage(confPath, image.tag) });
+  return JSON.stringify({
+    ...machine,
+    image: image.tag,
+    built: image.built,
+    buildSeconds: image.seconds,
+    ...describeImage(confPath, image.tag),
+  });
 }
 
 runInstaller('install-podman', main);

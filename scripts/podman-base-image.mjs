@@ -8,7 +8,19 @@
 // when its major version matches, else the official binary shipped in the npm package
 // node-linux-<arch>. The filesystem is kept as a tarball in the tools cache, keyed by what went
 // into it, and imported again in seconds whenever podman's storage lacks the image.
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { InstallError, runCaptured, runChecked, toolsDir } from './install-common.mjs';
@@ -49,7 +61,8 @@ export function baseImages(dockerfileText) {
 /** The Debian mirror this machine's apt uses for the suite (deb822 or one-line sources), else Debian's own. */
 function debianMirror() {
   const files = ['/etc/apt/sources.list'];
-  if (existsSync('/etc/apt/sources.list.d')) files.push(...readdirSync('/etc/apt/sources.list.d').map((f) => join('/etc/apt/sources.list.d', f)));
+  if (existsSync('/etc/apt/sources.list.d'))
+    files.push(...readdirSync('/etc/apt/sources.list.d').map((f) => join('/etc/apt/sources.list.d', f)));
   for (const file of files) {
     if (!existsSync(file)) continue;
     const text = readFileSync(file, 'utf8');
@@ -68,7 +81,8 @@ function debianMirror() {
 function nodeVersion(major) {
   if (process.versions.node.split('.')[0] === String(major)) return process.versions.node;
   const version = NODE_FALLBACK[major];
-  if (version === undefined) throw new InstallError(`no Node ${major} to put in a stand-in base image (this machine runs ${process.version})`);
+  if (version === undefined)
+    throw new InstallError(`no Node ${major} to put in a stand-in base image (this machine runs ${process.version})`);
   return version;
 }
 
@@ -76,8 +90,11 @@ function nodeVersion(major) {
 function nodeBinary(version, work) {
   if (version === process.versions.node) return process.execPath;
   const arch = { x64: 'x64', arm64: 'arm64' }[process.arch];
-  if (arch === undefined) throw new InstallError(`no Node ${major} package for ${process.arch}`);
-  const tarball = runChecked('npm', ['pack', `node-linux-${arch}@${version}`, '--pack-destination', work, '--silent'], { cwd: work }).trim().split('\n').at(-1);
+  if (arch === undefined) throw new InstallError(`no Node ${version} package for ${process.arch}`);
+  const tarball = runChecked('npm', ['pack', `node-linux-${arch}@${version}`, '--pack-destination', work, '--silent'], { cwd: work })
+    .trim()
+    .split('\n')
+    .at(-1);
   runChecked('tar', ['-xzf', join(work, tarball), '-C', work]);
   return join(work, 'package', 'bin', 'node');
 }
@@ -88,13 +105,18 @@ function makeNodeRootfs(major, version, target) {
   try {
     const rootfs = join(work, 'rootfs');
     const mirror = debianMirror();
-    process.stderr.write(`install-podman: debootstrap --variant=minbase ${SUITE} from ${mirror} (a stand-in for node:${major}-${SUITE}-slim)\n`);
+    process.stderr.write(
+      `install-podman: debootstrap --variant=minbase ${SUITE} from ${mirror} (a stand-in for node:${major}-${SUITE}-slim)\n`,
+    );
     runChecked('debootstrap', ['--variant=minbase', SUITE, rootfs, mirror], { inherit: false });
     // Node and npm where the official image has them.
     mkdirSync(join(rootfs, 'usr/local/bin'), { recursive: true });
     copyFileSync(nodeBinary(version, work), join(rootfs, 'usr/local/bin/node'));
     chmodSync(join(rootfs, 'usr/local/bin/node'), 0o755);
-    const npmTarball = runChecked('npm', ['pack', `npm@${NPM_VERSION}`, '--pack-destination', work, '--silent'], { cwd: work }).trim().split('\n').at(-1);
+    const npmTarball = runChecked('npm', ['pack', `npm@${NPM_VERSION}`, '--pack-destination', work, '--silent'], { cwd: work })
+      .trim()
+      .split('\n')
+      .at(-1);
     const npmDir = join(rootfs, 'usr/local/lib/node_modules/npm');
     mkdirSync(npmDir, { recursive: true });
     runChecked('tar', ['-xzf', join(work, npmTarball), '-C', npmDir, '--strip-components=1', '--no-same-owner']);
@@ -109,7 +131,8 @@ function makeNodeRootfs(major, version, target) {
     for (const dir of ['var/cache/apt/archives', 'var/lib/apt/lists', 'usr/share/doc', 'usr/share/man', 'usr/share/info']) {
       const abs = join(rootfs, dir);
       if (!existsSync(abs)) continue;
-      for (const entry of readdirSync(abs)) if (entry !== 'partial' && entry !== 'lock') rmSync(join(abs, entry), { recursive: true, force: true });
+      for (const entry of readdirSync(abs))
+        if (entry !== 'partial' && entry !== 'lock') rmSync(join(abs, entry), { recursive: true, force: true });
     }
     runChecked('tar', ['--numeric-owner', '-C', rootfs, '-czf', `${target}.tmp`, '.']);
     renameSync(`${target}.tmp`, target);
@@ -127,21 +150,29 @@ function standIn(confPath, full, why) {
   const cache = join(toolsDir(), 'podman-base');
   mkdirSync(cache, { recursive: true });
   const version = nodeVersion(major);
-  const key = createHash('sha256').update(JSON.stringify({ RECIPE, SUITE, node: version, npm: NPM_VERSION, arch: process.arch })).digest('hex').slice(0, 16);
+  const key = createHash('sha256')
+    .update(JSON.stringify({ RECIPE, SUITE, node: version, npm: NPM_VERSION, arch: process.arch }))
+    .digest('hex')
+    .slice(0, 16);
   if (standInKey(confPath, full) === key) return { source: 'stand-in', seconds: 0 };
   const tarball = join(cache, `node-${major}-${SUITE}-slim-${key}.tar.gz`);
   if (!existsSync(tarball)) makeNodeRootfs(major, version, tarball);
   podman(confPath, [
     'import',
-    '--change', `CMD ["node"]`,
-    '--change', 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-    '--change', `ENV NODE_VERSION=${version}`,
-    '--change', `LABEL ${STAND_IN_LABEL}=${key}`,
+    '--change',
+    `CMD ["node"]`,
+    '--change',
+    'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+    '--change',
+    `ENV NODE_VERSION=${version}`,
+    '--change',
+    `LABEL ${STAND_IN_LABEL}=${key}`,
     tarball,
     full,
   ]);
   // Remove tarballs of earlier keys: one stand-in per base name is enough.
-  for (const f of readdirSync(cache)) if (f.startsWith(`node-${major}-${SUITE}-slim-`) && join(cache, f) !== tarball) rmSync(join(cache, f), { force: true });
+  for (const f of readdirSync(cache))
+    if (f.startsWith(`node-${major}-${SUITE}-slim-`) && join(cache, f) !== tarball) rmSync(join(cache, f), { force: true });
   return { source: 'stand-in', seconds: Math.round((Date.now() - started) / 1000) };
 }
 
@@ -164,7 +195,10 @@ export function ensureBaseImage(confPath, name) {
   if (label === '') return { name, source: 'local', seconds: 0 };
   if (label !== undefined) return { name, ...standIn(confPath, full, 'a stand-in made here earlier') };
   const started = Date.now();
-  const pulled = runCaptured('timeout', [`${PULL_TIMEOUT_MS / 1000}`, 'podman', 'pull', '--quiet', full], { ...process.env, CONTAINERS_CONF: confPath });
+  const pulled = runCaptured('timeout', [`${PULL_TIMEOUT_MS / 1000}`, 'podman', 'pull', '--quiet', full], {
+    ...process.env,
+    CONTAINERS_CONF: confPath,
+  });
   if (pulled.status === 0) return { name, source: 'pulled', seconds: Math.round((Date.now() - started) / 1000) };
   return { name, ...standIn(confPath, full, probeFailure(pulled)) };
 }

@@ -15,7 +15,7 @@
 // left as they are.
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { InstallError, describeFailure, runCaptured, runChecked, toolsDir } from './install-common.mjs';
+import { describeFailure, runCaptured, runChecked, toolsDir } from './install-common.mjs';
 
 const APT_PACKAGES = ['podman', 'runc', 'netavark', 'aardvark-dns', 'iptables', 'debootstrap'];
 
@@ -44,7 +44,8 @@ export function ensurePodman() {
     if (commandWorks('podman', ['--version'])) return 0; // a developer's own (rootless) podman: used as it is
     throw new ContainersUnavailable('podman is not installed, and installing it (apt-get install podman runc) needs root');
   }
-  if (!commandWorks('apt-get', ['--version'])) throw new ContainersUnavailable('podman is not installed and there is no apt-get to install it with');
+  if (!commandWorks('apt-get', ['--version']))
+    throw new ContainersUnavailable('podman is not installed and there is no apt-get to install it with');
   const started = Date.now();
   const env = { DEBIAN_FRONTEND: 'noninteractive' };
   process.stderr.write(`install-podman: apt-get install ${APT_PACKAGES.join(' ')}\n`);

@@ -32,7 +32,6 @@ import {
   projectImage,
   runContainer,
   writeConfigMap,
-  type ContainerSpec,
   type ImageReport,
   type PodSpec,
   type RunningContainer,
@@ -65,7 +64,10 @@ const env = engine.available ? engine.env : {};
 async function renderChart(endpoint: string, dir: string): Promise<K8sObject[]> {
   const values = join(dir, 'values.yaml');
   await writeFile(values, toYaml({ staticEndpoints: { pools: [{ name: 'llama', models: [MODEL], endpoints: [endpoint] }] } }));
-  const res = await helm(['template', RELEASE, CHART, '--namespace', 'llm', '-f', join(CHART, 'examples', 'static-endpoints.yaml'), '-f', values], join(dir, 'helm'));
+  const res = await helm(
+    ['template', RELEASE, CHART, '--namespace', 'llm', '-f', join(CHART, 'examples', 'static-endpoints.yaml'), '-f', values],
+    join(dir, 'helm'),
+  );
   assert.equal(res.code, 0, res.stderr);
   return parseManifests(res.stdout);
 }
@@ -104,10 +106,13 @@ describe('container image (podman, as the chart runs it)', { skip }, () => {
     const objects = await renderChart(model.address, home);
     const deployment = objects.find((o) => o.kind === 'Deployment') as K8sObject & { spec: { template: { spec: PodSpec } } };
     pod = deployment.spec.template.spec;
-    const container0 = pod.containers[0] as ContainerSpec;
+    const container0 = pod.containers[0];
     const configMaps = new Map<string, string>();
     for (const cm of objects.filter((o) => o.kind === 'ConfigMap')) {
-      configMaps.set(cm.metadata.name, await writeConfigMap(join(home, 'configmaps', cm.metadata.name), cm['data'] as Record<string, string>));
+      configMaps.set(
+        cm.metadata.name,
+        await writeConfigMap(join(home, 'configmaps', cm.metadata.name), cm['data'] as Record<string, string>),
+      );
     }
     const config = parseYaml(readFileSync(join(configMaps.get(`${RELEASE}-llm-extproc`) ?? '', 'config.yaml'), 'utf8')) as {
       listen: { grpc: string; http: string };
@@ -152,7 +157,9 @@ describe('container image (podman, as the chart runs it)', { skip }, () => {
   });
 
   it('is within its size budget (150 MB uncompressed); the log shows its size and layers', (t: TestContext) => {
-    t.diagnostic(`image ${image.image}: ${MB(image.sizeBytes)} uncompressed (budget ${MB(IMAGE_BUDGET_BYTES)})${image.built ? `, built in ${image.buildSeconds} s` : ', reused'}`);
+    t.diagnostic(
+      `image ${image.image}: ${MB(image.sizeBytes)} uncompressed (budget ${MB(IMAGE_BUDGET_BYTES)})${image.built ? `, built in ${image.buildSeconds} s` : ', reused'}`,
+    );
     for (const layer of image.layers) t.diagnostic(`  layer ${MB(layer.bytes)}: ${layer.createdBy}`);
     assert.ok(image.sizeBytes <= IMAGE_BUDGET_BYTES, `the image is ${MB(image.sizeBytes)}, over its ${MB(IMAGE_BUDGET_BYTES)} budget`);
   });
@@ -162,8 +169,16 @@ describe('container image (podman, as the chart runs it)', { skip }, () => {
     try {
       const files = filesUnder(mountPoint);
       const app = files.filter((f) => f.startsWith('app/')).sort();
-      assert.ok(app.includes('app/dist/bundle/main.js') && app.includes('app/package.json'), `the bundle and its package.json: ${app.join(', ')}`);
-      for (const f of app) assert.match(f, /^app\/(package\.json|dist\/bundle\/([\w-]+\.js|chunks\/[\w-]+\.js|THIRD-PARTY-NOTICES\.txt))$/, `only the bundle in /app: ${f}`);
+      assert.ok(
+        app.includes('app/dist/bundle/main.js') && app.includes('app/package.json'),
+        `the bundle and its package.json: ${app.join(', ')}`,
+      );
+      for (const f of app)
+        assert.match(
+          f,
+          /^app\/(package\.json|dist\/bundle\/([\w-]+\.js|chunks\/[\w-]+\.js|THIRD-PARTY-NOTICES\.txt))$/,
+          `only the bundle in /app: ${f}`,
+        );
       const unwanted = files.filter((f) => /(^|\/)(node_modules|npm|sh|bash|dash|apt|dpkg)$|\.(map|ts)$|(^|\/)node_modules\//.test(f));
       assert.deepEqual(unwanted, [], 'nothing but node and its libraries besides the bundle');
       assert.ok(existsSync(join(mountPoint, 'usr/local/bin/node')), 'node at /usr/local/bin/node');
@@ -201,7 +216,7 @@ describe('container image (podman, as the chart runs it)', { skip }, () => {
   });
 
   it("answers the chart's probe paths and all four gRPC health services from its address", async () => {
-    const container0 = pod.containers[0] as ContainerSpec;
+    const container0 = pod.containers[0];
     for (const path of [container0.livenessProbe?.httpGet?.path, container0.readinessProbe?.httpGet?.path]) {
       assert.ok(path !== undefined);
       const res = await fetch(`http://${container.ip}:${httpPort}${path}`);
@@ -271,7 +286,10 @@ describe('container image (podman, as the chart runs it)', { skip }, () => {
     assert.ok(res.body.equals(upstream.response.body), 'the stream in flight finished byte for byte');
     const stop = await stopping;
     assert.equal(stop.code, 0, stop.stderr);
-    const state = JSON.parse(await podmanOk(env, ['inspect', '--format', '{{json .State}}', container.id])) as { ExitCode: number; Status: string };
+    const state = JSON.parse(await podmanOk(env, ['inspect', '--format', '{{json .State}}', container.id])) as {
+      ExitCode: number;
+      Status: string;
+    };
     assert.equal(state.ExitCode, 0, `exit ${state.ExitCode} (137 = killed at the ${grace} s deadline)`);
     const logs = (await podman(env, ['logs', container.id])).stdout;
     assert.doesNotMatch(logs, /"level":(50|60)/, 'no error logged on the way down');

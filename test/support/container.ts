@@ -17,7 +17,11 @@ const OWNER_LABEL = 'llm-extproc.test.owner';
 
 export type EngineReport =
   | { readonly available: false; readonly reason: string }
-  | { readonly available: true; readonly env: Readonly<Record<string, string>>; readonly bases: ReadonlyArray<{ name: string; source: string }> };
+  | {
+      readonly available: true;
+      readonly env: Readonly<Record<string, string>>;
+      readonly bases: ReadonlyArray<{ name: string; source: string }>;
+    };
 
 export interface ImageReport {
   readonly image: string;
@@ -68,7 +72,14 @@ export async function prepareContainerNetwork(env: Readonly<Record<string, strin
       throw new Error(`podman network create ${CONTAINER_NETWORK}: ${res.stderr}`);
     }
   }
-  const listed = await podmanOk(env, ['ps', '--all', '--filter', `label=${OWNER_LABEL}`, '--format', `{{.ID}} {{index .Labels "${OWNER_LABEL}"}}`]);
+  const listed = await podmanOk(env, [
+    'ps',
+    '--all',
+    '--filter',
+    `label=${OWNER_LABEL}`,
+    '--format',
+    `{{.ID}} {{index .Labels "${OWNER_LABEL}"}}`,
+  ]);
   for (const line of listed.split('\n').filter((l) => l.trim() !== '')) {
     const [id, owner] = line.split(' ');
     if (!alive(Number(owner))) await podman(env, ['rm', '--force', '--time', '0', id]);
@@ -118,7 +129,15 @@ export interface ContainerSpec {
  * probe settings (the test calls the probes' paths itself), ports (the container's own address
  * serves them, as a pod's does).
  */
-const CONTAINER_FIELDS_WITHOUT_FLAG = new Set(['name', 'image', 'imagePullPolicy', 'ports', 'livenessProbe', 'readinessProbe', 'startupProbe']);
+const CONTAINER_FIELDS_WITHOUT_FLAG = new Set([
+  'name',
+  'image',
+  'imagePullPolicy',
+  'ports',
+  'livenessProbe',
+  'readinessProbe',
+  'startupProbe',
+]);
 const MAPPED_CONTAINER_FIELDS = new Set(['args', 'command', 'env', 'securityContext', 'volumeMounts', 'resources']);
 
 /** `512Mi` → `512m` (podman's binary units), `1Gi` → `1g`. */
@@ -144,7 +163,8 @@ export function podmanRunFlags(pod: PodSpec, container: ContainerSpec, configMap
   const security = { ...pod.securityContext, ...container.securityContext };
   const flags: string[] = [];
   if (security.runAsUser !== undefined) flags.push('--user', `${security.runAsUser}:${security.runAsGroup ?? security.runAsUser}`);
-  if (security.runAsNonRoot === true && (security.runAsUser ?? 0) === 0) throw new Error('runAsNonRoot without a non-zero runAsUser: the kubelet would refuse the pod');
+  if (security.runAsNonRoot === true && (security.runAsUser ?? 0) === 0)
+    throw new Error('runAsNonRoot without a non-zero runAsUser: the kubelet would refuse the pod');
   if (security.readOnlyRootFilesystem === true) flags.push('--read-only');
   if (security.allowPrivilegeEscalation === false) flags.push('--security-opt', 'no-new-privileges');
   for (const cap of security.capabilities?.drop ?? []) flags.push(`--cap-drop=${cap.toLowerCase()}`);
@@ -199,9 +219,21 @@ export async function runContainer(
   args: readonly string[],
 ): Promise<RunningContainer> {
   const id = (
-    await podmanOk(env, ['run', '--detach', '--network', CONTAINER_NETWORK, '--label', `${OWNER_LABEL}=${process.pid}`, ...flags, image, ...args])
+    await podmanOk(env, [
+      'run',
+      '--detach',
+      '--network',
+      CONTAINER_NETWORK,
+      '--label',
+      `${OWNER_LABEL}=${process.pid}`,
+      ...flags,
+      image,
+      ...args,
+    ])
   ).trim();
-  const ip = (await podmanOk(env, ['inspect', '--format', `{{(index .NetworkSettings.Networks "${CONTAINER_NETWORK}").IPAddress}}`, id])).trim();
+  const ip = (
+    await podmanOk(env, ['inspect', '--format', `{{(index .NetworkSettings.Networks "${CONTAINER_NETWORK}").IPAddress}}`, id])
+  ).trim();
   const hostPid = Number((await podmanOk(env, ['inspect', '--format', '{{.State.Pid}}', id])).trim());
   return { id, ip, hostPid };
 }
