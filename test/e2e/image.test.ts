@@ -95,6 +95,12 @@ describe('container image (podman, as the chart runs it)', { skip }, () => {
   let httpPort = 0;
   let stopped = false;
 
+  /** What the container wrote (podman logs hands its stdout and stderr back on ours). */
+  async function containerLogs(): Promise<string> {
+    const res = await podman(env, ['logs', container.id]);
+    return `${res.stdout}${res.stderr}`;
+  }
+
   before(async () => {
     image = await projectImage();
     home = await mkdtemp(join(tmpdir(), 'image-e2e-'));
@@ -124,12 +130,18 @@ describe('container image (podman, as the chart runs it)', { skip }, () => {
     await waitUntil(
       async () => {
         const res = await fetch(`http://${container.ip}:${httpPort}${readyPath}`).catch(() => undefined);
-        return res?.status === 200 ? true : undefined;
+        if (res?.status === 200) return true;
+        // A container that exited will never be ready: say so at once, with what it printed.
+        const state = JSON.parse(await podmanOk(env, ['inspect', '--format', '{{json .State}}', container.id])) as {
+          Status: string;
+          ExitCode: number;
+        };
+        if (state.Status === 'exited')
+          throw new Error(`the container exited (${state.ExitCode}) before it was ready:\n${await containerLogs()}`);
+        return undefined;
       },
-      { description: `the container's readiness probe (${readyPath})`, timeoutMs: 60_000, intervalMs: 100 },
-    ).catch(async (err: unknown) => {
-      throw new Error(`${String(err)}\ncontainer log:\n${(await podman(env, ['logs', container.id])).stdout}`);
-    });
+      { description: `the container's readiness probe (${readyPath})`, timeoutMs: 60_000, intervalMs: 200 },
+    );
     envoy = await startEnvoy({
       name: 'image-gateway',
       logLevel: 'warning',
@@ -148,7 +160,7 @@ describe('container image (podman, as the chart runs it)', { skip }, () => {
   after(async () => {
     await envoy?.stop();
     if (container !== undefined) {
-      if (!stopped) process.stderr.write(`container log:\n${(await podman(env, ['logs', container.id])).stdout.slice(-4000)}\n`);
+      if (!stopped) process.stderr.write(`container log:\n${(await containerLogs()).slice(-4000)}\n`);
       await podman(env, ['rm', '--force', '--time', '0', container.id]);
     }
     await model?.close();
@@ -291,7 +303,7 @@ describe('container image (podman, as the chart runs it)', { skip }, () => {
       Status: string;
     };
     assert.equal(state.ExitCode, 0, `exit ${state.ExitCode} (137 = killed at the ${grace} s deadline)`);
-    const logs = (await podman(env, ['logs', container.id])).stdout;
+    const logs = await containerLogs();
     assert.doesNotMatch(logs, /"level":(50|60)/, 'no error logged on the way down');
   });
 });
