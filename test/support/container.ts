@@ -9,6 +9,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { installerOutput } from './installer-output.js';
 import { run, type RunResult } from './helm.js';
+import { alive } from './pod-network.js';
 
 export const CONTAINER_NETWORK = 'llm-extproc-e2e';
 const CONTAINER_SUBNET = '198.19.255.0/24';
@@ -52,15 +53,6 @@ export async function podmanOk(env: Readonly<Record<string, string>>, args: read
   const res = await podman(env, args);
   if (res.code !== 0) throw new Error(`podman ${args.join(' ')} exited ${res.code}: ${res.stderr}${res.stdout}`);
   return res.stdout;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /** Creates the tests' podman network once, and removes containers left by test processes that died. */

@@ -27,7 +27,8 @@ function releaseAll(): void {
   claimed.clear();
 }
 
-function alive(pid: number): boolean {
+/** Whether a process exists (EPERM: it does, owned by someone else). */
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
