@@ -18,8 +18,8 @@
 // Usage: node scripts/install-podman.mjs [--machine-only]
 //   --machine-only: steps 1 and 2 (what `npm test` runs before the suite; the test builds the image,
 //   so a broken Dockerfile fails that test, not the whole run).
-// Prints {"available":false,"reason":...} (exit 0) on a machine that cannot run containers at all
-// (not Linux, or no podman and no root to install it); a failure on a machine that can is exit 1.
+// Prints {"available":false,"reason":...} (exit 0) where the test cannot run (not Linux, not root:
+// rootful podman, its network and the test's pod addresses need root); any failure as root is exit 1.
 import { Buffer } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -29,11 +29,10 @@ import { fileURLToPath } from 'node:url';
 import { InstallError, runCaptured, runInstaller } from './install-common.mjs';
 import { baseImages, ensureBaseImage, qualifiedName } from './podman-base-image.mjs';
 import {
-  ContainersUnavailable,
   containersConf,
+  containersUnavailable,
   ensurePodman,
   imageExists,
-  isRoot,
   podman,
   podmanCaptured,
   podmanEnv,
@@ -157,7 +156,7 @@ function projectImage(confPath, bases) {
   }
   // Earlier builds of this repository's images are superseded: their tags go. Their untagged
   // intermediate images are buildah's layer cache (the `npm ci` layer of an unchanged lockfile is
-  // reused from one), so only those unused for a month are pruned.
+  // reused from one), so only those made more than a month ago are pruned.
   const old = podman(confPath, ['images', '--format', '{{.Repository}}:{{.Tag}}', '--filter', `reference=${IMAGE_REPOSITORY}`])
     .split('\n')
     .filter((t) => t !== '' && t !== tag && t !== buildTag);
@@ -169,30 +168,17 @@ function projectImage(confPath, bases) {
 /** A first container from a base image: the engine works on this machine (runtime, ulimits, storage). */
 function probeEngine(confPath, base) {
   const res = podmanCaptured(confPath, ['run', '--rm', '--network=none', qualifiedName(base), 'true']);
-  if (res.status === 0) return;
-  const reason = `podman cannot run a container here: ${probeFailure(res)}`;
-  // Root installed and set up the engine itself, so a failure there is ours to fix, not a skip.
-  if (isRoot()) throw new InstallError(reason);
-  throw new ContainersUnavailable(reason);
+  if (res.status !== 0) throw new InstallError(`podman cannot run a container here: ${probeFailure(res)}`);
 }
 
 function main() {
   const machineOnly = process.argv.includes('--machine-only');
-  let aptSeconds;
-  try {
-    aptSeconds = ensurePodman();
-  } catch (err) {
-    if (err instanceof ContainersUnavailable) return JSON.stringify({ available: false, reason: err.message });
-    throw err;
-  }
+  const unavailable = containersUnavailable();
+  if (unavailable !== undefined) return JSON.stringify({ available: false, reason: unavailable });
+  const aptSeconds = ensurePodman();
   const confPath = containersConf();
   const bases = baseImages(readFileSync(join(REPO, 'Dockerfile'), 'utf8')).map((name) => ensureBaseImage(confPath, name));
-  try {
-    if (bases.length > 0) probeEngine(confPath, bases[0].name);
-  } catch (err) {
-    if (err instanceof ContainersUnavailable) return JSON.stringify({ available: false, reason: err.message });
-    throw err;
-  }
+  if (bases.length > 0) probeEngine(confPath, bases[0].name);
   const machine = { available: true, env: podmanEnv(confPath), bases, aptSeconds };
   if (machineOnly) return JSON.stringify(machine);
   const image = projectImage(confPath, bases);

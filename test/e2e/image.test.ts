@@ -10,8 +10,9 @@
 // does) drains a stream in flight and exits 0 before the deadline. The image must stay within its
 // size budget, run nothing but node and the bundle, and carry its OCI labels.
 //
-// Where a machine cannot run containers (no podman and no root to install it; not Linux) or cannot
-// give this bed its network (not root), the file skips, saying why. CI runs as root: it runs here.
+// Where the bed cannot run (not Linux; not root: rootful podman, its bridge network and the pod
+// addresses need root) the file skips, saying why. CI runs as root: there it runs, and fails on any
+// failure to install podman or build the image.
 import { after, before, describe, it } from 'node:test';
 import type { TestContext } from 'node:test';
 import assert from 'node:assert/strict';
@@ -53,11 +54,7 @@ const MODEL = 'llama-3-8b';
 const MB = (bytes: number): string => `${(bytes / 1e6).toFixed(1)} MB`;
 
 const engine = await containerEngine();
-const skip = !engine.available
-  ? `this machine cannot run containers: ${engine.reason}`
-  : process.getuid?.() !== 0
-    ? 'the container bed needs root (rootful podman, its bridge network, pod addresses on lo); CI runs as root'
-    : false;
+const skip = engine.available ? false : `no container engine for this test here: ${engine.reason}`;
 const env = engine.available ? engine.env : {};
 
 /** The chart's objects for the static-endpoints example, its one pool pointing at `endpoint`. */
