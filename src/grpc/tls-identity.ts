@@ -10,7 +10,6 @@ import { hostname } from 'node:os';
 import { dirname } from 'node:path';
 import { createSecureContext } from 'node:tls';
 import type { Logger } from 'pino';
-import { generate as generateSelfSigned } from 'selfsigned';
 
 export interface TlsIdentity {
   /** PEM certificate chain, leaf first. */
@@ -87,6 +86,8 @@ export async function openTlsIdentity(
 
 /** The names a client inside the pod or the cluster may dial; Envoy in our profiles does not verify it. */
 export async function makeSelfSignedIdentity(names: readonly string[] = ['localhost', hostname()]): Promise<TlsIdentity> {
+  // Loaded only here: selfsigned brings a whole X.509 stack that a server with its own certificate never runs.
+  const { generate: generateSelfSigned } = await import('selfsigned');
   const now = new Date();
   const pems = await generateSelfSigned([{ name: 'commonName', value: 'llm-extproc' }], {
     keyType: 'ec',
