@@ -1,4 +1,3 @@
-#!/usr/bin/env node
 // Process entry: the command line (cli.ts: --help, --version, --check-config), then read the config
 // file (--config PATH or LLM_EXTPROC_CONFIG), start the app, and shut down gracefully on
 // SIGTERM/SIGINT (in-flight streams get the configured grace period). Exit statuses: cli.ts.
