@@ -3,18 +3,22 @@
 // (issue 34; measured in docs/benchmarks.md, "Memory").
 //
 // V8 reads most heap sizes once, when the isolate is made, before any script runs: setting
-// --max-semi-space-size from here does nothing. These two it reads each time it resizes the
-// heap, so setting them here works (test/unit/process-settings.test.ts checks that it does):
-// - the young generation's growth factor at 1 keeps the young generation at its initial size
-//   (1 MiB per semi-space). Left alone, V8 doubles it under load up to 16 MiB per semi-space and
-//   keeps it until the process idles: about 30 MiB of resident memory, for per-request garbage
-//   that dies within a scavenge or two either way (the scavenges are more frequent, and cheap:
-//   little survives them).
-// - the old generation may grow by 30 % of what a full collection left alive before the next one,
-//   instead of V8's factor for small heaps (up to 4x): without it, the objects a busy server
-//   promotes pile up to twice the live heap between collections, some 15 MiB of resident memory
-//   at rest after every burst, for two more full collections per 10,000 requests.
-// An operator who sets either on the command line (node flags or NODE_OPTIONS) is left alone.
+// --max-semi-space-size from here does nothing. The young generation's growth factor it reads
+// each time it considers growing the young generation, so setting it to 1 here keeps the young
+// generation at its initial size (1 MiB per semi-space) for the life of the process
+// (test/unit/process-settings.test.ts checks that it does). Left alone, V8 doubles it under load
+// up to 16 MiB per semi-space, and already to 8 MiB while the program loads, and keeps it until
+// the process idles: 10 MiB of resident memory at rest and up to 30 MiB under load, for per-request
+// garbage that dies within a scavenge or two either way. The price is more scavenges (each cheap:
+// little survives them), measured in the bench's CPU per request.
+//
+// Tried and not kept: --heap-growing-percent=30 (also read at run time) halves the old
+// generation's growth between full collections under a request load, but V8 counts Buffers in
+// that budget: a 1 MiB prompt then set off a full collection every sixth request (18 per 100,
+// against 1), a tail of its own.
+//
+// An operator who sizes the young generation on the command line (node flags or NODE_OPTIONS) is
+// left alone.
 
 import { setFlagsFromString } from 'node:v8';
 
@@ -25,12 +29,11 @@ interface RuntimeFlag {
   readonly unlessGiven: readonly string[];
 }
 
-export const RUNTIME_V8_FLAGS: readonly RuntimeFlag[] = [
+const RUNTIME_V8_FLAGS: readonly RuntimeFlag[] = [
   {
     flag: '--semi-space-growth-factor=1',
     unlessGiven: ['max-semi-space-size', 'min-semi-space-size', 'semi-space-growth-factor'],
   },
-  { flag: '--heap-growing-percent=30', unlessGiven: ['heap-growing-percent'] },
 ];
 
 /** The runtime flags to set, given the node flags and NODE_OPTIONS the process started with. */
