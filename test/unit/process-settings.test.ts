@@ -43,13 +43,47 @@ void describe('process settings', () => {
     assert.ok(withSettings <= 2 * MiB, `with them it stays at its initial 2 MiB (${withSettings / MiB} MiB)`);
   });
 
+  void it('run each scavenge on the main thread alone, where V8 would split it over helper threads', () => {
+    // --trace-parallel-scavenge prints one line per task of each scavenge; --trace-gc one per scavenge.
+    const run = (apply: boolean): { tasks: number; scavenges: number } => {
+      const script = `
+        const { applyProcessSettings } = await import(${JSON.stringify(SETTINGS)});
+        if (${apply}) applyProcessSettings([], undefined);
+        let kept = [];
+        for (let i = 0; i < 2_000_000; i++) {
+          const o = { id: i, pieces: [i] };
+          if (i % 10 === 0) kept.push(o);
+          if (kept.length > 50_000) kept = [];
+        }
+      `;
+      const out = spawnSync(process.execPath, ['--trace-gc', '--trace-parallel-scavenge', '--input-type=module', '-e', script], {
+        encoding: 'utf8',
+        timeout: 120_000,
+      });
+      assert.equal(out.status, 0, out.stderr);
+      return { tasks: out.stdout.match(/scavenge\[/g)?.length ?? 0, scavenges: out.stdout.match(/: Scavenge /g)?.length ?? 0 };
+    };
+    const without = run(false);
+    const withSettings = run(true);
+    assert.ok(
+      without.tasks > without.scavenges,
+      `V8 splits scavenges without the settings (${without.tasks} tasks, ${without.scavenges} scavenges)`,
+    );
+    assert.ok(
+      withSettings.scavenges > 0 && withSettings.tasks === withSettings.scavenges,
+      `one task per scavenge with them (${withSettings.tasks} tasks, ${withSettings.scavenges} scavenges)`,
+    );
+  });
+
   void it('leave alone what the operator set on the command line (node flags or NODE_OPTIONS)', () => {
-    const all = ['--semi-space-growth-factor=1'];
+    const all = ['--semi-space-growth-factor=1', '--no-parallel-scavenge'];
     assert.deepEqual(flagsToSet([], undefined), all);
     assert.deepEqual(flagsToSet(['--max-old-space-size=256'], '--enable-source-maps'), all);
-    assert.deepEqual(flagsToSet(['--max-semi-space-size=8'], undefined), []);
-    assert.deepEqual(flagsToSet([], '--enable-source-maps --max_semi_space_size=4'), []);
-    assert.deepEqual(flagsToSet([], '--min-semi-space-size=2'), []);
-    assert.deepEqual(flagsToSet(['--semi-space-growth-factor=2'], undefined), []);
+    assert.deepEqual(flagsToSet(['--max-semi-space-size=8'], undefined), ['--no-parallel-scavenge']);
+    assert.deepEqual(flagsToSet([], '--enable-source-maps --max_semi_space_size=4'), ['--no-parallel-scavenge']);
+    assert.deepEqual(flagsToSet([], '--min-semi-space-size=2'), ['--no-parallel-scavenge']);
+    assert.deepEqual(flagsToSet(['--semi-space-growth-factor=2'], undefined), ['--no-parallel-scavenge']);
+    assert.deepEqual(flagsToSet(['--parallel-scavenge'], undefined), ['--semi-space-growth-factor=1']);
+    assert.deepEqual(flagsToSet([], '--single-threaded-gc'), ['--semi-space-growth-factor=1']);
   });
 });
