@@ -18,6 +18,7 @@ import { briefUsage, EXIT, parseCommandLine, usage, UsageError } from './cli.js'
 import type { Command } from './cli.js';
 import { attachWorker, parseWorkers, runPrimary } from './cluster.js';
 import { configPathFrom, loadConfig } from './config/load-config.js';
+import { startupDone } from './process-settings.js';
 import { errorMessage } from './util/error-message.js';
 
 function fail(message: string, code: number = EXIT.failure): never {
@@ -98,6 +99,7 @@ async function main(): Promise<void> {
     logger.fatal({ err }, 'failed to start');
     process.exit(1);
   }
+  startupDone();
   process.once('SIGTERM', () => shutdown(logger, running, 'SIGTERM'));
   process.once('SIGINT', () => shutdown(logger, running, 'SIGINT'));
 }

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
-import { flagsToSet } from '../../src/process-settings.js';
+import { flagsToSet, startupFlags } from '../../src/process-settings.js';
 
 const SETTINGS = new URL('../../src/process-settings.js', import.meta.url).href;
 
@@ -75,6 +75,25 @@ void describe('process settings', () => {
     );
   });
 
+  void it('optimize nothing while the program starts, and the hot code again once it has', () => {
+    // --trace-opt prints a line for each function the optimizing compiler finishes.
+    const script = `
+      const { applyProcessSettings, startupDone } = await import(${JSON.stringify(SETTINGS)});
+      applyProcessSettings([], undefined);
+      function startupWork(n) { let s = 0; for (let i = 0; i < n; i++) s += (i * 7) % 13; return s; }
+      for (let k = 0; k < 2000; k++) startupWork(1000);
+      console.log('-- started --');
+      startupDone();
+      function requestWork(n) { let s = 0; for (let i = 0; i < n; i++) s += (i * 5) % 11; return s; }
+      for (let k = 0; k < 2000; k++) requestWork(1000);
+    `;
+    const out = spawnSync(process.execPath, ['--trace-opt', '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 120_000 });
+    assert.equal(out.status, 0, out.stderr);
+    const [duringStart, afterStart] = out.stdout.split('-- started --');
+    assert.doesNotMatch(duringStart ?? '', /completed optimizing/, 'nothing optimized while starting');
+    assert.match(afterStart ?? '', /completed optimizing.*requestWork/, 'hot code optimized once started');
+  });
+
   void it('leave alone what the operator set on the command line (node flags or NODE_OPTIONS)', () => {
     const all = ['--semi-space-growth-factor=1', '--no-parallel-scavenge'];
     assert.deepEqual(flagsToSet([], undefined), all);
@@ -85,5 +104,8 @@ void describe('process settings', () => {
     assert.deepEqual(flagsToSet(['--semi-space-growth-factor=2'], undefined), ['--no-parallel-scavenge']);
     assert.deepEqual(flagsToSet(['--parallel-scavenge'], undefined), ['--semi-space-growth-factor=1']);
     assert.deepEqual(flagsToSet([], '--single-threaded-gc'), ['--semi-space-growth-factor=1']);
+    assert.deepEqual(startupFlags([], undefined), [{ set: '--no-turbofan', undo: '--turbofan' }]);
+    assert.deepEqual(startupFlags(['--no-opt'], undefined), []);
+    assert.deepEqual(startupFlags([], '--jitless'), []);
   });
 });
