@@ -28,6 +28,10 @@
 // llm-extproc processes, print their hottest functions; results are then not written),
 // --envoy-runtime key=value (repeatable; a static runtime layer for every Envoy), --server PATH
 // (the server entry script to run instead of dist/src/main.js, e.g. another build to compare),
+// --compare-server PATH (another server entry run beside tcp and duplex: an A/B in one run),
+// --compare-env KEY=VALUE (repeatable; environment of the --compare-server processes only, e.g. an
+// allocator setting such as MALLOC_ARENA_MAX, which must be in the environment at exec: with the
+// same build as --compare-server it is the A/B of that setting),
 // --workers N (llm-extproc workers of the `workers` setup, default 2; 1 leaves that setup out),
 // --envoy-concurrency N (Envoy worker threads of every setup, default 2: one per core, as Envoy
 // runs by default; each Envoy worker holds its own connection to llm-extproc), --no-modes (leave
@@ -117,6 +121,7 @@ const { values: flags } = parseArgs({
     'envoy-runtime': { type: 'string', multiple: true, default: [] },
     server: { type: 'string' },
     'compare-server': { type: 'string' },
+    'compare-env': { type: 'string', multiple: true, default: [] },
     workers: { type: 'string', default: '2' },
     'envoy-concurrency': { type: 'string', default: '2' },
     'no-modes': { type: 'boolean', default: false },
@@ -152,6 +157,17 @@ function runtimeLayer(pairs: readonly string[]): Record<string, string | number 
   return layer;
 }
 
+/** `--compare-env KEY=VALUE` (repeatable) as an environment. */
+function envPairs(pairs: readonly string[]): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const pair of pairs) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) throw new Error(`--compare-env: expected KEY=VALUE, got ${JSON.stringify(pair)}`);
+    env[pair.slice(0, eq)] = pair.slice(eq + 1);
+  }
+  return env;
+}
+
 const opts = {
   requests: positiveInt('requests', flags.requests),
   concurrency: levels('concurrency', flags.concurrency),
@@ -168,6 +184,8 @@ const opts = {
   server: flags.server,
   /** A second server entry (e.g. the previous build's dist/src/main.js) run beside `tcp` and `duplex`: an A/B within one run. */
   compareServer: flags['compare-server'],
+  /** Environment of the --compare-server processes only (`--compare-env KEY=VALUE`). */
+  compareEnv: envPairs(flags['compare-env']),
   workers: positiveInt('workers', flags.workers),
   envoyConcurrency: positiveInt('envoy-concurrency', flags['envoy-concurrency']),
   modes: !flags['no-modes'],
@@ -180,6 +198,7 @@ const opts = {
   tracing: flags.tracing || flags['tracing-endpoint'] !== undefined,
   tracingEndpoint: flags['tracing-endpoint'],
 };
+if (Object.keys(opts.compareEnv).length > 0 && opts.compareServer === undefined) throw new Error('--compare-env needs --compare-server');
 if (opts.onlyLongPrompts && opts.longPrompts === 0) throw new Error('--only-long-prompts needs --long-prompts above 0');
 if (opts.write && opts.cpuProf) throw new Error('--write and --cpu-prof do not mix: a profiled server is slower than a real one');
 
@@ -267,6 +286,8 @@ interface ServerLaunch {
   readonly profileDir: string | undefined;
   readonly workers?: number;
   readonly configFile?: string;
+  /** Environment on top of the bench's own (--compare-env). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 /** Node flags of every process whose memory the bench reads: the probe that answers SIGUSR2. */
@@ -285,6 +306,7 @@ async function startServer(root: string, launch: ServerLaunch): Promise<Server> 
       LLM_EXTPROC_HTTP_ADDRESS: `127.0.0.1:${httpPort}`,
       LLM_EXTPROC_LOG_LEVEL: 'warn',
       LLM_EXTPROC_WORKERS: String(workers),
+      ...launch.env,
     },
     nodeArgs: [
       ...probeArgs(root),
@@ -626,7 +648,7 @@ async function main(): Promise<void> {
     plans.push({ key: 'tcp', config: gatewayConfig(tcpServer.grpcAddress, upstreamAddress), server: tcpServer });
   }
   if (opts.compareServer !== undefined && wanted('tcp-compare')) {
-    const server = await launch('llm-extproc-tcp-compare', { entry: opts.compareServer });
+    const server = await launch('llm-extproc-tcp-compare', { entry: opts.compareServer, env: opts.compareEnv });
     plans.push({ key: 'tcp-compare', config: gatewayConfig(server.grpcAddress, upstreamAddress), server });
   }
   // The transport A/B: the same server with another `listen.transport`, over TCP like `tcp`.
@@ -659,7 +681,7 @@ async function main(): Promise<void> {
     });
   }
   if (opts.modes && opts.compareServer !== undefined && wanted('duplex-compare')) {
-    const server = await launch('llm-extproc-duplex-compare', { entry: opts.compareServer });
+    const server = await launch('llm-extproc-duplex-compare', { entry: opts.compareServer, env: opts.compareEnv });
     plans.push({ key: 'duplex-compare', config: gatewayConfig(server.grpcAddress, upstreamAddress, { bodyModes: 'full-duplex' }), server });
   }
   if (opts.modes && wanted('tls')) {
