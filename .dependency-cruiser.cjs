@@ -4,21 +4,28 @@
 //
 // Two stacks meet in request/: the protocol stack (http2 ← grpc ← extproc) knows nothing of what we
 // do with a request, and the domain folders (picker, endpoints, errors, inspect, metrics, config,
-// tracing) know nothing of the protocol. The app (app.ts, main.ts, cluster.ts, cli.ts, check-config.ts) wires everything; util/ and
-// types/ are at the bottom; nothing in src/ reaches build-time code, scripts or tests.
+// tracing) know nothing of the protocol. Between request/ and the domain sits routing/ (model →
+// pools → a pick, flow control's queues, the affinity key): it knows the picker and the endpoints,
+// never the protocol, the stream, or what observes it (metrics, tracing, config). Above request/
+// sit the outcome sinks (outcomes/: what a request's outcomes mean to metrics, traces, logs and
+// passive health), which only the app composes. The app (app.ts,
+// main.ts, cluster.ts, cli.ts, check-config.ts) wires everything; util/ and types/ are at the
+// bottom; nothing in src/ reaches build-time code, scripts or tests.
 const PROTOCOL = ['http2', 'grpc', 'extproc'];
 const DOMAIN = ['picker', 'endpoints', 'errors', 'inspect', 'metrics', 'config', 'tracing'];
 const APP = '^src/(app|main|program|process-settings|cluster|cli|check-config)\\.ts$';
 
 /** What each folder must not import. */
 const FORBIDDEN = {
-  http2: ['grpc', 'extproc', 'request', 'ops', ...DOMAIN],
-  grpc: ['extproc', 'request', 'ops', ...DOMAIN],
-  extproc: ['http2', 'request', 'ops', ...DOMAIN],
-  request: ['http2', 'grpc', 'ops'],
-  ops: [...PROTOCOL, 'request'],
-  ...Object.fromEntries(DOMAIN.map((folder) => [folder, [...PROTOCOL, 'request', 'ops']])),
-  util: [...PROTOCOL, 'request', 'ops', ...DOMAIN],
+  http2: ['grpc', 'extproc', 'outcomes', 'request', 'routing', 'ops', ...DOMAIN],
+  grpc: ['extproc', 'outcomes', 'request', 'routing', 'ops', ...DOMAIN],
+  extproc: ['http2', 'outcomes', 'request', 'routing', 'ops', ...DOMAIN],
+  outcomes: [...PROTOCOL, 'ops'],
+  request: ['http2', 'grpc', 'outcomes', 'ops'],
+  routing: [...PROTOCOL, 'outcomes', 'request', 'ops', 'inspect', 'metrics', 'config', 'tracing'],
+  ops: [...PROTOCOL, 'outcomes', 'request', 'routing'],
+  ...Object.fromEntries(DOMAIN.map((folder) => [folder, [...PROTOCOL, 'outcomes', 'request', 'routing', 'ops']])),
+  util: [...PROTOCOL, 'outcomes', 'request', 'routing', 'ops', ...DOMAIN],
 };
 
 const either = (folders) => `^src/(${folders.join('|')})/`;

@@ -1,6 +1,6 @@
 // `npm run bench:processing`: CPU time per request (and per streamed chunk) of our own processing
 // path, without the HTTP/2 transport: decode each ext_proc message, run it through the stream's
-// BidiCall<ProcessingRequest> and RequestProcessor (real routing, store, load tracker, metrics and logger, as
+// BidiCall<ProcessingRequest> and RequestProcessor (real routing, store, load tracker and the outcome sinks, as
 // app.ts wires them), encode and frame every reply. The messages have the shapes Envoy 1.40 sends
 // in `npm run bench`'s setup (request BUFFERED, response STREAMED, response attributes, an empty
 // metadata_context on every message), encoded by the reflection codec.
@@ -24,7 +24,13 @@ import { loadWireDefinitions } from '../test/support/proto-definitions.js';
 import type * as Store from '../src/endpoints/store.js';
 import type * as Call from '../src/extproc/process-service.js';
 import type * as Processor from '../src/request/request-processor.js';
-import type * as Routing from '../src/request/routing.js';
+import type { ProcessorDeps } from '../src/request/request-processor.js';
+import type * as OutcomeSinkModule from '../src/request/outcome-sink.js';
+import type * as ServedModelsModule from '../src/routing/served-models.js';
+import type * as MetricsSink from '../src/outcomes/metrics-sink.js';
+import type * as LogSink from '../src/outcomes/log-sink.js';
+import type * as HealthSink from '../src/outcomes/health-sink.js';
+import type * as Routing from '../src/routing/routing.js';
 import type * as MetricsModule from '../src/metrics/metrics.js';
 import type * as Load from '../src/picker/load-tracker.js';
 import type { RequestResult } from '../src/request/request-result.js';
@@ -53,13 +59,26 @@ async function loadModules(dist: string | undefined) {
   const url = (path: string): string =>
     dist === undefined ? new URL(`../src/${path}`, import.meta.url).href : pathToFileURL(join(dist, 'src', path)).href;
   const load = <T>(path: string): Promise<T> => import(url(path)) as Promise<T>;
+  // Builds before src/routing/ (e.g. 42815f8) kept routing in request/.
+  const routing = await load<typeof Routing>('routing/routing.js').catch(() => load<typeof Routing>('request/routing.js'));
   return {
     ...(await load<typeof Store>('endpoints/store.js')),
     ...(await load<typeof Call>('extproc/process-service.js')),
     ...(await load<typeof Processor>('request/request-processor.js')),
-    ...(await load<typeof Routing>('request/routing.js')),
+    ...routing,
     ...(await load<typeof MetricsModule>('metrics/metrics.js')),
     ...(await load<typeof Load>('picker/load-tracker.js')),
+    // Builds before the outcome sinks (e.g. 42815f8) took metrics and a logger instead: undefined there.
+    sinks: await Promise.all([
+      load<typeof OutcomeSinkModule>('request/outcome-sink.js'),
+      load<typeof ServedModelsModule>('routing/served-models.js'),
+      load<typeof MetricsSink>('outcomes/metrics-sink.js'),
+      load<typeof LogSink>('outcomes/log-sink.js'),
+      load<typeof HealthSink>('outcomes/health-sink.js'),
+    ]).then(
+      ([sink, served, metrics, log, health]) => ({ ...sink, ...served, ...metrics, ...log, ...health }),
+      () => undefined,
+    ),
   };
 }
 
@@ -86,19 +105,20 @@ async function server(name: string, dist: string | undefined): Promise<Server> {
   const logger = pino({ level: 'info' }, pino.destination({ dest: '/dev/null', sync: true })).child({ component: 'extproc' });
   // As app.ts: one throttle for every stream's failure lines (an older build, --against, ignores it).
   const failureLog = new LogThrottle<RequestResult>();
-  const process = m.processMethod({
-    processorFactory: () =>
-      new m.RequestProcessor({
-        routing,
-        metrics,
-        logger,
-        failureLog,
-        maxRequestBodyBytes: 1024 * 1024,
-        maxInspectedBodyBytes: 1024 * 1024,
-        destinationFormat: 'list',
-      }),
-    logger,
-  });
+  const limits = { maxRequestBodyBytes: 1024 * 1024, maxInspectedBodyBytes: 1024 * 1024, destinationFormat: 'list' } as const;
+  // As app.ts composes them (tracing off, no latency signal: the routing here is least in-flight).
+  const sinks = m.sinks;
+  const deps: ProcessorDeps =
+    sinks === undefined
+      ? ({ routing, metrics, logger, failureLog, ...limits } as unknown as ProcessorDeps)
+      : {
+          routing,
+          models: new sinks.ServedModels(store, undefined),
+          outcomes: sinks.composeSinks([sinks.metricsSink(metrics), sinks.logSink(logger, failureLog), sinks.healthSink({ store })]),
+          logger,
+          ...limits,
+        };
+  const process = m.processMethod({ processorFactory: () => new m.RequestProcessor(deps), logger });
   const sink = {
     write: (reply: ProcessingResponse) => {
       sentBytes += process.frame(reply).length;
@@ -314,5 +334,7 @@ servers.forEach((target, i) => {
 if (servers.length === 2) {
   const ratios = perRequest[0].map((x, r) => x / perRequest[1][r]);
   report += `per request, this build ÷ ${servers[1].name}, round by round: median ${median(ratios).toFixed(2)} (${fmt(ratios, 2)})\n`;
+  const chunkRatios = perChunk[0].map((x, r) => x / perChunk[1][r]);
+  report += `per chunk, this build ÷ ${servers[1].name}, round by round: median ${median(chunkRatios).toFixed(2)} (${fmt(chunkRatios, 2)})\n`;
 }
 process.stdout.write(`${report}(replies: ${sentBytes} bytes framed)\n`);

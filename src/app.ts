@@ -3,7 +3,7 @@
 
 import type { Logger } from 'pino';
 import type { Config } from './config/config.js';
-import type { EndpointSource, EndpointView } from './endpoints/model.js';
+import type { EndpointSource } from './endpoints/model.js';
 import { BrokenStreamCheck } from './endpoints/broken-stream-check.js';
 import { probeReplica } from './endpoints/replica-probe.js';
 import { StaticFileSource } from './endpoints/static-source.js';
@@ -13,12 +13,18 @@ import { EndpointStore } from './endpoints/store.js';
 import { startExtProcServer } from './extproc/server.js';
 import type { HealthSource } from './grpc/server.js';
 import { RequestProcessor } from './request/request-processor.js';
-import { StoreRouting } from './request/routing.js';
+import { StoreRouting } from './routing/routing.js';
+import { ServedModels } from './routing/served-models.js';
+import { composeSinks } from './request/outcome-sink.js';
+import { healthSink } from './outcomes/health-sink.js';
+import { logSink } from './outcomes/log-sink.js';
+import { metricsSink } from './outcomes/metrics-sink.js';
+import { traceSink } from './outcomes/trace-sink.js';
 import { openTlsIdentity } from './grpc/tls-identity.js';
 import { startOpsServer } from './ops/ops-server.js';
 import { Metrics } from './metrics/metrics.js';
 import { LatencyTracker, SLOW_REPLICA } from './picker/latency-tracker.js';
-import type { PodLoad, PoolLoads } from './metrics/gie-metrics.js';
+import { poolLoads } from './metrics/gie-metrics.js';
 import { FlowMetrics } from './metrics/flow-metrics.js';
 import { LoadTracker } from './picker/load-tracker.js';
 import { MetricsScraper } from './picker/scraper.js';
@@ -177,7 +183,14 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   });
   metrics.reportPoolLoadsFrom(() => poolLoads(store.view(), board));
   const requestLogger = logger.child({ component: 'extproc' });
-  const failureLog = new LogThrottle<RequestResult>();
+  const models = new ServedModels(store, config.routing.pool);
+  // Every outcome of every stream goes to each of these, in this order.
+  const outcomes = composeSinks([
+    metricsSink(metrics),
+    ...(tracing === undefined ? [] : [traceSink(board)]),
+    logSink(requestLogger, new LogThrottle<RequestResult>()),
+    healthSink({ store, failedConnects, brokenStreams, ...(latency === undefined ? {} : { latency }) }),
+  ]);
   const tls =
     config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
   const usagePools = new Set(config.routing.streamUsagePools);
@@ -198,15 +211,13 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
       new RequestProcessor(
         {
           routing,
-          metrics,
+          models,
+          outcomes,
           logger: requestLogger,
-          failureLog,
           maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
           maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
           destinationFormat: config.routing.destinationFormat,
           injectsStreamUsage,
-          onMidStreamBreak: (endpoint) => void brokenStreams.suspect(endpoint.address),
-          onFailedConnect: (endpoint) => void failedConnects.suspect(endpoint.address),
           ...(flowHeaders === undefined ? {} : { flowHeaders }),
           ...(tracing === undefined ? {} : { tracer: tracing.tracer }),
         },
@@ -270,23 +281,4 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
         if (options.metrics === undefined) metrics.eventLoopDelay?.stop();
       })()),
   };
-}
-
-/** Each pool's ready replicas and the fresh load reports among them, for the pool series (gie-metrics.ts). */
-function poolLoads(view: EndpointView, board: SignalBoard): PoolLoads[] {
-  const out: PoolLoads[] = [];
-  for (const pool of view.pools.values()) {
-    let readyPods = 0;
-    const pods: PodLoad[] = [];
-    for (const endpoint of pool.endpoints) {
-      if (endpoint.state !== 'Ready') continue;
-      readyPods++;
-      const load = endpoint.address === '' ? undefined : board.peek(endpoint.address)?.usableLoad();
-      // `namespace/pod` for Kubernetes: the pod's name, as the Inference Extension labels it.
-      if (load !== undefined)
-        pods.push({ pod: endpoint.id.slice(endpoint.id.indexOf('/') + 1), waiting: load.waiting, kvCacheUsage: load.kvCacheUsage });
-    }
-    out.push({ name: pool.name, readyPods, pods });
-  }
-  return out;
 }

@@ -22,8 +22,9 @@
 import type { Endpoint, PoolView } from '../../src/endpoints/model.js';
 import { Picker } from '../../src/picker/picker.js';
 import { LatencyTracker } from '../../src/picker/latency-tracker.js';
-import { DEFAULT_BOUNDED_LOAD, DEFAULT_LATENCY, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
-import type { ScorerWeights } from '../../src/picker/settings.js';
+import { DEFAULT_PICKER_SETTINGS, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
+import { DEFAULT_BOUNDED_LOAD, DEFAULT_LATENCY, onlyScorers, SCORERS } from '../../src/picker/scorer-table.js';
+import type { ScorerWeights } from '../../src/picker/scorer-table.js';
 import { SignalBoard } from '../../src/picker/signals.js';
 import { Events, percentile, prng, recordScrapeOnEvery } from './kernel.js';
 
@@ -227,7 +228,16 @@ type SimEvent =
   | { time: number; kind: 'finish'; server: Server; router: Router; request: SimRequest; ttftMs: number }
   | { time: number; kind: 'scrape' };
 
-const LEAST_IN_FLIGHT: ScorerWeights = { queue: 0, kvCache: 0, inFlight: 1, prefix: 0, lora: 0, latency: 0 };
+/**
+ * The scorer weights each policy picks with, derived from the scorer table (src/picker/scorer-table.ts):
+ * a scorer added there runs in `pipeline` at its default weight. Round robin never asks the picker.
+ */
+export const POLICY_WEIGHTS: { readonly [P in PolicyName]: ScorerWeights } = {
+  'round-robin': onlyScorers(SCORERS, { inFlight: 1 }),
+  'least-in-flight': onlyScorers(SCORERS, { inFlight: 1 }),
+  pipeline: DEFAULT_WEIGHTS,
+  'pipeline without latency': { ...DEFAULT_WEIGHTS, latency: 0 },
+};
 
 export function simulate(config: SimConfig, policy: PolicyName, requests: readonly SimRequest[] = workload(config)): SimResult {
   const servers: Server[] = Array.from({ length: config.servers }, (_, i) => ({
@@ -245,18 +255,13 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
   const rand = prng(((config.seed ^ 0x5eed) + Math.imul(config.draw, 0x9e3779b9)) >>> 0);
   const routers: Router[] = Array.from({ length: config.routers }, () => {
     const board = new SignalBoard();
-    const weights =
-      policy === 'pipeline'
-        ? DEFAULT_WEIGHTS
-        : policy === 'pipeline without latency'
-          ? { ...DEFAULT_WEIGHTS, latency: 0 }
-          : LEAST_IN_FLIGHT;
+    const weights = POLICY_WEIGHTS[policy];
     const latency = weights.latency > 0 ? new LatencyTracker(board, DEFAULT_LATENCY) : undefined;
     const picker = new Picker(board, {
       weights,
       fallbacks: 2,
       boundedLoad: config.boundedLoad,
-      maxAdaptersPerServer: 4,
+      maxAdaptersPerServer: DEFAULT_PICKER_SETTINGS.lora.maxAdaptersPerServer,
       poolPolicy: () => ({}),
       random: rand,
     });
@@ -268,8 +273,9 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
   let cachedBlocks = 0;
   const events = new Events<SimEvent>();
   for (const request of requests) events.push({ time: request.arrival, kind: 'arrival', request });
-  // Both pipelines read the servers' metrics (round-robin and least in-flight never do).
-  if (policy === 'pipeline' || policy === 'pipeline without latency') events.push({ time: 0, kind: 'scrape' });
+  // A policy with a scorer fed by the servers' metrics scrapes them (round-robin and least in-flight never do).
+  const scraped = policy !== 'round-robin' && (POLICY_WEIGHTS[policy].queue > 0 || POLICY_WEIGHTS[policy].kvCache > 0);
+  if (scraped) events.push({ time: 0, kind: 'scrape' });
   let pending = requests.length;
 
   const start = (server: Server, router: Router, request: SimRequest, now: number): void => {

@@ -9,7 +9,7 @@
 // scraped every `scrapeMs`.
 // Each llm-extproc replica is what production runs, on the simulation's clock: the real Picker
 // with the pool's saturation limits (src/picker/saturation.ts), the real FlowControl
-// (src/request/flow-control.ts, its queue src/picker/flow-queue.ts) with a virtual timer for the
+// (src/routing/flow-control.ts, its queue src/routing/flow-queue.ts) with a virtual timer for the
 // TTL, admitted the way StoreRouting.admit does it, woken when one of its own requests finishes
 // and when a scrape lands. Each replica counts only its own in-flight requests and queues only
 // its own arrivals; Envoy spreads the streams over the replicas at random (or, in one variant,
@@ -19,10 +19,12 @@ import type { Endpoint, PoolView } from '../../src/endpoints/model.js';
 import { GatewayError } from '../../src/errors/gateway-error.js';
 import { Picker } from '../../src/picker/picker.js';
 import { DEFAULT_SATURATION, type SaturationLimits } from '../../src/picker/saturation.js';
-import { DEFAULT_BOUNDED_LOAD, DEFAULT_FLOW_CONTROL, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
+import { DEFAULT_FLOW_CONTROL, DEFAULT_PICKER_SETTINGS } from '../../src/picker/settings.js';
+import { DEFAULT_BOUNDED_LOAD } from '../../src/picker/scorer-table.js';
 import { SignalBoard } from '../../src/picker/signals.js';
-import { FlowControl, type FlowTimers } from '../../src/request/flow-control.js';
+import { FlowControl, type FlowTimers } from '../../src/routing/flow-control.js';
 import { Events, percentile, prng, recordScrapeOnEvery } from './kernel.js';
+import { POLICY_WEIGHTS } from './sim.js';
 
 export type TenantName = 'interactive' | 'batch' | 'sheddable';
 const TENANTS: readonly TenantName[] = ['interactive', 'batch', 'sheddable'];
@@ -231,10 +233,10 @@ export function simulateTenants(config: TenantSimConfig, requests: readonly Tena
     const board = new SignalBoard();
     // The default scorers; prompts are all distinct here (no prefix key) and no latency tracker runs.
     const picker = new Picker(board, {
-      weights: { ...DEFAULT_WEIGHTS, latency: 0 },
+      weights: POLICY_WEIGHTS['pipeline without latency'],
       fallbacks: 2,
       boundedLoad: DEFAULT_BOUNDED_LOAD,
-      maxAdaptersPerServer: 4,
+      maxAdaptersPerServer: DEFAULT_PICKER_SETTINGS.lora.maxAdaptersPerServer,
       poolPolicy: () => (config.flowControl ? { saturation } : {}),
       random: rand,
     });

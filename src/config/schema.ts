@@ -10,9 +10,11 @@
 // for any error at that node or below it; see describeSchemaError in config.ts.
 
 import { DEFAULT_PICKER_SETTINGS } from '../picker/settings.js';
+import { POOL_CACHE_BLOCK_FIELDS, SCORERS } from '../picker/scorer-table.js';
+import type { ScorerTable, SettingsSection } from '../picker/scorer-table.js';
 import { MAX_TIMER_MS, TRACING_DEFAULTS } from '../tracing/tracing-settings.js';
 import { Kind, Type, TypeRegistry } from '@sinclair/typebox';
-import type { SchemaOptions, Static, TProperties, TUnsafe } from '@sinclair/typebox';
+import type { SchemaOptions, Static, TNumber, TObject, TOptional, TProperties, TUnsafe } from '@sinclair/typebox';
 
 /** A timer's longest wait in seconds, whole: Node fires longer timers at once. */
 const MAX_TIMER_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
@@ -25,7 +27,8 @@ declare module '@sinclair/typebox' {
 }
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-const DESTINATION_FORMATS = ['list', 'single'] as const;
+/** How the pick is written for the gateway (request/decision-replies.ts): a list for override_host, or one address. */
+export const DESTINATION_FORMATS = ['list', 'single'] as const;
 /** Implementations of the gRPC listener (src/grpc/server.ts). */
 export const GRPC_TRANSPORTS = ['native', 'grpc-js'] as const;
 
@@ -161,9 +164,32 @@ const Tls = Mapping(
 );
 
 export const METRICS_FLAVOURS = ['vllm', 'sglang', 'tgi'] as const;
-const Weight = (description: string) => Type.Optional(Type.Number({ minimum: 0, description }));
-const BlockTokens = (description: string) => Type.Optional(Type.Integer({ minimum: 1, maximum: 1024, description }));
-const CharsPerToken = (description: string) => Type.Optional(Type.Number({ minimum: 0.5, maximum: 32, description }));
+
+/** `picker.weights`: one optional weight per scorer of the table, described by what it prefers and its default. */
+export function scorerWeights<T extends ScorerTable>(table: T): TObject<{ [K in keyof T & string]: TOptional<TNumber> }> {
+  const weights: TProperties = {};
+  for (const [name, row] of Object.entries(table))
+    weights[name] = Type.Optional(Type.Number({ minimum: 0, description: `${row.prefers} Default ${row.weight}.` }));
+  return Mapping(weights, { description: 'Scorer weights (0 turns a scorer off).' }) as TObject<{
+    [K in keyof T & string]: TOptional<TNumber>;
+  }>;
+}
+
+/** `picker.<name>`: the section of each scorer of the table that has settings. */
+export function scorerSections<T extends ScorerTable>(table: T): SectionSchemas<T> {
+  const sections: TProperties = {};
+  for (const [name, row] of Object.entries(table))
+    if (row.settings !== undefined) sections[name] = Type.Optional(Mapping(row.settings.fields, { description: row.settings.description }));
+  return sections as SectionSchemas<T>;
+}
+
+type SectionSchemas<T extends ScorerTable> = {
+  [K in keyof T as T[K] extends { readonly settings: SettingsSection<object> } ? K : never]: T[K] extends {
+    readonly settings: SettingsSection<object, infer F>;
+  }
+    ? TOptional<TObject<F>>
+    : never;
+};
 
 const SaturationFields = (defaults: string) => ({
   queueDepth: Type.Optional(
@@ -181,108 +207,12 @@ const SaturationFields = (defaults: string) => ({
   ),
 });
 
-/** Load-aware, cache-affine picking; the defaults shown are DEFAULT_PICKER_SETTINGS (src/picker/settings.ts), the one place they live. */
+/** Load-aware, cache-affine picking: the scorers' weights and sections are derived from their rows (src/picker/scorer-table.ts), the other defaults shown are DEFAULT_PICKER_SETTINGS (src/picker/settings.ts), the one place each lives. */
 const PICKER = DEFAULT_PICKER_SETTINGS;
 const Picker = Mapping(
   {
-    weights: Type.Optional(
-      Mapping(
-        {
-          queue: Weight(`Model-server queue depth (num_requests_waiting), shorter first. Default ${PICKER.weights.queue}.`),
-          kvCache: Weight(`KV-cache utilisation, emptier first. Default ${PICKER.weights.kvCache}.`),
-          inFlight: Weight(`Our own in-flight requests per endpoint, fewer first. Default ${PICKER.weights.inFlight}.`),
-          prefix: Weight(`Prefix-cache affinity: the rendezvous owner of the prompt prefix. Default ${PICKER.weights.prefix}.`),
-          lora: Weight(`LoRA affinity: servers already running the requested adapter. Default ${PICKER.weights.lora}.`),
-          latency: Weight(
-            `Recent time to first token and per output token, against the pool's medians (0 also turns off demoting slow replicas). Default ${PICKER.weights.latency}.`,
-          ),
-        },
-        { description: 'Scorer weights (0 turns a scorer off).' },
-      ),
-    ),
-    prefix: Type.Optional(
-      Mapping(
-        {
-          keyBlocks: Type.Optional(
-            Type.Integer({
-              minimum: 1,
-              maximum: 64,
-              description: `Affinity key = hash of the shared prompt's first keyBlocks whole KV-cache blocks (all of them when fewer; none = no affinity). Default ${PICKER.prefix.keyBlocks}.`,
-            }),
-          ),
-          blockTokens: BlockTokens(
-            `Tokens per KV-cache block of the model servers (vLLM --block-size). Default ${PICKER.prefix.blockTokens}.`,
-          ),
-          charsPerToken: CharsPerToken(
-            `Characters per token, estimated high so that a block counted whole is whole on the server. Default ${PICKER.prefix.charsPerToken}.`,
-          ),
-          loadFactor: Type.Optional(
-            Type.Number({
-              minimum: 1,
-              description: `Bounded load: the owner keeps a prefix while its load ≤ loadFactor × mean + loadSlack. Default ${PICKER.prefix.loadFactor}.`,
-            }),
-          ),
-          loadSlack: Type.Optional(Type.Number({ minimum: 0, description: `See loadFactor. Default ${PICKER.prefix.loadSlack}.` })),
-          maxQueue: Type.Optional(
-            Type.Integer({
-              minimum: 0,
-              description: `The owner gives its prefixes up while it reports more waiting requests than this. Default ${PICKER.prefix.maxQueue}.`,
-            }),
-          ),
-        },
-        { description: 'Prefix-cache affinity (rendezvous hashing with bounded load).' },
-      ),
-    ),
-    lora: Type.Optional(
-      Mapping(
-        {
-          maxAdaptersPerServer: Type.Optional(
-            Type.Integer({
-              minimum: 1,
-              description: `Adapters a server may hold before LoRA affinity stops adding new ones to it. Default ${PICKER.lora.maxAdaptersPerServer}.`,
-            }),
-          ),
-        },
-        { description: 'LoRA affinity.' },
-      ),
-    ),
-    latency: Type.Optional(
-      Mapping(
-        {
-          halfLifeSeconds: Type.Optional(
-            Type.Number({
-              minimum: 0.1,
-              description: `A latency sample loses half its weight in this time. Default ${PICKER.latency.halfLifeMs / 1000}.`,
-            }),
-          ),
-          minSamples: Type.Optional(
-            Type.Number({
-              minimum: 1,
-              description: `Decayed samples a replica's estimate needs before it counts. Default ${PICKER.latency.minSamples}.`,
-            }),
-          ),
-          outlierFactor: Type.Optional(
-            Type.Number({
-              minimum: 1.1,
-              description: `A replica whose TTFT or TPOT is this many times its pool's median is demoted (reason slow_replica; needs 3 measured replicas). Default ${PICKER.latency.outlierFactor}.`,
-            }),
-          ),
-          recoverFactor: Type.Optional(
-            Type.Number({
-              minimum: 1,
-              description: `A demoted replica is reinstated at or below this many times the median (< outlierFactor). Default ${PICKER.latency.recoverFactor}.`,
-            }),
-          ),
-          probeIntervalSeconds: Type.Optional(
-            Type.Number({
-              minimum: 0.05,
-              description: `A demoted replica gets one probe request this often, so that a recovery is seen. Default ${PICKER.latency.probeIntervalMs / 1000}.`,
-            }),
-          ),
-        },
-        { description: 'Latency as a picking signal, and demotion of replicas much slower than their pool.' },
-      ),
-    ),
+    weights: Type.Optional(scorerWeights(SCORERS)),
+    ...scorerSections(SCORERS),
     metrics: Type.Optional(
       Mapping(
         {
@@ -418,10 +348,7 @@ const Picker = Mapping(
             saturation: Type.Optional(
               Mapping(SaturationFields('Default picker.flowControl.saturation.'), { description: "This pool's saturation limits." }),
             ),
-            blockTokens: BlockTokens("Tokens per KV-cache block of this pool's servers. Default picker.prefix.blockTokens."),
-            charsPerToken: CharsPerToken(
-              "Characters per token for this pool's tokenizer, estimated high. Default picker.prefix.charsPerToken.",
-            ),
+            ...POOL_CACHE_BLOCK_FIELDS,
           },
           { description: 'Per-pool picker settings.' },
         ),

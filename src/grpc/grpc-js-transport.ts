@@ -226,7 +226,7 @@ const NO_ENCODING_SENT = 'none-negotiated';
 
 /**
  * Puts our checks in front of grpc-js's stream handler, so this transport answers as the native one
- * does (native-transport.ts; tests in grpc-server.test.ts run both):
+ * does (native-transport.ts; tests in test/unit/grpc/server.test.ts run both):
  * - gRPC is POST only: any other method gets 405 with grpc-status UNIMPLEMENTED, and never reaches
  *   a method (grpc-js would serve a GET like a POST).
  * - A message flagged compressed on a call that sent no grpc-encoding must fail the call (gRPC's

@@ -1,5 +1,5 @@
 // grpc.health.v1's two messages, hand-coded (proto/grpc/health/v1/health.proto; pinned by
-// test/unit/proto-contract.test.ts): HealthCheckRequest { string service = 1 } and
+// test/unit/support/proto-contract.test.ts): HealthCheckRequest { string service = 1 } and
 // HealthCheckResponse { ServingStatus status = 1 }, read and written as protobufjs does with
 // PROTO_LOADER_OPTIONS: a field is present iff it is on the wire, explicit defaults included.
 import { Reader, WIRE_LEN, WIRE_VARINT, Writer } from './protobuf-wire.js';

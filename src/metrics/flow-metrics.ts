@@ -1,4 +1,4 @@
-// Flow control's metrics (request/flow-control.ts): queue lengths, waits and what became of each
+// Flow control's metrics (routing/flow-control.ts): queue lengths, waits and what became of each
 // request that met a saturated pool, by pool, priority and tenant. Tenants come from a request
 // header, so their label is bounded: the first `tenantLabels` tenants seen are named, every other
 // one is counted as `other` (a client cannot mint series at will).

@@ -13,7 +13,8 @@ import { Field } from './signals.js';
 import type { SignalBoard } from './signals.js';
 import { OPEN_POOL } from './saturation.js';
 import type { SaturationLimits } from './saturation.js';
-import type { PoolPolicy, ScorerWeights } from './settings.js';
+import type { PoolPolicy } from './settings.js';
+import type { ScorerWeights } from './scorer-table.js';
 
 /** A model's candidates, compiled once per endpoint view. */
 export class CandidateSet {

@@ -17,7 +17,7 @@ import { DecayedMean, latencyScore, medianOf, slowness } from './latency.js';
 import type { LatencyFloor } from './latency.js';
 import { LATENCY_DEMOTED, LATENCY_NEUTRAL } from './signals.js';
 import type { SignalBoard } from './signals.js';
-import type { LatencySettings } from './settings.js';
+import type { LatencySettings } from './scorer-table.js';
 
 export type LatencyState = 'normal' | 'demoted' | 'probing';
 

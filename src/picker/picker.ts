@@ -16,6 +16,7 @@
 //   filters  routable (Ready with an address) · the gateway's subset hint · the pool's queue limit
 //   scorers  queue depth · KV-cache use · our in-flight count · prefix affinity · LoRA affinity ·
 //            recent latency (a replica demoted as much slower than its pool ranks below all others)
+//            · any per-candidate scorer of the table (scorer-table.ts), asked once per pick
 //   room     where flow control is on, a candidate that cannot take a request without queueing
 //            past its pool's saturation limits (saturation.ts) ranks below every one that can, and
 //            owns no prefix: a request dispatched because the pool has room goes where the room is
@@ -30,10 +31,15 @@ import type { Range } from './scorers.js';
 import { Field, LATENCY_DEMOTED, LATENCY_NEUTRAL } from './signals.js';
 import type { SignalBoard } from './signals.js';
 import { CandidateSet, loadScore } from './candidate-set.js';
-import type { PoolPolicy, ScorerWeights } from './settings.js';
+import type { PoolPolicy } from './settings.js';
+import { builtInWeight, SCORERS } from './scorer-table.js';
+import type { CandidateScore, ScorerWeights, ScoringRequest, WeightedScorer } from './scorer-table.js';
 
 export interface PipelineOptions {
+  /** The weights of the scorers built into the passes below (scorer-table.ts). */
   readonly weights: ScorerWeights;
+  /** The per-candidate scorers that are on (scorer-table.ts candidateScorers); absent = none. */
+  readonly scorers?: readonly WeightedScorer[];
   /** Fallbacks after the primary. */
   readonly fallbacks: number;
   /** Bounded load for prefix affinity: the owner keeps a prefix while load ≤ factor × mean + slack. */
@@ -53,10 +59,9 @@ export interface PipelineOptions {
   readonly random: () => number;
 }
 
-export interface PickRequest {
-  readonly model: string;
+export interface PickRequest extends ScoringRequest {
   /**
-   * The prompt's prefix-affinity key (prompt-hash.ts: its leading whole cache blocks); absent when
+   * The prompt's prefix-affinity key (routing/affinity-key.ts: its leading whole cache blocks); absent when
    * it has none, and the request is placed by load alone.
    */
   readonly affinityKey?: number;
@@ -106,6 +111,10 @@ class Scoring {
   start = 0;
   /** The model's latency scores by slot (latency-tracker.ts), or undefined: latency does not speak. */
   latency: Float64Array | undefined = undefined;
+  /** The per-candidate scorers that speak for this request: how many, their score functions and weights. */
+  extras = 0;
+  readonly extraScores: CandidateScore[] = [];
+  readonly extraWeights: number[] = [];
 }
 
 /**
@@ -162,15 +171,18 @@ export class Picker {
   private readonly topScore: Float64Array;
   private readonly topPosition: Int32Array;
   private readonly demotedScore: number;
+  private readonly extras: readonly WeightedScorer[];
 
   constructor(
     private readonly board: SignalBoard,
     private readonly options: PipelineOptions,
   ) {
     this.k = 1 + Math.max(0, options.fallbacks);
-    const w = options.weights;
+    this.extras = options.scorers ?? [];
+    let extraWeight = 0;
+    for (const extra of this.extras) extraWeight += extra.weight;
     // Below what any other replica can score, so a demoted one leads only when no other is eligible.
-    this.demotedScore = -(w.queue + w.kvCache + w.inFlight + w.prefix + w.lora + w.latency + 1);
+    this.demotedScore = -(builtInWeight(SCORERS, options.weights) + extraWeight + 1);
     this.topIndex = new Int32Array(this.k + 2);
     this.topScore = new Float64Array(this.k + 2);
     this.topPosition = new Int32Array(this.k + 2);
@@ -206,6 +218,7 @@ export class Picker {
     scoring.meanLoad = summary.loadSum / summary.eligible;
     scoring.ownerMaxQueue = boundedLoad.maxQueue ?? Infinity;
     scoring.latency = weights.latency > 0 ? this.board.latencyTable(request.model) : undefined;
+    scoring.extras = this.extras.length === 0 ? 0 : this.prepareExtras(request, scoring);
     // From a random start, so that ties go to a random endpoint.
     scoring.start = Math.floor(this.options.random() * count) % count;
     const kept = this.rank(set, count, summary, scoring, incremental ? this.loadScores(set, summary) : undefined);
@@ -213,6 +226,19 @@ export class Picker {
     const picked: Endpoint[] = [];
     for (let r = 0; r < kept && r < this.k; r++) picked.push(set.endpoints[this.topIndex[r]]);
     return { kind: 'picked', endpoints: picked, score: this.topScore[0] };
+  }
+
+  /** Asks each per-candidate scorer what it makes of the request; keeps those that speak. */
+  private prepareExtras(request: PickRequest, scoring: Scoring): number {
+    let count = 0;
+    for (const extra of this.extras) {
+      const score = extra.scorer.forRequest(request);
+      if (score === undefined) continue;
+      scoring.extraScores[count] = score;
+      scoring.extraWeights[count] = extra.weight;
+      count++;
+    }
+    return count;
   }
 
   /**
@@ -291,7 +317,7 @@ export class Picker {
     const waitingRange: Range = { min: summary.minWaiting, max: summary.maxWaiting };
     const loraWeight = weights.lora;
     const { factor, slack } = boundedLoad;
-    const { useAffinity, useLora, key, holds, meanLoad, ownerMaxQueue, start, latency } = scoring;
+    const { useAffinity, useLora, key, holds, meanLoad, ownerMaxQueue, start, latency, extras, extraScores, extraWeights } = scoring;
     const latencyWeight = weights.latency;
     const demotedScore = this.demotedScore;
     // Below every candidate with room, demoted or not (a full replica queues the request for sure).
@@ -317,6 +343,7 @@ export class Picker {
         const has = signals[at + Field.AdapterMark] === holds;
         score += loraWeight * loraAffinityScore(has, reports ? signals[at + Field.AdapterCount] : undefined, maxAdapters);
       }
+      for (let e = 0; e < extras; e++) score += extraWeights[e] * extraScores[e](set.endpoints[i], signals, at);
       // The owner is scored as if at its pool median, demoted or not: prefix affinity outweighs
       // every load scorer by design, and a replica's warm cache for its prefixes is worth more
       // than its speed (`npm run simulate`, slow-replica scenario: taking prefixes from slow

@@ -1,5 +1,5 @@
 // Saturation: can any candidate take one more request without queueing past its pool's limits?
-// Pure over the signal board's records; flow control (request/flow-control.ts) queues a pool's
+// Pure over the signal board's records; flow control (routing/flow-control.ts) queues a pool's
 // requests only while the answer is no. A candidate can take a request while our in-flight count
 // is under the pool's limit and, where its servers are scraped, it reports fresh metrics with a
 // queue and KV-cache use under the limits. A stale, failing or missing report is never read as

@@ -5,7 +5,7 @@
 
 import { GatewayError } from '../errors/gateway-error.js';
 import { errorMessage } from '../util/error-message.js';
-import type { PrefixLimit, PromptPrefix } from '../picker/prompt-hash.js';
+import type { PrefixLimit, PromptPrefix } from '../routing/affinity-key.js';
 import { parseBoundedJson } from '../inspect/json-bounded.js';
 import { promptPrefixOf } from './prompt-prefix.js';
 import type { StreamUsageFacts } from './usage-injection.js';

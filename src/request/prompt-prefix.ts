@@ -1,13 +1,13 @@
 // The prompt-prefix material of an OpenAI-style request: the leading part of the prompt's shared
-// part, as much as the affinity key can depend on (picker/prompt-hash.ts cuts it in cache blocks).
+// part, as much as the affinity key can depend on (routing/affinity-key.ts cuts it in cache blocks).
 //
 // In a conversation the last message is the new turn: no server has it cached, and it differs
 // from request to request, so it is left out whenever earlier messages exist. What remains (system
 // prompt, earlier turns) is what requests share and what a server's prefix cache holds. A single
 // message (or a completion prompt) is the whole shared part.
 
-import type { PrefixLimit, PromptPrefix } from '../picker/prompt-hash.js';
-import { NO_PROMPT } from '../picker/prompt-hash.js';
+import type { PrefixLimit, PromptPrefix } from '../routing/affinity-key.js';
+import { NO_PROMPT } from '../routing/affinity-key.js';
 
 /** Follows every piece, so piece boundaries change the key. */
 const SEPARATOR = '\u001f';

@@ -99,7 +99,7 @@ function serviceDefinition(pkg: PackageDefinition, name: string): ServiceDefinit
 }
 
 // proto-loader types every message as `object`; the concrete shapes follow from the .proto files
-// and PROTO_LOADER_OPTIONS (pinned by test/unit/grpc-server.test.ts and proto-contract.test.ts).
+// and PROTO_LOADER_OPTIONS (pinned by test/unit/grpc/server.test.ts and proto-contract.test.ts).
 // The runtime checks below make sure we narrow the method we think we are narrowing.
 function method<Req, Res>(
   service: ServiceDefinition,

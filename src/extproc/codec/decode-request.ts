@@ -6,7 +6,7 @@
 // are fields with an unexpected wire type and enum numbers we have no name for; of two members of
 // one oneof the last wins; a map entry without a value gets the empty one. Only bytes that are not
 // a protobuf message at all throw MalformedMessage. Field numbers are those of proto/ (pinned by
-// proto-contract.test); test/unit/fast-codec.test.ts checks it against protobufjs as an oracle.
+// proto-contract.test); test/unit/extproc/codec.test.ts checks it against protobufjs as an oracle.
 
 import type {
   HeaderMap,
@@ -19,8 +19,8 @@ import type {
   ProtocolConfiguration,
   ProtoStruct,
   ProtoValue,
-  BodySendMode,
 } from '../messages.js';
+import { BODY_SEND_MODES } from '../messages.js';
 import {
   DESTINATION_HEADER,
   DESTINATION_METADATA_NAMESPACE,
@@ -105,8 +105,6 @@ const EXPECTED_WIRE_TYPE: readonly (number | undefined)[] = [
   WIRE_VARINT,
   WIRE_LEN,
 ];
-
-const BODY_SEND_MODES: readonly BodySendMode[] = ['NONE', 'STREAMED', 'BUFFERED', 'BUFFERED_PARTIAL', 'FULL_DUPLEX_STREAMED', 'GRPC'];
 
 export function decodeProcessingRequest(buf: Buffer): ProcessingRequest {
   const r = new Reader(buf);

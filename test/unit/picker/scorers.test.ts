@@ -1,0 +1,116 @@
+// The scorers one by one: each is a pure function from a candidate's signals to [0, 1].
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  inFlightScore,
+  isOverloaded,
+  kvCacheScore,
+  loraAffinityScore,
+  lowerIsBetter,
+  othersLoad,
+  outstandingLoad,
+  prefixAffinityScore,
+  queueDepthScore,
+} from '../../../src/picker/scorers.js';
+
+describe('queueDepthScore', () => {
+  const cases: ReadonlyArray<{ name: string; waiting: number | undefined; min: number; max: number; expected: number }> = [
+    { name: 'shortest queue scores 1', waiting: 0, min: 0, max: 10, expected: 1 },
+    { name: 'longest queue scores 0', waiting: 10, min: 0, max: 10, expected: 0 },
+    { name: 'halfway scores 0.5', waiting: 5, min: 0, max: 10, expected: 0.5 },
+    { name: 'all equal: everyone scores 1', waiting: 4, min: 4, max: 4, expected: 1 },
+    { name: 'unknown (stale, failing, missing) scores 0, never idle', waiting: undefined, min: 0, max: 10, expected: 0 },
+    { name: 'unknown scores 0 even when every known queue is long', waiting: undefined, min: 50, max: 50, expected: 0 },
+    { name: 'NaN counts as unknown', waiting: Number.NaN, min: 0, max: 1, expected: 0 },
+  ];
+  for (const c of cases) it(c.name, () => assert.equal(queueDepthScore(c.waiting, { min: c.min, max: c.max }), c.expected));
+});
+
+describe('kvCacheScore', () => {
+  const cases: ReadonlyArray<{ usage: number | undefined; expected: number }> = [
+    { usage: 0, expected: 1 },
+    { usage: 0.25, expected: 0.75 },
+    { usage: 1, expected: 0 },
+    { usage: 1.3, expected: 0 },
+    { usage: -0.1, expected: 1 },
+    { usage: undefined, expected: 0 },
+  ];
+  for (const c of cases) it(`usage ${String(c.usage)} → ${c.expected}`, () => assert.equal(kvCacheScore(c.usage), c.expected));
+});
+
+describe('inFlightScore', () => {
+  const cases: ReadonlyArray<{ inFlight: number; min: number; max: number; expected: number }> = [
+    { inFlight: 0, min: 0, max: 4, expected: 1 },
+    { inFlight: 4, min: 0, max: 4, expected: 0 },
+    { inFlight: 3, min: 2, max: 6, expected: 0.75 },
+    { inFlight: 7, min: 7, max: 7, expected: 1 },
+  ];
+  for (const c of cases)
+    it(`${c.inFlight} in [${c.min}, ${c.max}] → ${c.expected}`, () =>
+      assert.equal(inFlightScore(c.inFlight, { min: c.min, max: c.max }), c.expected));
+});
+
+describe('lowerIsBetter', () => {
+  it('clamps values outside the range', () => {
+    assert.equal(lowerIsBetter(-5, { min: 0, max: 10 }), 1);
+    assert.equal(lowerIsBetter(20, { min: 0, max: 10 }), 0);
+  });
+});
+
+describe('prefixAffinityScore', () => {
+  it('only the owner scores', () => {
+    assert.equal(prefixAffinityScore(true), 1);
+    assert.equal(prefixAffinityScore(false), 0);
+  });
+});
+
+describe('loraAffinityScore', () => {
+  const cases: ReadonlyArray<{ name: string; adapters: string[] | undefined; max: number; expected: number }> = [
+    { name: 'server already has the adapter', adapters: ['sql', 'chat'], max: 4, expected: 1 },
+    { name: 'has it even when full', adapters: ['sql', 'a', 'b', 'c'], max: 4, expected: 1 },
+    { name: 'free slot: can load it', adapters: ['chat'], max: 4, expected: 0.5 },
+    { name: 'no adapters at all: free slot', adapters: [], max: 4, expected: 0.5 },
+    { name: 'full without it: would evict', adapters: ['a', 'b'], max: 2, expected: 0 },
+    { name: 'metrics unusable: nothing known', adapters: undefined, max: 4, expected: 0 },
+  ];
+  for (const c of cases) {
+    it(c.name, () => assert.equal(loraAffinityScore(c.adapters?.includes('sql') ?? false, c.adapters?.length, c.max), c.expected));
+  }
+});
+
+describe('isOverloaded (bounded load)', () => {
+  const cases: ReadonlyArray<{ load: number; mean: number; factor: number; slack: number; expected: boolean }> = [
+    { load: 0, mean: 0, factor: 1.25, slack: 2, expected: false },
+    { load: 2, mean: 0, factor: 1.25, slack: 2, expected: false },
+    { load: 3, mean: 0, factor: 1.25, slack: 2, expected: true },
+    { load: 14, mean: 10, factor: 1.25, slack: 2, expected: false },
+    { load: 15, mean: 10, factor: 1.25, slack: 2, expected: true },
+    { load: 50, mean: 25, factor: 1.25, slack: 2, expected: true },
+  ];
+  for (const c of cases)
+    it(`load ${c.load}, mean ${c.mean} → ${c.expected}`, () => assert.equal(isOverloaded(c.load, c.mean, c.factor, c.slack), c.expected));
+});
+
+describe('othersLoad: the reported load that is not ours', () => {
+  const cases: ReadonlyArray<{ waiting: number; running: number | undefined; oursThen: number; expected: number; why: string }> = [
+    { waiting: 10, running: 4, oursThen: 0, expected: 14, why: 'all of it is others' },
+    { waiting: 10, running: 4, oursThen: 6, expected: 8, why: 'ours taken out' },
+    { waiting: 1, running: 2, oursThen: 9, expected: 0, why: 'ours not arrived yet: never below 0' },
+    { waiting: 3, running: undefined, oursThen: 1, expected: 2, why: 'no batch gauge (TGI-like)' },
+    { waiting: Number.NaN, running: 4, oursThen: 0, expected: 0, why: 'an unreadable gauge counts as nothing' },
+  ];
+  for (const c of cases)
+    it(`${c.waiting} waiting + ${String(c.running)} running, ${c.oursThen} ours then → ${c.expected} (${c.why})`, () =>
+      assert.equal(othersLoad(c.waiting, c.running, c.oursThen), c.expected));
+});
+
+describe('outstandingLoad: the others from the report plus ours now', () => {
+  const cases: ReadonlyArray<{ inFlight: number; others: number; expected: number; why: string }> = [
+    { inFlight: 3, others: 0, expected: 3, why: 'only ours' },
+    { inFlight: 3, others: 11, expected: 14, why: 'both' },
+    { inFlight: 0, others: 0, expected: 0, why: 'idle' },
+  ];
+  for (const c of cases)
+    it(`${c.inFlight} ours + ${c.others} others → ${c.expected} (${c.why})`, () =>
+      assert.equal(outstandingLoad(c.inFlight, c.others), c.expected));
+});

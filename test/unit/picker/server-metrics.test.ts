@@ -1,0 +1,74 @@
+// Reading vLLM, SGLang and TGI metrics pages into a server's load.
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { MetricsParseError, parseServerMetrics } from '../../../src/picker/server-metrics.js';
+
+const VLLM = `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="llama"} 3.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="llama"} 7.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="llama"} 0.42
+# HELP vllm:lora_requests_info Running stats on lora requests.
+# TYPE vllm:lora_requests_info gauge
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql,chat",waiting_lora_adapters=""} 1.7e+09
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="old",waiting_lora_adapters="x"} 1.6e+09
+# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{le="0.001",model_name="llama"} 0.0
+vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="llama"} 3.0
+vllm:time_to_first_token_seconds_count{model_name="llama"} 3.0
+vllm:time_to_first_token_seconds_sum{model_name="llama"} 0.3
+`;
+
+describe('parseServerMetrics', () => {
+  const cases: ReadonlyArray<{ name: string; text: string; format: 'vllm' | 'sglang' | 'tgi'; expected: object }> = [
+    {
+      name: 'vLLM: queue, batch, KV cache and the newest LoRA sample',
+      text: VLLM,
+      format: 'vllm',
+      expected: { waiting: 7, running: 3, kvCacheUsage: 0.42, runningAdapters: ['sql', 'chat'], waitingAdapters: [], maxAdapters: 4 },
+    },
+    {
+      name: 'older vLLM: gpu_cache_usage_perc',
+      text: 'vllm:num_requests_waiting 1\nvllm:num_requests_running 2\nvllm:gpu_cache_usage_perc 0.9\n',
+      format: 'vllm',
+      expected: { waiting: 1, running: 2, kvCacheUsage: 0.9, runningAdapters: [], waitingAdapters: [], maxAdapters: undefined },
+    },
+    {
+      name: 'vLLM serving two models: queues add up, KV use is the highest',
+      text: 'vllm:num_requests_waiting{model_name="a"} 2\nvllm:num_requests_waiting{model_name="b"} 5\nvllm:kv_cache_usage_perc{model_name="a"} 0.2\nvllm:kv_cache_usage_perc{model_name="b"} 0.6\n',
+      format: 'vllm',
+      expected: { waiting: 7, running: 0, kvCacheUsage: 0.6, runningAdapters: [], waitingAdapters: [], maxAdapters: undefined },
+    },
+    {
+      name: 'SGLang',
+      text: '# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name="m"} 4.0\nsglang:num_running_reqs{model_name="m"} 8.0\nsglang:token_usage{model_name="m"} 0.28\n',
+      format: 'sglang',
+      expected: { waiting: 4, running: 8, kvCacheUsage: 0.28, runningAdapters: [], waitingAdapters: [], maxAdapters: undefined },
+    },
+    {
+      name: 'TGI (no KV-cache gauge)',
+      text: '# TYPE tgi_queue_size gauge\ntgi_queue_size 6\ntgi_batch_current_size 2\n',
+      format: 'tgi',
+      expected: { waiting: 6, running: 2, kvCacheUsage: undefined, runningAdapters: [], waitingAdapters: [], maxAdapters: undefined },
+    },
+  ];
+  for (const c of cases) it(c.name, () => assert.deepEqual(parseServerMetrics(c.text, c.format), c.expected));
+
+  const failures: ReadonlyArray<{ name: string; text: string; format: 'vllm' | 'sglang' | 'tgi'; message: RegExp }> = [
+    { name: 'HTML is not Prometheus text', text: '<html>\n<body>oops</body>\n</html>', format: 'vllm', message: /./ },
+    { name: 'the wrong flavour has no queue gauge', text: VLLM, format: 'sglang', message: /no sglang:num_queue_reqs in the scrape/ },
+    { name: 'an empty page', text: '', format: 'vllm', message: /no vllm:num_requests_waiting/ },
+  ];
+  for (const f of failures) {
+    it(`fails: ${f.name}`, () =>
+      assert.throws(
+        () => parseServerMetrics(f.text, f.format),
+        (err: unknown) => err instanceof MetricsParseError && f.message.test(err.message),
+      ));
+  }
+});
