@@ -24,9 +24,12 @@ RUN --mount=type=secret,id=npm-ca \
     if [ -s /run/secrets/npm-ca ]; then export NPM_CONFIG_CAFILE=/run/secrets/npm-ca; fi; \
     npm ci --no-audit --no-fund --registry "$NPM_REGISTRY"
 COPY tsconfig.json tsconfig.src.json ./
-COPY scripts/bundle.mjs ./scripts/
+COPY scripts/bundle.mjs scripts/narrow-kube-client.mjs ./scripts/
 COPY src ./src
-RUN npx tsc -p tsconfig.src.json && node scripts/bundle.mjs --root /out/app
+# The Kubernetes client narrowed to what KubeConfig runs (scripts/narrow-kube-client.mjs, also part
+# of `npm run build`) before the bundle: otherwise the bundle would carry client-node's generated
+# API index, tens of MiB of code the picker never runs. bundle.mjs refuses a dist/ without it.
+RUN npx tsc -p tsconfig.src.json && node scripts/narrow-kube-client.mjs && node scripts/bundle.mjs --root /out/app
 
 FROM node:20-bookworm-slim AS runtime-root
 # ldd names the libraries node links (and the loader); each is copied to the path the loader looks

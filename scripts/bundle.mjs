@@ -24,6 +24,9 @@ import { build } from 'esbuild';
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const ENTRY = join(REPO, 'dist', 'src', 'main.js');
+/** Re-emitted by scripts/narrow-kube-client.mjs so that KubeConfig does not load client-node's generated API index. */
+const KUBE_CLIENT = join(REPO, 'dist', 'src', 'endpoints', 'kube-client.js');
+const NARROWED_MARKER = '// narrowed by scripts/narrow-kube-client.mjs';
 /** Optional native add-ons some dependencies try (`ws`): absent, and their absence is handled where required. */
 const OPTIONAL_NATIVE = ['bufferutil', 'utf-8-validate'];
 // Each output file (entry and chunks) gets its own `require` for the CommonJS code bundled into it.
@@ -71,6 +74,11 @@ function thirdPartyNotices(inputs) {
 async function main() {
   const { root } = parseArgs(process.argv.slice(2));
   if (!existsSync(ENTRY)) throw new Error(`${relative(process.cwd(), ENTRY)} is missing: run \`tsc\` first (npm run bundle does)`);
+  // One build path: what ships is what `node dist/src/main.js` runs, the Kubernetes client narrowed.
+  if (!readFileSync(KUBE_CLIENT, 'utf8').startsWith(NARROWED_MARKER))
+    throw new Error(
+      `${relative(process.cwd(), KUBE_CLIENT)} is not narrowed: run scripts/narrow-kube-client.mjs after tsc (npm run build does)`,
+    );
   const outdir = join(root, 'dist', 'bundle');
   rmSync(outdir, { recursive: true, force: true });
   mkdirSync(outdir, { recursive: true });
