@@ -1,5 +1,6 @@
 // test/unit/ mirrors the code it tests: one folder per folder of src/ (and scripts/, tools/, and
-// support/ for the test harness itself). `npm test` and `npm run test:unit` run
+// support/ for the test harness itself, entry/ for the files at src/'s top: main.ts, program.ts,
+// process-settings.ts). `npm test` and `npm run test:unit` run
 // dist/test/unit/*/*.test.js, so a test file anywhere else would never run: this keeps that from
 // happening unnoticed.
 
@@ -10,10 +11,10 @@ import { describe, it } from 'node:test';
 import { repoRoot } from '../../../scripts/repo-root.js';
 
 const UNIT = join(repoRoot(), 'test', 'unit');
-const BUILD_TIME = ['scripts', 'tools', 'support'];
+const BUILD_TIME = ['scripts', 'tools', 'support', 'entry'];
 
 describe('test/unit mirrors src/', () => {
-  it('holds folders only, each named after a folder of src/ (or scripts, tools, support), each with tests', () => {
+  it('holds folders only, each named after a folder of src/ (or scripts, tools, support, entry), each with tests', () => {
     const src = new Set(
       readdirSync(join(repoRoot(), 'src'), { withFileTypes: true })
         .filter((entry) => entry.isDirectory())
