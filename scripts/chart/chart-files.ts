@@ -89,7 +89,12 @@ function istioLocalReplyConfig(): string {
         ],
         body_format_override: {
           json_format: {
-            error: { message: 'the routing service is unavailable', type: entry.type, code: entry.code, request_id: LOCAL_REPLY_REQUEST_ID },
+            error: {
+              message: 'the routing service is unavailable',
+              type: entry.type,
+              code: entry.code,
+              request_id: LOCAL_REPLY_REQUEST_ID,
+            },
           },
           content_type: 'application/json',
         },

@@ -447,7 +447,8 @@ const CANCELLATION_SPECS: Record<CancellationKind, Omit<CancellationEntry, 'kind
   },
   cancelled_before_response: {
     title: 'Ended before the response started',
-    cause: 'The stream ended after the pick and before any response headers: the client hung up while the model server prepared its answer.',
+    cause:
+      'The stream ended after the pick and before any response headers: the client hung up while the model server prepared its answer.',
   },
   cancelled_mid_stream: {
     title: 'Stream ended mid-response, replica alive',

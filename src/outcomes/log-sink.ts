@@ -39,7 +39,11 @@ export function logSink(logger: Logger, failureLog: LogThrottle<RequestResult>):
         if (suppressed === undefined) logger.debug(fields, message);
         else logger.info(suppressed === 0 ? fields : { ...fields, suppressed }, message);
       }
-      if (outcome.brokenMidStream !== undefined) logger.warn({ model, endpoint, requestId }, 'response stream broke before it completed: its replica failed the check that followed');
+      if (outcome.brokenMidStream !== undefined)
+        logger.warn(
+          { model, endpoint, requestId },
+          'response stream broke before it completed: its replica failed the check that followed',
+        );
     },
     closed: IGNORED,
   };

@@ -289,7 +289,11 @@ function localReplyMappers(): Yaml[] {
     mapper('overloaded', flags('UO'), 'too many requests are in flight to the model servers'),
     // The model server died after llm-extproc saw its response headers but while Envoy still held
     // them: the client gets this reply instead of a reset, and it says what llm-extproc records.
-    mapper('stream_broken', details(`response.code_details.startsWith('${LATE_UPSTREAM_RESET}')`), 'the model server reset the stream mid-response'),
+    mapper(
+      'stream_broken',
+      details(`response.code_details.startsWith('${LATE_UPSTREAM_RESET}')`),
+      'the model server reset the stream mid-response',
+    ),
     mapper('upstream_reset', flags('UR', 'UC', 'LR', 'UPE'), 'the model server closed the connection before answering'),
     mapper('route_not_found', flags('NR'), 'no route serves this path'),
     mapper('body_too_large', status(413), 'request body exceeds the gateway limit'),
