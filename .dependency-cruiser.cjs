@@ -13,7 +13,7 @@
 // bottom; nothing in src/ reaches build-time code, scripts or tests.
 const PROTOCOL = ['http2', 'grpc', 'extproc'];
 const DOMAIN = ['picker', 'endpoints', 'errors', 'inspect', 'metrics', 'config', 'tracing'];
-const APP = '^src/(app|main|cluster|cli|check-config)\\.ts$';
+const APP = '^src/(app|main|program|process-settings|cluster|cli|check-config)\\.ts$';
 
 /** What each folder must not import. */
 const FORBIDDEN = {

@@ -28,6 +28,10 @@
 // llm-extproc processes, print their hottest functions; results are then not written),
 // --envoy-runtime key=value (repeatable; a static runtime layer for every Envoy), --server PATH
 // (the server entry script to run instead of dist/src/main.js, e.g. another build to compare),
+// --compare-server PATH (another server entry run beside tcp and duplex: an A/B in one run),
+// --compare-env KEY=VALUE (repeatable; environment of the --compare-server processes only, e.g. an
+// allocator setting such as MALLOC_ARENA_MAX, which must be in the environment at exec: with the
+// same build as --compare-server it is the A/B of that setting),
 // --workers N (llm-extproc workers of the `workers` setup, default 2; 1 leaves that setup out),
 // --envoy-concurrency N (Envoy worker threads of every setup, default 2: one per core, as Envoy
 // runs by default; each Envoy worker holds its own connection to llm-extproc), --no-modes (leave
@@ -49,6 +53,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { request } from 'node:http';
 import { release, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../tools/envoy-config/gateway-config.js';
@@ -64,9 +69,11 @@ import { isCpuProfile, summarizeProfile } from './bench/cpu-profile.js';
 import { pickBench, writePickReport } from './bench/pick.js';
 import { LONG_PROMPT_BYTES, longPromptBody, renderLongPromptReport } from './bench/long-prompts.js';
 import type { LongPromptPhase } from './bench/long-prompts.js';
+import { parseProbeLine, renderMemoryTable } from './bench/memory.js';
+import type { MemoryPoint, MemoryRow, MemorySample } from './bench/memory.js';
 import { closedLoop, keepAliveAgent, runRequests, timedRequest, timedStream } from './bench/load.js';
 import type { Target } from './bench/load.js';
-import { freePort, spawnNode, treeCpuSeconds, treePeakRssBytes } from './bench/processes.js';
+import { freePort, spawnNode, treeCpuSeconds, treePeakRssBytes, treeRssBytes } from './bench/processes.js';
 import type { ManagedChild } from './bench/processes.js';
 import { renderReport, SETUP_LABELS } from './bench/report.js';
 import type { CpuUse, RequestPhase, RunInfo, SetupKey, SetupResults, StreamPhase } from './bench/report.js';
@@ -83,8 +90,20 @@ const DOC_START = '<!-- bench:start -->';
 const DOC_END = '<!-- bench:end -->';
 const LONG_DOC_START = '<!-- bench-long:start -->';
 const LONG_DOC_END = '<!-- bench-long:end -->';
+const MEMORY_DOC_START = '<!-- bench-memory:start -->';
+const MEMORY_DOC_END = '<!-- bench-memory:end -->';
 /** The setups the long-prompt rows run on: Envoy alone, both body modes, the floor in both. */
-const LONG_PROMPT_SETUPS: ReadonlySet<SetupKey> = new Set(['baseline', 'tcp', 'duplex', 'external', 'external-duplex']);
+const LONG_PROMPT_SETUPS: ReadonlySet<SetupKey> = new Set([
+  'baseline',
+  'tcp',
+  'tcp-compare',
+  'duplex',
+  'duplex-compare',
+  'external',
+  'external-duplex',
+]);
+/** The setups whose memory the issue's targets are about: the default server, BUFFERED and FULL_DUPLEX_STREAMED. */
+const MEMORY_TARGET_SETUPS: ReadonlySet<SetupKey> = new Set(['tcp', 'duplex']);
 
 // ── options ──────────────────────────────────────────────────────────────────────────────────
 
@@ -102,6 +121,8 @@ const { values: flags } = parseArgs({
     'cpu-prof': { type: 'boolean', default: false },
     'envoy-runtime': { type: 'string', multiple: true, default: [] },
     server: { type: 'string' },
+    'compare-server': { type: 'string' },
+    'compare-env': { type: 'string', multiple: true, default: [] },
     workers: { type: 'string', default: '2' },
     'envoy-concurrency': { type: 'string', default: '2' },
     'no-modes': { type: 'boolean', default: false },
@@ -137,6 +158,17 @@ function runtimeLayer(pairs: readonly string[]): Record<string, string | number 
   return layer;
 }
 
+/** `--compare-env KEY=VALUE` (repeatable) as an environment. */
+function envPairs(pairs: readonly string[]): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const pair of pairs) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) throw new Error(`--compare-env: expected KEY=VALUE, got ${JSON.stringify(pair)}`);
+    env[pair.slice(0, eq)] = pair.slice(eq + 1);
+  }
+  return env;
+}
+
 const opts = {
   requests: positiveInt('requests', flags.requests),
   concurrency: levels('concurrency', flags.concurrency),
@@ -151,6 +183,10 @@ const opts = {
   envoyRuntime: runtimeLayer(flags['envoy-runtime']),
   /** Entry script of the server under test (default: this checkout's dist/src/main.js). */
   server: flags.server,
+  /** A second server entry (e.g. the previous build's dist/src/main.js) run beside `tcp` and `duplex`: an A/B within one run. */
+  compareServer: flags['compare-server'],
+  /** Environment of the --compare-server processes only (`--compare-env KEY=VALUE`). */
+  compareEnv: envPairs(flags['compare-env']),
   workers: positiveInt('workers', flags.workers),
   envoyConcurrency: positiveInt('envoy-concurrency', flags['envoy-concurrency']),
   modes: !flags['no-modes'],
@@ -163,6 +199,7 @@ const opts = {
   tracing: flags.tracing || flags['tracing-endpoint'] !== undefined,
   tracingEndpoint: flags['tracing-endpoint'],
 };
+if (Object.keys(opts.compareEnv).length > 0 && opts.compareServer === undefined) throw new Error('--compare-env needs --compare-server');
 if (opts.onlyLongPrompts && opts.longPrompts === 0) throw new Error('--only-long-prompts needs --long-prompts above 0');
 if (opts.write && opts.cpuProf) throw new Error('--write and --cpu-prof do not mix: a profiled server is slower than a real one');
 
@@ -240,17 +277,29 @@ interface Server {
   readonly httpPort: number;
 }
 
-async function startServer(
-  root: string,
-  name: string,
-  grpcAddress: string,
-  endpointsFile: string,
-  profileDir: string | undefined,
-  workers = 1,
-  configFile?: string,
-): Promise<Server> {
+interface ServerLaunch {
+  readonly name: string;
+  /** What Envoy dials: `127.0.0.1:port` or `unix:///path`. */
+  readonly grpcAddress: string;
+  readonly endpointsFile: string;
+  /** The server entry script (this checkout's dist/src/main.js, --server or --compare-server). */
+  readonly entry: string;
+  readonly profileDir: string | undefined;
+  readonly workers?: number;
+  readonly configFile?: string;
+  /** Environment on top of the bench's own (--compare-env). */
+  readonly env?: Readonly<Record<string, string>>;
+}
+
+/** Node flags of every process whose memory the bench reads: the probe that answers SIGUSR2. */
+function probeArgs(root: string): string[] {
+  return ['--expose-gc', '--import', pathToFileURL(join(root, 'dist', 'scripts', 'bench', 'memory-probe.js')).href];
+}
+
+async function startServer(root: string, launch: ServerLaunch): Promise<Server> {
+  const { name, grpcAddress, endpointsFile, profileDir, workers = 1, configFile } = launch;
   const httpPort = await freePort();
-  const child = spawnNode(name, opts.server ?? join(root, 'dist', 'src', 'main.js'), {
+  const child = spawnNode(name, launch.entry, {
     args: configFile === undefined ? [] : ['--config', configFile],
     env: {
       LLM_EXTPROC_ENDPOINTS_FILE: endpointsFile,
@@ -258,8 +307,12 @@ async function startServer(
       LLM_EXTPROC_HTTP_ADDRESS: `127.0.0.1:${httpPort}`,
       LLM_EXTPROC_LOG_LEVEL: 'warn',
       LLM_EXTPROC_WORKERS: String(workers),
+      ...launch.env,
     },
-    nodeArgs: profileDir === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `${name}.cpuprofile`],
+    nodeArgs: [
+      ...probeArgs(root),
+      ...(profileDir === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `${name}.cpuprofile`]),
+    ],
   });
   cleanups.push(() => child.stop());
   const exited = new AbortController();
@@ -451,6 +504,57 @@ async function warmUp(setup: Setup): Promise<void> {
     );
 }
 
+// ── memory ───────────────────────────────────────────────────────────────────────────────────
+
+/** One process's memory now: RSS as the kernel counts it, then (via the probe) heap and external after GC. */
+async function memorySample(child: ManagedChild, probeHeap: boolean): Promise<MemorySample> {
+  const rssBytes = treeRssBytes(child.pid);
+  if (!probeHeap) return { rssBytes, heapUsedBytes: undefined, externalBytes: undefined };
+  const line = child.waitForLine(/^(memory-probe .*)$/);
+  process.kill(child.pid, 'SIGUSR2');
+  const reading = parseProbeLine(await line);
+  if (reading === undefined) throw new Error(`${child.name}: unreadable memory-probe line`);
+  return { rssBytes, heapUsedBytes: reading.heapUsedBytes, externalBytes: reading.externalBytes };
+}
+
+/** The memory of every server and of the bare Node process, at each point of the run. */
+class MemoryLog {
+  private readonly samples = new Map<string, Partial<Record<MemoryPoint, MemorySample>>>();
+  private readonly points: MemoryPoint[] = [];
+
+  constructor(
+    private readonly bare: ManagedChild,
+    private readonly servers: readonly { readonly key: SetupKey; readonly server: Server }[],
+  ) {}
+
+  async sample(point: MemoryPoint): Promise<void> {
+    this.points.push(point);
+    log(`memory: ${point}`);
+    const take = async (name: string, child: ManagedChild, probeHeap: boolean): Promise<void> => {
+      const row = this.samples.get(name) ?? {};
+      row[point] = await memorySample(child, probeHeap);
+      this.samples.set(name, row);
+    };
+    await take('bare', this.bare, true);
+    // A cluster primary's heap says nothing about its workers': only their RSS is shown.
+    for (const { key, server } of this.servers) await take(key, server.child, key !== 'workers');
+  }
+
+  render(setups: readonly Setup[]): string {
+    const rows: MemoryRow[] = [
+      { label: 'bare Node (an empty script)', samples: this.samples.get('bare') ?? {}, peakBytes: undefined, targeted: false },
+      ...this.servers.map(({ key, server }) => ({
+        label: SETUP_LABELS[key],
+        samples: this.samples.get(key) ?? {},
+        peakBytes: setups.find((s) => s.key === key)?.results.peakRss?.serverBytes ?? treePeakRssBytes(server.child.pid),
+        targeted: MEMORY_TARGET_SETUPS.has(key),
+      })),
+    ];
+    const args = process.argv.slice(2).filter((a) => a !== '--write');
+    return renderMemoryTable(rows, this.points, `npm run bench -- --write${args.length > 0 ? ` ${args.join(' ')}` : ''}`);
+  }
+}
+
 // ── long prompts ─────────────────────────────────────────────────────────────────────────────
 
 /**
@@ -521,60 +625,70 @@ async function main(): Promise<void> {
   const endpointsFile = join(dir, 'endpoints.yaml');
   await writeFile(endpointsFile, poolsYaml([{ name: 'bench', models: [MODEL], endpoints: [{ address: upstreamAddress }] }]));
 
+  // A --compare-server twin runs wherever its setup runs.
+  const twinOf: Partial<Record<SetupKey, SetupKey>> = { 'tcp-compare': 'tcp', 'duplex-compare': 'duplex' };
   const wanted = (key: SetupKey): boolean =>
-    (opts.only === undefined || opts.only.has(key)) && (!opts.onlyLongPrompts || LONG_PROMPT_SETUPS.has(key));
+    (opts.only === undefined || opts.only.has(twinOf[key] ?? key)) && (!opts.onlyLongPrompts || LONG_PROMPT_SETUPS.has(key));
   log(`starting llm-extproc setups and their Envoys…`);
   const plans: { key: SetupKey; config: Yaml; server: Server | undefined }[] = [
     { key: 'baseline', config: withoutExtProc(gatewayConfig('127.0.0.1:1', upstreamAddress)), server: undefined },
   ];
+  const ownEntry = opts.server ?? join(root, 'dist', 'src', 'main.js');
+  /** An llm-extproc process over TCP loopback (unless `grpcAddress` says otherwise). */
+  const launch = async (name: string, more: Partial<ServerLaunch> = {}): Promise<Server> =>
+    startServer(root, {
+      name,
+      grpcAddress: `127.0.0.1:${await freePort()}`,
+      endpointsFile,
+      entry: ownEntry,
+      profileDir,
+      ...more,
+    });
   if (wanted('tcp')) {
-    const tcpServer = await startServer(root, 'llm-extproc-tcp', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir);
+    const tcpServer = await launch('llm-extproc-tcp');
     plans.push({ key: 'tcp', config: gatewayConfig(tcpServer.grpcAddress, upstreamAddress), server: tcpServer });
+  }
+  if (opts.compareServer !== undefined && wanted('tcp-compare')) {
+    const server = await launch('llm-extproc-tcp-compare', { entry: opts.compareServer, env: opts.compareEnv });
+    plans.push({ key: 'tcp-compare', config: gatewayConfig(server.grpcAddress, upstreamAddress), server });
   }
   // The transport A/B: the same server with another `listen.transport`, over TCP like `tcp`.
   for (const [key, transport] of [['grpcjs', 'grpc-js']] as const) {
     if (!wanted(key)) continue;
     const transportConfig = join(dir, `${transport}.yaml`);
     await writeFile(transportConfig, toYaml({ listen: { transport } }));
-    const server = await startServer(
-      root,
-      `llm-extproc-${key}`,
-      `127.0.0.1:${await freePort()}`,
-      endpointsFile,
-      profileDir,
-      1,
-      transportConfig,
-    );
+    const server = await launch(`llm-extproc-${key}`, { configFile: transportConfig });
     plans.push({ key, config: gatewayConfig(server.grpcAddress, upstreamAddress), server });
   }
   if (wanted('uds')) {
-    const udsServer = await startServer(root, 'llm-extproc-uds', `unix://${join(dir, 'grpc.sock')}`, endpointsFile, profileDir);
+    const udsServer = await launch('llm-extproc-uds', { grpcAddress: `unix://${join(dir, 'grpc.sock')}` });
     plans.push({ key: 'uds', config: gatewayConfig(udsServer.grpcAddress, upstreamAddress), server: udsServer });
   }
   if (opts.workers > 1 && wanted('workers')) {
     // --cpu-prof would profile only the primary, which does no ext_proc work: not offered here.
-    const workersServer = await startServer(
-      root,
-      'llm-extproc-workers',
-      `unix://${join(dir, 'grpc-workers.sock')}`,
-      endpointsFile,
-      undefined,
-      opts.workers,
-    );
+    const workersServer = await launch('llm-extproc-workers', {
+      grpcAddress: `unix://${join(dir, 'grpc-workers.sock')}`,
+      profileDir: undefined,
+      workers: opts.workers,
+    });
     plans.push({ key: 'workers', config: gatewayConfig(workersServer.grpcAddress, upstreamAddress), server: workersServer });
   }
   if (opts.modes && wanted('duplex')) {
-    const duplexServer = await startServer(root, 'llm-extproc-duplex', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir);
+    const duplexServer = await launch('llm-extproc-duplex');
     plans.push({
       key: 'duplex',
       config: gatewayConfig(duplexServer.grpcAddress, upstreamAddress, { bodyModes: 'full-duplex' }),
       server: duplexServer,
     });
   }
+  if (opts.modes && opts.compareServer !== undefined && wanted('duplex-compare')) {
+    const server = await launch('llm-extproc-duplex-compare', { entry: opts.compareServer, env: opts.compareEnv });
+    plans.push({ key: 'duplex-compare', config: gatewayConfig(server.grpcAddress, upstreamAddress, { bodyModes: 'full-duplex' }), server });
+  }
   if (opts.modes && wanted('tls')) {
     const tlsConfig = join(dir, 'tls.yaml');
     await writeFile(tlsConfig, toYaml({ listen: { tls: { enabled: true } } }));
-    const tlsServer = await startServer(root, 'llm-extproc-tls', `127.0.0.1:${await freePort()}`, endpointsFile, profileDir, 1, tlsConfig);
+    const tlsServer = await launch('llm-extproc-tls', { configFile: tlsConfig });
     plans.push({
       key: 'tls',
       config: gatewayConfig(tlsServer.grpcAddress, upstreamAddress, { extProcTls: { kind: 'unverified' } }),
@@ -594,15 +708,7 @@ async function main(): Promise<void> {
         },
       }),
     );
-    const flowServer = await startServer(
-      root,
-      'llm-extproc-flow',
-      `127.0.0.1:${await freePort()}`,
-      endpointsFile,
-      profileDir,
-      1,
-      flowConfig,
-    );
+    const flowServer = await launch('llm-extproc-flow', { configFile: flowConfig });
     plans.push({ key: 'flow', config: gatewayConfig(flowServer.grpcAddress, upstreamAddress), server: flowServer });
   }
   if (opts.tracing && wanted('traced')) {
@@ -615,15 +721,7 @@ async function main(): Promise<void> {
     const tracedConfig = join(dir, 'traced.yaml');
     // 100% sampling; a queue large enough that a sink that keeps up never drops (the drop count is printed).
     await writeFile(tracedConfig, toYaml({ tracing: { enabled: true, endpoint, sampleRatio: 1, maxQueueSize: 8192 } }));
-    const tracedServer = await startServer(
-      root,
-      'llm-extproc-traced',
-      `127.0.0.1:${await freePort()}`,
-      endpointsFile,
-      profileDir,
-      1,
-      tracedConfig,
-    );
+    const tracedServer = await launch('llm-extproc-traced', { configFile: tracedConfig });
     plans.push({ key: 'traced', config: gatewayConfig(tracedServer.grpcAddress, upstreamAddress), server: tracedServer });
   }
   if (opts.externalExtProc !== undefined) {
@@ -635,6 +733,16 @@ async function main(): Promise<void> {
         server: undefined,
       });
   }
+  // Memory: every server and a bare Node process beside them, idle after start (before any Envoy).
+  const bare = spawnNode('bare-node', join(root, 'dist', 'scripts', 'bench', 'idle-process.js'), { nodeArgs: probeArgs(root) });
+  cleanups.push(() => bare.stop());
+  await bare.waitForLine(/^(idle)$/);
+  const memory = new MemoryLog(
+    bare,
+    plans.flatMap((plan) => (plan.server === undefined ? [] : [{ key: plan.key, server: plan.server }])),
+  );
+  await memory.sample('idle');
+
   const maxSockets = Math.max(...opts.concurrency, ...opts.streamConcurrency);
   const setups: Setup[] = [];
   for (const plan of plans) {
@@ -662,11 +770,23 @@ async function main(): Promise<void> {
     });
   }
 
+  // After the request and stream load (unless only the long prompts run): what a busy server holds.
   const longSetups = setups.filter((s) => LONG_PROMPT_SETUPS.has(s.key));
-  const longReport = opts.longPrompts === 0 ? undefined : await longPromptRows(longSetups);
-  if (longReport !== undefined) process.stdout.write(`${longReport}\n\n`);
+  const runLongPrompts = async (): Promise<string | undefined> => {
+    if (opts.longPrompts === 0) return undefined;
+    const report = await longPromptRows(longSetups);
+    await memory.sample('long');
+    process.stdout.write(`${report}\n\n`);
+    return report;
+  };
   if (opts.onlyLongPrompts) {
-    if (opts.write && longReport !== undefined) writeDocBlock(root, LONG_DOC_START, LONG_DOC_END, longReport);
+    const longReport = await runLongPrompts();
+    const memoryReport = memory.render(setups);
+    process.stdout.write(`${memoryReport}\n\n`);
+    if (opts.write) {
+      if (longReport !== undefined) writeDocBlock(root, LONG_DOC_START, LONG_DOC_END, longReport);
+      writeDocBlock(root, MEMORY_DOC_START, MEMORY_DOC_END, memoryReport);
+    }
     await runCleanup();
     if (profileDir !== undefined) printProfiles(profileDir);
     return;
@@ -687,11 +807,9 @@ async function main(): Promise<void> {
     for (const c of opts.streamConcurrency) for (const setup of order) await streamPhase(setup, c, perRound(opts.streams));
   }
 
+  await memory.sample('load');
+
   for (const setup of setups) {
-    setup.results.peakRss = {
-      envoyBytes: treePeakRssBytes(setup.envoy.pid),
-      serverBytes: setup.server === undefined ? undefined : treePeakRssBytes(setup.server.child.pid),
-    };
     if (setup.server === undefined) continue;
     const after = await scrapeMessages(setup.server);
     setup.results.messages = new Map([...after].map(([message, h]) => [message, histogramDelta(h, setup.before?.get(message))]));
@@ -715,11 +833,21 @@ async function main(): Promise<void> {
       );
   }
 
+  // The long prompts last, so the figures after the load are not theirs.
+  const longReport = await runLongPrompts();
+  for (const setup of setups) {
+    setup.results.peakRss = {
+      envoyBytes: treePeakRssBytes(setup.envoy.pid),
+      serverBytes: setup.server === undefined ? undefined : treePeakRssBytes(setup.server.child.pid),
+    };
+  }
+  const memoryReport = memory.render(setups);
+
   const report = renderReport(
     runInfo(await answerBytes(setups[0].target.port)),
     setups.map((s) => s.results),
   );
-  process.stdout.write(`${report}\n`);
+  process.stdout.write(`${report}\n\n${memoryReport}\n`);
   const traced = setups.find((s) => s.key === 'traced')?.server;
   if (traced !== undefined) {
     // The cost above is honest only if the spans were really sent: say how many got through.
@@ -746,6 +874,7 @@ async function main(): Promise<void> {
   if (opts.write) {
     writeDocBlock(root, DOC_START, DOC_END, report);
     if (longReport !== undefined) writeDocBlock(root, LONG_DOC_START, LONG_DOC_END, longReport);
+    writeDocBlock(root, MEMORY_DOC_START, MEMORY_DOC_END, memoryReport);
   }
 
   await runCleanup();

@@ -15,6 +15,7 @@ import { writeHeapSnapshot } from 'node:v8';
 import { pino } from 'pino';
 import { startApp } from '../../src/app.js';
 import { buildConfig } from '../../src/config/config.js';
+import { applyProcessSettings } from '../../src/process-settings.js';
 import type { EndpointView, PoolView } from '../../src/endpoints/model.js';
 
 interface Expectation {
@@ -62,6 +63,8 @@ function memorySample(): object {
 }
 
 async function main(): Promise<void> {
+  // The memory settings main.ts applies (V8 consults them at every heap resize, so from here on is in time).
+  applyProcessSettings();
   const configPath = process.argv[2];
   if (configPath === undefined) throw new Error('usage: extproc-child.js CONFIG');
   const config = buildConfig(readFileSync(configPath, 'utf8'), { LLM_EXTPROC_LOG_LEVEL: 'warn' });

@@ -74,6 +74,9 @@ export interface LongPromptResults {
 const size = (bytes: number): string => (bytes >= 1024 * 1024 ? `${bytes / (1024 * 1024)} MiB` : `${bytes / 1024} KiB`);
 const ms = (v: number): string => (Number.isFinite(v) ? v.toFixed(2) : '–');
 const signedMs = (v: number): string => (Number.isFinite(v) ? `${v >= 0 ? '+' : '−'}${Math.abs(v).toFixed(2)}` : '–');
+/** The tail of the added latency against its median; blank when the median is noise (≤ 0). */
+const tailRatio = (p90: number, p50: number): string =>
+  Number.isFinite(p90) && Number.isFinite(p50) && p50 > 0 ? `${(Math.max(0, p90) / p50).toFixed(2)}×` : '';
 const perRequestMs = (seconds: number | undefined, n: number): string =>
   seconds === undefined || n === 0 ? '–' : ((seconds * 1000) / n).toFixed(2);
 
@@ -83,8 +86,11 @@ export function renderLongPromptReport(r: LongPromptResults): string {
     'body',
     'n',
     'p50 ms',
+    'p90 ms',
     'p99 ms',
     'added p50 ms',
+    'added p90 ms',
+    'added p90 ÷ added p50 (target ≤ 1.5×)',
     'added mean ms',
     'added p50 vs floor',
     'Envoy CPU ms/req',
@@ -108,6 +114,7 @@ export function renderLongPromptReport(r: LongPromptResults): string {
       const n = phase.latenciesMs.length;
       const isBase = label === r.baselineLabel;
       const added = bs === undefined ? Number.NaN : s.p50 - bs.p50;
+      const addedP90 = bs === undefined ? Number.NaN : s.p90 - bs.p90;
       const isFloor = label === r.floorLabel || label === r.floorDuplexLabel;
       const floor = isBase || isFloor ? undefined : floorAdded(label);
       rows.push([
@@ -115,8 +122,11 @@ export function renderLongPromptReport(r: LongPromptResults): string {
         size(bytes),
         String(n),
         ms(s.p50),
+        ms(s.p90),
         ms(s.p99),
         isBase ? '' : signedMs(added),
+        isBase ? '' : signedMs(addedP90),
+        isBase ? '' : tailRatio(addedP90, added),
         isBase || bs === undefined ? '' : signedMs(s.mean - bs.mean),
         // A ratio of a negative (noise below Envoy alone) means nothing: left blank.
         floor === undefined || floor <= 0 || added <= 0 ? '' : `${(added / floor).toFixed(2)}×`,

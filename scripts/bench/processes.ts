@@ -181,16 +181,27 @@ export function treeCpuSeconds(pid: number): number {
   return total;
 }
 
-/** Peak resident set (VmHWM) of `pid` plus its live descendants, in bytes. */
-export function treePeakRssBytes(pid: number): number {
+/** A /proc/<pid>/status memory field (kB) of `pid` plus its live descendants, in bytes. */
+function treeStatusBytes(pid: number, field: 'VmHWM' | 'VmRSS'): number {
+  const pattern = new RegExp(`^${field}:\\s+(\\d+)\\s+kB`, 'm');
   let total = 0;
   for (const p of processTree(pid)) {
     try {
-      const m = /^VmHWM:\s+(\d+)\s+kB/m.exec(readFileSync(`/proc/${p}/status`, 'utf8'));
+      const m = pattern.exec(readFileSync(`/proc/${p}/status`, 'utf8'));
       if (m !== null) total += Number(m[1]) * 1024;
     } catch {
       // exited
     }
   }
   return total;
+}
+
+/** Peak resident set (VmHWM) of `pid` plus its live descendants, in bytes. */
+export function treePeakRssBytes(pid: number): number {
+  return treeStatusBytes(pid, 'VmHWM');
+}
+
+/** Resident set now (VmRSS) of `pid` plus its live descendants, in bytes. */
+export function treeRssBytes(pid: number): number {
+  return treeStatusBytes(pid, 'VmRSS');
 }

@@ -6,15 +6,29 @@ import type { HistogramSnapshot, Summary } from './stats.js';
 import type { ServerPhaseStats } from './server-stats.js';
 
 export type SetupKey =
-  'baseline' | 'tcp' | 'grpcjs' | 'uds' | 'workers' | 'duplex' | 'tls' | 'flow' | 'traced' | 'external' | 'external-duplex';
+  | 'baseline'
+  | 'tcp'
+  | 'tcp-compare'
+  | 'grpcjs'
+  | 'uds'
+  | 'workers'
+  | 'duplex'
+  | 'duplex-compare'
+  | 'tls'
+  | 'flow'
+  | 'traced'
+  | 'external'
+  | 'external-duplex';
 
 export const SETUP_LABELS: Readonly<Record<SetupKey, string>> = {
   baseline: 'baseline (Envoy, no ext_proc)',
   tcp: 'llm-extproc, TCP loopback',
+  'tcp-compare': 'llm-extproc (--compare-server build), TCP loopback',
   grpcjs: 'llm-extproc on grpc-js, TCP loopback',
   uds: 'llm-extproc, Unix socket',
   workers: 'llm-extproc workers, Unix socket',
   duplex: 'llm-extproc, TCP, FULL_DUPLEX_STREAMED',
+  'duplex-compare': 'llm-extproc (--compare-server build), TCP, FULL_DUPLEX_STREAMED',
   tls: 'llm-extproc, TCP + TLS',
   flow: 'llm-extproc, TCP, flow control on (never saturated)',
   traced: 'llm-extproc, TCP, tracing at 100% sampling (OTLP)',

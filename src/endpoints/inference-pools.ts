@@ -2,7 +2,6 @@
 // and the served models from our annotation. Pure parsing of what the list-watch loop hands over.
 
 import type { PoolDefinition, WatchedObject } from './pod-pools.js';
-import type { ListPage } from './list-watch.js';
 import { field } from './list-watch.js';
 
 export const DEFAULT_MODELS_ANNOTATION = 'llm-extproc.io/models';
@@ -34,18 +33,6 @@ export function annotatedModels(object: WatchedObject, modelsAnnotation: string)
     .split(',')
     .map((m) => m.trim())
     .filter((m) => m !== '');
-}
-
-export function parseCustomList(list: unknown): ListPage {
-  const items = field(list, 'items');
-  const metadata = field(list, 'metadata');
-  const rv = field(metadata, 'resourceVersion');
-  const token = field(metadata, 'continue');
-  return {
-    items: Array.isArray(items) ? (items as unknown[]) : [],
-    resourceVersion: typeof rv === 'string' ? rv : '',
-    continueToken: typeof token === 'string' ? token : undefined,
-  };
 }
 
 function isStringRecord(value: unknown): value is Record<string, string> {

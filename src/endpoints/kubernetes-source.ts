@@ -1,9 +1,10 @@
 // The Kubernetes endpoint source: lists and watches the Pods of each configured pool (and,
 // when enabled, the InferencePools that define more pools, and the InferenceObjectives that give
-// their requests priorities) and reports every replica with its state from `classifyPod`. The only
-// module that imports @kubernetes/client-node: it builds the API clients and hands each list-watch
-// loop (list-watch.ts) its collection; the pods of a pool are kept by pod-pools.ts, InferencePools
-// parsed by inference-pools.ts, InferenceObjectives by inference-objectives.ts.
+// their requests priorities) and reports every replica with its state from `classifyPod`. It loads
+// the kubeconfig and hands each list-watch loop (list-watch.ts) its collection: lists through
+// kube-list.ts, watches through client-node's Watch (kube-client.ts, the only importer of
+// @kubernetes/client-node); the pods of a pool are kept by pod-pools.ts, InferencePools parsed by
+// inference-pools.ts, InferenceObjectives by inference-objectives.ts.
 //
 // We drive list → watch → relist ourselves instead of using the library's informer: the informer
 // does not restart itself after every kind of error, and recovery is the whole point here.
@@ -13,9 +14,9 @@
 // only its own pod, unchanged pools keep their ObservedPool object (the store reuses its view of
 // them), and a burst of events publishes one view.
 
-import { CoreV1Api, CustomObjectsApi, KubeConfig, Observable, Watch } from '@kubernetes/client-node';
-import type { ConfigurationOptions, ObservableMiddleware, RequestContext, ResponseContext } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
+import { KubeConfig, Watch } from './kube-client.js';
+import { listPage } from './kube-list.js';
 import type { EndpointSink, EndpointSource, ObservedPool } from './model.js';
 import type { PoolDefinition, WatchedObject, PodEntry } from './pod-pools.js';
 import { projectPod, compareNames, PoolWatch } from './pod-pools.js';
@@ -23,7 +24,7 @@ import type { KubernetesSourceObserver, Collection, LoopDeps } from './list-watc
 
 export type { KubernetesSourceObserver } from './list-watch.js';
 import { LIST_PAGE_SIZE, ListWatchLoop } from './list-watch.js';
-import { DEFAULT_MODELS_ANNOTATION, INFERENCE_POOL, parseInferencePool, parseCustomList } from './inference-pools.js';
+import { DEFAULT_MODELS_ANNOTATION, INFERENCE_POOL, parseInferencePool } from './inference-pools.js';
 import { INFERENCE_OBJECTIVE, indexObjectives, parseInferenceObjective } from './inference-objectives.js';
 import type { ObjectiveDefinition, ObjectiveIndex } from './inference-objectives.js';
 
@@ -80,8 +81,6 @@ const DEFAULT_WATCH_SECONDS = 60;
 export class KubernetesSource implements EndpointSource {
   readonly name = SOURCE_NAME;
   private readonly kubeConfig: KubeConfig;
-  private readonly core: CoreV1Api;
-  private readonly custom: CustomObjectsApi;
   private readonly deps: LoopDeps;
   private readonly log: Logger;
   private readonly staticPools: PoolWatch[];
@@ -108,8 +107,6 @@ export class KubernetesSource implements EndpointSource {
     options: KubernetesSourceOptions,
   ) {
     this.kubeConfig = loadKubeConfig(config.kubeconfigPath);
-    this.core = this.kubeConfig.makeApiClient(CoreV1Api);
-    this.custom = this.kubeConfig.makeApiClient(CustomObjectsApi);
     this.log = options.logger.child({ source: SOURCE_NAME });
     this.deps = {
       watch: new Watch(this.kubeConfig),
@@ -171,17 +168,13 @@ export class KubernetesSource implements EndpointSource {
 
   private podCollection(def: PoolDefinition): Collection<PodEntry> {
     const labelSelector = formatSelector(def.selector);
+    const path = `/api/v1/namespaces/${encodeURIComponent(def.namespace)}/pods`;
     return {
       resource: `pods/${def.name}`,
-      watchPath: `/api/v1/namespaces/${encodeURIComponent(def.namespace)}/pods`,
+      watchPath: path,
       labelSelector,
-      list: async (signal, timeoutSeconds, continueToken) => {
-        const list = await this.core.listNamespacedPod(
-          { namespace: def.namespace, labelSelector, timeoutSeconds, limit: LIST_PAGE_SIZE, _continue: continueToken },
-          withSignal(signal),
-        );
-        return { items: list.items, resourceVersion: list.metadata?.resourceVersion ?? '', continueToken: list.metadata?._continue };
-      },
+      list: (signal, timeoutSeconds, continueToken) =>
+        listPage(this.kubeConfig, path, { labelSelector, timeoutSeconds, limit: LIST_PAGE_SIZE, continue: continueToken }, signal),
       project: (object) => projectPod(object, def.namespace),
     };
   }
@@ -195,17 +188,13 @@ export class KubernetesSource implements EndpointSource {
     namespace: string,
     optional: boolean,
   ): Collection<WatchedObject> {
+    const path = `/apis/${kind.group}/${kind.version}/namespaces/${encodeURIComponent(namespace)}/${kind.plural}`;
     return {
       resource: `${kind.plural}/${namespace}`,
-      watchPath: `/apis/${kind.group}/${kind.version}/namespaces/${encodeURIComponent(namespace)}/${kind.plural}`,
+      watchPath: path,
       labelSelector: undefined,
-      list: async (signal, timeoutSeconds, continueToken) => {
-        const list: unknown = await this.custom.listNamespacedCustomObject(
-          { ...kind, namespace, timeoutSeconds, limit: LIST_PAGE_SIZE, _continue: continueToken },
-          withSignal(signal),
-        );
-        return parseCustomList(list);
-      },
+      list: (signal, timeoutSeconds, continueToken) =>
+        listPage(this.kubeConfig, path, { timeoutSeconds, limit: LIST_PAGE_SIZE, continue: continueToken }, signal),
       project: (object) => object as WatchedObject,
       optional,
     };
@@ -367,16 +356,4 @@ function loadKubeConfig(path: string | undefined): KubeConfig {
     throw new Error(`kubeconfig server ${cluster.server} is plain HTTP: set insecure-skip-tls-verify: true to allow it`);
   }
   return kc;
-}
-
-/** Per-request options that make the generated client honour an AbortSignal. */
-function withSignal(signal: AbortSignal): ConfigurationOptions<ObservableMiddleware> {
-  const middleware: ObservableMiddleware = {
-    pre: (context: RequestContext) => {
-      context.setSignal(signal);
-      return new Observable(Promise.resolve(context));
-    },
-    post: (response: ResponseContext) => new Observable(Promise.resolve(response)),
-  };
-  return { middleware: [middleware], middlewareMergeStrategy: 'append' };
 }

@@ -7,7 +7,6 @@
 // nothing about what to answer.
 import { createServer as createNetServer } from 'node:net';
 import type { Server as NetServer, Socket } from 'node:net';
-import { createServer as createTlsServer } from 'node:tls';
 import type { Server as TlsServer } from 'node:tls';
 import { Http2Connection } from '../http2/connection.js';
 import type { ProtocolEventKind } from '../http2/connection.js';
@@ -154,7 +153,8 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
   const server: NetServer | TlsServer =
     tls === undefined
       ? createNetServer(serveConnection)
-      : createTlsServer(
+      : // Imported only here: a plaintext listener (the sidecar default) never initialises Node's TLS.
+        (await import('node:tls')).createServer(
           { ...secureContextOptions(tls.current()), ...clientVerificationOptions(tls.current()), ALPNProtocols: ['h2'] },
           serveConnection,
         );

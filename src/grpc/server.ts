@@ -5,17 +5,19 @@
 //   grpc-js  @grpc/grpc-js's server (grpc-js-transport.ts), the conservative fallback.
 // Both drive each call through the same BidiCall interface (bidi-call.ts) and answer health from
 // the same HealthService; they only move bytes. Nothing here knows what the messages mean.
-import { startGrpcJsServer } from './grpc-js-transport.js';
+// grpc-js is imported only when chosen: a native server never loads it (test/e2e/lazy-loading.test.ts).
 import { startNativeServer } from './native-transport.js';
 import type { GrpcServerOptions, RunningGrpcServer } from './server-options.js';
 
 export type { HealthSource } from './health-service.js';
 export type { AnyBidiMethod, GrpcServerOptions, GrpcTransport, RunningGrpcServer } from './server-options.js';
 
-export function startGrpcServer(opts: GrpcServerOptions): Promise<RunningGrpcServer> {
+export async function startGrpcServer(opts: GrpcServerOptions): Promise<RunningGrpcServer> {
   switch (opts.transport ?? 'native') {
-    case 'grpc-js':
+    case 'grpc-js': {
+      const { startGrpcJsServer } = await import('./grpc-js-transport.js');
       return startGrpcJsServer(opts);
+    }
     case 'native':
       return startNativeServer(opts);
   }

@@ -3,14 +3,11 @@
 // Kubernetes Secrets), or made once at start (self-signed).
 // Knows nothing about gRPC: the edge subscribes and hands each new identity to its server.
 
-import { X509Certificate } from 'node:crypto';
 import { watch, type FSWatcher } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { dirname } from 'node:path';
-import { createSecureContext } from 'node:tls';
 import type { Logger } from 'pino';
-import { generate as generateSelfSigned } from 'selfsigned';
 
 export interface TlsIdentity {
   /** PEM certificate chain, leaf first. */
@@ -49,7 +46,9 @@ export interface TlsIdentitySource {
  * Throws unless `cert` and `key` are PEM and belong together (what Node's TLS would refuse later),
  * and a client CA holds at least one certificate (Node would silently trust nothing otherwise).
  */
-function checkIdentity(identity: TlsIdentity): void {
+async function checkIdentity(identity: TlsIdentity): Promise<void> {
+  // Loaded here, not at start: a server without TLS never initialises Node's TLS (some MiB of memory).
+  const [{ createSecureContext }, { X509Certificate }] = await Promise.all([import('node:tls'), import('node:crypto')]);
   createSecureContext(secureContextOptions(identity));
   if (identity.clientCa !== undefined) {
     try {
@@ -87,6 +86,8 @@ export async function openTlsIdentity(
 
 /** The names a client inside the pod or the cluster may dial; Envoy in our profiles does not verify it. */
 export async function makeSelfSignedIdentity(names: readonly string[] = ['localhost', hostname()]): Promise<TlsIdentity> {
+  // Loaded only here: selfsigned brings a whole X.509 stack that a server with its own certificate never runs.
+  const { generate: generateSelfSigned } = await import('selfsigned');
   const now = new Date();
   const pems = await generateSelfSigned([{ name: 'commonName', value: 'llm-extproc' }], {
     keyType: 'ec',
@@ -200,7 +201,7 @@ class FileTlsIdentity implements TlsIdentitySource {
     }
     if (this.closed || sameIdentity(next, this.identity)) return;
     try {
-      checkIdentity(next);
+      await checkIdentity(next);
     } catch (err) {
       // A half-written pair (certificate of the new, key of the old) lands here until both are new.
       this.logger.warn(
@@ -209,6 +210,7 @@ class FileTlsIdentity implements TlsIdentitySource {
       );
       return;
     }
+    if (this.closed) return;
     this.identity = next;
     this.logger.info({ ...this.files }, 'gRPC TLS: certificate reloaded; new connections use it, open streams continue');
     for (const listener of [...this.listeners]) listener(next);
@@ -224,7 +226,7 @@ function sameIdentity(a: TlsIdentity, b: TlsIdentity): boolean {
 export async function readUsableIdentity(files: IdentityFiles): Promise<TlsIdentity> {
   const identity = await readIdentity(files);
   try {
-    checkIdentity(identity);
+    await checkIdentity(identity);
   } catch (err) {
     const ca = files.clientCaFile === undefined ? '' : ` (client CA ${files.clientCaFile})`;
     throw new Error(

@@ -5,8 +5,8 @@
 //
 // Why our own and not node:http2: for Envoy's ext_proc stream (small messages, one request per
 // stream, every reply awaited) node:http2's per-stream Duplex and its callbacks through nghttp2
-// cost more CPU than Envoy spends on the whole HTTP request (docs/benchmarks.md, "transport
-// floor"). This connection does only what a gRPC server needs: no server push, no priorities, one
+// cost more CPU than Envoy spends on the whole HTTP request (docs/benchmarks-history.md, "Our own
+// HTTP/2"). This connection does only what a gRPC server needs: no server push, no priorities, one
 // write per batch of replies.
 //
 // Writes are batched: frames queue during a turn of the event loop and go out in one socket write
@@ -37,6 +37,7 @@ import {
   SETTINGS_ACK,
   Setting,
   unpad,
+  ZERO_COPY_PAYLOAD_BYTES,
 } from './frames.js';
 
 export interface Http2ConnectionOptions {
@@ -255,10 +256,14 @@ export class Http2Connection implements StreamHost {
     }
   }
 
+  queueAll(parts: readonly Buffer[]): void {
+    for (let i = 0; i < parts.length; i++) this.queue(parts[i]);
+  }
+
   private readonly flush = (): void => {
     this.flushScheduled = false;
     if (this.destroyed || this.pending.length === 0) return;
-    const out = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending, this.pendingBytes);
+    const out = coalesced(this.pending, this.pendingBytes);
     this.pending = [];
     this.pendingBytes = 0;
     if (this.readStartedAt >= 0) {
@@ -269,7 +274,7 @@ export class Http2Connection implements StreamHost {
       this.readStartedAt = -1;
     }
     this.dataWritesSinceRead = 0;
-    if (!this.socket.write(out)) {
+    if (!this.write(out)) {
       // Stop reading a peer that does not read us: every frame read can add a reply (a PING or
       // SETTINGS ack, a RST_STREAM, a gRPC reply), and a peer that never takes them would have us
       // buffer without bound (the "ping flood"). Reading resumes on 'drain'.
@@ -277,6 +282,16 @@ export class Http2Connection implements StreamHost {
       this.socket.pause();
     }
   };
+
+  /** One socket write: the buffer, or the buffers in one writev (cork: no copy into one). False when the socket is full. */
+  private write(out: Buffer | readonly Buffer[]): boolean {
+    if (Buffer.isBuffer(out)) return this.socket.write(out);
+    let room = true;
+    this.socket.cork();
+    for (let i = 0; i < out.length; i++) room = this.socket.write(out[i]);
+    this.socket.uncork();
+    return room;
+  }
 
   private readonly onDrain = (): void => {
     if (!this.congested) return;
@@ -767,4 +782,34 @@ export class Http2Connection implements StreamHost {
     stream.remoteEnded = true;
     this.endedInRead.push(stream);
   }
+}
+
+/**
+ * What one flush writes: every queued frame in one buffer (the common case: small frames, one
+ * copy is cheaper than a writev of many), unless large payloads are queued (views of a streamed
+ * body, frames.ts ZERO_COPY_PAYLOAD_BYTES): then those go as they are, and the small frames
+ * between them are joined.
+ */
+function coalesced(pending: readonly Buffer[], bytes: number): Buffer | Buffer[] {
+  if (pending.length === 1) return pending[0];
+  if (bytes < ZERO_COPY_PAYLOAD_BYTES) return Buffer.concat(pending, bytes);
+  const out: Buffer[] = [];
+  let run: Buffer[] = [];
+  let runBytes = 0;
+  const endRun = (): void => {
+    if (run.length > 0) out.push(run.length === 1 ? run[0] : Buffer.concat(run, runBytes));
+    run = [];
+    runBytes = 0;
+  };
+  for (const part of pending) {
+    if (part.length >= ZERO_COPY_PAYLOAD_BYTES) {
+      endRun();
+      out.push(part);
+    } else {
+      run.push(part);
+      runBytes += part.length;
+    }
+  }
+  endRun();
+  return out.length === 1 ? out[0] : out;
 }

@@ -176,22 +176,38 @@ export function encodeFrame(type: number, flags: number, streamId: number, paylo
 }
 
 /**
- * DATA frames for `data`, split at `maxFrameSize`, in one buffer; END_STREAM on the last when
- * `endStream`. An empty `data` gives one empty frame (how a stream ends without data).
+ * Payloads at least this long are sent as they are, behind a header of their own, instead of being
+ * copied next to it: a streamed body goes out as views of the replies that carry it (the
+ * connection writes them with one writev), and a megabyte of body is not copied once more.
  */
-export function encodeDataFrames(streamId: number, data: Uint8Array, maxFrameSize: number, endStream: boolean): Buffer {
+export const ZERO_COPY_PAYLOAD_BYTES = 4096;
+
+/**
+ * DATA frames for `data`, split at `maxFrameSize`; END_STREAM on the last when `endStream`. An
+ * empty `data` gives one empty frame (how a stream ends without data). Below
+ * ZERO_COPY_PAYLOAD_BYTES, one buffer with the payload copied in; from there on, each frame's
+ * header in a buffer of its own, followed by a view of `data` (which must not change until written).
+ */
+export function encodeDataFrames(streamId: number, data: Uint8Array, maxFrameSize: number, endStream: boolean): Buffer[] {
   const frames = Math.max(1, Math.ceil(data.length / maxFrameSize));
-  const out = Buffer.allocUnsafe(frames * FRAME_HEADER_BYTES + data.length);
+  const copied = data.length < ZERO_COPY_PAYLOAD_BYTES;
+  const out = Buffer.allocUnsafe(frames * FRAME_HEADER_BYTES + (copied ? data.length : 0));
+  const parts: Buffer[] = copied ? [out] : [];
   let from = 0;
   let at = 0;
   for (let f = 0; f < frames; f++) {
     const length = Math.min(maxFrameSize, data.length - from);
     writeFrameHeader(out, at, length, FrameType.DATA, endStream && f === frames - 1 ? Flag.END_STREAM : 0, streamId);
-    out.set(data.subarray(from, from + length), at + FRAME_HEADER_BYTES);
-    at += FRAME_HEADER_BYTES + length;
+    if (copied) {
+      out.set(data.subarray(from, from + length), at + FRAME_HEADER_BYTES);
+      at += FRAME_HEADER_BYTES + length;
+    } else {
+      parts.push(out.subarray(at, at + FRAME_HEADER_BYTES), Buffer.from(data.buffer, data.byteOffset + from, length));
+      at += FRAME_HEADER_BYTES;
+    }
     from += length;
   }
-  return out;
+  return parts;
 }
 
 /** A header block as HEADERS (+ CONTINUATION) frames no larger than `maxFrameSize`. */

@@ -17,6 +17,8 @@ export interface StreamHost {
   /** Streams with DATA waiting for window. */
   readonly blockedStreams: Set<Http2Stream>;
   queue(frame: Buffer): void;
+  /** Queues several buffers in order (a frame may be its header and a view of its payload). */
+  queueAll(parts: readonly Buffer[]): void;
   closeStream(stream: Http2Stream, close: StreamClose): void;
 }
 
@@ -114,11 +116,8 @@ export class Http2Stream {
 
   private sendEnd(trailers: Uint8Array | null): void {
     const { peerMaxFrameSize } = this.connection;
-    this.connection.queue(
-      trailers === null
-        ? encodeDataFrames(this.id, EMPTY, peerMaxFrameSize, true)
-        : encodeHeadersFrames(this.id, trailers, peerMaxFrameSize, true),
-    );
+    if (trailers === null) this.connection.queueAll(encodeDataFrames(this.id, EMPTY, peerMaxFrameSize, true));
+    else this.connection.queue(encodeHeadersFrames(this.id, trailers, peerMaxFrameSize, true));
     this.endedLocally();
   }
 
@@ -136,14 +135,14 @@ export class Http2Stream {
     if (allowed >= data.length) {
       this.sendWindow -= data.length;
       connection.sendWindow -= data.length;
-      connection.queue(encodeDataFrames(this.id, data, connection.peerMaxFrameSize, false));
+      connection.queueAll(encodeDataFrames(this.id, data, connection.peerMaxFrameSize, false));
       return true;
     }
     const now = Math.max(0, allowed);
     if (now > 0) {
       this.sendWindow -= now;
       connection.sendWindow -= now;
-      connection.queue(encodeDataFrames(this.id, data.subarray(0, now), connection.peerMaxFrameSize, false));
+      connection.queueAll(encodeDataFrames(this.id, data.subarray(0, now), connection.peerMaxFrameSize, false));
     }
     this.blocked = [Buffer.from(data.subarray(now))];
     connection.blockedStreams.add(this);

@@ -10,7 +10,7 @@
 // then asks JSON.parse, which gives the verdict and the words of the error.
 
 import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COLON, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE } from './json-bytes.js';
-import { FALSE, MAX_DEPTH, NULL, TRUE, literalEnd, numberEnd, skipWhitespace, stringEnd } from './json-syntax.js';
+import { FALSE, MAX_DEPTH, NULL, TRUE, literalEnd, numberEnd, releaseScan, skipWhitespace, stringEnd } from './json-syntax.js';
 
 export interface BoundedJsonOptions {
   /** Strings longer than this many characters (UTF-16 code units) are cut to this length. */
@@ -152,7 +152,15 @@ class BoundedReader {
   /** String content already checked by stringEnd, so escapes are whole and control characters absent. */
   private decode(start: number, end: number): string {
     const text = this.bytes.toString('utf8', start, end);
-    return this.bytes.subarray(start, end).includes(BACKSLASH) ? (JSON.parse(`"${text}"`) as string) : text;
+    return this.hasEscape(start, end) ? (JSON.parse(`"${text}"`) as string) : text;
+  }
+
+  /** A backslash between start and end: a loop for the short strings most are (a view costs an object), a native search for long ones. */
+  private hasEscape(start: number, end: number): boolean {
+    const bytes = this.bytes;
+    if (end - start > 64) return bytes.subarray(start, end).includes(BACKSLASH);
+    for (let i = start; i < end; i++) if (bytes[i] === BACKSLASH) return true;
+    return false;
   }
 }
 
@@ -163,5 +171,7 @@ export function parseBoundedJson(bytes: Buffer, options: BoundedJsonOptions): { 
   } catch (err) {
     if (err instanceof NotJson) return undefined;
     throw err;
+  } finally {
+    releaseScan();
   }
 }

@@ -24,6 +24,14 @@ const NINE = 0x39;
 const containers = new Uint8Array(MAX_DEPTH);
 
 export function isWellFormedJson(bytes: Uint8Array): boolean {
+  try {
+    return wellFormed(bytes);
+  } finally {
+    releaseScan();
+  }
+}
+
+function wellFormed(bytes: Uint8Array): boolean {
   const n = bytes.length;
   let depth = 0;
   let i = 0;
@@ -106,10 +114,9 @@ function memberKey(bytes: Uint8Array, i: number): number {
 /** The index after the string whose opening quote is at i, or -1. */
 export function stringEnd(bytes: Uint8Array, i: number): number {
   const n = bytes.length;
-  const at: { words?: Words } = {};
   i++;
   for (;;) {
-    i = plainRunEnd(bytes, i, n, at);
+    i = plainRunEnd(bytes, i, n);
     if (i >= n) return -1;
     const c = bytes[i];
     if (c === QUOTE) return i + 1;
@@ -151,13 +158,33 @@ function wordsOf(bytes: Uint8Array): Words {
   return { words: new Uint32Array(bytes.buffer, bytes.byteOffset + first, count), first };
 }
 
-/** The index of the first byte from i on that does not stand for itself in a string (or n); `at` caches the words view. */
-function plainRunEnd(bytes: Uint8Array, i: number, n: number, at: { words?: Words }): number {
+// The words view of the document being scanned, made once per document rather than once per string
+// (a response of a few hundred bytes has a dozen strings; each view is an object for the GC). Scans
+// are synchronous, so one document at a time; the entry points let go of it when they return, so
+// the cache never keeps a body alive.
+let scanned: Uint8Array | undefined;
+let scannedWords: Words | undefined;
+
+function wordsFor(bytes: Uint8Array): Words {
+  if (scanned !== bytes || scannedWords === undefined) {
+    scannedWords = wordsOf(bytes);
+    scanned = bytes;
+  }
+  return scannedWords;
+}
+
+/** Forgets the document the words view was made for (called when a scan of it ends). */
+export function releaseScan(): void {
+  scanned = undefined;
+  scannedWords = undefined;
+}
+
+/** The index of the first byte from i on that does not stand for itself in a string (or n). */
+function plainRunEnd(bytes: Uint8Array, i: number, n: number): number {
   const shortEnd = Math.min(n, i + SHORT_RUN);
   while (i < shortEnd && PLAIN_IN_STRING[bytes[i]] === 1) i++;
   if (i < shortEnd || i >= n) return i;
-  at.words ??= wordsOf(bytes);
-  return longRunEnd(bytes, i, n, at.words);
+  return longRunEnd(bytes, i, n, wordsFor(bytes));
 }
 
 /** plainRunEnd past the first bytes of a run: aligned words are tested for a special byte all at once. */

@@ -13,6 +13,7 @@ import { buildConfig } from '../../src/config/config.js';
 import type { Config } from '../../src/config/config.js';
 import { configFileSchema } from '../../src/config/schema.js';
 import { parseStaticEndpoints } from '../../src/endpoints/static-file.js';
+import { flagsToSet } from '../../src/process-settings.js';
 import { flowControlAnywhere } from '../../src/picker/settings.js';
 import { makeSelfSignedIdentity } from '../../src/grpc/tls-identity.js';
 import { ERROR_CODE_HEADER } from '../../src/errors/render.js';
@@ -102,6 +103,20 @@ function serverContainer(objects: readonly K8sObject[]): Obj {
 }
 
 const CONFIG_DIR = '/etc/llm-extproc';
+
+/**
+ * What a replica holds outside V8's old generation, with room to spare (docs/benchmarks.md,
+ * "Memory": Node's own floor ~43 MiB, loaded code, the young generation, Buffers in flight).
+ */
+const NON_HEAP_MIB = 64;
+
+/** A Kubernetes memory quantity (`128Mi`, `1Gi`, `134217728`, `200M`) in MiB. */
+function mebibytes(quantity: unknown): number {
+  const m = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|k|M|G)?$/.exec(String(quantity));
+  assert.ok(m !== null, `a memory quantity: ${String(quantity)}`);
+  const unit = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, k: 1e3, M: 1e6, G: 1e9 }[m[2] ?? ''] ?? 1;
+  return (Number(m[1]) * unit) / 2 ** 20;
+}
 
 /**
  * Runs the `helm test` Pod's command with the real program, as its kubelet would: the ConfigMap's
@@ -265,6 +280,21 @@ describe('chart: rendered manifests', () => {
           assert.ok((podSpec.topologySpreadConstraints as unknown[]).length > 0);
           assert.match(String(field(deployment, 'spec', 'template', 'metadata', 'annotations', 'checksum/config')), /^[0-9a-f]{64}$/);
         }
+      });
+
+      it('the container keeps the entry’s memory settings and a heap limit inside its memory limit', () => {
+        const container = serverContainer(objects);
+        const env = new Map((container.env as Obj[]).map((e) => [e.name as string, e.value as string | undefined]));
+        const nodeOptions = env.get('NODE_OPTIONS') ?? '';
+        // A young-generation or GC flag here would switch the entry's own setting off (process-settings.ts).
+        assert.deepEqual(flagsToSet([], nodeOptions), flagsToSet([], undefined), `NODE_OPTIONS ${nodeOptions}`);
+        const heapMib = Number(/--max-old-space-size=(\d+)/.exec(nodeOptions)?.[1]);
+        const requestMib = mebibytes(field(container, 'resources', 'requests', 'memory'));
+        const limitMib = mebibytes(field(container, 'resources', 'limits', 'memory'));
+        assert.ok(requestMib <= limitMib, `memory request ${requestMib} Mi ≤ limit ${limitMib} Mi`);
+        // The heap limit makes V8 collect before the kubelet kills the pod: it must leave the rest
+        // of the process (Node's floor, code, buffers) room under the limit.
+        assert.ok(heapMib + NON_HEAP_MIB <= limitMib, `--max-old-space-size=${heapMib} + ${NON_HEAP_MIB} Mi ≤ limit ${limitMib} Mi`);
       });
 
       it('the Services expose gRPC as http2 and the headless variant lists every replica', () => {

@@ -10,9 +10,9 @@ import { repoRoot } from '../../../scripts/repo-root.js';
 
 const CHART = join(repoRoot(), 'charts', 'llm-extproc');
 
-/** Our metric names and their label names, from the server's own registry. */
+/** Our metric names and their label names, from the server's own registry (process metrics included, as the server runs). */
 function registeredMetrics(): Map<string, readonly string[]> {
-  const metrics = new Metrics({ processMetrics: false });
+  const metrics = new Metrics({ processMetrics: true });
   const out = new Map<string, readonly string[]>();
   for (const m of metrics.registry.getMetricsAsArray())
     out.set(m.name, (m as unknown as { labelNames?: readonly string[] }).labelNames ?? []);
@@ -72,6 +72,7 @@ describe('Grafana dashboard', () => {
       ['inter-token latency by replica', /by \(le, pool, endpoint\) \(rate\(llm_extproc_inter_token_latency_seconds_bucket/],
       ['tokens by model and type', /by \(model, type\) \(rate\(llm_extproc_tokens_total/],
       ['answers without usage', /llm_extproc_answers_without_usage_total/],
+      ['resident memory per replica', /^llm_extproc_process_resident_memory_bytes$/m],
     ];
     for (const [what, pattern] of wanted) assert.match(queries, pattern, what);
   });

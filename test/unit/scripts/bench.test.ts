@@ -21,6 +21,8 @@ import {
 } from '../../../scripts/bench/stats.js';
 import { addServerDelta, serverSnapshot } from '../../../scripts/bench/server-stats.js';
 import { startBenchUpstream } from '../../../scripts/bench/upstream.js';
+import { parseProbeLine, renderMemoryTable, RSS_TARGET_BYTES } from '../../../scripts/bench/memory.js';
+import { spawnNode } from '../../../scripts/bench/processes.js';
 
 describe('bench statistics', () => {
   it('nearest-rank percentiles', () => {
@@ -174,5 +176,49 @@ describe('bench model server', () => {
     const body = Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }] }));
     const ms = await timedRequest(target, body);
     assert.ok(ms > 0);
+  });
+});
+
+describe('bench memory', () => {
+  it("reads a real process's memory through the probe: RSS as it was, heap and external after GC", async (t) => {
+    const probe = new URL('../../../scripts/bench/memory-probe.js', import.meta.url).href;
+    const idle = spawnNode('idle', new URL('../../../scripts/bench/idle-process.js', import.meta.url).pathname, {
+      nodeArgs: ['--expose-gc', '--import', probe],
+    });
+    t.after(() => idle.stop());
+    await idle.waitForLine(/^(idle)$/);
+    const line = idle.waitForLine(/^(memory-probe .*)$/);
+    process.kill(idle.pid, 'SIGUSR2');
+    const reading = parseProbeLine(await line);
+    assert.ok(reading !== undefined);
+    // A bare Node process: tens of MiB resident, a few MiB of heap, some external memory.
+    assert.ok(reading.rssBytes > 10 * 1048576 && reading.rssBytes < 200 * 1048576, `rss ${reading.rssBytes}`);
+    assert.ok(reading.heapUsedBytes > 0 && reading.heapUsedBytes < reading.rssBytes, `heap ${reading.heapUsedBytes}`);
+    assert.ok(reading.externalBytes > 0, `external ${reading.externalBytes}`);
+  });
+
+  it('ignores lines that are not the probe', () => {
+    assert.equal(parseProbeLine('{"level":30,"msg":"started"}'), undefined);
+    assert.equal(parseProbeLine('memory-probe {"rssBytes":1}'), undefined);
+  });
+
+  it('renders RSS, heap and external per point, and marks the targeted rows over their ceiling', () => {
+    const MiB = 1048576;
+    const sample = (rss: number) => ({ rssBytes: rss * MiB, heapUsedBytes: 10 * MiB, externalBytes: 2 * MiB });
+    const report = renderMemoryTable(
+      [
+        { label: 'bare', samples: { idle: sample(42), load: sample(43) }, peakBytes: undefined, targeted: false },
+        { label: 'ours', samples: { idle: sample(60), load: sample(80) }, peakBytes: 90 * MiB, targeted: true },
+        { label: 'other', samples: { idle: sample(70), load: sample(80) }, peakBytes: undefined, targeted: false },
+      ],
+      ['idle', 'load'],
+      'npm run bench',
+    );
+    assert.equal(RSS_TARGET_BYTES.idle, 65 * MiB);
+    const row = (label: string) => report.split('\n').find((l) => l.startsWith(`| ${label} |`));
+    assert.equal(row('bare'), '| bare | 42.0 | 10.0 | 2.0 | 43.0 | 10.0 | 2.0 | – |');
+    assert.equal(row('ours'), '| ours | 60.0 | 10.0 | 2.0 | 80.0 (over) | 10.0 | 2.0 | 90.0 |');
+    assert.equal(row('other'), '| other | 70.0 | 10.0 | 2.0 | 80.0 | 10.0 | 2.0 | – |', 'no target for untargeted rows');
+    assert.match(report, /ours: not met \(after the request and stream load\)/);
   });
 });

@@ -1,0 +1,93 @@
+// Memory settings of the process, applied by the entry (main.ts) before the program loads, so
+// `node dist/src/main.js`, the image and every other way of starting it run with the same ones
+// (issue 34; measured in docs/benchmarks.md, "Memory").
+//
+// V8 reads most heap sizes once, when the isolate is made, before any script runs: setting
+// --max-semi-space-size from here does nothing. The young generation's growth factor it reads
+// each time it considers growing the young generation, so setting it to 1 here keeps the young
+// generation at its initial size (1 MiB per semi-space) for the life of the process
+// (test/unit/process-settings.test.ts checks that it does). Left alone, V8 doubles it under load
+// up to 16 MiB per semi-space, and already to 8 MiB while the program loads, and keeps it until
+// the process idles: 10 MiB of resident memory at rest and up to 30 MiB under load, for per-request
+// garbage that dies within a scavenge or two either way. The price is more scavenges (each cheap:
+// little survives them), measured in the bench's CPU per request.
+//
+// With a young generation that small, each scavenge is a fraction of a millisecond of work, and
+// splitting it over V8's helper threads (--parallel-scavenge, also read at each scavenge) costs
+// more than it saves where a picker runs: a pod with a fraction of a core, next to Envoy's
+// workers. Measured on the 2-vCPU reference machine under 1 MiB prompts: scavenge pauses p50
+// 1.0 / p90 1.5 / max 5.4 ms on the main thread alone, against 1.2 / 2.4 / 12.3 ms with helpers.
+//
+// While the program loads, V8's optimizing compiler is off (--turbofan, read each time a function
+// is considered for optimization), and it is turned back on once the servers are up (startupDone):
+// loading hundreds of modules and validating the config makes a few dozen functions hot once,
+// optimizing them is work for code that never runs again, and it pages in the compiler itself.
+// An idle replica then holds 5-6 MiB less (measured: 65 → 59 MiB RSS); the request path is
+// optimized as it gets hot, as before (the same number of its functions are), and start-up takes
+// as long.
+//
+// Tried and not kept: --heap-growing-percent=30 (also read at run time) halves the old
+// generation's growth between full collections under a request load, but V8 counts Buffers in
+// that budget: a 1 MiB prompt then set off a full collection every sixth request (18 per 100,
+// against 1), a tail of its own.
+//
+// An operator who sets any of these on the command line (node flags or NODE_OPTIONS) is left alone.
+
+import { setFlagsFromString } from 'node:v8';
+
+interface RuntimeFlag {
+  /** Set with v8.setFlagsFromString. */
+  readonly flag: string;
+  /** Command-line flags that mean the operator chose this themselves (either spelling: - or _). */
+  readonly unlessGiven: readonly string[];
+}
+
+const RUNTIME_V8_FLAGS: readonly RuntimeFlag[] = [
+  {
+    flag: '--semi-space-growth-factor=1',
+    unlessGiven: ['max-semi-space-size', 'min-semi-space-size', 'semi-space-growth-factor'],
+  },
+  { flag: '--no-parallel-scavenge', unlessGiven: ['parallel-scavenge', 'no-parallel-scavenge', 'single-threaded-gc', 'single-threaded'] },
+];
+
+/** Set at start and undone by startupDone(). */
+const STARTUP_V8_FLAGS: readonly (RuntimeFlag & { readonly undo: string })[] = [
+  {
+    flag: '--no-turbofan',
+    undo: '--turbofan',
+    unlessGiven: ['turbofan', 'no-turbofan', 'opt', 'no-opt', 'jitless', 'maglev', 'no-maglev', 'max-opt'],
+  },
+];
+
+function notGiven(execArgv: readonly string[], nodeOptions: string | undefined): (flag: RuntimeFlag) => boolean {
+  const given = [...execArgv, ...(nodeOptions ?? '').split(/\s+/)]
+    .filter((arg) => arg.startsWith('--'))
+    .map((arg) => arg.slice(2).split('=')[0].replaceAll('_', '-'));
+  return ({ unlessGiven }) => !unlessGiven.some((name) => given.includes(name));
+}
+
+/** The flags to set for the life of the process, given the node flags and NODE_OPTIONS it started with. */
+export function flagsToSet(execArgv: readonly string[], nodeOptions: string | undefined): string[] {
+  return RUNTIME_V8_FLAGS.filter(notGiven(execArgv, nodeOptions)).map(({ flag }) => flag);
+}
+
+/** The flags to set while the program starts, and to undo once it has. */
+export function startupFlags(execArgv: readonly string[], nodeOptions: string | undefined): { set: string; undo: string }[] {
+  return STARTUP_V8_FLAGS.filter(notGiven(execArgv, nodeOptions)).map(({ flag, undo }) => ({ set: flag, undo }));
+}
+
+let undoAtStartupDone: string[] = [];
+
+/** At the very start (main.ts), before the program loads. */
+export function applyProcessSettings(execArgv: readonly string[] = process.execArgv, env: NodeJS.ProcessEnv = process.env): void {
+  for (const flag of flagsToSet(execArgv, env['NODE_OPTIONS'])) setFlagsFromString(flag);
+  const startup = startupFlags(execArgv, env['NODE_OPTIONS']);
+  for (const { set } of startup) setFlagsFromString(set);
+  undoAtStartupDone = startup.map(({ undo }) => undo);
+}
+
+/** The servers are up: what only start-up needed is undone (the optimizing compiler is back on). */
+export function startupDone(): void {
+  for (const flag of undoAtStartupDone) setFlagsFromString(flag);
+  undoAtStartupDone = [];
+}

@@ -1,0 +1,111 @@
+// The memory settings the entry applies (src/process-settings.ts): that they really bound V8's
+// young generation when set at run time (a Node upgrade that stopped honouring the flag would make
+// this fail, not quietly cost memory again), and that an operator's own choice wins.
+
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { describe, it } from 'node:test';
+import { flagsToSet, startupFlags } from '../../../src/process-settings.js';
+
+const SETTINGS = new URL('../../../src/process-settings.js', import.meta.url).href;
+
+/**
+ * The largest size (bytes) a heap space reaches in a child process that allocates a stream of
+ * objects, each kept for the next `keep` allocations (a request's objects live while it is in
+ * flight): short-lived ones die young; long enough ones are promoted and die old.
+ */
+function peakSpaceBytes(space: 'new_space', apply: boolean, keep: number): number {
+  const script = `
+    import { getHeapSpaceStatistics } from 'node:v8';
+    const { applyProcessSettings } = await import(${JSON.stringify(SETTINGS)});
+    if (${apply}) applyProcessSettings([], undefined);
+    const size = () => getHeapSpaceStatistics().find((s) => s.space_name === ${JSON.stringify(space)}).space_size;
+    const ring = new Array(${keep});
+    let peak = size();
+    for (let i = 0; i < 4_000_000; i++) {
+      ring[i % ${keep}] = { id: i, name: 'request-' + i, pieces: [i, i + 1] };
+      if (i % 1000 === 0) peak = Math.max(peak, size());
+    }
+    process.stdout.write(String(peak));
+  `;
+  const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 120_000 });
+  assert.equal(run.status, 0, run.stderr);
+  return Number(run.stdout);
+}
+
+const MiB = 1024 * 1024;
+
+void describe('process settings', () => {
+  void it('keep the young generation at its initial size under an allocation load that grows it eightfold without them', () => {
+    const without = peakSpaceBytes('new_space', false, 200);
+    const withSettings = peakSpaceBytes('new_space', true, 200);
+    assert.ok(without >= 8 * MiB, `without the settings the load grows the young generation (${without / MiB} MiB)`);
+    assert.ok(withSettings <= 2 * MiB, `with them it stays at its initial 2 MiB (${withSettings / MiB} MiB)`);
+  });
+
+  void it('run each scavenge on the main thread alone, where V8 would split it over helper threads', () => {
+    // --trace-parallel-scavenge prints one line per task of each scavenge; --trace-gc one per scavenge.
+    const run = (apply: boolean): { tasks: number; scavenges: number } => {
+      const script = `
+        const { applyProcessSettings } = await import(${JSON.stringify(SETTINGS)});
+        if (${apply}) applyProcessSettings([], undefined);
+        let kept = [];
+        for (let i = 0; i < 2_000_000; i++) {
+          const o = { id: i, pieces: [i] };
+          if (i % 10 === 0) kept.push(o);
+          if (kept.length > 50_000) kept = [];
+        }
+      `;
+      const out = spawnSync(process.execPath, ['--trace-gc', '--trace-parallel-scavenge', '--input-type=module', '-e', script], {
+        encoding: 'utf8',
+        timeout: 120_000,
+      });
+      assert.equal(out.status, 0, out.stderr);
+      return { tasks: out.stdout.match(/scavenge\[/g)?.length ?? 0, scavenges: out.stdout.match(/: Scavenge /g)?.length ?? 0 };
+    };
+    const without = run(false);
+    const withSettings = run(true);
+    assert.ok(
+      without.tasks > without.scavenges,
+      `V8 splits scavenges without the settings (${without.tasks} tasks, ${without.scavenges} scavenges)`,
+    );
+    assert.ok(
+      withSettings.scavenges > 0 && withSettings.tasks === withSettings.scavenges,
+      `one task per scavenge with them (${withSettings.tasks} tasks, ${withSettings.scavenges} scavenges)`,
+    );
+  });
+
+  void it('optimize nothing while the program starts, and the hot code again once it has', () => {
+    // --trace-opt prints a line for each function the optimizing compiler finishes.
+    const script = `
+      const { applyProcessSettings, startupDone } = await import(${JSON.stringify(SETTINGS)});
+      applyProcessSettings([], undefined);
+      function startupWork(n) { let s = 0; for (let i = 0; i < n; i++) s += (i * 7) % 13; return s; }
+      for (let k = 0; k < 2000; k++) startupWork(1000);
+      console.log('-- started --');
+      startupDone();
+      function requestWork(n) { let s = 0; for (let i = 0; i < n; i++) s += (i * 5) % 11; return s; }
+      for (let k = 0; k < 2000; k++) requestWork(1000);
+    `;
+    const out = spawnSync(process.execPath, ['--trace-opt', '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 120_000 });
+    assert.equal(out.status, 0, out.stderr);
+    const [duringStart, afterStart] = out.stdout.split('-- started --');
+    assert.doesNotMatch(duringStart ?? '', /completed optimizing/, 'nothing optimized while starting');
+    assert.match(afterStart ?? '', /completed optimizing.*requestWork/, 'hot code optimized once started');
+  });
+
+  void it('leave alone what the operator set on the command line (node flags or NODE_OPTIONS)', () => {
+    const all = ['--semi-space-growth-factor=1', '--no-parallel-scavenge'];
+    assert.deepEqual(flagsToSet([], undefined), all);
+    assert.deepEqual(flagsToSet(['--max-old-space-size=256'], '--enable-source-maps'), all);
+    assert.deepEqual(flagsToSet(['--max-semi-space-size=8'], undefined), ['--no-parallel-scavenge']);
+    assert.deepEqual(flagsToSet([], '--enable-source-maps --max_semi_space_size=4'), ['--no-parallel-scavenge']);
+    assert.deepEqual(flagsToSet([], '--min-semi-space-size=2'), ['--no-parallel-scavenge']);
+    assert.deepEqual(flagsToSet(['--semi-space-growth-factor=2'], undefined), ['--no-parallel-scavenge']);
+    assert.deepEqual(flagsToSet(['--parallel-scavenge'], undefined), ['--semi-space-growth-factor=1']);
+    assert.deepEqual(flagsToSet([], '--single-threaded-gc'), ['--semi-space-growth-factor=1']);
+    assert.deepEqual(startupFlags([], undefined), [{ set: '--no-turbofan', undo: '--turbofan' }]);
+    assert.deepEqual(startupFlags(['--no-opt'], undefined), []);
+    assert.deepEqual(startupFlags([], '--jitless'), []);
+  });
+});
