@@ -16,7 +16,7 @@
 
 import { randomBytes } from 'node:crypto';
 import { buffer } from 'node:stream/consumers';
-import { createServer } from 'node:http';
+import { STATUS_CODES, createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -150,9 +150,9 @@ export interface VllmMetrics {
 /** How GET /metrics answers: vLLM text with these values, or a failure. */
 export type MetricsBehavior = VllmMetrics | { readonly fail: 'status-500' | 'garbage' | 'hang' };
 
-/** vLLM's exposition of the values (same names, labels and types as vLLM 0.10). */
+/** vLLM's exposition of the values (names, help, labels and types as vLLM 0.32's: test/e2e/vllm-drift.test.ts). */
 export function vllmMetricsText(model: string, m: VllmMetrics): string {
-  const label = `model_name="${model}",engine="0"`;
+  const label = `engine="0",model_name="${model}"`;
   const lines = [
     '# HELP vllm:num_requests_running Number of requests in model execution batches.',
     '# TYPE vllm:num_requests_running gauge',
@@ -204,8 +204,24 @@ export interface ModelServer {
   resetConnections(): void;
 }
 
-const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' } as const;
+/** vLLM's (uvicorn's) stream headers: no cache-control; chunked, since there is no length. */
+const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8' } as const;
 const JSON_TYPE = 'application/json';
+/** vLLM's metrics page (prometheus_client's newer text format version). */
+export const METRICS_CONTENT_TYPE = 'text/plain; version=1.0.0; charset=utf-8';
+
+/** The `error.type` vLLM gives an HTTP status (its create_error_response). */
+export function vllmErrorType(status: number): string {
+  const known: Record<number, string> = {
+    400: 'BadRequestError',
+    404: 'NotFoundError',
+    422: 'UnprocessableEntityError',
+    500: 'InternalServerError',
+    501: 'NotImplementedError',
+    503: 'ServiceUnavailableError',
+  };
+  return known[status] ?? STATUS_CODES[status] ?? 'InternalServerError';
+}
 const DEFAULT_SSE_ERROR: SseErrorSpec = { message: 'model server failed while generating', type: 'server_error', code: 500 };
 
 /** Writes through one ServerResponse while recording every byte and the way it ended. */
@@ -260,12 +276,12 @@ class RecordingWriter {
     });
   }
 
-  /** Sends a complete body with content-length. */
-  async send(status: number, contentType: string, body: string | Buffer, extra: OutgoingHttpHeaders = {}): Promise<void> {
+  /** Sends a complete body with content-length (and no content-type when `contentType` is undefined). */
+  async send(status: number, contentType: string | undefined, body: string | Buffer, extra: OutgoingHttpHeaders = {}): Promise<void> {
     const bytes = typeof body === 'string' ? Buffer.from(body) : body;
     this.res.writeHead(status, {
       ...extra,
-      'content-type': contentType,
+      ...(contentType === undefined ? {} : { 'content-type': contentType }),
       'content-length': bytes.length,
       'x-model-server-id': this.serverId,
     });
@@ -415,11 +431,7 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
         return undefined;
       case 'json-error': {
         const status = b.status ?? 500;
-        const body = openAIError(
-          b.message ?? `model server error ${status}`,
-          b.type ?? (status >= 500 ? 'server_error' : 'invalid_request_error'),
-          b.code ?? status,
-        );
+        const body = openAIError(b.message ?? `model server error ${status}`, b.type ?? vllmErrorType(status), b.code ?? status);
         await w.send(status, JSON_TYPE, json(body));
         return undefined;
       }
@@ -449,9 +461,7 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
         else res.writeHead(500, { 'content-type': 'text/plain' }).end('metrics unavailable');
         return;
       }
-      res
-        .writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' })
-        .end(vllmMetricsText(models[0] ?? 'test-model', now));
+      res.writeHead(200, { 'content-type': METRICS_CONTENT_TYPE }).end(vllmMetricsText(models[0] ?? 'test-model', now));
       return;
     }
     // Decided at arrival, so one-shot faults go to requests in arrival order.
@@ -485,7 +495,8 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
       if (kind !== undefined) {
         const parsed = parseInferenceRequest(kind, body, models[0] ?? 'test-model');
         if ('error' in parsed) {
-          await w.send(400, JSON_TYPE, json(openAIError(parsed.error, 'invalid_request_error', 400)));
+          // vLLM's request validation (FastAPI's) names its type after the status phrase.
+          await w.send(400, JSON_TYPE, json(openAIError(parsed.error, 'Bad Request', 400)));
         } else {
           const how = await answerInference(w, req, chosen, parsed);
           if (how !== undefined) finish(how);
@@ -493,9 +504,11 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
       } else if (method === 'GET' && pathname === '/v1/models') {
         await w.send(200, JSON_TYPE, json(modelsReply(id, models)));
       } else if (method === 'GET' && pathname === '/health') {
-        await w.send(200, 'text/plain', '');
+        // vLLM answers an empty 200 with no content-type.
+        await w.send(200, undefined, '');
       } else {
-        await w.send(404, JSON_TYPE, json(openAIError(`no route for ${method} ${pathname ?? path}`, 'invalid_request_error', 404)));
+        // An unknown path is FastAPI's own 404, not an OpenAI error.
+        await w.send(404, JSON_TYPE, json({ detail: 'Not Found' }));
       }
     } catch {
       // The connection went away mid-answer; the 'close' listener has recorded how.

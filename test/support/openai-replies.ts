@@ -150,7 +150,6 @@ function responsesObject(ctx: ReplyContext, status: 'in_progress' | 'completed')
     created_at: CREATED,
     status,
     model: ctx.req.model,
-    system_fingerprint: ctx.serverId,
     output: done
       ? [
           {
@@ -168,7 +167,7 @@ function responsesObject(ctx: ReplyContext, status: 'in_progress' | 'completed')
   };
 }
 
-/** The non-streaming JSON answer. The server id is in `system_fingerprint` and in the text. */
+/** The non-streaming JSON answer. The server id is in the text (and `system_fingerprint`, but for the Responses API, which has none). */
 export function jsonReply(serverId: string, req: InferenceRequest): Record<string, unknown> {
   const ctx = context(serverId, req);
   switch (req.kind) {
@@ -229,40 +228,51 @@ export interface StreamPlan {
   readonly terminator: string;
 }
 
+/** The Responses API's message item, as its stream announces it and as it ends. */
+function messageItem(ctx: ReplyContext, done: boolean): Record<string, unknown> {
+  return {
+    id: `msg_${ctx.hash}`,
+    content: done ? [{ annotations: [], text: ctx.text, type: 'output_text' }] : [],
+    role: 'assistant',
+    status: done ? 'completed' : 'in_progress',
+    type: 'message',
+  };
+}
+
 /**
- * The streaming answer. Chat and completions send chunk objects (role chunk for chat, one chunk
- * per token, a finish chunk, an optional usage chunk) then `[DONE]`; the Responses API sends typed
- * events. Embeddings have no streaming form; they are planned like chat so SSE faults still apply.
+ * The Responses API's stream, in vLLM 0.32's order: the response created and in progress, the
+ * message item and its text part added, one delta per token, the text, part and item done, then
+ * `response.completed`. Each event names its type twice (the `event:` line and `type`).
+ */
+function responsesStream(ctx: ReplyContext): StreamPlan {
+  let seq = 0;
+  const at = { item_id: `msg_${ctx.hash}`, output_index: 0, content_index: 0 };
+  const event = (type: string, fields: Record<string, unknown>): string =>
+    sseEvent(JSON.stringify({ type, sequence_number: seq++, ...fields }), type);
+  const events = [
+    event('response.created', { response: responsesObject(ctx, 'in_progress') }),
+    event('response.in_progress', { response: responsesObject(ctx, 'in_progress') }),
+    event('response.output_item.added', { output_index: 0, item: messageItem(ctx, false) }),
+    event('response.content_part.added', { ...at, part: { annotations: [], text: '', type: 'output_text' } }),
+    ...ctx.tokens.map((delta) => event('response.output_text.delta', { ...at, delta })),
+    event('response.output_text.done', { ...at, text: ctx.text }),
+    event('response.content_part.done', { ...at, part: { annotations: [], text: ctx.text, type: 'output_text' } }),
+    event('response.output_item.done', { output_index: 0, item: messageItem(ctx, true) }),
+  ];
+  return { events, terminator: event('response.completed', { response: responsesObject(ctx, 'completed') }) };
+}
+
+/**
+ * The streaming answer, shaped as vLLM 0.32 sends it (test/e2e/vllm-drift.test.ts compares the
+ * two). Chat and completions send chunk objects: for chat a role chunk first; one chunk per token,
+ * the last one carrying `finish_reason`; the usage chunk (`choices: []`) only when the request
+ * asked for it; then `[DONE]`. `system_fingerprint` is on the stream's last chunk only (the usage
+ * chunk when there is one). The Responses API sends typed events. Embeddings have no streaming
+ * form; they are planned like chat so SSE faults still apply.
  */
 export function streamReply(serverId: string, req: InferenceRequest): StreamPlan {
   const ctx = context(serverId, req);
-  if (req.kind === 'responses') {
-    let seq = 0;
-    const events = [
-      sseEvent(
-        JSON.stringify({ type: 'response.created', sequence_number: seq++, response: responsesObject(ctx, 'in_progress') }),
-        'response.created',
-      ),
-      ...ctx.tokens.map((delta) =>
-        sseEvent(
-          JSON.stringify({
-            type: 'response.output_text.delta',
-            sequence_number: seq++,
-            item_id: `msg_${ctx.hash}`,
-            output_index: 0,
-            content_index: 0,
-            delta,
-          }),
-          'response.output_text.delta',
-        ),
-      ),
-    ];
-    const terminator = sseEvent(
-      JSON.stringify({ type: 'response.completed', sequence_number: seq, response: responsesObject(ctx, 'completed') }),
-      'response.completed',
-    );
-    return { events, terminator };
-  }
+  if (req.kind === 'responses') return responsesStream(ctx);
 
   const completions = req.kind === 'completions';
   const base = {
@@ -270,20 +280,20 @@ export function streamReply(serverId: string, req: InferenceRequest): StreamPlan
     object: completions ? 'text_completion' : 'chat.completion.chunk',
     created: CREATED,
     model: req.model,
-    system_fingerprint: serverId,
   };
-  const choice = (piece: string | undefined, finish: string | null): Record<string, unknown> =>
+  const choice = (piece: string, finish: string | null): Record<string, unknown> =>
     completions
-      ? { index: 0, text: piece ?? '', logprobs: null, finish_reason: finish }
-      : { index: 0, delta: piece === undefined ? {} : { content: piece }, logprobs: null, finish_reason: finish };
+      ? { index: 0, text: piece, logprobs: null, finish_reason: finish }
+      : { index: 0, delta: { content: piece }, logprobs: null, finish_reason: finish };
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}): string =>
     sseEvent(JSON.stringify({ ...base, choices, ...extra }));
+  const fingerprint = { system_fingerprint: serverId };
+  const last = ctx.tokens.length - 1;
 
   const events = [
     ...(completions ? [] : [chunk([{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }])]),
-    ...ctx.tokens.map((t) => chunk([choice(t, null)])),
-    chunk([choice(undefined, 'stop')]),
-    ...(req.includeUsage ? [chunk([], { usage: ctx.usage })] : []),
+    ...ctx.tokens.map((t, i) => (i < last ? chunk([choice(t, null)]) : chunk([choice(t, 'stop')], req.includeUsage ? {} : fingerprint))),
+    ...(req.includeUsage ? [chunk([], { usage: ctx.usage, ...fingerprint })] : []),
   ];
   return { events, terminator: SSE_DONE };
 }

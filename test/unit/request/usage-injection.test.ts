@@ -89,3 +89,48 @@ test('UsageChunkFilter passes chunks that end on an event boundary as the same b
   const crlf = Buffer.from(`${usageChunk.replace(/\n/g, '\r\n')}data: [DONE]\r\n\r\n`);
   assert.equal(filter.push(crlf, true).toString(), 'data: [DONE]\r\n\r\n');
 });
+
+// vLLM 0.32's shapes (test/e2e/vllm-drift.test.ts): the last token's chunk carries finish_reason,
+// and the stream's last chunk system_fingerprint, so asking for usage moves the fingerprint.
+const finishChunk = (extra: string) =>
+  `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"z"},"logprobs":null,"finish_reason":"length","stop_reason":null,"token_ids":null}]${extra}}\n\n`;
+const fingerprint = ',"system_fingerprint":"vllm-0.32.0-35e16d4a"';
+const vllmUsageChunk = `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":10,"total_tokens":13,"completion_tokens":3}${fingerprint}}\n\n`;
+
+test('UsageChunkFilter gives the finish chunk the fingerprint vLLM moved to the usage chunk: the stream the client would have had', () => {
+  const injected = `${contentChunk('a')}${finishChunk('')}${vllmUsageChunk}data: [DONE]\n\n`;
+  const asked = `${contentChunk('a')}${finishChunk(fingerprint)}data: [DONE]\n\n`;
+  const bytes = Buffer.from(injected);
+  for (let a = 0; a <= bytes.length; a++) {
+    for (const b of [a, a + 29, a + 150]) {
+      const filter = new UsageChunkFilter();
+      const parts = splitBytes(bytes, [a, b]);
+      const out = parts.map((p, i) => filter.push(p, i === parts.length - 1));
+      assert.equal(Buffer.concat(out).toString(), asked, `cuts ${a}, ${b}`);
+      assert.equal(filter.holding, 0);
+    }
+  }
+});
+
+test('UsageChunkFilter holds a finish chunk only until the next event, and changes it only when the usage chunk follows with a fingerprint', () => {
+  // The finish chunk waits for the next event; [DONE] releases it unchanged when no usage chunk came.
+  let filter = new UsageChunkFilter();
+  assert.equal(filter.push(Buffer.from(`${contentChunk('a')}${finishChunk('')}`), false).toString(), contentChunk('a'));
+  assert.equal(filter.holding, finishChunk('').length);
+  assert.equal(filter.push(Buffer.from('data: [DONE]\n\n'), false).toString(), `${finishChunk('')}data: [DONE]\n\n`);
+  assert.equal(filter.holding, 0);
+  // A finish chunk that has its own fingerprint keeps it; the usage chunk's is not added twice.
+  filter = new UsageChunkFilter();
+  const own = finishChunk(',"system_fingerprint":"own"');
+  assert.equal(filter.push(Buffer.from(`${own}${vllmUsageChunk}data: [DONE]\n\n`), true).toString(), `${own}data: [DONE]\n\n`);
+  // A usage chunk without a fingerprint (other servers) is removed and nothing is added.
+  filter = new UsageChunkFilter();
+  assert.equal(
+    filter.push(Buffer.from(`${finishChunk('')}${usageChunk}data: [DONE]\n\n`), true).toString(),
+    `${finishChunk('')}data: [DONE]\n\n`,
+  );
+  // The end of the stream releases a held finish chunk.
+  filter = new UsageChunkFilter();
+  assert.equal(filter.push(Buffer.from(finishChunk('')), false).length, 0);
+  assert.equal(filter.push(Buffer.alloc(0), true).toString(), finishChunk(''));
+});

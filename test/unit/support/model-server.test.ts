@@ -116,7 +116,7 @@ void describe('model server: healthy answers', () => {
 
     assert.equal(res.status, 200);
     assert.equal(res.error, undefined);
-    assert.equal(res.headers['content-type'], 'text/event-stream');
+    assert.equal(res.headers['content-type'], 'text/event-stream; charset=utf-8');
     assert.equal(res.headers['x-model-server-id'], 'ms-a');
     assert.equal(res.headers['transfer-encoding'], 'chunked');
     const events = parseSse(res.body);
@@ -126,9 +126,14 @@ void describe('model server: healthy answers', () => {
     for (const c of chunks) {
       assert.equal(c['object'], 'chat.completion.chunk');
       assert.equal(c['model'], 'llama-test');
-      assert.equal(c['system_fingerprint'], 'ms-a');
     }
+    // As vLLM: the fingerprint only on the last chunk, here the usage chunk; the finish on the last token's.
+    assert.deepEqual(
+      chunks.map((c) => c['system_fingerprint']),
+      [...chunks.slice(1).map(() => undefined), 'ms-a'],
+    );
     assert.ok(chunks.at(-1)?.['usage'] !== undefined, 'usage chunk requested via stream_options');
+    assert.equal(asRecord((chunks.at(-2)?.['choices'] as unknown[])[0])['finish_reason'], 'stop');
     assert.equal(
       events.map((e) => chatDelta(e.data === '[DONE]' ? '{"choices":[]}' : e.data)).join(''),
       replyText('ms-a', 'llama-test', PROMPT),
@@ -186,14 +191,17 @@ void describe('model server: healthy answers', () => {
       (models['data'] as unknown[]).map((m) => asRecord(m)['id']),
       ['alpha', 'beta'],
     );
-    assert.equal((await rawRequest({ url: `http://${server.address}/health` })).status, 200);
+    const health = await rawRequest({ url: `http://${server.address}/health` });
+    assert.equal(health.status, 200);
+    assert.equal(health.headers['content-type'], undefined, "vLLM's /health has no body and no content-type");
 
     const bad = await post(server, CHAT_PATH, '{not json');
     assert.equal(bad.status, 400);
-    assert.equal(asRecord(parseJson(bad.body)['error'])['type'], 'invalid_request_error');
+    assert.equal(asRecord(parseJson(bad.body)['error'])['type'], 'Bad Request');
 
     const missing = await post(server, '/v2/nothing', chatBody());
     assert.equal(missing.status, 404);
+    assert.deepEqual(parseJson(missing.body), { detail: 'Not Found' });
 
     const noModel = parseJson((await post(server, CHAT_PATH, { messages: [] })).body);
     assert.equal(noModel['model'], 'alpha', 'defaults to the first served model');
@@ -248,7 +256,7 @@ void describe('model server: faults', () => {
     server.setBehavior({ kind: 'reset-mid-stream', afterEvents: 3 });
     const res = await post(server, CHAT_PATH, chatBody({ stream: true }));
     assert.equal(res.status, 200);
-    assert.equal(res.headers['content-type'], 'text/event-stream');
+    assert.equal(res.headers['content-type'], 'text/event-stream; charset=utf-8');
     assert.ok(res.error, 'client must observe the reset as an error');
     assert.equal(res.error.code, 'ECONNRESET');
 
