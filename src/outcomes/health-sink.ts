@@ -41,8 +41,20 @@ export function healthSink({ store, failedConnects, brokenStreams, latency }: He
     finished: (_request, { figures, brokenMidStream, at }) => {
       if (latency !== undefined && figures?.firstPick === true) {
         // Without usage in the stream, the gap between content events stands in for the time per token.
-        const { model, pool, endpoint: address, timeToFirstToken, timePerOutputToken, interTokenLatency } = figures;
-        latency.record({ model, pool, address, timeToFirstToken, timePerOutputToken: timePerOutputToken ?? interTokenLatency }, at);
+        const { model, pool, endpoint: address, timeToFirstToken, timePerOutputToken, interTokenLatency, usage, duration } = figures;
+        latency.record(
+          {
+            model,
+            pool,
+            address,
+            timeToFirstToken,
+            timePerOutputToken: timePerOutputToken ?? interTokenLatency,
+            durationSeconds: duration,
+            // Prefill speed for the cost model (prefix scorer): the prompt's tokens less those it found cached.
+            ...(usage === undefined ? {} : { promptTokens: usage.input, cachedTokens: usage.cached ?? 0 }),
+          },
+          at,
+        );
       }
       const broken = brokenMidStream?.endpoint;
       if (broken !== undefined) void brokenStreams?.suspect(broken.address);

@@ -75,6 +75,16 @@ function resetRecord(signals: Float64Array, slot: number): void {
   signals[at + Field.MaxAdapters] = Number.POSITIVE_INFINITY;
 }
 
+/** A pool's cost figures (latency-tracker.ts writes those it has measured, NaN for the others; the prefix scorer's cost model reads them). */
+export interface PrefillCosts {
+  /** Seconds of prefill per uncached prompt token. */
+  readonly prefillSecondsPerToken: number;
+  /** Seconds one more request ahead in a server's queue costs (the pool's median time to first token). */
+  readonly queueSecondsPerRequest: number;
+  /** Seconds a request takes, pick to last token (the pool's mean): the scale a saving is judged against. */
+  readonly requestSeconds: number;
+}
+
 /** Latency score of an endpoint as fast as its pool's median, or not measured yet. */
 export const LATENCY_NEUTRAL = 1;
 /** Latency "score" of a replica demoted as much slower than its pool: ranked below every other. */
@@ -258,6 +268,8 @@ export class SignalBoard {
    * is neutral (1).
    */
   private readonly latency = new Map<string, Float64Array>();
+  /** Per pool, its measured cost figures (absent: not measured yet; the settings' defaults hold). */
+  private readonly costs = new Map<string, PrefillCosts>();
   /** Entries in the change log this epoch. */
   changeCount = 0;
   changeEpoch = 0;
@@ -318,6 +330,15 @@ export class SignalBoard {
       this.latency.set(model, (table = grown));
     }
     table[slot] = value;
+  }
+
+  /** A pool's measured cost figures, or undefined while not measured. */
+  prefillCosts(pool: string): PrefillCosts | undefined {
+    return this.costs.get(pool);
+  }
+
+  setPrefillCosts(pool: string, costs: PrefillCosts): void {
+    this.costs.set(pool, costs);
   }
 
   /** The slot of change log entry `k` (0 ≤ k < changeCount). */

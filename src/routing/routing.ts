@@ -12,7 +12,7 @@ import { noReadyReplicaError } from '../errors/no-ready-replica.js';
 import type { LatencyTracker } from '../picker/latency-tracker.js';
 import type { LoadTracker } from '../picker/load-tracker.js';
 import { Picker } from '../picker/picker.js';
-import { candidateScorers, SCORERS } from '../picker/scorer-table.js';
+import { candidateScorers, prefillCostsOf, SCORERS } from '../picker/scorer-table.js';
 import type { ScoringRequest } from '../picker/scorer-table.js';
 import { requestPriority } from './priority.js';
 import { affinityKeyOf, NO_PROMPT, promptLimit } from './affinity-key.js';
@@ -124,6 +124,7 @@ export class StoreRouting implements Routing {
       scorers: candidateScorers(SCORERS, settings.weights, settings, load.board),
       fallbacks: options.fallbacks,
       boundedLoad: { factor: settings.prefix.loadFactor, slack: settings.prefix.loadSlack, maxQueue: settings.prefix.maxQueue },
+      prefillCosts: prefillCostsOf(settings.prefix),
       maxAdaptersPerServer: settings.lora.maxAdaptersPerServer,
       poolPolicy: (pool) => this.policyOf(pool),
       random: options.random ?? Math.random,
