@@ -384,6 +384,10 @@ export class Picker {
     let ownerBase = 0;
     let ownerBonus = 0;
     let ownerPosition = 0;
+    let preciseOwner = -1;
+    let preciseBonus = 0;
+    let preciseBase = 0;
+    let precisePosition = 0;
     for (let step = 0; step < count; step++) {
       const j = start + step < count ? start + step : start + step - count;
       const i = all ? j : order[j];
@@ -408,7 +412,18 @@ export class Picker {
         excess = candidateLoad(signals[at + Field.InFlight], reports, signals[at + Field.OthersLoad]) - minLoad;
         poolCosts = costs[set.poolIndex[i]];
         matched = precise?.matchedTokens(set.endpoints[i].address);
-        if (matched !== undefined) score += prefixWeight * prefillSavedScore(matched, bestTokens, excess, poolCosts);
+        if (matched !== undefined) {
+          const bonus = prefillSavedScore(matched, bestTokens, excess, poolCosts);
+          score += prefixWeight * bonus;
+          // The candidate that saves the most is the precise owner: like the affinity key's owner
+          // below, it is scored as if at its pool median (ties: the first visited).
+          if (bonus > preciseBonus) {
+            preciseBonus = bonus;
+            preciseOwner = i;
+            precisePosition = step;
+            preciseBase = score;
+          }
+        }
       }
       // The owner is scored as if at its pool median, demoted or not: prefix affinity outweighs
       // every load scorer by design, and a replica's warm cache for its prefixes is worth more
@@ -453,6 +468,8 @@ export class Picker {
       if (kept < limit || score > topScore[limit - 1]) kept = this.keep(kept, i, score, step);
     }
     if (owner >= 0) kept = this.boost(kept, owner, ownerBase + prefixWeight * ownerBonus, ownerPosition);
+    if (preciseOwner >= 0 && (owner < 0 || ownerBase + prefixWeight * ownerBonus < preciseBase))
+      kept = this.raise(kept, preciseOwner, preciseBase, precisePosition);
     return kept;
   }
 
@@ -538,6 +555,13 @@ export class Picker {
       at--;
     }
     return kept;
+  }
+
+  /** The precise owner's score without a latency penalty, where the penalty had put it lower. */
+  private raise(kept: number, index: number, score: number, position: number): number {
+    for (let r = 0; r < kept; r++)
+      if (this.topIndex[r] === index) return this.topScore[r] >= score ? kept : this.boost(kept, index, score, position);
+    return this.boost(kept, index, score, position);
   }
 
   private poolsOf(set: CandidateSet, count: number): string[] {
