@@ -34,6 +34,8 @@ export interface ServerLoad {
   readonly waitingAdapters: readonly string[];
   /** `max_lora` as the server reports it, when it does. */
   readonly maxAdapters: number | undefined;
+  /** The prefix cache's capacity in blocks (vLLM `cache_config_info{num_gpu_blocks}`), when reported. */
+  readonly cacheBlocks?: number;
 }
 
 /**

@@ -133,6 +133,8 @@ function route(
     const routeRequest = {
       model,
       prompt: inference.prompt,
+      ...(inference.source === undefined ? {} : { source: inference.source }),
+      bodyBytes: body.length,
       ...(request.subset === undefined ? {} : { subset: request.subset }),
     };
     admitted =
