@@ -28,7 +28,7 @@ import type { PodLoad, PoolLoads } from './metrics/gie-metrics.js';
 import { FlowMetrics } from './metrics/flow-metrics.js';
 import { LoadTracker } from './picker/load-tracker.js';
 import { MetricsScraper } from './picker/scraper.js';
-import { flowControlAnywhere, metricsFormatFor, preciseFor } from './picker/settings.js';
+import { flowControlAnywhere, metricsFormatFor, poolSettings, preciseFor } from './picker/settings.js';
 import type { RunningPrecise } from './kv-cache/start-precise.js';
 import { SignalBoard } from './picker/signals.js';
 import type { RequestResult } from './request/request-result.js';
@@ -307,6 +307,7 @@ async function startPreciseIfOn(
   ]);
   return startPrecise(
     settings,
+    (pool) => poolSettings(config.picker, pool).kvEventsPort,
     () => store.view(),
     (pool) => preciseFor(config.picker, pool),
     (address) => board.peek(address)?.load?.cacheBlocks,

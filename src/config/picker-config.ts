@@ -37,6 +37,7 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
       ...(pool.blockTokens === undefined ? {} : { blockTokens: pool.blockTokens }),
       ...(pool.charsPerToken === undefined ? {} : { charsPerToken: pool.charsPerToken }),
       ...(pool.precise === undefined ? {} : { precise: pool.precise }),
+      ...(pool.kvEventsPort === undefined ? {} : { kvEventsPort: pool.kvEventsPort }),
     };
   }
   return {
@@ -52,17 +53,17 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
       concurrency: m.concurrency ?? d.metrics.concurrency,
     },
     flowControl: flowControlSettings(section?.flowControl),
-    precise: preciseSettings(section?.precise),
+    precise: preciseSettings(section?.precise, pools),
     pools,
   };
 }
 
-function preciseSettings(section: PickerSection['precise']): PreciseSettings | undefined {
+function preciseSettings(section: PickerSection['precise'], pools: Readonly<Record<string, PoolPickerSettings>>): PreciseSettings | undefined {
   if (section === undefined) return undefined;
   const d = DEFAULT_PRECISE_EVENTS;
   const e = section.events ?? {};
   const discover = e.discover ?? d.discover;
-  if (e.port === undefined && !discover) {
+  if (e.port === undefined && !discover && !Object.values(pools).some((pool) => pool.kvEventsPort !== undefined)) {
     throw new PickerConfigError(
       "picker.precise.events: set port (the KV-event publisher's port on each model server, vLLM's --kv-events-config endpoint tcp://*:PORT) or discover: true (ask each server's GET /kv_event_sources)",
     );

@@ -386,6 +386,13 @@ const Picker = Mapping(
         Mapping(
           {
             precise: Type.Optional(Type.Boolean({ description: "Use this pool's KV events (when picker.precise is set). Default true." })),
+            kvEventsPort: Type.Optional(
+              Type.Integer({
+                minimum: 1,
+                maximum: 65535,
+                description: "The KV-event publisher's port on this pool's servers. Default picker.precise.events.port (or discovery).",
+              }),
+            ),
             metricsFormat: Type.Optional(
               StringEnum([...METRICS_FLAVOURS, 'none'] as const, { description: 'Metrics flavour of this pool; none = do not scrape it.' }),
             ),

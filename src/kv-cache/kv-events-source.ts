@@ -15,8 +15,8 @@ import { ZmqSubscription } from './zmq-subscription.js';
 import type { SubscriptionHandler } from './zmq-subscription.js';
 
 export interface KvEventsSettings {
-  /** The publisher's port on each server; undefined = ask the server (`discover`). */
-  readonly port: number | undefined;
+  /** The publisher's port on each server of a pool; undefined = ask the server (`discover`). */
+  readonly portOf: (pool: string) => number | undefined;
   /** Ask each server's `GET /kv_event_sources` for its publisher's port (and topic). */
   readonly discover: boolean;
   /** Topic prefix to subscribe to ('' = every topic; vLLM's default topic is empty, the test bed's `kv@<model>`). */
@@ -114,11 +114,12 @@ export class KvEventsSource {
     follow.opening = true;
     try {
       const { host } = splitHostPort(address);
-      const found = this.settings.discover ? await discover(address) : { port: this.settings.port, topic: undefined };
+      const port = this.settings.portOf(follow.pool);
+      const found = port === undefined && this.settings.discover ? await discover(address) : { port, topic: undefined };
       if (found.port === undefined) throw new Error('no publisher port (set picker.precise.events.port, or discover: true)');
       if (follow.closed) return;
       const handler: SubscriptionHandler = {
-        connected: () => {},
+        connected: () => this.index.connected(address),
         disconnected: (detail) => this.index.disconnected(address, detail),
         batch: (batch) => this.index.batch(address, batch, this.now()),
         bad: (reason) => this.index.badMessage(address, reason, this.now()),

@@ -111,6 +111,10 @@ export class PrefixIndex {
     if (server !== undefined) this.follows(address, server, server.state.badMessage(now), reason);
   }
 
+  connected(address: string): void {
+    this.servers.get(address)?.state.connected();
+  }
+
   disconnected(address: string, detail: string): void {
     const server = this.servers.get(address);
     if (server !== undefined) this.follows(address, server, server.state.disconnected(), detail);

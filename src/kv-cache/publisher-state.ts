@@ -3,8 +3,9 @@
 // server's index is not trusted, the picker treats that server as it would without events
 // (approximate prefix affinity), and the episode that made it so is counted and logged once.
 //
-//   connecting ──first batch seq 0 (a fresh engine: we saw all of it)────────────────▶ trusted
-//   connecting ──first batch seq > 0 (joined late: what it cached before is unknown)─▶ rebuilding
+//   connecting ──ZMTP handshake done (what it publishes from now on reaches us)──────▶ subscribed
+//   subscribed ──first batch seq 0 (a fresh engine: we saw all of it)────────────────▶ trusted
+//   subscribed ──first batch seq > 0 (joined late: what it cached before is unknown)─▶ rebuilding
 //   trusted    ──seq ≤ last (the engine restarted; it sends no AllBlocksCleared)─────▶ drop: trusted at seq 0, else rebuilding
 //   trusted    ──seq > last + 1 (a gap: batches lost)────────────────────────────────▶ drop: rebuilding
 //   trusted    ──a message that does not decode──────────────────────────────────────▶ drop: rebuilding
@@ -19,7 +20,7 @@
 // empty index while the server may still hold blocks we never saw, so it is not trusted until
 // rebuildMs of new events have refilled what is in use.
 
-export type PublisherPhase = 'connecting' | 'trusted' | 'rebuilding' | 'down';
+export type PublisherPhase = 'connecting' | 'subscribed' | 'trusted' | 'rebuilding' | 'down';
 
 /** Why a server's index stopped being trusted (the `reason` label of the episode counter). */
 export type EpisodeReason = 'gap' | 'restart' | 'disconnected' | 'silent' | 'bad_message';
@@ -73,7 +74,7 @@ export class PublisherState {
     let episode: EpisodeReason | undefined;
     let drop = false;
     let fresh = seq === 0n;
-    if (this.state === 'down' || this.state === 'connecting') {
+    if (this.state === 'down' || this.state === 'connecting' || this.state === 'subscribed') {
       // Nothing to drop: the entries went when it went down (or there were none yet).
     } else if (last !== undefined && seq <= last) {
       episode = 'restart';
@@ -93,11 +94,16 @@ export class PublisherState {
     return this.opened({ drop, apply: true, ...(episode === undefined ? {} : { episode }) });
   }
 
+  /** The ZMTP handshake with the publisher completed (the first connect, or a reconnect). */
+  connected(): void {
+    if (this.state === 'connecting') this.state = 'subscribed';
+  }
+
   /** A message that did not decode: its events are lost. */
   badMessage(now: number): Verdict {
     this.expectedSince = 0;
     const was = this.state;
-    if (was === 'down' || was === 'connecting') return NOTHING;
+    if (was === 'down' || was === 'connecting' || was === 'subscribed') return NOTHING;
     this.state = 'rebuilding';
     this.rebuildingSince = now;
     return this.opened({ drop: true, apply: false, episode: 'bad_message' });
@@ -107,8 +113,12 @@ export class PublisherState {
   disconnected(): Verdict {
     this.expectedSince = 0;
     const was = this.state;
+    if (was === 'connecting' || was === 'subscribed') {
+      this.state = 'connecting';
+      return NOTHING;
+    }
     this.state = 'down';
-    if (was === 'down' || was === 'connecting') return NOTHING;
+    if (was === 'down') return NOTHING;
     return this.opened({ drop: true, apply: false, episode: 'disconnected' });
   }
 

@@ -34,6 +34,8 @@ const TICK_MS = 250;
 
 export async function startPrecise(
   settings: PreciseSettings,
+  /** A pool's own publisher port, where it has one (picker.pools.<name>.kvEventsPort). */
+  poolPort: (pool: string) => number | undefined,
   view: () => EndpointView,
   inPrecise: (pool: string) => boolean,
   capacityOf: (address: string) => number | undefined,
@@ -78,7 +80,13 @@ export async function startPrecise(
   const source = new KvEventsSource(
     index,
     view,
-    { port: events.port, discover: events.discover, topic: events.topic, heartbeatMs: events.heartbeatMs, tickMs: TICK_MS },
+    {
+      portOf: (pool) => poolPort(pool) ?? events.port,
+      discover: events.discover,
+      topic: events.topic,
+      heartbeatMs: events.heartbeatMs,
+      tickMs: TICK_MS,
+    },
     inPrecise,
     capacityOf,
     {

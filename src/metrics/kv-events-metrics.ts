@@ -23,7 +23,7 @@ export class KvEventsMetrics {
     const registers = [registry];
     this.publishers = new Gauge({
       name: 'llm_extproc_kv_events_publishers',
-      help: 'Model servers whose KV events we follow, by the state of their index: trusted (picks use it), rebuilding (after a gap, a restart not seen from its start, a lost connection: new events refill it before it is trusted), down (disconnected or silent), connecting (nothing received yet).',
+      help: 'Model servers whose KV events we follow, by the state of their index: trusted (picks use it), rebuilding (after a gap, a restart not seen from its start, a lost connection: new events refill it before it is trusted), down (disconnected or silent), subscribed (connected, nothing received yet), connecting (not connected yet).',
       labelNames: ['pool', 'state'] as const,
       registers,
       collect: () => {

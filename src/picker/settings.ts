@@ -120,6 +120,8 @@ export interface PoolPickerSettings {
   readonly charsPerToken?: number;
   /** Precise prefix matching for this pool; default: on wherever picker.precise is set. */
   readonly precise?: boolean;
+  /** The KV-event publisher's port on this pool's servers, over picker.precise.events.port. */
+  readonly kvEventsPort?: number;
 }
 
 /** The picker's settings: every scorer's weight and the scorers' own sections (scorer-table.ts), scraping, flow control, pools. */

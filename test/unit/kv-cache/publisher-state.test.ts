@@ -8,6 +8,7 @@ import type { PublisherPhase, Verdict } from '../../../src/kv-cache/publisher-st
 type Input =
   | { batch: number; at?: number; cleared?: boolean }
   | { disconnect: true; at?: number }
+  | { connect: true }
   | { bad: true; at?: number }
   | { expect: true; at: number }
   | { tick: number };
@@ -31,6 +32,10 @@ function run(inputs: readonly Input[]): { state: PublisherState; verdicts: Verdi
   for (const input of inputs) {
     if ('batch' in input) verdicts.push(state.batch(BigInt(input.batch), input.cleared ?? false, input.at ?? 0));
     else if ('disconnect' in input) verdicts.push(state.disconnected());
+    else if ('connect' in input) {
+      state.connected();
+      verdicts.push({ drop: false, apply: false });
+    }
     else if ('bad' in input) verdicts.push(state.badMessage(input.at ?? 0));
     else if ('expect' in input) state.expectPublish(input.at);
     else verdicts.push(state.tick(input.tick));
@@ -139,7 +144,9 @@ const ROWS: Row[] = [
     phase: 'rebuilding',
     episodes: ['bad_message'],
   },
-  { name: 'before any batch there is nothing to lose', inputs: [{ disconnect: true }, { bad: true }], last: {}, phase: 'down' },
+  { name: 'before any batch there is nothing to lose', inputs: [{ disconnect: true }, { bad: true }], last: {}, phase: 'connecting' },
+  { name: 'a handshake: subscribed, not yet trusted', inputs: [{ connect: true }], last: {}, phase: 'subscribed' },
+  { name: 'subscribed, then the first batch from a fresh engine', inputs: [{ connect: true }, { batch: 0 }], last: { apply: true }, phase: 'trusted' },
 ];
 
 describe('a publisher’s state', () => {
