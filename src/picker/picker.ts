@@ -27,14 +27,13 @@ import { candidateLoad, isExcluded } from './aggregates.js';
 import { mixedRendezvousWeight } from './rendezvous.js';
 import { canTake, isSaturated } from './saturation.js';
 import { isOverloaded, loraAffinityScore, outstandingLoad, prefillSavedScore } from './scorers.js';
-import type { Range } from './scorers.js';
+import type { PrefillCosts, Range } from './scorers.js';
 import { Field, LATENCY_DEMOTED, LATENCY_NEUTRAL } from './signals.js';
 import type { SignalBoard } from './signals.js';
 import { CandidateSet, loadScore } from './candidate-set.js';
 import type { PoolPolicy } from './settings.js';
 import { builtInWeight, prefillCostsOf, SCORERS, sectionDefaults } from './scorer-table.js';
 import type { CandidateScore, PrefixMatch, ScorerWeights, ScoringRequest, WeightedScorer } from './scorer-table.js';
-import type { PrefillCosts } from './signals.js';
 
 export interface PipelineOptions {
   /** The weights of the scorers built into the passes below (scorer-table.ts). */

@@ -14,7 +14,8 @@
 import { Type } from '@sinclair/typebox';
 import type { Static, TObject, TProperties } from '@sinclair/typebox';
 import type { Endpoint } from '../endpoints/model.js';
-import type { PrefillCosts, SignalBoard } from './signals.js';
+import type { SignalBoard } from './signals.js';
+import type { PrefillCosts } from './scorers.js';
 
 /**
  * What the model servers' own KV-cache events say of one request's prompt (kv-cache/: the prompt

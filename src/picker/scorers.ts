@@ -3,7 +3,15 @@
 // configured weight and adds them up. Unknown model-server metrics always score 0: a stale, failing
 // or missing scrape must never make an endpoint look idle.
 
-import type { PrefillCosts } from './signals.js';
+/** A pool's cost figures (latency-tracker.ts writes those it has measured, NaN for the others; the prefix scorer's cost model reads them). */
+export interface PrefillCosts {
+  /** Seconds of prefill per uncached prompt token. */
+  readonly prefillSecondsPerToken: number;
+  /** Seconds one more request ahead in a server's queue costs (the pool's median time to first token). */
+  readonly queueSecondsPerRequest: number;
+  /** Seconds a request takes, pick to last token (the pool's mean): the scale a saving is judged against. */
+  readonly requestSeconds: number;
+}
 
 /** Smallest and largest value among the candidates that report it. */
 export interface Range {

@@ -8,7 +8,7 @@
 // count at that moment, so that the picker can tell our share of the reported load (which it
 // knows live) from everyone else's (which only the next scrape updates).
 
-import { othersLoad } from './scorers.js';
+import { othersLoad, type PrefillCosts } from './scorers.js';
 
 /** Why an endpoint's model-server metrics cannot be used right now. */
 export type MetricsState =
@@ -75,16 +75,6 @@ function resetRecord(signals: Float64Array, slot: number): void {
   signals.fill(0, at, at + Field.Stride);
   signals[at + Field.KvCacheUsage] = Number.NaN;
   signals[at + Field.MaxAdapters] = Number.POSITIVE_INFINITY;
-}
-
-/** A pool's cost figures (latency-tracker.ts writes those it has measured, NaN for the others; the prefix scorer's cost model reads them). */
-export interface PrefillCosts {
-  /** Seconds of prefill per uncached prompt token. */
-  readonly prefillSecondsPerToken: number;
-  /** Seconds one more request ahead in a server's queue costs (the pool's median time to first token). */
-  readonly queueSecondsPerRequest: number;
-  /** Seconds a request takes, pick to last token (the pool's mean): the scale a saving is judged against. */
-  readonly requestSeconds: number;
 }
 
 /** Latency score of an endpoint as fast as its pool's median, or not measured yet. */
