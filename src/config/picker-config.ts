@@ -58,7 +58,10 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
   };
 }
 
-function preciseSettings(section: PickerSection['precise'], pools: Readonly<Record<string, PoolPickerSettings>>): PreciseSettings | undefined {
+function preciseSettings(
+  section: PickerSection['precise'],
+  pools: Readonly<Record<string, PoolPickerSettings>>,
+): PreciseSettings | undefined {
   if (section === undefined) return undefined;
   const d = DEFAULT_PRECISE_EVENTS;
   const e = section.events ?? {};

@@ -95,7 +95,15 @@ async function startBed(): Promise<Bed> {
       extProcHealthCheckIntervalMs: HEALTH_CHECK_INTERVAL_MS,
       backends: { kind: 'static', addresses: servers.map((s) => s.address) },
     });
-    envoy = await startEnvoy({ configYaml: toYaml(withAllPickers(rendered, pickers.map((p) => p.grpcAddress))), name: 'active-active' });
+    envoy = await startEnvoy({
+      configYaml: toYaml(
+        withAllPickers(
+          rendered,
+          pickers.map((p) => p.grpcAddress),
+        ),
+      ),
+      name: 'active-active',
+    });
     const running = envoy;
     await running.waitForStat('cluster.llm_extproc.membership_healthy', (v) => v === 3);
     return {

@@ -185,6 +185,8 @@ export function runExtprocCommand(
 /** A rendered Envoy config with every llm-extproc (by gRPC address) in its ext_proc cluster: Envoy round-robins streams over them. */
 export function withAllPickers(config: Record<string, unknown>, grpcAddresses: readonly string[]): Record<string, unknown> {
   const resources = config.static_resources as { clusters: Array<Record<string, unknown>> };
-  const clusters = resources.clusters.map((c) => (c.name === 'llm_extproc' ? { ...c, load_assignment: loadAssignment('llm_extproc', grpcAddresses) } : c));
+  const clusters = resources.clusters.map((c) =>
+    c.name === 'llm_extproc' ? { ...c, load_assignment: loadAssignment('llm_extproc', grpcAddresses) } : c,
+  );
   return { ...config, static_resources: { ...resources, clusters } };
 }

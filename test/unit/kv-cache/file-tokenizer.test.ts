@@ -10,9 +10,35 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { FileTokenizer, TokenizerFilesError } from '../../../src/kv-cache/file-tokenizer.js';
 
-const WORDS = ['[UNK]', 'hello', 'world', 'again', ',', '!', 'system', 'user', 'assistant', 'be', 'brief', 'and', 'exact', 'what', 'is', 'new', '?'];
+const WORDS = [
+  '[UNK]',
+  'hello',
+  'world',
+  'again',
+  ',',
+  '!',
+  'system',
+  'user',
+  'assistant',
+  'be',
+  'brief',
+  'and',
+  'exact',
+  'what',
+  'is',
+  'new',
+  '?',
+];
 const vocab = Object.fromEntries(WORDS.map((w, i) => [w, i + 3]));
-const added = ['<s>', '<|end|>', '<|role|>'].map((content, id) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }));
+const added = ['<s>', '<|end|>', '<|role|>'].map((content, id) => ({
+  id,
+  content,
+  single_word: false,
+  lstrip: false,
+  rstrip: false,
+  normalized: false,
+  special: true,
+}));
 const TOKENIZER = {
   version: '1.0',
   added_tokens: added,
@@ -36,7 +62,7 @@ const ids = (text: string): number[] =>
     .toLowerCase()
     .split(/(<s>|<\|end\|>|<\|role\|>)|\s+|(?=[,!?])|(?<=[,!?])/)
     .filter((t) => t !== undefined && t !== '')
-    .map((t) => (t === '<s>' ? 0 : t === '<|end|>' ? 1 : t === '<|role|>' ? 2 : (vocab[t] as number)));
+    .map((t) => (t === '<s>' ? 0 : t === '<|end|>' ? 1 : t === '<|role|>' ? 2 : vocab[t]));
 
 describe('the model’s tokenizer in process', () => {
   let dir: string;
@@ -76,9 +102,15 @@ describe('the model’s tokenizer in process', () => {
     const strict = await mkdtemp(join(tmpdir(), 'tokenizer-'));
     try {
       await writeFile(join(strict, 'tokenizer.json'), JSON.stringify(TOKENIZER));
-      await writeFile(join(strict, 'tokenizer_config.json'), JSON.stringify({ ...CONFIG, chat_template: "{{ raise_exception('no system role') }}" }));
+      await writeFile(
+        join(strict, 'tokenizer_config.json'),
+        JSON.stringify({ ...CONFIG, chat_template: "{{ raise_exception('no system role') }}" }),
+      );
       const refusing = await FileTokenizer.load(strict);
-      assert.equal(refusing.tokenize({ kind: 'chat', messages: [], addGenerationPrompt: true, continueFinalMessage: false, extra: {} }), undefined);
+      assert.equal(
+        refusing.tokenize({ kind: 'chat', messages: [], addGenerationPrompt: true, continueFinalMessage: false, extra: {} }),
+        undefined,
+      );
     } finally {
       await rm(strict, { recursive: true, force: true });
     }
@@ -91,7 +123,13 @@ describe('the model’s tokenizer in process', () => {
       await writeFile(join(other, 'tokenizer_config.json'), JSON.stringify({ bos_token: '<s>' }));
       const none = await FileTokenizer.load(other);
       assert.equal(none.hasChatTemplate, false);
-      const chat = { kind: 'chat', messages: [{ role: 'user', content: 'hello' }], addGenerationPrompt: true, continueFinalMessage: false, extra: {} } as const;
+      const chat = {
+        kind: 'chat',
+        messages: [{ role: 'user', content: 'hello' }],
+        addGenerationPrompt: true,
+        continueFinalMessage: false,
+        extra: {},
+      } as const;
       assert.equal(none.tokenize(chat), undefined);
       await writeFile(join(other, 'chat_template.jinja'), '{% for m in messages %}{{ m.content }}{% endfor %}');
       assert.deepEqual((await FileTokenizer.load(other)).tokenize(chat), [vocab.hello]);
@@ -103,7 +141,10 @@ describe('the model’s tokenizer in process', () => {
   it('refuses unusable files with the path and the reason', async () => {
     const bad = await mkdtemp(join(tmpdir(), 'tokenizer-'));
     try {
-      await assert.rejects(FileTokenizer.load(bad), (err: unknown) => err instanceof TokenizerFilesError && err.message.includes(join(bad, 'tokenizer.json')));
+      await assert.rejects(
+        FileTokenizer.load(bad),
+        (err: unknown) => err instanceof TokenizerFilesError && err.message.includes(join(bad, 'tokenizer.json')),
+      );
       await writeFile(join(bad, 'tokenizer.json'), '{not json');
       await writeFile(join(bad, 'tokenizer_config.json'), '{}');
       await assert.rejects(FileTokenizer.load(bad), /tokenizer\.json is not JSON/);

@@ -35,8 +35,7 @@ function run(inputs: readonly Input[]): { state: PublisherState; verdicts: Verdi
     else if ('connect' in input) {
       state.connected();
       verdicts.push({ drop: false, apply: false });
-    }
-    else if ('bad' in input) verdicts.push(state.badMessage(input.at ?? 0));
+    } else if ('bad' in input) verdicts.push(state.badMessage(input.at ?? 0));
     else if ('expect' in input) state.expectPublish(input.at);
     else verdicts.push(state.tick(input.tick));
   }
@@ -146,7 +145,12 @@ const ROWS: Row[] = [
   },
   { name: 'before any batch there is nothing to lose', inputs: [{ disconnect: true }, { bad: true }], last: {}, phase: 'connecting' },
   { name: 'a handshake: subscribed, not yet trusted', inputs: [{ connect: true }], last: {}, phase: 'subscribed' },
-  { name: 'subscribed, then the first batch from a fresh engine', inputs: [{ connect: true }, { batch: 0 }], last: { apply: true }, phase: 'trusted' },
+  {
+    name: 'subscribed, then the first batch from a fresh engine',
+    inputs: [{ connect: true }, { batch: 0 }],
+    last: { apply: true },
+    phase: 'trusted',
+  },
 ];
 
 describe('a publisher’s state', () => {
