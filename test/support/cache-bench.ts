@@ -20,6 +20,7 @@ import type { KvEventSubscriber } from './kv-events.js';
 import { VLLM_BLOCK_TOKENS, VLLM_MODEL } from './vllm-server.js';
 import type { VllmServer, VllmServerSpec } from './vllm-server.js';
 import { waitUntil } from './wait-until.js';
+import { prng } from '../../scripts/simulate/kernel.js';
 
 export const CACHE_POLICIES = ['round-robin', 'least-in-flight', 'approximate', 'precise'] as const;
 export type CachePolicy = (typeof CACHE_POLICIES)[number];
@@ -69,17 +70,6 @@ export const DEFAULT_WORKLOAD: WorkloadShape = {
   shortChats: 60,
   seed: 31,
 };
-
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const WORDS = (
   'order invoice refund shipping parcel account password warranty battery screen keyboard printer ' +
@@ -133,9 +123,28 @@ export function workloadSessions(shape: WorkloadShape = DEFAULT_WORKLOAD): Sessi
 /** The messages of turn `turn` (0-based) given the answers to the earlier turns. */
 export function turnMessages(session: Session, turn: number, answers: readonly string[]): ChatMessage[] {
   const messages: ChatMessage[] = session.system === undefined ? [] : [{ role: 'system', content: session.system }];
-  for (let t = 0; t < turn; t++) messages.push({ role: 'user', content: session.turns[t] }, { role: 'assistant', content: answers[t] ?? '' });
+  for (let t = 0; t < turn; t++)
+    messages.push({ role: 'user', content: session.turns[t] }, { role: 'assistant', content: answers[t] ?? '' });
   messages.push({ role: 'user', content: session.turns[turn] });
   return messages;
+}
+
+/**
+ * `count` chat requests of the workload, each turn of each session with short answers as its
+ * history; past one round, the first message is marked with the round so that every request is new
+ * to a server's cache (the exactness test and the tokenizer measurement use them).
+ */
+export function chatRequests(count: number): ChatMessage[][] {
+  const round: ChatMessage[][] = [];
+  for (const session of workloadSessions()) {
+    const answers = session.turns.map((_, t) => `answer ${t} with a few words`);
+    for (let turn = 0; turn < session.turns.length; turn++) round.push(turnMessages(session, turn, answers));
+  }
+  return Array.from({ length: count }, (_, i) =>
+    round[i % round.length].map((m, k) =>
+      k === 0 && i >= round.length ? { ...m, content: `round ${Math.floor(i / round.length)}. ${m.content}` } : m,
+    ),
+  );
 }
 
 // ── one run ─────────────────────────────────────────────────────────────────────────────────
@@ -174,14 +183,23 @@ export function policyConfig(policy: CachePolicy, tokenizerDir: string, extra: R
 async function serverCounters(server: VllmServer): Promise<{ hits: number; queries: number }> {
   const text = await server.metricsText();
   const labels = { engine: '0', model_name: VLLM_MODEL };
-  return { hits: metricValue(text, 'vllm:prefix_cache_hits_total', labels), queries: metricValue(text, 'vllm:prefix_cache_queries_total', labels) };
+  return {
+    hits: metricValue(text, 'vllm:prefix_cache_hits_total', labels),
+    queries: metricValue(text, 'vllm:prefix_cache_queries_total', labels),
+  };
 }
 
-/** Empties every server's prefix cache (vLLM publishes AllBlocksCleared). */
+/**
+ * Empties every server's prefix cache. vLLM queues AllBlocksCleared at the reset but publishes
+ * events only with an engine step: a request shorter than one block (it stores nothing) sends it.
+ */
 export async function resetCaches(servers: readonly VllmServer[]): Promise<void> {
   for (const server of servers) {
     const res = await server.post('/reset_prefix_cache', {});
-    if (res.status !== 200) throw new Error(`POST /reset_prefix_cache on ${server.id}: HTTP ${res.status} ${res.body} (is VLLM_SERVER_DEV_MODE set?)`);
+    if (res.status !== 200)
+      throw new Error(`POST /reset_prefix_cache on ${server.id}: HTTP ${res.status} ${res.body} (is VLLM_SERVER_DEV_MODE set?)`);
+    const step = await server.post('/v1/completions', { model: VLLM_MODEL, prompt: 'flush', max_tokens: 1 });
+    if (step.status !== 200) throw new Error(`a step after the reset on ${server.id}: HTTP ${step.status} ${step.body}`);
   }
 }
 
@@ -231,7 +249,8 @@ export async function startFleet(servers: readonly VllmServer[], options: FleetO
       }),
     );
     const roundRobin = options.policy === 'round-robin';
-    if (!roundRobin) for (let i = 0; i < options.processes; i++) pickers.push(await startExtprocProcess({ configPath }));
+    if (!roundRobin)
+      for (let i = 0; i < options.processes; i++) pickers.push(await startExtprocProcess({ configPath, startTimeoutMs: 60_000 }));
     const rendered = renderGatewayConfig({
       ...DEFAULT_GATEWAY_OPTIONS,
       listener: { address: '127.0.0.1', port: 0 },
@@ -240,7 +259,12 @@ export async function startFleet(servers: readonly VllmServer[], options: FleetO
       routeTimeoutSeconds: 120,
       backends: { kind: 'static', addresses: servers.map((s) => s.address) },
     });
-    const envoyConfig = roundRobin ? withoutExtProc(rendered) : withAllPickers(rendered, pickers.map((p) => p.grpcAddress));
+    const envoyConfig = roundRobin
+      ? withoutExtProc(rendered)
+      : withAllPickers(
+          rendered,
+          pickers.map((p) => p.grpcAddress),
+        );
     envoy = await startEnvoy({ configYaml: toYaml(envoyConfig), name: `cache-${options.policy}` });
     const port = envoy.listenerPort('llm_gateway');
     return { port, pickers, stop };
@@ -253,7 +277,10 @@ export async function startFleet(servers: readonly VllmServer[], options: FleetO
 /** Round-robin: Envoy alone (no ext_proc filter), its backends cluster balancing by round robin. */
 function withoutExtProc(config: Record<string, unknown>): Record<string, unknown> {
   const parsed = JSON.parse(JSON.stringify(config)) as {
-    static_resources: { listeners: Array<{ filter_chains?: Array<{ filters: Array<{ typed_config: { http_filters?: Array<{ name: string }> } }> }> }>; clusters: Array<Record<string, unknown>> };
+    static_resources: {
+      listeners: Array<{ filter_chains?: Array<{ filters: Array<{ typed_config: { http_filters?: Array<{ name: string }> } }> }> }>;
+      clusters: Array<Record<string, unknown>>;
+    };
   };
   for (const listener of parsed.static_resources.listeners)
     for (const chain of listener.filter_chains ?? [])
@@ -274,39 +301,47 @@ function withoutExtProc(config: Record<string, unknown>): Record<string, unknown
       ],
     };
   }
-  return parsed as unknown as Record<string, unknown>;
+  return parsed;
 }
 
 /**
  * Empties the servers' caches and, for a precise fleet, waits until every process holds a trusted
  * index of every server: the reset's AllBlocksCleared makes an index exact, but only one whose
- * subscription was up when it was published, so the reset is repeated until all have seen one.
+ * subscription was up when it was published, so every process is subscribed to all first.
  */
 export async function resetForRun(servers: readonly VllmServer[], fleet: Fleet, precise: boolean): Promise<void> {
-  // Something to clear: vLLM publishes AllBlocksCleared only when its cache held blocks.
-  for (const server of servers) {
-    const res = await server.post('/v1/completions', { model: VLLM_MODEL, prompt: 'prime '.repeat(40), max_tokens: 1 });
-    if (res.status !== 200) throw new Error(`priming ${server.id}: HTTP ${res.status} ${res.body}`);
-  }
+  // Subscribed first: what is published before a subscriber's handshake never reaches it.
   if (precise)
-    await waitUntil(async () => ((await Promise.all(fleet.pickers.map((p) => publishers(p, 'subscribed')))).every((n) => n === servers.length) ? true : undefined), {
-      description: `every llm-extproc process subscribed to all ${servers.length} servers' KV events`,
-      timeoutMs: 60_000,
-    });
+    await waitUntil(
+      async () =>
+        (
+          await Promise.all(
+            fleet.pickers.map(async (p) => (await publishers(p, 'connecting')) === 0 && (await publishers(p)) === servers.length),
+          )
+        ).every(Boolean)
+          ? true
+          : undefined,
+      { description: `every llm-extproc process subscribed to all ${servers.length} servers' KV events`, timeoutMs: 60_000 },
+    );
   await resetCaches(servers);
   if (precise)
-    await waitUntil(async () => ((await Promise.all(fleet.pickers.map((p) => publishers(p, 'trusted')))).every((n) => n === servers.length) ? true : undefined), {
-      description: `every llm-extproc process to hold a trusted KV-event index of all ${servers.length} servers (after AllBlocksCleared)`,
-      timeoutMs: 30_000,
-    });
+    await waitUntil(
+      async () =>
+        (await Promise.all(fleet.pickers.map((p) => publishers(p, 'trusted')))).every((n) => n === servers.length) ? true : undefined,
+      {
+        description: `every llm-extproc process to hold a trusted KV-event index of all ${servers.length} servers (after AllBlocksCleared)`,
+        timeoutMs: 30_000,
+      },
+    );
 }
 
-/** Servers in one state in a process's publishers gauge. */
-async function publishers(picker: ExtprocProcess, state: string): Promise<number> {
+/** Servers in one state (any state: all followed) in a process's publishers gauge. */
+async function publishers(picker: ExtprocProcess, state?: string): Promise<number> {
   const text = await (await fetch(`http://127.0.0.1:${picker.httpPort}/metrics`)).text();
   let count = 0;
   for (const line of text.split('\n'))
-    if (line.startsWith('llm_extproc_kv_events_publishers{') && line.includes(`state="${state}"`)) count += Number(line.split(' ').pop());
+    if (line.startsWith('llm_extproc_kv_events_publishers{') && (state === undefined || line.includes(`state="${state}"`)))
+      count += Number(line.split(' ').pop());
   return count;
 }
 
@@ -325,7 +360,14 @@ export function streamChat(port: number, messages: readonly ChatMessage[], maxTo
     let first = Number.NaN;
     let text = '';
     const req = httpRequest(
-      { host: '127.0.0.1', port, path: '/v1/chat/completions', method: 'POST', agent: false, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+      {
+        host: '127.0.0.1',
+        port,
+        path: '/v1/chat/completions',
+        method: 'POST',
+        agent: false,
+        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      },
       (res) => {
         res.setEncoding('utf8');
         res.on('data', (chunk: string) => {
@@ -392,7 +434,9 @@ export async function runWorkload(
   const after = await Promise.all(servers.map(serverCounters));
   const hits = after.map((a, i) => a.hits - before[i].hits);
   const queries = after.map((a, i) => a.queries - before[i].queries);
-  const evictions = subscribers.map((subscriber) => subscriber.events().reduce((n, e) => n + (e.type === 'BlockRemoved' ? e.blockHashes.length : 0), 0));
+  const evictions = subscribers.map((subscriber) =>
+    subscriber.events().reduce((n, e) => n + (e.type === 'BlockRemoved' ? e.blockHashes.length : 0), 0),
+  );
   ttfts.sort((a, b) => a - b);
   const sum = (values: readonly number[]): number => values.reduce((a, b) => a + b, 0);
   return {
