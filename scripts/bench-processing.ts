@@ -334,5 +334,7 @@ servers.forEach((target, i) => {
 if (servers.length === 2) {
   const ratios = perRequest[0].map((x, r) => x / perRequest[1][r]);
   report += `per request, this build ÷ ${servers[1].name}, round by round: median ${median(ratios).toFixed(2)} (${fmt(ratios, 2)})\n`;
+  const chunkRatios = perChunk[0].map((x, r) => x / perChunk[1][r]);
+  report += `per chunk, this build ÷ ${servers[1].name}, round by round: median ${median(chunkRatios).toFixed(2)} (${fmt(chunkRatios, 2)})\n`;
 }
 process.stdout.write(`${report}(replies: ${sentBytes} bytes framed)\n`);

@@ -56,7 +56,8 @@ import type { GatewayConfigOptions } from '../tools/envoy-config/gateway-config.
 import { envoyBinaryPath } from '../test/support/envoy-binary.js';
 import { startEnvoy } from '../test/support/envoy-process.js';
 import type { RunningEnvoy } from '../test/support/envoy-process.js';
-import { metricValue, poolsYaml } from '../test/support/gateway.js';
+import { poolsYaml } from '../test/support/gateway.js';
+import { metricValue } from '../test/support/prometheus.js';
 import { waitUntil } from '../test/support/wait-until.js';
 import { withoutExtProc } from './bench/baseline-config.js';
 import { isCpuProfile, summarizeProfile } from './bench/cpu-profile.js';

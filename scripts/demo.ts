@@ -2,9 +2,14 @@
 // local model servers wired by a static endpoints file you can edit while it runs.
 // Flags: --port N (Envoy listener, default 8080; 0 = any free port), --smoke (send sample requests,
 // print the answers and exit: what the test suite runs to keep this command honest), --state-dir D.
+// A normal start prints no error-looking line: the demo waits for llm-extproc's /readyz before its
+// first request through Envoy. Ctrl-C stops llm-extproc first (it closes Envoy's connections
+// gracefully), then Envoy, then the model servers: Envoy and llm-extproc run in their own process
+// groups so the terminal's Ctrl-C reaches only the demo, which stops them in that order.
 
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
@@ -24,16 +29,41 @@ const root = repoRoot();
 const stateDir = values['state-dir'] ?? join(root, '.cache', 'demo');
 mkdirSync(stateDir, { recursive: true });
 
-const children: ChildProcess[] = [];
+let server: ChildProcess | undefined;
 const servers: ModelServer[] = [];
 let envoy: RunningEnvoy | undefined;
+// The children are in their own process groups: nothing else would stop them if the demo died.
+process.on('exit', () => server?.kill('SIGKILL'));
 
+let stopping = false;
 async function shutdown(code: number): Promise<never> {
+  if (stopping) return new Promise<never>(() => undefined);
+  stopping = true;
+  // llm-extproc first: it ends Envoy's connections itself (GOAWAY) rather than seeing them reset.
+  const child = server;
+  if (child !== undefined && child.exitCode === null && child.signalCode === null) {
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    child.kill('SIGTERM');
+    await exited;
+  }
   await envoy?.stop();
-  for (const child of children) child.kill('SIGTERM');
-  await Promise.all(children.map((c) => (c.exitCode !== null ? Promise.resolve() : new Promise((resolve) => c.once('exit', resolve)))));
   await Promise.all(servers.map((s) => s.close()));
   process.exit(code);
+}
+
+/** Forwards llm-extproc's log lines to our stdout and resolves with its ops port (from its start line). */
+function opsPortOf(child: ChildProcess): Promise<number> {
+  return new Promise((resolve, reject) => {
+    if (child.stdout === null) throw new Error('llm-extproc has no stdout pipe');
+    const lines = createInterface({ input: child.stdout });
+    lines.on('line', (line) => {
+      process.stdout.write(`${line}\n`);
+      if (!line.includes('"llm-extproc started"')) return;
+      const started = JSON.parse(line) as { http?: unknown };
+      if (typeof started.http === 'number') resolve(started.http);
+    });
+    child.once('exit', (code) => reject(new Error(`llm-extproc exited with code ${String(code)} before it started`)));
+  });
 }
 
 async function main(): Promise<void> {
@@ -55,6 +85,8 @@ async function main(): Promise<void> {
   );
 
   const socket = join(stateDir, 'grpc.sock');
+  // Ours alone: a socket a killed demo left behind is removed here, not warned about by llm-extproc.
+  rmSync(socket, { force: true });
   const configFile = join(stateDir, 'llm-extproc.yaml');
   // A local demo has no load balancer to drain: stop at once on Ctrl-C.
   writeFileSync(
@@ -66,13 +98,22 @@ async function main(): Promise<void> {
       shutdownGraceSeconds: 2,
     }),
   );
-  const server = spawn(process.execPath, [join(root, 'dist', 'src', 'main.js'), '--config', configFile], {
-    env: { ...process.env, LLM_EXTPROC_LOG_LEVEL: values.smoke ? 'warn' : 'info' },
-    stdio: ['ignore', 'inherit', 'inherit'],
+  const child = spawn(process.execPath, [join(root, 'dist', 'src', 'main.js'), '--config', configFile], {
+    // Info: its start line carries the ops port, and each failed request is one line worth seeing.
+    env: { ...process.env, LLM_EXTPROC_LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+    detached: true,
   });
-  children.push(server);
-  server.once('exit', (code) => {
+  server = child;
+  child.once('exit', (code) => {
     if (code !== 0 && code !== null) process.stderr.write(`llm-extproc exited with code ${code}\n`);
+  });
+  const opsPort = await opsPortOf(child);
+  const ops = `http://127.0.0.1:${opsPort}`;
+  // Synced before the first request, so no request meets an empty endpoint cache (503 no_ready_replica).
+  await waitUntil(async () => ((await fetch(`${ops}/readyz`)).status === 200 ? true : undefined), {
+    description: 'llm-extproc to sync its endpoint cache',
+    timeoutMs: 20_000,
   });
 
   const config = renderGatewayConfig({
@@ -83,9 +124,9 @@ async function main(): Promise<void> {
     backends: { kind: 'static', addresses: [llamaA.address, llamaB.address, qwen.address, '127.0.0.1:1'] },
   });
   writeFileSync(join(stateDir, 'envoy.yaml'), toYaml(config, { lineWidth: 0 }));
-  envoy = await startEnvoy({ configYaml: toYaml(config), name: 'demo', logLevel: 'warning' });
+  envoy = await startEnvoy({ configYaml: toYaml(config), name: 'demo', logLevel: 'warning', callerHandlesSignals: true });
   const port = envoy.listenerPort('llm_gateway');
-  // Ready when Envoy routes through llm-extproc and its endpoint cache has synced (503 before).
+  // Ready when Envoy routes through llm-extproc.
   await waitUntil(async () => ((await send(port, { path: '/v1/models' })).status === 200 ? true : undefined), {
     description: 'llm-extproc to answer through Envoy',
     timeoutMs: 20_000,
@@ -113,6 +154,7 @@ async function main(): Promise<void> {
   process.stdout.write(`
 llm-extproc demo is up: Envoy on ${base}, llm-extproc on ${socket}
 Endpoints file (edit it while this runs): ${endpointsFile}
+llm-extproc's ops port: ${ops}/metrics  ${ops}/healthz  ${ops}/readyz
 
   curl -s ${base}/v1/models
   curl -s ${base}/v1/chat/completions -H 'content-type: application/json' \\
@@ -121,6 +163,7 @@ Endpoints file (edit it while this runs): ${endpointsFile}
        -d '{"model":"qwen-2.5-7b","stream":true,"messages":[{"role":"user","content":"Stream, please"}]}'
   curl -s ${base}/v1/chat/completions -H 'content-type: application/json' -d '{"model":"gpt-17"}'   # 404 model_not_found
   curl -s ${base}/v1/chat/completions -H 'content-type: application/json' -d '{"model":'            # 400 invalid_json
+  curl -s ${ops}/metrics | grep llm_extproc_requests_total
 
 Press Ctrl-C to stop.
 `);

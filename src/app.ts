@@ -3,7 +3,7 @@
 
 import type { Logger } from 'pino';
 import type { Config } from './config/config.js';
-import type { EndpointSource, EndpointView } from './endpoints/model.js';
+import type { EndpointSource } from './endpoints/model.js';
 import { BrokenStreamCheck } from './endpoints/broken-stream-check.js';
 import { probeReplica } from './endpoints/replica-probe.js';
 import { StaticFileSource } from './endpoints/static-source.js';
@@ -24,7 +24,7 @@ import { openTlsIdentity } from './grpc/tls-identity.js';
 import { startOpsServer } from './ops/ops-server.js';
 import { Metrics } from './metrics/metrics.js';
 import { LatencyTracker, SLOW_REPLICA } from './picker/latency-tracker.js';
-import type { PodLoad, PoolLoads } from './metrics/gie-metrics.js';
+import { poolLoads } from './metrics/gie-metrics.js';
 import { FlowMetrics } from './metrics/flow-metrics.js';
 import { LoadTracker } from './picker/load-tracker.js';
 import { MetricsScraper } from './picker/scraper.js';
@@ -314,23 +314,4 @@ async function startPreciseIfOn(
     new KvEventsMetrics(metrics.registry),
     logger,
   );
-}
-
-/** Each pool's ready replicas and the fresh load reports among them, for the pool series (gie-metrics.ts). */
-function poolLoads(view: EndpointView, board: SignalBoard): PoolLoads[] {
-  const out: PoolLoads[] = [];
-  for (const pool of view.pools.values()) {
-    let readyPods = 0;
-    const pods: PodLoad[] = [];
-    for (const endpoint of pool.endpoints) {
-      if (endpoint.state !== 'Ready') continue;
-      readyPods++;
-      const load = endpoint.address === '' ? undefined : board.peek(endpoint.address)?.usableLoad();
-      // `namespace/pod` for Kubernetes: the pod's name, as the Inference Extension labels it.
-      if (load !== undefined)
-        pods.push({ pod: endpoint.id.slice(endpoint.id.indexOf('/') + 1), waiting: load.waiting, kvCacheUsage: load.kvCacheUsage });
-    }
-    out.push({ name: pool.name, readyPods, pods });
-  }
-  return out;
 }

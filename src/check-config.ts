@@ -1,6 +1,8 @@
-// `llm-extproc --check-config`: everything the server checks at start before it opens a socket —
-// the config file and the environment, the worker count, the static endpoints file, the TLS pair —
-// done without starting anything, and the effective settings (every default filled in) reported.
+// Everything the server checks at start before it opens a socket — the config file and the
+// environment (listen addresses and ports, one endpoint source, paths made absolute), the worker
+// count, the static endpoints file, the TLS pair — done without starting anything, and the
+// effective settings (every default filled in) reported. `llm-extproc --check-config` prints the
+// report; the server runs the same function first (main.ts), so the two cannot disagree.
 // A Kubernetes source is not contacted: its pods are only known once the server lists them.
 
 import { readFile } from 'node:fs/promises';

@@ -17,8 +17,8 @@ import { startApp } from './app.js';
 import { CheckFailed, checkConfig } from './check-config.js';
 import { briefUsage, EXIT, parseCommandLine, usage, UsageError } from './cli.js';
 import type { Command } from './cli.js';
-import { attachWorker, parseWorkers, runPrimary } from './cluster.js';
-import { configPathFrom, loadConfig } from './config/load-config.js';
+import { attachWorker, runPrimary } from './cluster.js';
+import { configPathFrom } from './config/load-config.js';
 import { errorMessage } from './util/error-message.js';
 
 function fail(message: string, code: number = EXIT.failure): never {
@@ -54,25 +54,21 @@ async function main(): Promise<void> {
   }
   const configPath = configPathFrom(command.configPath, process.env);
   const workersText = command.workers ?? process.env.LLM_EXTPROC_WORKERS;
+  // One validation path: the server runs exactly the checks `--check-config` runs, so a config the
+  // check passes is one the server starts with, and a bad one stops both with the same line.
+  let report;
+  try {
+    report = await checkConfig(configPath, workersText, process.env, availableParallelism());
+  } catch (err) {
+    if (err instanceof CheckFailed) fail(err.message);
+    throw err;
+  }
   if (command.kind === 'check-config') {
-    try {
-      const report = await checkConfig(configPath, workersText, process.env, availableParallelism());
-      process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
-      process.stderr.write(`llm-extproc: configuration is valid${configPath === undefined ? '' : ` (${configPath})`}\n`);
-    } catch (err) {
-      if (err instanceof CheckFailed) fail(err.message);
-      throw err;
-    }
+    process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+    process.stderr.write(`llm-extproc: configuration is valid${configPath === undefined ? '' : ` (${configPath})`}\n`);
     return;
   }
-  let config;
-  let workers;
-  try {
-    config = loadConfig(configPath, process.env);
-    workers = parseWorkers(workersText, availableParallelism());
-  } catch (err) {
-    fail(`invalid configuration${configPath === undefined ? '' : ` (${configPath})`}: ${errorMessage(err)}`);
-  }
+  const { config, workers } = report;
   const workerIndex = cluster.isWorker ? process.env.LLM_EXTPROC_WORKER_INDEX : undefined;
   const logger = pino({
     level: config.logLevel,
@@ -96,11 +92,19 @@ async function main(): Promise<void> {
       if (cluster.isWorker) attachWorker(app, () => shutdown(logger, running, 'primary'));
     }
   } catch (err) {
+    // A port another process holds, an address this host lacks: the operator's to fix, in one line.
+    if (isListenFailure(err)) fail(errorMessage(err));
     logger.fatal({ err }, 'failed to start');
     process.exit(1);
   }
   process.once('SIGTERM', () => shutdown(logger, running, 'SIGTERM'));
   process.once('SIGINT', () => shutdown(logger, running, 'SIGINT'));
+}
+
+/** A listener that could not bind (`cannot listen on 127.0.0.1:9002: listen EADDRINUSE: …`, Node's error as its cause). */
+function isListenFailure(err: unknown): boolean {
+  const cause = err instanceof Error ? (err.cause as NodeJS.ErrnoException | undefined) : undefined;
+  return cause?.syscall === 'listen' || cause?.syscall === 'bind';
 }
 
 function shutdown(logger: Logger, running: { stop(): Promise<void> }, signal: string): void {

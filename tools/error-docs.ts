@@ -410,6 +410,41 @@ function midStreamSection(): string[] {
   return lines;
 }
 
+/**
+ * What a client gets when the model server cuts its stream after the headers went out, and why
+ * nobody can end it more cleanly: measured under every gateway profile by
+ * test/e2e/cut-streams.test.ts, which asserts each claim here.
+ */
+function cutStreamsSection(): string[] {
+  return [
+    '## Cut streams: what the client gets',
+    '',
+    'When the model server resets or closes its connection after the response headers went out, Envoy',
+    '1.40 resets the client\'s stream at once ("Prior headers have already been sent" in its debug log),',
+    'destroys the filter chain, and only then closes the ext_proc stream. Measured under every gateway',
+    'profile (`test/e2e/cut-streams.test.ts`): the processor has heard the response headers and the',
+    'chunks that arrived, never a body message marked `end_of_stream`, never trailers. So no ext_proc',
+    'reply can end a cut stream with the `stream_broken` SSE error event: not a last `streamed_response`',
+    "chunk in FULL_DUPLEX_STREAMED (there is no last chunk), not a body mutation in STREAMED. Envoy's",
+    'own settings cannot either: `local_reply_config` mappers apply only while the headers are still',
+    'held (that reply is the `upstream_reset` JSON), and `stream_error_on_invalid_http_message`, HTTP/1.1',
+    'or HTTP/2 downstream only change how the reset looks. The client sees a cut; what it raises:',
+    '',
+    '| Client | What reaches it | What it raises |',
+    '| --- | --- | --- |',
+    "| HTTP/1.1 | status 200, the events sent so far, then the connection closes without the chunked terminator, about 1 s after the cut (Envoy's `delayed_close_timeout`, 1 s by default) | a read error (Node: `aborted` / `ECONNRESET`) |",
+    '| HTTP/2 | status 200, the events sent so far, then `RST_STREAM` `INTERNAL_ERROR`, at once | a stream error (Node: `ERR_HTTP2_STREAM_ERROR`) |',
+    "| openai Node SDK 6.49 (fetch, HTTP/1.1) | as HTTP/1.1 | `TypeError: terminated` (undici's), **not** an `OpenAI.APIError`: catch it around the stream's iteration |",
+    '| openai Python SDK 3.60 (httpx, HTTP/1.1) | as HTTP/1.1 | `openai.APIConnectionError` ("Connection error.", an `openai.APIError`) raised from httpx\'s `RemoteProtocolError` (incomplete chunked read) |',
+    '',
+    'Under a gateway that buffers whole responses (Envoy AI Gateway with',
+    '`processing-body-mode: buffered`) nothing has reached the client when the model server cuts:',
+    "Envoy answers 502 itself (`upstream_reset` JSON under our configs; Envoy's plain text under the",
+    "gateway's own). Either way a stream without its terminator (`data: [DONE]`, `response.completed`)",
+    'is partial: keep what arrived if useful, and retry.',
+  ];
+}
+
 function deadReplicaSection(): string[] {
   return [
     '## A dead replica costs at most one request',
@@ -452,6 +487,8 @@ export function renderErrorDocs(): string {
     ...statesSection(),
     '',
     ...midStreamSection(),
+    '',
+    ...cutStreamsSection(),
     '',
     ...deadReplicaSection(),
   ];

@@ -2,6 +2,8 @@
 // config-file schema (schema.ts, the one source of truth also used by the Helm chart) and mapped
 // into a frozen object. Pure: callers pass the file text and the environment; main.ts does the I/O.
 
+import { homedir } from 'node:os';
+import { isAbsolute, resolve as resolvePath } from 'node:path';
 import { Value } from '@sinclair/typebox/value';
 import type { ValueError } from '@sinclair/typebox/value';
 import { ValueErrorType } from '@sinclair/typebox/errors';
@@ -9,16 +11,18 @@ import type { TSchema } from '@sinclair/typebox';
 import { parse as parseYaml } from 'yaml';
 import type { KubernetesSourceConfig } from '../endpoints/kubernetes-source.js';
 import { errorMessage, firstLine } from '../util/error-message.js';
+import { parseListenAddress } from '../util/host-port.js';
 import type { PickerSettings } from '../picker/settings.js';
 import { PickerConfigError, pickerSettings } from './picker-config.js';
 import { TracingConfigError, tracingSettings } from './tracing-config.js';
 import type { TracingSettings } from '../tracing/tracing-settings.js';
 import { configFileSchema, DEFAULTS, LOG_LEVELS } from './schema.js';
-import type { GRPC_TRANSPORTS } from './schema.js';
+import type { DESTINATION_FORMATS, GRPC_TRANSPORTS } from './schema.js';
 import type { ConfigFile } from './schema.js';
 
 export type LogLevel = (typeof LOG_LEVELS)[number];
 export type GrpcTransport = (typeof GRPC_TRANSPORTS)[number];
+export type DestinationFormat = (typeof DESTINATION_FORMATS)[number];
 
 export interface Config {
   readonly listen: {
@@ -77,8 +81,6 @@ export interface Config {
   readonly tracing: TracingSettings;
 }
 
-export type DestinationFormat = 'list' | 'single';
-
 /**
  * Certificate and key files (PEM, reloaded when they change), optionally with the CA client
  * certificates must chain to (mutual TLS), or a self-signed pair made at start.
@@ -103,11 +105,27 @@ export const ENVIRONMENT_OVERRIDES = [
 ] as const;
 
 /**
+ * Where relative paths start: those written in the config file from the file's folder (so a
+ * config and the files it names move together), those from environment variables from the working
+ * directory (as a shell would read them); `~/` from the home directory.
+ */
+export interface PathBase {
+  /** The config file's folder; undefined = no config file (its default paths start from `cwd`). */
+  readonly configDir: string | undefined;
+  readonly cwd: string;
+  readonly home: string;
+}
+
+/**
  * Builds the configuration. `fileText` is the YAML config file's content (or undefined), `env`
  * the process environment. Environment variables override the file (ENVIRONMENT_OVERRIDES).
- * An empty variable counts as unset.
+ * An empty variable counts as unset. Every path in the result is absolute (PathBase).
  */
-export function buildConfig(fileText: string | undefined, env: Env): Config {
+export function buildConfig(
+  fileText: string | undefined,
+  env: Env,
+  base: PathBase = { configDir: undefined, cwd: process.cwd(), home: homedir() },
+): Config {
   const raw = parseFile(fileText);
   // `kubernetes:` with nothing under it still selects the Kubernetes source (and then fails with
   // a useful message), so remember it before empty values are dropped.
@@ -116,7 +134,32 @@ export function buildConfig(fileText: string | undefined, env: Env): Config {
   applyEnvironment(file, env);
   if (hasKubernetes && file.kubernetes === undefined) file.kubernetes = {};
   const valid = validate(file);
-  return deepFreeze(toConfig(valid, nonEmpty(env.LLM_EXTPROC_ENDPOINTS_FILE), env));
+  return deepFreeze(toConfig(valid, nonEmpty(env.LLM_EXTPROC_ENDPOINTS_FILE), env, pathResolvers(base, env)));
+}
+
+/** Turns the paths of the file and of the environment into absolute ones (see PathBase). */
+interface PathResolvers {
+  readonly fromFile: (path: string) => string;
+  readonly fromEnv: (path: string) => string;
+  /** listen.grpc: a relative `unix:` socket path as the other paths; env-set ones from the cwd. */
+  readonly grpcAddress: (address: string) => string;
+}
+
+function pathResolvers(base: PathBase, env: Env): PathResolvers {
+  const from = (start: string) => (path: string) =>
+    path === '~' || path.startsWith('~/') ? resolvePath(base.home, path.slice(2)) : resolvePath(start, path);
+  const fromFile = from(base.configDir ?? base.cwd);
+  const fromEnv = from(base.cwd);
+  const grpcFromEnv = nonEmpty(env.LLM_EXTPROC_GRPC_ADDRESS) !== undefined;
+  return {
+    fromFile,
+    fromEnv,
+    grpcAddress: (address) => {
+      const parsed = parseListenAddress(address);
+      if (parsed?.kind !== 'unix' || isAbsolute(parsed.path)) return address;
+      return `unix://${(grpcFromEnv ? fromEnv : fromFile)(parsed.path)}`;
+    },
+  };
 }
 
 function parseFile(fileText: string | undefined): Raw {
@@ -145,6 +188,9 @@ function withoutNulls(value: unknown): unknown {
 function applyEnvironment(file: Raw, env: Env): void {
   const grpc = nonEmpty(env.LLM_EXTPROC_GRPC_ADDRESS);
   const http = nonEmpty(env.LLM_EXTPROC_HTTP_ADDRESS);
+  // Checked here, where the variable can be named; the file's values are checked with the other fields.
+  if (grpc !== undefined) checkListenAddress('LLM_EXTPROC_GRPC_ADDRESS', grpc, 'grpc');
+  if (http !== undefined) checkListenAddress('LLM_EXTPROC_HTTP_ADDRESS', http, 'http');
   if (grpc !== undefined || http !== undefined) {
     const listen = isMapping(file.listen) ? file.listen : file.listen === undefined ? {} : undefined;
     if (listen !== undefined) {
@@ -283,8 +329,26 @@ function unescapePointer(segment: string): string {
   return segment.replaceAll('~1', '/').replaceAll('~0', '~');
 }
 
+/**
+ * The gRPC listener takes `host:port` or a `unix:` socket path; the HTTP (ops) listener `host:port`
+ * only. Returns the port (0 for a socket: it takes none).
+ */
+function checkListenAddress(field: string, address: string, listener: 'grpc' | 'http'): number {
+  const parsed = parseListenAddress(address);
+  if (parsed !== undefined && (parsed.kind === 'tcp' || listener === 'grpc')) return parsed.kind === 'tcp' ? parsed.port : 0;
+  const forms = listener === 'grpc' ? 'host:port or unix:///path/to.sock' : 'host:port';
+  throw new ConfigError(`${field}: expected ${forms} (port 1-65535, or 0 for any free port), got ${JSON.stringify(address)}`);
+}
+
 /** Rules that span fields. Each message names the field to change. */
 function crossFieldChecks(file: ConfigFile): void {
+  const grpcPort = checkListenAddress('listen.grpc', file.listen?.grpc ?? DEFAULTS.grpcAddress, 'grpc');
+  const httpPort = checkListenAddress('listen.http', file.listen?.http ?? DEFAULTS.httpAddress, 'http');
+  // Two listeners on one port: the second bind fails at start (EADDRINUSE), whatever the hosts.
+  if (grpcPort !== 0 && grpcPort === httpPort)
+    throw new ConfigError(`listen.http: port ${httpPort} is also listen.grpc's port; give each listener its own port`);
+  if (file.kubernetes !== undefined && file.static !== undefined)
+    throw new ConfigError('static: set together with kubernetes; choose one endpoint source');
   const tls = file.listen?.tls;
   if (tls !== undefined) {
     const hasCert = tls.certFile !== undefined;
@@ -324,18 +388,18 @@ function crossFieldChecks(file: ConfigFile): void {
 }
 
 /** Maps the validated file onto `Config`: defaults, seconds → milliseconds, the source choice. */
-function toConfig(file: ConfigFile, endpointsFile: string | undefined, env: Env): Config {
+function toConfig(file: ConfigFile, endpointsFile: string | undefined, env: Env, paths: PathResolvers): Config {
   const listen = file.listen ?? {};
   const routing = file.routing ?? {};
   const quarantine = file.quarantine ?? {};
   let source: Config['source'];
-  if (endpointsFile !== undefined) source = { kind: 'static', path: endpointsFile };
-  else if (file.kubernetes !== undefined) source = { kind: 'kubernetes', kubernetes: kubernetesConfig(file.kubernetes) };
-  else source = { kind: 'static', path: file.static?.path ?? DEFAULTS.staticPath };
-  const tls = tlsConfig(listen.tls);
+  if (endpointsFile !== undefined) source = { kind: 'static', path: paths.fromEnv(endpointsFile) };
+  else if (file.kubernetes !== undefined) source = { kind: 'kubernetes', kubernetes: kubernetesConfig(file.kubernetes, paths) };
+  else source = { kind: 'static', path: paths.fromFile(file.static?.path ?? DEFAULTS.staticPath) };
+  const tls = tlsConfig(listen.tls, paths);
   return {
     listen: {
-      grpc: listen.grpc ?? DEFAULTS.grpcAddress,
+      grpc: paths.grpcAddress(listen.grpc ?? DEFAULTS.grpcAddress),
       http: listen.http ?? DEFAULTS.httpAddress,
       debugEndpoints: listen.debugEndpoints ?? false,
       transport: listen.transport ?? DEFAULTS.grpcTransport,
@@ -386,19 +450,19 @@ function pickerOrConfigError(section: ConfigFile['picker']): PickerSettings {
 }
 
 /** `enabled` with both files, or with neither (self-signed at start); absent or disabled = plaintext. */
-function tlsConfig(tls: NonNullable<ConfigFile['listen']>['tls']): GrpcTlsConfig | undefined {
+function tlsConfig(tls: NonNullable<ConfigFile['listen']>['tls'], paths: PathResolvers): GrpcTlsConfig | undefined {
   if (tls?.enabled !== true) return undefined;
   if (tls.certFile !== undefined && tls.keyFile !== undefined)
     return {
       mode: 'files',
-      certFile: tls.certFile,
-      keyFile: tls.keyFile,
-      ...(tls.clientCaFile === undefined ? {} : { clientCaFile: tls.clientCaFile }),
+      certFile: paths.fromFile(tls.certFile),
+      keyFile: paths.fromFile(tls.keyFile),
+      ...(tls.clientCaFile === undefined ? {} : { clientCaFile: paths.fromFile(tls.clientCaFile) }),
     };
   return { mode: 'self-signed' };
 }
 
-function kubernetesConfig(k8s: NonNullable<ConfigFile['kubernetes']>): KubernetesSourceConfig {
+function kubernetesConfig(k8s: NonNullable<ConfigFile['kubernetes']>, paths: PathResolvers): KubernetesSourceConfig {
   const config: KubernetesSourceConfig = {
     pools: (k8s.pools ?? []).map((p) => ({
       name: p.name,
@@ -408,7 +472,7 @@ function kubernetesConfig(k8s: NonNullable<ConfigFile['kubernetes']>): Kubernete
       models: [...p.models],
     })),
   };
-  if (k8s.kubeconfigPath !== undefined) config.kubeconfigPath = k8s.kubeconfigPath;
+  if (k8s.kubeconfigPath !== undefined) config.kubeconfigPath = paths.fromFile(k8s.kubeconfigPath);
   const ip = k8s.inferencePools;
   if (ip?.enabled === true) {
     config.inferencePools = { enabled: true, namespaces: [...(ip.namespaces ?? [])] };

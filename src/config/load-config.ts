@@ -3,6 +3,8 @@
 // load it, so the check accepts exactly what the server would.
 
 import { readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, resolve } from 'node:path';
 import { buildConfig, ConfigError } from './config.js';
 import type { Config } from './config.js';
 import { errorMessage } from '../util/error-message.js';
@@ -15,7 +17,10 @@ export function configPathFrom(flag: string | undefined, env: Env): string | und
   return path === undefined || path === '' ? undefined : path;
 }
 
-/** Throws ConfigError with one operator-facing line (an unreadable file included). */
+/**
+ * Throws ConfigError with one operator-facing line (an unreadable file included). Relative paths
+ * in the file are resolved against its folder (config.ts, PathBase).
+ */
 export function loadConfig(path: string | undefined, env: Env): Config {
   let text: string | undefined;
   if (path !== undefined) {
@@ -25,5 +30,6 @@ export function loadConfig(path: string | undefined, env: Env): Config {
       throw new ConfigError(`cannot read the config file: ${errorMessage(err)}`, { cause: err });
     }
   }
-  return buildConfig(text, env);
+  const cwd = process.cwd();
+  return buildConfig(text, env, { configDir: path === undefined ? undefined : dirname(resolve(cwd, path)), cwd, home: homedir() });
 }

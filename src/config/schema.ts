@@ -27,7 +27,8 @@ declare module '@sinclair/typebox' {
 }
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-const DESTINATION_FORMATS = ['list', 'single'] as const;
+/** How the pick is written for the gateway (request/decision-replies.ts): a list for override_host, or one address. */
+export const DESTINATION_FORMATS = ['list', 'single'] as const;
 /** Implementations of the gRPC listener (src/grpc/server.ts). */
 export const GRPC_TRANSPORTS = ['native', 'grpc-js'] as const;
 

@@ -135,8 +135,12 @@ export interface ImmediateResponse {
   details?: string;
 }
 
-export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED' | 'BUFFERED_PARTIAL' | 'FULL_DUPLEX_STREAMED' | 'GRPC';
-export type HeaderSendMode = 'DEFAULT' | 'SEND' | 'SKIP';
+/** ProcessingMode.BodySendMode, each at its enum number: the one list the codec, the replies and tools/ use. */
+export const BODY_SEND_MODES = ['NONE', 'STREAMED', 'BUFFERED', 'BUFFERED_PARTIAL', 'FULL_DUPLEX_STREAMED', 'GRPC'] as const;
+export type BodySendMode = (typeof BODY_SEND_MODES)[number];
+/** ProcessingMode.HeaderSendMode, each at its enum number. */
+export const HEADER_SEND_MODES = ['DEFAULT', 'SEND', 'SKIP'] as const;
+export type HeaderSendMode = (typeof HEADER_SEND_MODES)[number];
 
 export interface ProcessingMode {
   request_header_mode?: HeaderSendMode;

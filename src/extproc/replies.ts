@@ -3,7 +3,7 @@
 // The constant "continue" replies live in constant-replies.ts (framed once, reply-frames.ts); the
 // replies that carry our own decisions (the pick, our errors) in request/decision-replies.ts.
 
-import type { HeaderMutation, ProcessingResponse } from './messages.js';
+import type { BodySendMode, HeaderMutation, ProcessingResponse } from './messages.js';
 import { headerMutation } from './message-fields.js';
 
 /** Envoy's limit for one `streamed_response` chunk in FULL_DUPLEX_STREAMED mode. */
@@ -24,7 +24,10 @@ export function immediateJson(body: unknown, details: string): ProcessingRespons
   };
 }
 
-export function responseHeadersReply(mutation?: HeaderMutation, bufferBody?: 'BUFFERED' | 'BUFFERED_PARTIAL'): ProcessingResponse {
+export function responseHeadersReply(
+  mutation?: HeaderMutation,
+  bufferBody?: Extract<BodySendMode, 'BUFFERED' | 'BUFFERED_PARTIAL'>,
+): ProcessingResponse {
   return {
     response_headers: { response: mutation === undefined ? {} : { header_mutation: mutation } },
     ...(bufferBody === undefined ? {} : { mode_override: { response_body_mode: bufferBody } }),

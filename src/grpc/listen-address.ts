@@ -4,24 +4,19 @@ import { connect } from 'node:net';
 import { lstatSync, unlinkSync } from 'node:fs';
 import { resolve as resolvePath } from 'node:path';
 import type { Logger } from 'pino';
-import { splitHostPort } from '../util/host-port.js';
+import { parseListenAddress } from '../util/host-port.js';
 
 export type ListenTarget = { kind: 'tcp'; host: string; port: number } | { kind: 'unix'; path: string };
 
 /** "host:port" (IPv6 in brackets; port 0 = any free one), "unix:///abs/path.sock" or "unix:rel/path.sock". */
 export function parseAddress(address: string): ListenTarget {
-  if (address.startsWith('unix:')) {
-    // gRPC naming: "unix:///abs/path" (absolute) or "unix:path" (relative to the cwd).
-    const rest = address.startsWith('unix://') ? address.slice('unix://'.length) : address.slice('unix:'.length);
-    if (rest === '') throw new Error(`gRPC listen address "${address}" has no socket path`);
-    return { kind: 'unix', path: resolvePath(rest) };
-  }
-  const { host, port } = splitHostPort(address);
-  if (host === '' || !Number.isInteger(port) || port > 65535) {
-    throw new Error(`gRPC listen address "${address}" is neither host:port nor unix:///path`);
-  }
+  // The config check refused anything else before we got here (config.ts, the same parser).
+  const parsed = parseListenAddress(address);
+  if (parsed === undefined) throw new Error(`gRPC listen address "${address}" is neither host:port nor unix:///path`);
+  // A relative socket path (only from code that skipped the config) is relative to the cwd.
+  if (parsed.kind === 'unix') return { kind: 'unix', path: resolvePath(parsed.path) };
   // Kept in URI form (IPv6 in brackets): it becomes the bound address we report.
-  return { kind: 'tcp', host: host.includes(':') ? `[${host}]` : host, port };
+  return { kind: 'tcp', host: parsed.host.includes(':') ? `[${parsed.host}]` : parsed.host, port: parsed.port };
 }
 
 /** What a client dials once bound: "host:PORT" with the real port, or "unix:///abs/path.sock". */

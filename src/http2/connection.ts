@@ -5,8 +5,8 @@
 //
 // Why our own and not node:http2: for Envoy's ext_proc stream (small messages, one request per
 // stream, every reply awaited) node:http2's per-stream Duplex and its callbacks through nghttp2
-// cost more CPU than Envoy spends on the whole HTTP request (docs/benchmarks.md, "transport
-// floor"). This connection does only what a gRPC server needs: no server push, no priorities, one
+// cost more CPU than Envoy spends on the whole HTTP request (docs/benchmarks-history.md, "Our own
+// HTTP/2"). This connection does only what a gRPC server needs: no server push, no priorities, one
 // write per batch of replies.
 //
 // Writes are batched: frames queue during a turn of the event loop and go out in one socket write

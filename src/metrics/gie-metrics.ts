@@ -13,6 +13,8 @@
 
 import { Counter, Gauge } from 'prom-client';
 import type { Registry } from 'prom-client';
+import type { EndpointView } from '../endpoints/model.js';
+import type { SignalBoard } from '../picker/signals.js';
 import { CounterCells } from './counter-cells.js';
 import type { CounterCell } from './counter-cells.js';
 import { CountingHistogram } from './counting-histogram.js';
@@ -32,6 +34,25 @@ export interface PoolLoads {
   readonly readyPods: number;
   /** Ready replicas with a fresh load report. */
   readonly pods: readonly PodLoad[];
+}
+
+/** Each pool's ready replicas and the fresh load reports among them: what the pool series show (app.ts reads it per scrape). */
+export function poolLoads(view: EndpointView, board: SignalBoard): PoolLoads[] {
+  const out: PoolLoads[] = [];
+  for (const pool of view.pools.values()) {
+    let readyPods = 0;
+    const pods: PodLoad[] = [];
+    for (const endpoint of pool.endpoints) {
+      if (endpoint.state !== 'Ready') continue;
+      readyPods++;
+      const load = endpoint.address === '' ? undefined : board.peek(endpoint.address)?.usableLoad();
+      // `namespace/pod` for Kubernetes: the pod's name, as the Inference Extension labels it.
+      if (load !== undefined)
+        pods.push({ pod: endpoint.id.slice(endpoint.id.indexOf('/') + 1), waiting: load.waiting, kvCacheUsage: load.kvCacheUsage });
+    }
+    out.push({ name: pool.name, readyPods, pods });
+  }
+  return out;
 }
 
 // The EPP's bucket boundaries (pkg/epp/metrics/metrics.go), so its dashboards' quantiles read alike.

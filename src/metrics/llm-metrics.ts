@@ -16,7 +16,7 @@ import type { CounterCell } from './counter-cells.js';
 import { CountingHistogram } from './counting-histogram.js';
 import type { CountingChild } from './counting-histogram.js';
 
-/** What one answered request cost and how its output was paced, times in seconds (request-processor.ts builds it; outcomes/metrics-sink.ts records it). */
+/** What one answered request cost and how its output was paced, times in seconds (request-processor.ts builds it as AnswerFigures; outcomes/metrics-sink.ts records it). */
 export interface LlmFigures {
   readonly model: string;
   readonly pool: string;

@@ -77,7 +77,8 @@ export async function startOpsServer(address: string, deps: OpsServerDeps): Prom
   });
   const { host, port } = splitHostPort(address);
   await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
+    // Worded as the gRPC listener words it, so main.ts reports either in one line.
+    server.once('error', (err) => reject(new Error(`cannot listen on ${address}: ${err.message}`, { cause: err })));
     server.listen(port, host, () => resolve());
   });
   return {

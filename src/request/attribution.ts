@@ -1,6 +1,7 @@
-// Who is to blame for an outcome: which of our picks served the request (or none: Envoy chose a
-// host itself), which replicas failed before a fallback answered, what Envoy's own failures mean
-// for each replica, and the request's result. Pure: it records attempts and the finish on the step.
+// Which of our picks is credited or blamed for a response (response-class.ts decided who answered
+// and whether it was good): the pick that served the request (or none: Envoy chose a host itself),
+// the replicas that failed before a fallback answered, what Envoy's own failures mean for each
+// replica, and the request's result. Pure: it records attempts and the finish on the step.
 
 import type { Endpoint } from '../endpoints/model.js';
 import type { AttemptFailure } from '../endpoints/passive-health.js';

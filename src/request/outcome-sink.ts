@@ -5,7 +5,7 @@
 // outcome is a method here, and tsc then lists every sink that must say what it does with it.
 
 import type { Endpoint } from '../endpoints/model.js';
-import type { TokenUsage } from '../inspect/usage.js';
+import type { LlmFigures } from '../metrics/llm-metrics.js';
 import type { RoutedRequest } from '../routing/routing.js';
 import type { RequestTrace } from '../tracing/request-trace.js';
 import type { RequestResult } from './request-result.js';
@@ -22,24 +22,8 @@ export interface RequestRecord {
 /** Envoy sent the request to a host we did not pick (told once per request). */
 export type OutsidePick = Omit<Extract<Notice, { kind: 'served-outside-pick' }>, 'kind'>;
 
-/** The figures of an answer a model server gave in full, to the request's first pick or a fallback. */
-export interface AnswerFigures {
-  readonly model: string;
-  readonly pool: string;
-  readonly endpoint: string;
-  /** GenAI operation: chat, text_completion, embeddings, responses, other. */
-  readonly operation: string;
-  readonly answer: 'stream' | 'json';
-  /** Undefined when the answer reported none (never read as zero tokens). */
-  readonly usage: TokenUsage | undefined;
-  /** Seconds from the request's first ext_proc message to the end of its answer. */
-  readonly duration: number;
-  /** Streams only: pick → first content event. */
-  readonly timeToFirstToken: number | undefined;
-  /** Streams only: mean gap between content events after the first. */
-  readonly interTokenLatency: number | undefined;
-  /** Streams with usage: generation time after the first token, per output token after the first. */
-  readonly timePerOutputToken: number | undefined;
+/** The figures of an answer a model server gave in full (what the LLM metrics count), and who gave it. */
+export interface AnswerFigures extends LlmFigures {
   /** Served by the primary: its time to first token holds no other replica's time. */
   readonly firstPick: boolean;
 }

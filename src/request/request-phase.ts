@@ -1,5 +1,6 @@
-// The request phase of one stream: request headers, the request body (whichever way Envoy
-// delivers it), trailers, and the pick. Transitions of the state machine (stream-machine.ts); pure.
+// The request phase of one stream: request headers (read once into RequestFacts), the request body
+// (held and answered as the stream's delivery rule says: delivery-rules.ts), trailers, and the pick.
+// Transitions of the state machine (stream-machine.ts); pure.
 
 import { GatewayError } from '../errors/gateway-error.js';
 import {
@@ -23,6 +24,7 @@ import { QueuedRequest } from '../routing/flow-control.js';
 import type { QueueOutcome } from '../routing/flow-control.js';
 import type { QueuedRoute } from '../routing/routing.js';
 import { streamModes } from '../extproc/body-modes.js';
+import { REQUEST_RULES, RESPONSE_RULES, unhandled } from './delivery-rules.js';
 import { headerValue, metadataValue } from '../extproc/message-fields.js';
 import { retainedPiece } from '../util/retained-piece.js';
 import { protocolViolation } from './stream-state.js';
@@ -32,11 +34,14 @@ import { protocolViolation } from './stream-state.js';
 export function requestHeaders(ctx: MachineContext, out: StepBuilder, state: StreamState, message: ProcessingRequest): void {
   if (state.kind !== 'AwaitingRequestHeaders') throw protocolViolation('request headers', state);
   const headers = message.request_headers?.headers;
+  const modes = streamModes(message.protocol_config);
   const request: RequestFacts = {
-    modes: streamModes(message.protocol_config),
+    requestRule: REQUEST_RULES[modes.request],
+    responseRule: RESPONSE_RULES[modes.response],
     method: headerValue(headers, ':method') ?? '',
     path: headerValue(headers, ':path') ?? '',
     requestId: headerValue(headers, 'x-request-id') ?? '',
+    header: (name) => headerValue(headers, name),
     subset: subsetHint(message),
     contentLength: declaredLength(headerValue(headers, 'content-length')),
     ...flowHeaders(ctx, headers),
@@ -66,17 +71,20 @@ export function requestHeaders(ctx: MachineContext, out: StepBuilder, state: Str
     out.reject(request, tooLarge(ctx, request.contentLength ?? 0));
     return;
   }
-  const delivery = request.modes.request;
-  if (delivery === 'envoy-buffers') out.reply(CONTINUE_REQUEST_HEADERS);
-  else if (delivery === 'ask-for-buffered') out.reply(ASK_FOR_BUFFERED_REQUEST_BODY);
-  // collect-*: the header reply waits for the body, because it carries the routing.
-  out.become({
-    kind: 'CollectingRequestBody',
-    request,
-    chunks: [],
-    bytes: 0,
-    headersAnswered: delivery === 'envoy-buffers' || delivery === 'ask-for-buffered',
-  });
+  const rule = request.requestRule;
+  switch (rule.headers) {
+    case 'continue':
+      out.reply(CONTINUE_REQUEST_HEADERS);
+      break;
+    case 'ask-for-buffered':
+      out.reply(ASK_FOR_BUFFERED_REQUEST_BODY);
+      break;
+    case 'hold':
+      break; // the header reply waits for the body, because it carries the routing
+    default:
+      unhandled(rule.headers);
+  }
+  out.become({ kind: 'CollectingRequestBody', request, chunks: [], bytes: 0, headersAnswered: rule.headers !== 'hold' });
 }
 
 export function requestBody(ctx: MachineContext, out: StepBuilder, state: StreamState, message: HttpBody): void {
@@ -135,7 +143,8 @@ function route(
       prompt: inference.prompt,
       ...(inference.source === undefined ? {} : { source: inference.source }),
       bodyBytes: body.length,
-      ...(request.subset === undefined ? {} : { subset: request.subset }),
+      subset: request.subset,
+      header: request.header,
     };
     admitted =
       ctx.flowHeaders === undefined
@@ -145,7 +154,7 @@ function route(
             priorityClass: request.priorityClass,
             objective: request.objective,
             bytes: body.length,
-            timed: request.modes.request !== 'collect-duplex',
+            timed: request.requestRule.timed,
           });
   } catch (thrown) {
     const err = GatewayError.from(thrown);
@@ -229,19 +238,21 @@ function flowHeaders(ctx: MachineContext, headers: HeaderMap | undefined): { ten
 
 /** The pick in the reply the mode allows; the body goes on unchanged. */
 function passBody(ctx: MachineContext, out: StepBuilder, state: ReadRequest, routed: RoutedRequest, trailersFollow: boolean): void {
-  switch (state.request.modes.request) {
-    case 'envoy-buffers':
-    case 'ask-for-buffered':
+  const rule = state.request.requestRule;
+  switch (rule.body) {
+    case 'body-reply':
       out.reply(pickReply(ctx, 'request_body', routed));
       break;
-    case 'collect-streamed':
+    case 'answer-each-chunk':
       out.reply(pickReply(ctx, 'request_headers', routed));
       for (let i = 0; i < state.chunks.length; i++) out.reply(CONTINUE_REQUEST_BODY);
       break;
-    case 'collect-duplex':
+    case 'send-back':
       out.reply(pickReply(ctx, 'request_headers', routed));
       out.replies(streamedChunks('request', state.chunks, !trailersFollow));
       break;
+    default:
+      unhandled(rule.body);
   }
 }
 
@@ -269,19 +280,21 @@ function passRewrittenBody(
     ...(state.request.contentLength === undefined ? {} : { contentLength: body.length }),
     ...(ctx.upstreamTrace === undefined ? {} : { trace: ctx.upstreamTrace }),
   };
-  switch (state.request.modes.request) {
-    case 'envoy-buffers':
-    case 'ask-for-buffered':
+  const rule = state.request.requestRule;
+  switch (rule.body) {
+    case 'body-reply':
       out.reply(routingReplyWithChanges('request_body', routed.destinations, ctx.destinationFormat, { body, ...headers }));
       break;
-    case 'collect-streamed':
+    case 'answer-each-chunk':
       out.reply(routingReplyWithChanges('request_headers', routed.destinations, ctx.destinationFormat, headers));
       for (let i = 0; i < state.chunks.length; i++) out.reply(i === 0 ? replaceBodyChunk('request', body) : CLEAR_REQUEST_BODY_CHUNK);
       break;
-    case 'collect-duplex':
+    case 'send-back':
       out.reply(routingReplyWithChanges('request_headers', routed.destinations, ctx.destinationFormat, headers));
       out.replies(streamedBody('request', body, !trailersFollow));
       break;
+    default:
+      unhandled(rule.body);
   }
 }
 

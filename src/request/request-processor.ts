@@ -12,14 +12,14 @@ import type { LaterReplies, StreamEnd, StreamProcessor } from '../extproc/stream
 import { tracedPath } from '../tracing/request-trace.js';
 import { BODY_FAILURE_KINDS } from '../inspect/verdict.js';
 import type { RequestTrace, RequestTracer } from '../tracing/request-trace.js';
-import { headerValue } from '../extproc/message-fields.js';
 import { ResponseClock } from './response-clock.js';
 import type { QueueOutcome } from '../routing/flow-control.js';
 import type { QueuedRoute, RoutedRequest, Routing } from '../routing/routing.js';
 import type { ServedModels } from '../routing/served-models.js';
 import { dispatched } from './request-phase.js';
 import { onMessage, onStreamEnd } from './stream-machine.js';
-import type { Finished, MachineContext, Step, StreamState } from './stream-state.js';
+import { factsOf } from './stream-state.js';
+import type { Finished, MachineContext, RequestFacts, Step, StreamState } from './stream-state.js';
 import type { AnswerFigures, OutcomeSink } from './outcome-sink.js';
 
 export interface ProcessorDeps {
@@ -86,13 +86,14 @@ export class RequestProcessor implements StreamProcessor {
       return [];
     }
     const started = performance.now();
-    if (this.startedAt === undefined) {
-      this.startedAt = started;
-      if (this.deps.tracer !== undefined) this.startTrace(this.deps.tracer, request);
-    }
+    const first = this.startedAt === undefined;
+    this.startedAt ??= started;
     try {
       const before = this.state;
       const step = onMessage(this.context, this.state, request);
+      // The request headers, as the machine read them (once): the request's trace starts from them,
+      // before any outcome of this first step is recorded.
+      if (first && this.deps.tracer !== undefined) this.startTrace(this.deps.tracer, factsOf(step.state));
       // The chunk was fed to the inspector of the state it arrived in: its content events so far.
       if (before.kind === 'Streaming' && before.watch.kind === 'sse') {
         (this.clock ??= new ResponseClock(this.pickedAt)).contentSeen(before.watch.inspector.contentEvents, started);
@@ -116,16 +117,12 @@ export class RequestProcessor implements StreamProcessor {
     );
   }
 
-  /** From the first message's headers: the client's trace context, the method, path and request id. */
-  private startTrace(tracer: RequestTracer, request: ProcessingRequest): void {
-    const headers = request.request_headers?.headers;
-    if (headers === undefined) return;
-    this.record.trace = tracer.start((name) => headerValue(headers, name), {
-      method: headerValue(headers, ':method') ?? '',
-      path: tracedPath(headerValue(headers, ':path') ?? ''),
-      requestId: headerValue(headers, 'x-request-id') ?? '',
-    });
-    const upstreamTrace = this.record.trace?.upstreamHeaders;
+  /** From the request's headers as the machine read them: the client's trace context, the method, path and request id. */
+  private startTrace(tracer: RequestTracer, request: RequestFacts | undefined): void {
+    if (request === undefined) return;
+    const trace = tracer.start(request.header, { method: request.method, path: tracedPath(request.path), requestId: request.requestId });
+    this.record.trace = trace;
+    const upstreamTrace = trace?.upstreamHeaders;
     if (upstreamTrace !== undefined) this.context = { ...this.context, upstreamTrace };
   }
 
@@ -134,18 +131,24 @@ export class RequestProcessor implements StreamProcessor {
     this.state = step.state;
     const outcomes = this.deps.outcomes;
     for (const notice of step.notices) {
-      if (notice.kind === 'routed') {
-        const first = this.pickedAt === undefined;
-        if (first) this.pickedAt = now;
-        this.record.routed = notice.routed;
-        outcomes.routed(this.record, notice.routed, first);
-      } else if (notice.kind === 'queued') {
-        this.queued = notice.queued;
-        outcomes.queued(this.record);
-        notice.queued.listen((outcome) => this.leftQueue(outcome));
-      } else if (!this.reportedOutsidePick) {
-        this.reportedOutsidePick = true;
-        outcomes.servedOutsidePick(this.record, notice);
+      switch (notice.kind) {
+        case 'routed': {
+          const first = this.pickedAt === undefined;
+          if (first) this.pickedAt = now;
+          this.record.routed = notice.routed;
+          outcomes.routed(this.record, notice.routed, first);
+          break;
+        }
+        case 'queued':
+          this.queued = notice.queued;
+          outcomes.queued(this.record);
+          notice.queued.listen((outcome) => this.leftQueue(outcome));
+          break;
+        case 'served-outside-pick':
+          if (this.reportedOutsidePick) break;
+          this.reportedOutsidePick = true;
+          outcomes.servedOutsidePick(this.record, notice);
+          break;
       }
     }
     for (const attempt of step.attempts) outcomes.attempt(this.record, attempt);

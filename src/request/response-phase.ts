@@ -1,12 +1,10 @@
-// The response phase of one stream: response headers (the upstream's answer or Envoy's own), the
-// body in each delivery mode (passed, held for validation, streamed and watched), and trailers.
-// Transitions of the state machine (stream-machine.ts); pure.
+// The response phase of one stream: response headers (a switch over what classifyResponse makes of
+// them: Envoy's own failure, another filter's answer, the model server's), the body as the stream's
+// delivery rule says (passed, held for validation, streamed and watched: delivery-rules.ts), and
+// trailers. Transitions of the state machine (stream-machine.ts); pure.
 
-import type { AttemptFailure } from '../endpoints/passive-health.js';
-import { classifyEnvoyReply, isEnvoyLocalReply } from '../errors/envoy-reply.js';
 import { GatewayError } from '../errors/gateway-error.js';
 import { renderSseErrorEvent } from '../errors/render.js';
-import { isJsonContentType, isSseContentType } from '../inspect/content-type.js';
 import { inspectJsonBody } from '../inspect/json-body.js';
 import { SseInspector } from '../inspect/sse-inspector.js';
 import { UsageChunkFilter } from '../inspect/usage-chunk-filter.js';
@@ -16,12 +14,14 @@ import { CLEAR_RESPONSE_BODY_CHUNK, CONTINUE_RESPONSE_BODY, CONTINUE_RESPONSE_HE
 import type { HttpBody, ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
 import { replaceBodyChunk, responseHeadersReply, streamedBody, streamedChunks } from '../extproc/replies.js';
 import { immediateError } from './decision-replies.js';
-import { localReplyResult, upstreamStatusResult } from './request-result.js';
-import { envoyReplyFacts, responseFacts } from './response-facts.js';
+import { responseFacts } from './response-facts.js';
 import type { ResponseFacts } from './response-facts.js';
-import { requestOf } from './stream-state.js';
+import { factsOf } from './stream-state.js';
 import type { BodyWatch, Exchange, MachineContext, PendingOutcome, Served, StreamState, StepBuilder } from './stream-state.js';
-import type { StreamModes } from '../extproc/body-modes.js';
+import { RESPONSE_RULES, unhandled } from './delivery-rules.js';
+import type { ResponseRule } from './delivery-rules.js';
+import { classifyErrorText, classifyResponse } from './response-class.js';
+import type { ResponseClass } from './response-class.js';
 import { headerMutation } from '../extproc/message-fields.js';
 import { retainedPiece } from '../util/retained-piece.js';
 import { blameSkipped, replaceWithEnvoyFailure, resolveServedBy, settle } from './attribution.js';
@@ -35,109 +35,99 @@ const ERROR_TEXT_BYTES = 4096;
 export function responseHeaders(ctx: MachineContext, out: StepBuilder, state: StreamState, message: ProcessingRequest): void {
   const exchange = exchangeForResponse(state);
   const facts = responseFacts(message, message.response_headers ?? {});
-  const modes = exchange.request.modes;
-
-  const replyFacts = envoyReplyFacts(facts);
-  const local = classifyEnvoyReply(replyFacts);
-  if (local !== undefined) {
-    replaceWithEnvoyFailure(out, exchange, local.kind, local.detail, facts.servedAddress);
-    return;
-  }
-  if (isEnvoyLocalReply(replyFacts)) {
-    // Another filter's deliberate answer (401, 403, 429...): its status and body are the message.
-    const served: Served = { exchange, servedBy: undefined, status: facts.status };
-    out.finish(exchange.request, exchange, localReplyResult(facts.status), served);
-    passHeaders(out, modes.response, facts.endOfStream, undefined, {
-      kind: 'Streaming',
-      served,
-      watch: { kind: 'opaque' },
-      pending: undefined,
-    });
-    return;
-  }
-  if (
-    facts.codeDetails === undefined &&
-    (facts.status >= 500 || facts.status === 413) &&
-    !isJsonContentType(facts.contentType) &&
-    !facts.ours
-  ) {
-    // No attributes tell who answered: Envoy's own replies (5xx, and 413 when a BUFFERED body
-    // outgrows its buffer) are short plain text; read it first.
-    readErrorText(out, exchange, facts);
-    return;
+  const rule = exchange.request.responseRule;
+  const answer = classifyResponse(facts, ctx.maxInspectedBodyBytes);
+  switch (answer.kind) {
+    case 'envoy-failure':
+      replaceWithEnvoyFailure(out, exchange, answer.failure.kind, answer.failure.detail, facts.servedAddress);
+      return;
+    case 'other-filter': {
+      // Its status and body are the message.
+      const served: Served = { exchange, servedBy: undefined, status: facts.status };
+      out.finish(exchange.request, exchange, answer.result, served);
+      passHeaders(out, rule, facts.endOfStream, undefined, { kind: 'Streaming', served, watch: { kind: 'opaque' }, pending: undefined });
+      return;
+    }
+    case 'unexplained':
+      readErrorText(out, exchange, facts);
+      return;
+    default:
+      break;
   }
 
   const servedBy = resolveServedBy(out, exchange, facts.servedAddress);
   blameSkipped(out, exchange, servedBy);
   const served: Served = { exchange, servedBy, status: facts.status };
-
-  if (facts.endOfStream) {
-    settle(out, served, facts.status < 500 ? undefined : 'bad_response', facts.status < 400 ? 'ok' : upstreamStatusResult(facts.status));
-    out.reply(CONTINUE_RESPONSE_HEADERS);
-    return;
-  }
-  if (facts.status >= 400) {
-    // A 4xx says the request was wrong, not that the replica is unhealthy.
-    const failure: AttemptFailure | undefined = facts.status >= 500 ? 'bad_response' : undefined;
-    if (isJsonContentType(facts.contentType)) {
-      // The model server's own structured error: pass it through untouched.
+  switch (answer.kind) {
+    case 'headers-only':
+      settle(out, served, answer.failure, answer.result);
+      out.reply(CONTINUE_RESPONSE_HEADERS);
+      return;
+    case 'upstream-error':
       passHeaders(
         out,
-        modes.response,
+        rule,
         false,
-        { result: upstreamStatusResult(facts.status), failure, judged: true },
+        { result: answer.result, failure: answer.failure, judged: true },
         { kind: 'Streaming', served, watch: { kind: 'opaque' }, pending: undefined },
       );
       return;
-    }
-    const err = new GatewayError(
-      'upstream_error',
-      `the model server answered ${facts.status} with a non-JSON body (${facts.contentType || 'no content type'})`,
-      {
-        details: { upstream_status: facts.status },
-      },
-    );
-    settle(out, served, failure, err.kind);
-    out.reply(immediateError(err, exchange.request.requestId, facts.status < 500 ? facts.status : undefined));
-    return;
+    case 'upstream-error-replaced':
+      replaceUpstreamError(out, served, answer);
+      return;
+    case 'answer':
+      watchAnswer(out, served, facts, rule, answer.body);
+      return;
+    default:
+      unhandled(answer);
   }
+}
 
-  if (modes.response === 'none') {
+/** A model server's answer with a body: how it is watched (and held, where it must be whole) until its end. */
+function watchAnswer(out: StepBuilder, served: Served, facts: ResponseFacts, rule: ResponseRule, body: 'sse' | 'json' | 'opaque'): void {
+  const exchange = served.exchange;
+  if (rule.body === 'never') {
     // Envoy sends us no body: the answer cannot be judged.
     out.finish(exchange.request, exchange, 'unverified', served);
     out.reply(CONTINUE_RESPONSE_HEADERS);
     return;
   }
   const ok: PendingOutcome = { result: 'ok', failure: undefined, judged: true };
-  if (!facts.compressed && isSseContentType(facts.contentType)) {
-    // We may append an error event at the end, so a fixed content-length cannot stay.
-    const mutation = facts.hasContentLength ? headerMutation([], ['content-length']) : undefined;
-    out.reply(mutation === undefined ? CONTINUE_RESPONSE_HEADERS : responseHeadersReply(mutation));
-    const filter = exchange.usageInjected === true ? new UsageChunkFilter() : undefined;
-    out.become({ kind: 'Streaming', served, watch: { kind: 'sse', inspector: new SseInspector(), filter }, pending: ok });
-    return;
-  }
-  const inspectableJson =
-    !facts.compressed &&
-    isJsonContentType(facts.contentType) &&
-    !(facts.contentLength !== undefined && facts.contentLength > ctx.maxInspectedBodyBytes);
-  if (inspectableJson) {
-    switch (modes.response) {
-      case 'streamed':
-        // Ask Envoy to hold headers and body until the body is complete (needs allow_mode_override),
-        // so a broken body can still become a clean 502.
-        out.reply(responseHeadersReply(undefined, 'BUFFERED_PARTIAL'));
-        out.become({ kind: 'Streaming', served, watch: { kind: 'envoy-held-json' }, pending: ok });
-        return;
-      case 'buffered':
-        out.reply(CONTINUE_RESPONSE_HEADERS);
-        out.become({ kind: 'Streaming', served, watch: { kind: 'envoy-held-json' }, pending: ok });
-        return;
-      case 'duplex':
-        // Nobody holds it for us: we hold the header reply and the body until it is judged.
-        out.become({ kind: 'HoldingJson', served, chunks: [], bytes: 0 });
-        return;
+  switch (body) {
+    case 'sse': {
+      // We may append an error event at the end, so a fixed content-length cannot stay.
+      const mutation = facts.hasContentLength ? headerMutation([], ['content-length']) : undefined;
+      out.reply(mutation === undefined ? CONTINUE_RESPONSE_HEADERS : responseHeadersReply(mutation));
+      const filter = exchange.usageInjected === true ? new UsageChunkFilter() : undefined;
+      out.become({ kind: 'Streaming', served, watch: { kind: 'sse', inspector: new SseInspector(), filter }, pending: ok });
+      return;
     }
+    case 'json':
+      switch (rule.hold) {
+        case 'ask-envoy':
+          // Ask Envoy to hold headers and body until the body is complete (needs allow_mode_override),
+          // so a broken body can still become a clean 502.
+          out.reply(responseHeadersReply(undefined, 'BUFFERED_PARTIAL'));
+          out.become({ kind: 'Streaming', served, watch: { kind: 'envoy-held-json' }, pending: ok });
+          return;
+        case 'envoy-holds':
+          out.reply(CONTINUE_RESPONSE_HEADERS);
+          out.become({ kind: 'Streaming', served, watch: { kind: 'envoy-held-json' }, pending: ok });
+          return;
+        case 'we-hold':
+          // Nobody holds it for us: we hold the header reply and the body until it is judged.
+          out.become({ kind: 'HoldingJson', served, chunks: [], bytes: 0 });
+          return;
+        case 'nothing-to-hold':
+          break; // no body reaches us (handled above)
+        default:
+          unhandled(rule.hold);
+      }
+      break;
+    case 'opaque':
+      break;
+    default:
+      unhandled(body);
   }
   // Compressed, other media types, JSON too large to hold: watched for the end only. An answer
   // that reaches its end_of_stream was delivered whole by the model server.
@@ -145,16 +135,23 @@ export function responseHeaders(ctx: MachineContext, out: StepBuilder, state: St
   out.become({ kind: 'Streaming', served, watch: { kind: 'opaque' }, pending: ok });
 }
 
+/** The model server's error in something other than JSON, replaced with our upstream_error JSON. */
+function replaceUpstreamError(out: StepBuilder, served: Served, answer: Extract<ResponseClass, { kind: 'upstream-error-replaced' }>): void {
+  const err = new GatewayError('upstream_error', answer.message, { details: { upstream_status: answer.upstreamStatus } });
+  settle(out, served, answer.failure, err.kind);
+  out.reply(immediateError(err, served.exchange.request.requestId, answer.status));
+}
+
 /** Answer headers and continue with `next`; `pending` becomes the next state's outcome. */
 function passHeaders(
   out: StepBuilder,
-  delivery: StreamModes['response'],
+  rule: ResponseRule,
   endOfStream: boolean,
   pending: PendingOutcome | undefined,
   next: Extract<StreamState, { kind: 'Streaming' }>,
 ): void {
   out.reply(CONTINUE_RESPONSE_HEADERS);
-  if (endOfStream || delivery === 'none') {
+  if (endOfStream || rule.body === 'never') {
     if (pending !== undefined) settle(out, next.served, pending.failure, pending.result);
     out.become({ kind: 'Done', request: next.served.exchange.request });
     return;
@@ -163,31 +160,37 @@ function passHeaders(
 }
 
 function readErrorText(out: StepBuilder, exchange: Exchange, facts: ResponseFacts): void {
-  const delivery = exchange.request.modes.response;
-  if (facts.endOfStream || delivery === 'none') {
+  const rule = exchange.request.responseRule;
+  if (facts.endOfStream) {
     // No body to read: say what we can without Envoy's text.
     decideErrorText(out, exchange, facts.status, '');
     return;
   }
-  if (delivery === 'streamed') out.reply(responseHeadersReply(undefined, 'BUFFERED'));
-  else if (delivery === 'buffered') out.reply(CONTINUE_RESPONSE_HEADERS);
-  // duplex: the header reply waits; the answer will be replaced anyway.
+  switch (rule.hold) {
+    case 'ask-envoy':
+      out.reply(responseHeadersReply(undefined, 'BUFFERED'));
+      break;
+    case 'envoy-holds':
+      out.reply(CONTINUE_RESPONSE_HEADERS);
+      break;
+    case 'we-hold':
+      break; // the header reply waits; the answer will be replaced anyway
+    case 'nothing-to-hold':
+      decideErrorText(out, exchange, facts.status, '');
+      return;
+    default:
+      unhandled(rule.hold);
+  }
   out.become({ kind: 'ReadingErrorText', exchange, status: facts.status, chunks: [], bytes: 0 });
 }
 
 function decideErrorText(out: StepBuilder, exchange: Exchange, status: number, text: string): void {
-  const local = text === '' ? undefined : classifyEnvoyReply({ status, bodyText: text });
-  if (local !== undefined) {
-    replaceWithEnvoyFailure(out, exchange, local.kind, local.detail, undefined);
+  const answer = classifyErrorText(status, text);
+  if (answer.kind === 'envoy-failure') {
+    replaceWithEnvoyFailure(out, exchange, answer.failure.kind, answer.failure.detail, undefined);
     return;
   }
-  const servedBy = resolveServedBy(out, exchange, undefined);
-  const served: Served = { exchange, servedBy, status };
-  const err = new GatewayError('upstream_error', `the model server answered ${status} with a non-JSON body`, {
-    details: { upstream_status: status },
-  });
-  settle(out, served, 'bad_response', err.kind);
-  out.reply(immediateError(err, exchange.request.requestId));
+  replaceUpstreamError(out, { exchange, servedBy: resolveServedBy(out, exchange, undefined), status }, answer);
 }
 
 export function responseBody(ctx: MachineContext, out: StepBuilder, state: StreamState, message: HttpBody): void {
@@ -199,8 +202,8 @@ export function responseBody(ctx: MachineContext, out: StepBuilder, state: Strea
         state.chunks.push(retainedPiece(chunk));
         state.bytes += chunk.length;
       }
-      // Streamed/buffered modes deliver it whole; in duplex we decide at its end or once we have enough.
-      if (end || state.bytes >= ERROR_TEXT_BYTES || state.exchange.request.modes.response !== 'duplex') {
+      // Where Envoy holds it, it arrives whole; where we hold it, we decide at its end or once we have enough.
+      if (end || state.bytes >= ERROR_TEXT_BYTES || state.exchange.request.responseRule.hold !== 'we-hold') {
         const text = Buffer.concat(state.chunks).toString('utf8', 0, Math.min(state.bytes, ERROR_TEXT_BYTES));
         decideErrorText(out, state.exchange, state.status, text);
       }
@@ -214,7 +217,7 @@ export function responseBody(ctx: MachineContext, out: StepBuilder, state: Strea
       return;
     case 'Done':
       // Nothing left to decide: never hold the body up.
-      passChunk(out, modeOf(state), chunk, end);
+      passChunk(out, ruleOf(state), chunk, end);
       return;
     default:
       throw protocolViolation('response body', state);
@@ -272,15 +275,15 @@ function streamBody(
   chunk: Buffer,
   end: boolean,
 ): void {
-  const delivery = state.served.exchange.request.modes.response;
+  const rule = state.served.exchange.request.responseRule;
   const watch = state.watch;
   switch (watch.kind) {
     case 'sse': {
       watch.inspector.feed(chunk);
       const filter = watch.filter;
       if (!end) {
-        if (filter === undefined) passChunk(out, delivery, chunk, false);
-        else passFiltered(out, delivery, chunk, filter.push(chunk, false), false);
+        if (filter === undefined) passChunk(out, rule, chunk, false);
+        else passFiltered(out, rule, chunk, filter.push(chunk, false), false);
         return;
       }
       const verdict = watch.inspector.finish();
@@ -289,15 +292,15 @@ function streamBody(
       if (verdict.ok || verdict.kind !== 'stream_incomplete') {
         if (verdict.ok) settle(out, state.served, undefined, 'ok');
         else settle(out, state.served, 'bad_response', verdict.kind); // the client already saw the upstream's error event
-        if (filter === undefined) passChunk(out, delivery, chunk, true);
-        else passFiltered(out, delivery, chunk, last, true);
+        if (filter === undefined) passChunk(out, rule, chunk, true);
+        else passFiltered(out, rule, chunk, last, true);
         return;
       }
       settle(out, state.served, 'bad_response', verdict.kind);
       const err = new GatewayError('stream_incomplete', `the model server ended the stream without its terminator: ${verdict.detail}`);
       const requestId = state.served.exchange.request.requestId;
       const body = Buffer.concat([last, renderSseErrorEvent(err, watch.inspector.lastBytes, requestId === '' ? {} : { requestId })]);
-      out.replies(delivery === 'duplex' ? streamedBody('response', body, true) : [replaceBodyChunk('response', body)]);
+      replaceChunk(out, rule, body);
       return;
     }
     case 'envoy-held-json': {
@@ -313,16 +316,16 @@ function streamBody(
         chunks: [],
         bytes: 0,
         overflow: false,
-        envoyStreamsRest: delivery === 'buffered' || delivery === 'streamed',
+        envoyStreamsRest: rule.chunks === 'envoy-forwards',
       };
       copyJson(ctx, copy, chunk);
-      passChunk(out, delivery, chunk, false);
+      passChunk(out, rule, chunk, false);
       out.become({ ...state, watch: copy });
       return;
     }
     case 'json-copy': {
       copyJson(ctx, watch, chunk);
-      passChunk(out, delivery, chunk, end);
+      passChunk(out, rule, chunk, end);
       if (!end) return;
       if (watch.overflow) {
         settle(out, state.served, undefined, 'ok'); // delivered whole, too large to judge its JSON
@@ -338,7 +341,7 @@ function streamBody(
       return;
     }
     case 'opaque':
-      passChunk(out, delivery, chunk, end);
+      passChunk(out, rule, chunk, end);
       if (end) endPending(out, state);
       return;
   }
@@ -391,7 +394,7 @@ export function responseTrailers(out: StepBuilder, state: StreamState): void {
       break;
   }
   out.reply({ response_trailers: {} });
-  const request = state.kind === 'Done' ? state.request : state.kind === 'AwaitingRequestHeaders' ? undefined : requestOf(state);
+  const request = factsOf(state);
   out.become(request === undefined ? { kind: 'Done' } : { kind: 'Done', request });
 }
 
@@ -412,21 +415,51 @@ function judgeEndedBody(out: StepBuilder, state: Extract<StreamState, { kind: 'S
   else endPending(out, state);
 }
 
-/** Pass a body chunk on unchanged, as the body mode requires. */
-function passChunk(out: StepBuilder, delivery: StreamModes['response'], chunk: Buffer, end: boolean): void {
-  if (delivery === 'duplex') out.replies(streamedBody('response', chunk, end));
-  else out.reply(CONTINUE_RESPONSE_BODY); // the frozen constant: its wire bytes are encoded once
+/** Pass a body chunk on unchanged, as the delivery requires. */
+function passChunk(out: StepBuilder, rule: ResponseRule, chunk: Buffer, end: boolean): void {
+  switch (rule.chunks) {
+    case 'we-send':
+      out.replies(streamedBody('response', chunk, end));
+      return;
+    case 'envoy-forwards':
+      out.reply(CONTINUE_RESPONSE_BODY); // the frozen constant: its wire bytes are encoded once
+      return;
+    default:
+      unhandled(rule.chunks);
+  }
+}
+
+/** The chunk in flight replaced by `body` (the stream's last: an error event appended). */
+function replaceChunk(out: StepBuilder, rule: ResponseRule, body: Buffer): void {
+  switch (rule.chunks) {
+    case 'we-send':
+      out.replies(streamedBody('response', body, true));
+      return;
+    case 'envoy-forwards':
+      out.reply(replaceBodyChunk('response', body));
+      return;
+    default:
+      unhandled(rule.chunks);
+  }
 }
 
 /**
- * Pass what a filter made of a chunk: in full duplex the bytes go back themselves (nothing while
- * the filter holds them all); otherwise each chunk's reply replaces it (emptied when all is held).
+ * Pass what a filter made of a chunk: where we send the body ourselves, the bytes go back
+ * themselves (nothing while the filter holds them all); otherwise each chunk's reply replaces it
+ * (emptied when all is held).
  */
-function passFiltered(out: StepBuilder, delivery: StreamModes['response'], chunk: Buffer, bytes: Buffer, end: boolean): void {
-  if (delivery === 'duplex') {
-    if (bytes.length > 0 || end) out.replies(streamedBody('response', bytes, end));
-  } else if (bytes === chunk) out.reply(CONTINUE_RESPONSE_BODY);
-  else out.reply(bytes.length === 0 ? CLEAR_RESPONSE_BODY_CHUNK : replaceBodyChunk('response', bytes));
+function passFiltered(out: StepBuilder, rule: ResponseRule, chunk: Buffer, bytes: Buffer, end: boolean): void {
+  switch (rule.chunks) {
+    case 'we-send':
+      if (bytes.length > 0 || end) out.replies(streamedBody('response', bytes, end));
+      return;
+    case 'envoy-forwards':
+      if (bytes === chunk) out.reply(CONTINUE_RESPONSE_BODY);
+      else out.reply(bytes.length === 0 ? CLEAR_RESPONSE_BODY_CHUNK : replaceBodyChunk('response', bytes));
+      return;
+    default:
+      unhandled(rule.chunks);
+  }
 }
 
 function exchangeForResponse(state: StreamState): Exchange {
@@ -441,7 +474,8 @@ function exchangeForResponse(state: StreamState): Exchange {
   }
 }
 
-function modeOf(state: StreamState): StreamModes['response'] {
-  const request = state.kind === 'Done' ? state.request : requestOf(state);
-  return request?.modes.response ?? 'streamed';
+/** The response rule of a stream in any state (a stream done before its headers: Envoy's default, streamed). */
+function ruleOf(state: StreamState): ResponseRule {
+  const request = factsOf(state);
+  return request?.responseRule ?? RESPONSE_RULES.streamed;
 }

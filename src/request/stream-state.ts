@@ -13,7 +13,7 @@ import { immediateError } from './decision-replies.js';
 import type { RequestResult } from './request-result.js';
 import type { QueuedRoute, RoutedRequest, Routing } from '../routing/routing.js';
 import type { ServedModels } from '../routing/served-models.js';
-import type { StreamModes } from '../extproc/body-modes.js';
+import type { RequestRule, ResponseRule } from './delivery-rules.js';
 import type { InferenceRequest } from './openai-request.js';
 import type { UpstreamTraceHeaders } from '../tracing/request-trace.js';
 
@@ -33,12 +33,19 @@ export interface MachineContext {
   readonly upstreamTrace?: UpstreamTraceHeaders;
 }
 
-/** What the request headers told us; fixed for the life of the stream. */
+/** Reads one request header (lower-case name); undefined when absent. */
+export type HeaderLookup = (name: string) => string | undefined;
+
+/** What the request headers told us, read once (request-phase.ts); fixed for the life of the stream. */
 export interface RequestFacts {
-  readonly modes: StreamModes;
+  /** What the bodies' delivery, as Envoy announced it on this stream, means to us (delivery-rules.ts). */
+  readonly requestRule: RequestRule;
+  readonly responseRule: ResponseRule;
   readonly method: string;
   readonly path: string;
   readonly requestId: string;
+  /** Any other header, for who needs one (a trace's context, a scorer keyed on a header). */
+  readonly header: HeaderLookup;
   /** The gateway's subset hint, when it sent one. */
   readonly subset: ReadonlySet<string> | undefined;
   /** The request's declared `content-length`, when it has one. */
@@ -268,6 +275,11 @@ export class StepBuilder {
     }
     return { state: this.state, replies: this.out, attempts: this.learnt, finished: result, notices: this.told };
   }
+}
+
+/** The request facts of any state, once the request headers were read. */
+export function factsOf(state: StreamState): RequestFacts | undefined {
+  return state.kind === 'Done' ? state.request : requestOf(state);
 }
 
 /** The request facts of any state that has them. */

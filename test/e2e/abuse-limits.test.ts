@@ -12,7 +12,7 @@ import { stringify as toYaml } from 'yaml';
 import { EXT_PROC_SERVICE_NAME } from '../../src/extproc/protocol-names.js';
 import { LOG_INTERVAL_MS } from '../../src/util/log-throttle.js';
 import { startExtprocProcess, type ExtprocProcess } from '../support/extproc-process.js';
-import { metricValue } from '../support/gateway.js';
+import { metricValue, scrapeMetrics } from '../support/prometheus.js';
 import {
   dataFrame,
   frame,
@@ -29,11 +29,6 @@ import { waitUntil } from '../support/wait-until.js';
 const PROCESS_PATH = `/${EXT_PROC_SERVICE_NAME}/Process`;
 const PING_TYPE = 6;
 const PING = frame(PING_TYPE, 0, 0, Buffer.alloc(8, 7));
-
-async function metricsText(proc: ExtprocProcess): Promise<string> {
-  const response = await fetch(`http://127.0.0.1:${proc.httpPort}/metrics`);
-  return response.text();
-}
 
 /** Lines a time span may hold of one throttled kind: the first, then one per interval begun. */
 function allowedLines(elapsedMs: number): number {
@@ -66,7 +61,7 @@ async function startProgram(
 async function refusalCounted(proc: ExtprocProcess): Promise<void> {
   await waitUntil(
     async () =>
-      metricValue(await metricsText(proc), 'llm_extproc_grpc_protocol_events_total', { kind: 'connection_refused' }) === 1
+      metricValue(await scrapeMetrics(proc.httpPort), 'llm_extproc_grpc_protocol_events_total', { kind: 'connection_refused' }) === 1
         ? true
         : undefined,
     { description: 'the refused connection counted', timeoutMs: 10_000 },
@@ -124,7 +119,7 @@ void describe('abuse of the gRPC port: counted in metrics, bounded in the log', 
     }
     await waitUntil(
       async () =>
-        metricValue(await metricsText(proc), 'llm_extproc_requests_total', { result: 'cancelled_before_routing' }) >= 10_000
+        metricValue(await scrapeMetrics(proc.httpPort), 'llm_extproc_requests_total', { result: 'cancelled_before_routing' }) >= 10_000
           ? true
           : undefined,
       { description: '10,000 abandoned streams counted', timeoutMs: 60_000 },
@@ -145,7 +140,7 @@ void describe('abuse of the gRPC port: counted in metrics, bounded in the log', 
     }
     await waitUntil(
       async () =>
-        metricValue(await metricsText(proc), 'llm_extproc_grpc_protocol_events_total', { kind: 'malformed_request' }) >= 1000
+        metricValue(await scrapeMetrics(proc.httpPort), 'llm_extproc_grpc_protocol_events_total', { kind: 'malformed_request' }) >= 1000
           ? true
           : undefined,
       { description: '1,000 malformed requests counted', timeoutMs: 60_000 },
@@ -188,7 +183,7 @@ void describe('abuse of the gRPC port: counted in metrics, bounded in the log', 
         await raw.closed();
         assert.equal(goawayCode(raw.received()), ENHANCE_YOUR_CALM, 'GOAWAY ENHANCE_YOUR_CALM before the close');
         assert.equal(
-          metricValue(await metricsText(guarded.proc), 'llm_extproc_grpc_protocol_events_total', { kind: 'rapid_reset' }),
+          metricValue(await scrapeMetrics(guarded.proc.httpPort), 'llm_extproc_grpc_protocol_events_total', { kind: 'rapid_reset' }),
           1,
           'counted once, as rapid_reset',
         );
@@ -232,7 +227,7 @@ void describe('abuse of the gRPC port: counted in metrics, bounded in the log', 
     }
     assert.equal(goawayCode(busy.received()), undefined, 'the connection with an open stream is not idle');
     assert.ok(
-      metricValue(await metricsText(limited.proc), 'llm_extproc_grpc_protocol_events_total', { kind: 'idle_closed' }) >= 2,
+      metricValue(await scrapeMetrics(limited.proc.httpPort), 'llm_extproc_grpc_protocol_events_total', { kind: 'idle_closed' }) >= 2,
       'idle closes counted',
     );
     for (const raw of idle) raw.close();

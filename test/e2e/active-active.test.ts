@@ -19,7 +19,8 @@ import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-
 import { assertCatalogError } from '../support/catalog-assert.js';
 import { startEnvoy, type RunningEnvoy } from '../support/envoy-process.js';
 import { startExtprocProcess, withAllPickers, type ExtprocProcess } from '../support/extproc-process.js';
-import { metricValue, poolsYaml, type StaticPoolSpec } from '../support/gateway.js';
+import { poolsYaml, type StaticPoolSpec } from '../support/gateway.js';
+import { metricValue, scrapeMetrics } from '../support/prometheus.js';
 import { send, type ClientRequest, type ClientResponse } from '../support/http-client.js';
 import { startModelServer, type ModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -124,13 +125,8 @@ async function startBed(): Promise<Bed> {
   }
 }
 
-async function metricsOf(picker: ExtprocProcess): Promise<string> {
-  const response = await fetch(`http://127.0.0.1:${picker.httpPort}/metrics`);
-  return response.text();
-}
-
 async function okRequests(picker: ExtprocProcess): Promise<number> {
-  return metricValue(await metricsOf(picker), 'llm_extproc_requests_total', { model: MODEL, result: 'ok' });
+  return metricValue(await scrapeMetrics(picker.httpPort), 'llm_extproc_requests_total', { model: MODEL, result: 'ok' });
 }
 
 async function servedBy(bed: Bed, request: ClientRequest): Promise<string> {
@@ -141,7 +137,7 @@ async function servedBy(bed: Bed, request: ClientRequest): Promise<string> {
 
 /** Endpoints by state as one process's metrics report them, e.g. `Ready=3`. */
 async function poolView(picker: ExtprocProcess): Promise<string> {
-  const text = await metricsOf(picker);
+  const text = await scrapeMetrics(picker.httpPort);
   return ['Ready', 'NotReady', 'Draining', 'Quarantined']
     .map((state) => `${state}=${metricValue(text, 'llm_extproc_endpoints', { pool: 'pool', state })}`)
     .join(' ');
@@ -229,7 +225,7 @@ describe('three llm-extproc processes behind one Envoy (active-active)', () => {
     }
     const victim = bed.pickers[2];
     const inFlight = async (picker: ExtprocProcess): Promise<number> =>
-      metricValue(await metricsOf(picker), 'llm_extproc_in_flight_requests');
+      metricValue(await scrapeMetrics(picker.httpPort), 'llm_extproc_in_flight_requests');
     // Paused answers until the victim holds one (the test decides, no timing): then kill it.
     let cut: ClientResponse | undefined;
     let killedAt = 0n;

@@ -614,7 +614,85 @@ describe('chart: mutual TLS on the gRPC port', () => {
       home,
     );
     assert.notEqual(res.code, 0);
-    assert.match(res.stderr, /tls\.clientCaSecretName needs tls\.secretName/);
+    // Pointing at the template that holds the rule, not at the first template that rendered the config.
+    assert.match(res.stderr, /at \(llm-extproc\/templates\/validate\.yaml:\d+:\d+\): tls\.clientCaSecretName needs tls\.secretName/);
+  });
+});
+
+describe('chart: refuses at helm template what the cluster, the pod or the gateway would refuse', () => {
+  const cases: ReadonlyArray<{ name: string; values?: string; set: string[]; message: string }> = [
+    {
+      name: 'HPA bounds the wrong way round (the API server refuses the HPA)',
+      set: ['autoscaling.enabled=true', 'autoscaling.minReplicas=5', 'autoscaling.maxReplicas=2'],
+      message: 'autoscaling.minReplicas (5) is above autoscaling.maxReplicas (2): the API server refuses such a HorizontalPodAutoscaler',
+    },
+    {
+      name: 'gRPC and HTTP on one port (the pod would crash on the second bind)',
+      set: ['ports.grpc=9090'],
+      message:
+        'ports.grpc and ports.http are both 9090: the server listens on each, so the second would fail to bind; give them different ports',
+    },
+    {
+      name: 'a client CA without TLS (silently ignored before)',
+      set: ['tls.clientCaSecretName=gateway-client-ca'],
+      message: 'tls.clientCaSecretName needs tls.enabled: mutual TLS is TLS on the gRPC port (set tls.enabled=true and tls.secretName)',
+    },
+    {
+      name: 'a certificate Secret without TLS (silently ignored before)',
+      set: ['tls.secretName=llm-extproc-tls'],
+      message: 'tls.secretName needs tls.enabled: without it the gRPC port stays plaintext and the Secret is not mounted',
+    },
+    {
+      name: 'an Istio CA without the DestinationRule that uses it',
+      values: 'inferencepool-istio.yaml',
+      set: ['gateway.inferencePool.istio.destinationRule=false'],
+      message:
+        'gateway.inferencePool.istio.caConfigMap needs gateway.inferencePool.istio.destinationRule: the CA is used by the DestinationRule that makes Istio speak TLS to the picker',
+    },
+    {
+      name: 'an Istio CA with a self-signed certificate (Istio would refuse it)',
+      values: 'inferencepool-istio.yaml',
+      set: ['tls.secretName='],
+      message:
+        'gateway.inferencePool.istio.caConfigMap needs tls.secretName: a certificate made at start (no secretName) is signed by no CA, so Istio would refuse it',
+    },
+    {
+      name: 'config.static with config.kubernetes (the server refuses both)',
+      values: 'one-namespace.yaml',
+      set: ['config.static.path=/srv/endpoints.yaml'],
+      message: 'config.static and config.kubernetes are both set: the server refuses both; choose one endpoint source',
+    },
+    {
+      name: 'config.static with InferencePools the chart creates',
+      values: 'inferencepool-istio.yaml',
+      set: ['config.static.path=/srv/endpoints.yaml'],
+      message:
+        'gateway.inferencePool.pools creates InferencePools the server must watch (a Kubernetes source), so staticEndpoints and config.static cannot be used with it; choose one endpoint source',
+    },
+  ];
+  for (const c of cases) {
+    it(c.name, async () => {
+      const res = await helm(
+        [
+          'template',
+          RELEASE,
+          CHART,
+          '--namespace',
+          NAMESPACE,
+          ...(c.values === undefined ? [] : ['-f', join(CHART, 'examples', c.values)]),
+          ...c.set.flatMap((set) => ['--set', set]),
+        ],
+        home,
+      );
+      assert.notEqual(res.code, 0, 'refused');
+      assert.match(res.stderr, /^Error: execution error at \(llm-extproc\/templates\/validate\.yaml:\d+:\d+\): /);
+      assert.ok(res.stderr.includes(`): ${c.message}\n`), res.stderr);
+    });
+  }
+
+  it('sidecar mode: equal ports are fine (gRPC is a Unix socket there)', async () => {
+    const objects = await template(['envoy-gateway-sidecar.yaml'], ['--set', 'ports.grpc=9090']);
+    assert.match(serverConfig(objects).config.listen.grpc, /^unix:\/\//);
   });
 });
 

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { makeSelfSignedIdentity } from '../../src/grpc/tls-identity.js';
 import { repoRoot } from '../../scripts/repo-root.js';
-import { runExtprocCommand } from '../support/extproc-process.js';
+import { runExtprocCommand, startExtprocProcess } from '../support/extproc-process.js';
 import type { CommandResult } from '../support/extproc-process.js';
 
 const PACKAGE = JSON.parse(readFileSync(join(repoRoot(), 'package.json'), 'utf8')) as { version: string };
@@ -174,7 +174,7 @@ describe('llm-extproc --check-config', () => {
       const port = (holder.address() as AddressInfo).port;
       const path = await configFile(
         'taken.yaml',
-        `listen:\n  grpc: 127.0.0.1:${port}\n  http: 127.0.0.1:${port}\nstatic:\n  path: ${endpoints}\n`,
+        `listen:\n  grpc: 127.0.0.1:${port}\n  http: 127.0.0.1:0\nstatic:\n  path: ${endpoints}\n`,
       );
       const result = await runExtprocCommand(['--check-config', '-c', path]);
       assert.equal(result.code, 0, result.stderr);
@@ -259,6 +259,134 @@ describe('llm-extproc --check-config', () => {
     );
     await writeFile(keyFile, one.key);
     assert.equal((await runExtprocCommand(['--check-config', '-c', path])).code, 0, 'the matching pair passes');
+  });
+});
+
+describe('one validation path: every bad configuration stops --check-config and a real start with the same line', () => {
+  let dir = '';
+  let elsewhere = '';
+  let endpoints = '';
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'llm-extproc-same-check-'));
+    elsewhere = await mkdtemp(join(tmpdir(), 'llm-extproc-cwd-'));
+    endpoints = join(dir, 'endpoints.yaml');
+    await writeFile(endpoints, 'pools:\n  - name: p\n    models: [m]\n    endpoints: [127.0.0.1:1]\n');
+    const [one, other] = await Promise.all([makeSelfSignedIdentity(['a']), makeSelfSignedIdentity(['b'])]);
+    await writeFile(join(dir, 'tls.crt'), one.cert);
+    await writeFile(join(dir, 'tls.key'), other.key);
+    await writeFile(join(dir, 'bad-endpoints.yaml'), 'pools:\n  - name: p\n    models: [m]\n    endpoints: [nowhere]\n');
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+    await rm(elsewhere, { recursive: true, force: true });
+  });
+
+  const grpcForms = 'host:port or unix:///path/to.sock (port 1-65535, or 0 for any free port)';
+  /** The config file's text (`$E`: the good endpoints file), the environment, and the line expected after `llm-extproc: `. */
+  const cases: ReadonlyArray<{ name: string; config: string; env?: Record<string, string>; line: (path: string) => string }> = [
+    {
+      name: 'a gRPC port above 65535',
+      config: 'listen:\n  grpc: "127.0.0.1:99999"\nstatic:\n  path: $E\n',
+      line: (path) => `invalid configuration (${path}): listen.grpc: expected ${grpcForms}, got "127.0.0.1:99999"`,
+    },
+    {
+      name: 'LLM_EXTPROC_GRPC_ADDRESS=nonsense',
+      config: 'static:\n  path: $E\n',
+      env: { LLM_EXTPROC_GRPC_ADDRESS: 'nonsense' },
+      line: (path) => `invalid configuration (${path}): LLM_EXTPROC_GRPC_ADDRESS: expected ${grpcForms}, got "nonsense"`,
+    },
+    {
+      name: 'LLM_EXTPROC_HTTP_ADDRESS without a port',
+      config: 'static:\n  path: $E\n',
+      env: { LLM_EXTPROC_HTTP_ADDRESS: 'localhost' },
+      line: (path) =>
+        `invalid configuration (${path}): LLM_EXTPROC_HTTP_ADDRESS: expected host:port (port 1-65535, or 0 for any free port), got "localhost"`,
+    },
+    {
+      name: 'gRPC and HTTP on the same port',
+      config: 'listen:\n  grpc: "127.0.0.1:19402"\n  http: "127.0.0.1:19402"\nstatic:\n  path: $E\n',
+      line: (path) =>
+        `invalid configuration (${path}): listen.http: port 19402 is also listen.grpc's port; give each listener its own port`,
+    },
+    {
+      name: 'kubernetes and static together',
+      config: 'static:\n  path: $E\nkubernetes:\n  pools:\n    - { name: p, namespace: m, selector: { app: vllm }, models: [x] }\n',
+      line: (path) => `invalid configuration (${path}): static: set together with kubernetes; choose one endpoint source`,
+    },
+    {
+      name: 'a relative static.path: looked for beside the config file, not in the working directory',
+      config: 'static:\n  path: missing/endpoints.yaml\n',
+      line: () =>
+        `endpoints file ${join(dir, 'missing', 'endpoints.yaml')}: ENOENT: no such file or directory, open '${join(dir, 'missing', 'endpoints.yaml')}'`,
+    },
+    {
+      name: 'an endpoints file with a bad address',
+      config: 'static:\n  path: bad-endpoints.yaml\n',
+      line: () => `endpoints file ${join(dir, 'bad-endpoints.yaml')}: pools[0].endpoints[0].address: expected "host:port", got "nowhere"`,
+    },
+    {
+      name: 'LLM_EXTPROC_ENDPOINTS_FILE naming nothing (relative: from the working directory)',
+      config: 'static:\n  path: $E\n',
+      env: { LLM_EXTPROC_ENDPOINTS_FILE: 'gone.yaml' },
+      line: () =>
+        `endpoints file ${join(elsewhere, 'gone.yaml')}: ENOENT: no such file or directory, open '${join(elsewhere, 'gone.yaml')}'`,
+    },
+    {
+      name: 'TLS files that are not a pair (relative to the config file)',
+      config: 'listen:\n  tls: { enabled: true, certFile: tls.crt, keyFile: tls.key }\nstatic:\n  path: $E\n',
+      line: () => `listen.tls: gRPC TLS: ${join(dir, 'tls.crt')} and ${join(dir, 'tls.key')} are not a usable certificate and key: `,
+    },
+  ];
+  for (const [i, c] of cases.entries()) {
+    it(c.name, async () => {
+      const path = join(dir, `case-${i}.yaml`);
+      await writeFile(path, c.config.replaceAll('$E', endpoints));
+      const options = { cwd: elsewhere, ...(c.env === undefined ? {} : { env: c.env }) };
+      const expected = `llm-extproc: ${c.line(path)}`;
+      // TLS errors end with OpenSSL's reason, which varies: the part we write is compared exactly.
+      const message = expected.endsWith(': ') ? new RegExp(`^${expected.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`) : expected;
+      assertConfigError(await runExtprocCommand(['--check-config', '--config', path], options), message);
+      assertConfigError(await runExtprocCommand(['--config', path], options), message);
+    });
+  }
+
+  it('a relative static.path beside the config file: both find it, from any working directory', async () => {
+    const path = join(dir, 'relative.yaml');
+    await writeFile(path, 'listen:\n  grpc: "127.0.0.1:0"\n  http: "127.0.0.1:0"\nstatic:\n  path: endpoints.yaml\n');
+    const check = await runExtprocCommand(['--check-config', '--config', path], { cwd: elsewhere });
+    assert.equal(check.code, 0, check.stderr);
+    assert.deepEqual((JSON.parse(check.stdout) as { config: { source: unknown } }).config.source, { kind: 'static', path: endpoints });
+    const server = await startExtprocProcess({ configPath: path, cwd: elsewhere });
+    try {
+      await server.waitForLog(/endpoint cache synced/);
+      assert.equal((await fetch(`http://127.0.0.1:${server.httpPort}/readyz`)).status, 200);
+    } finally {
+      await server.kill();
+    }
+  });
+
+  it('a port another process holds: the server exits 1 with one line, no stack', async () => {
+    const holder = createServer();
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = (holder.address() as AddressInfo).port;
+      for (const [listener, other] of [
+        ['grpc', 'http'],
+        ['http', 'grpc'],
+      ] as const) {
+        const path = join(dir, `taken-${listener}.yaml`);
+        await writeFile(path, `listen:\n  ${listener}: "127.0.0.1:${port}"\n  ${other}: "127.0.0.1:0"\nstatic:\n  path: ${endpoints}\n`);
+        const result = await runExtprocCommand(['--config', path]);
+        assert.equal(result.code, 1, result.stderr);
+        assert.equal(
+          result.stderr,
+          `llm-extproc: cannot listen on 127.0.0.1:${port}: listen EADDRINUSE: address already in use 127.0.0.1:${port}\n`,
+        );
+        assert.doesNotMatch(result.stdout, /"level":60|\n\s+at /, 'no fatal JSON line, no stack');
+      }
+    } finally {
+      holder.close();
+    }
   });
 });
 

@@ -4,7 +4,8 @@
 import assert from 'node:assert/strict';
 import { gzipSync } from 'node:zlib';
 import { describe, it } from 'node:test';
-import { metricValue, startGateway } from '../support/gateway.js';
+import { startGateway } from '../support/gateway.js';
+import { metricValue } from '../support/prometheus.js';
 import { startModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';
 

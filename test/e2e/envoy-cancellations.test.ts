@@ -7,7 +7,8 @@
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { metricValue, startGateway, type Gateway } from '../support/gateway.js';
+import { startGateway, type Gateway } from '../support/gateway.js';
+import { metricValue } from '../support/prometheus.js';
 import { startModelServer, type ModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';
 

@@ -4,8 +4,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { CATALOG, ERROR_KINDS, type ErrorKind } from '../../src/errors/catalog.js';
-import { metricValue, startGateway, waitForMetric, type Gateway } from '../support/gateway.js';
+import { startGateway, type Gateway } from '../support/gateway.js';
+import { metricValue, waitForMetric } from '../support/prometheus.js';
 import type { ClientRequest, ClientResponse } from '../support/http-client.js';
+import { assertAppendedErrorEvent } from '../support/catalog-assert.js';
 import { privateLoopbackHost } from '../support/loopback.js';
 import { startModelServer, type Behavior, type ModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -173,16 +175,9 @@ describe('every failure is explained (real Envoy, misbehaving model servers)', (
 
   it(covers('stream_incomplete', 'stream_incomplete: an SSE stream that ends without [DONE] gets an appended error event'), async () => {
     const response = await gateway.send(chat('no-terminator', { stream: true }));
-    assert.equal(response.status, 200);
     const served = servers.get('no-terminator')!.requests.at(-1)!;
     await served.response.settled;
-    const sent = served.response.body;
-    assert.deepEqual(response.body.subarray(0, sent.length), sent, 'everything the model server sent arrives unchanged');
-    const appended = response.body.subarray(sent.length).toString('utf8');
-    assert.match(appended, /^\n*data: \{"error":/);
-    const event = JSON.parse(appended.trim().replace(/^data: /, '')) as ErrorBody;
-    assert.equal(event.error.code, CATALOG.stream_incomplete.code);
-    assert.equal(event.error.type, CATALOG.stream_incomplete.type);
+    assertAppendedErrorEvent(response, served.response.body, 'stream_incomplete');
   });
 
   it(

@@ -5,7 +5,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { CATALOG, type ErrorKind } from '../../src/errors/catalog.js';
-import { metricValue, startGateway, type Gateway } from '../support/gateway.js';
+import { startGateway, type Gateway } from '../support/gateway.js';
+import { metricValue } from '../support/prometheus.js';
 import type { ClientResponse } from '../support/http-client.js';
 import { startModelServer, type ModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';

@@ -1,7 +1,9 @@
-// End to end: the same scenarios through a real Envoy under the configuration each gateway
-// generates for an InferencePool (tools/envoy-config/gateway-profiles.ts). One table row per gateway;
-// a scenario a gateway cannot support is listed in its row with the documented fallback, and that
-// fallback is what the cell asserts (docs/gateways.md explains each).
+// End to end: the gateway scenarios (test/support/gateway-scenarios.ts, also run behind the live
+// controllers) through a real Envoy under the configuration each gateway generates for an
+// InferencePool (tools/envoy-config/gateway-profiles.ts), and what only a profile can show (a dying
+// replica, the subset hint, TLS to llm-extproc). One table row per gateway; a scenario a gateway
+// cannot support is listed in its row with the documented fallback, and that fallback is what the
+// cell asserts (docs/gateways.md explains each).
 
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -17,15 +19,15 @@ import {
   subsetHintHeaderValue,
   type GatewayProfileName,
 } from '../../tools/envoy-config/gateway-profiles.js';
-import { CATALOG } from '../../src/errors/catalog.js';
-import { assertCatalogError, type ErrorBody } from '../support/catalog-assert.js';
-import { metricValue, startGateway, type Gateway, type GatewayOptions, type StaticPoolSpec } from '../support/gateway.js';
+import { assertCatalogError } from '../support/catalog-assert.js';
+import { startGateway, type Gateway, type GatewayOptions, type StaticPoolSpec } from '../support/gateway.js';
+import { metricValue } from '../support/prometheus.js';
 import type { ClientRequest } from '../support/http-client.js';
 import { startModelServer, type Behavior, type ModelServer } from '../support/model-server.js';
 import { caVolume, fingerprint, handshakeServed, makeTestCa, secretVolume, servedFingerprint } from '../support/tls-files.js';
 import type { TlsIdentity } from '../../src/grpc/tls-identity.js';
 import { waitUntil } from '../support/wait-until.js';
-import { assertSameBytes, sequencedText } from '../support/sequenced-bytes.js';
+import { ARRANGED_POOLS, arrangedPools, fromArrangedPools, gatewayScenarios } from '../support/gateway-scenarios.js';
 
 const CHAT = '/v1/chat/completions';
 
@@ -69,15 +71,6 @@ void describe('the table covers every profile', () => {
   });
 });
 
-/** 64 SSE chat chunks and the terminator, as one model server answer. */
-function sixtyFourEvents(): string {
-  let body = '';
-  for (let i = 0; i < 64; i++) {
-    body += `data: ${JSON.stringify({ id: 'chatcmpl-64', object: 'chat.completion.chunk', created: 1, model: 'sse64', choices: [{ index: 0, delta: { content: `token-${i} ` }, finish_reason: null }] })}\n\n`;
-  }
-  return `${body}data: [DONE]\n\n`;
-}
-
 for (const row of ROWS) {
   void describe(`behind ${row.profile}: ${GATEWAY_PROFILES[row.profile].title}`, () => {
     const servers = new Map<string, ModelServer>();
@@ -94,19 +87,10 @@ for (const row of ROWS) {
     before(async () => {
       dir = await mkdtemp(join(tmpdir(), `llm-extproc-gw-${row.profile}-`));
       const [a, b, notReady, other] = await Promise.all([server('chat-a'), server('chat-b'), server('chat-c'), server('other')]);
-      const [refuse, close, hang, truncated, noTerminator] = await Promise.all([
-        server('refuse'),
-        server('close', { kind: 'close-before-headers' }),
-        server('hang', { kind: 'hang' }),
-        server('truncated', { kind: 'truncated-json' }),
-        server('no-terminator', { kind: 'sse-no-terminator' }),
-      ]);
-      const [resetA, resetB] = await Promise.all([
-        server('reset-a', { kind: 'hang-after-headers', afterEvents: 2 }),
-        server('reset-b', { kind: 'hang-after-headers', afterEvents: 2 }),
-      ]);
+      // A pool of its own for each way a scenario needs its replicas to answer (gateway-scenarios.ts).
+      const arranged = arrangedPools();
+      await Promise.all(arranged.flatMap((pool) => pool.replicas.map((id) => server(id, pool.behavior))));
       const [dyingA, dyingB] = await Promise.all([server('dying-a'), server('dying-b')]);
-      const sse64 = await server('sse64', { kind: 'status', status: 200, contentType: 'text/event-stream', body: sixtyFourEvents() });
       const pools: StaticPoolSpec[] = [
         {
           name: 'chat',
@@ -119,13 +103,11 @@ for (const row of ROWS) {
         },
         { name: 'other', models: ['other'], endpoints: [{ address: other.address }] },
         { name: 'starting', models: ['starting'], endpoints: [{ address: '127.0.0.1:1', state: 'Starting', reason: 'ContainerCreating' }] },
-        { name: 'refuse', models: ['refuse'], endpoints: [{ address: refuse.address }] },
-        { name: 'close', models: ['close'], endpoints: [{ address: close.address }] },
-        { name: 'hang', models: ['hang'], endpoints: [{ address: hang.address }] },
-        { name: 'truncated', models: ['truncated'], endpoints: [{ address: truncated.address }] },
-        { name: 'no-terminator', models: ['no-terminator'], endpoints: [{ address: noTerminator.address }] },
-        { name: 'reset', models: ['reset'], endpoints: [{ address: resetA.address }, { address: resetB.address }] },
-        { name: 'sse64', models: ['sse64'], endpoints: [{ address: sse64.address }] },
+        ...arranged.map((pool) => ({
+          name: pool.model,
+          models: [pool.model],
+          endpoints: pool.replicas.map((id) => ({ address: get(id).address })),
+        })),
         { name: 'dying', models: ['dying'], endpoints: [{ address: dyingA.address }, { address: dyingB.address }] },
       ];
       let pickerTls: PickerTls = { kind: row.pickerTls === 'verified' ? 'plaintext' : row.pickerTls };
@@ -148,7 +130,7 @@ for (const row of ROWS) {
         envoy: { routeTimeoutSeconds: 2 },
       });
       // Refuse only now: a port freed earlier could be taken by Envoy's own ephemeral listeners.
-      await refuse.refuse();
+      await Promise.all(ARRANGED_POOLS.refuse.replicas.map((id) => get(id).refuse()));
     });
 
     after(async () => {
@@ -157,103 +139,30 @@ for (const row of ROWS) {
       if (dir !== undefined) await rm(dir, { recursive: true, force: true });
     });
 
-    void it('routes each model to ready endpoints of its own pool only', async () => {
-      for (let i = 0; i < 10; i++) {
-        const response = await gateway.send(chat('chat', { messages: [{ role: 'user', content: `hello ${i}` }] }));
-        assert.equal(response.status, 200, response.text());
-        assert.match(response.headers['x-model-server-id'] ?? '', /^chat-[ab]$/);
-        const other = await gateway.send(chat('other'));
-        assert.equal(other.status, 200, other.text());
-        assert.equal(other.headers['x-model-server-id'], 'other');
-      }
-      assert.equal(get('chat-c').requests.length, 0, 'the not-ready endpoint never gets a request');
-      assert.ok(get('other').requests.every((r) => (JSON.parse(r.body.toString()) as { model: string }).model === 'other'));
-    });
-
-    void it('passes a JSON request and answer byte-identical', async () => {
-      const body = Buffer.from('{"model":"chat",  "messages":[{"role":"user","content":"héllo ✓"}],"temperature":0.5}');
-      const response = await gateway.send({ path: CHAT, body });
-      assert.equal(response.status, 200, response.text());
-      const served = get(response.headers['x-model-server-id'] ?? '').requests.at(-1)!;
-      assert.deepEqual(served.body, body, 'the request body reaches the model server unchanged');
-      assert.deepEqual(response.body, served.response.body, 'the answer reaches the client unchanged');
-    });
-
-    void it('passes an SSE stream byte-identical', async () => {
-      const response = await gateway.send(chat('chat', { stream: true }));
-      assert.equal(response.status, 200, response.text());
-      const served = get(response.headers['x-model-server-id'] ?? '').requests.at(-1)!;
-      await served.response.settled;
-      assert.deepEqual(response.body, served.response.body);
-      assert.match(response.text(), /data: \[DONE\]\n\n$/);
-    });
-
-    void it('passes a 64-event SSE stream byte-identical', async () => {
-      const response = await gateway.send(chat('sse64', { stream: true }));
-      assert.equal(response.status, 200, response.text());
-      assert.equal(response.text(), sixtyFourEvents());
-    });
-
-    void it(
-      row.bigBody === 'identical'
-        ? 'delivers a 5 MB request body byte-identical'
-        : 'answers a 5 MB request body with 413 body_too_large JSON (gateway buffer limit)',
-      async () => {
-        // Every 16 bytes name their own offset: a chunk lost, repeated or moved changes the digest.
-        const body = Buffer.from(
-          JSON.stringify({ model: 'chat', messages: [{ role: 'user', content: 'big' }], pad: sequencedText(5 * 1024 * 1024) }),
-        );
-        const before = get('chat-a').requests.length + get('chat-b').requests.length;
-        const response = await gateway.send({ path: CHAT, body, timeoutMs: 60_000 });
-        if (row.bigBody === 'identical') {
-          assert.equal(response.status, 200, response.text().slice(0, 500));
-          const served = get(response.headers['x-model-server-id'] ?? '').requests.at(-1)!;
-          assertSameBytes(served.body, body, 'the 5 MB body the model server got');
-        } else {
-          assertCatalogError(response, 'body_too_large');
-          assert.equal(get('chat-a').requests.length + get('chat-b').requests.length, before, 'nothing reached a model server');
-        }
-      },
-    );
-
-    void it('answers an unknown model with 404 model_not_found JSON', async () => {
-      const body = assertCatalogError(await gateway.send(chat('gpt-17')), 'model_not_found');
-      assert.match(body.error.message, /gpt-17/);
-    });
-
-    void it('answers a broken JSON body with 400 invalid_json JSON', async () => {
-      assertCatalogError(await gateway.send({ path: CHAT, body: '{"model": "chat", "messages": [' }), 'invalid_json');
-    });
-
-    void it('answers a model without a ready replica with 503 no_ready_replica JSON', async () => {
-      const response = await gateway.send(chat('starting'));
-      assertCatalogError(response, 'no_ready_replica');
-      assert.match(response.headers['retry-after'] ?? '', /^\d+$/);
-    });
-
-    void it('explains a connect failure as JSON', async () => {
-      assertCatalogError(await gateway.send(chat('refuse')), 'upstream_connect_failed', 'all_replicas_failed');
-    });
-
-    void it('explains a reset before response headers as JSON; the replica passes its check and stays Ready', async () => {
-      assertCatalogError(await gateway.send(chat('close')), 'upstream_reset');
-      const address = get('close').address;
-      await waitUntil(
-        async () =>
-          metricValue(await gateway.metricsText(), 'llm_extproc_failed_connect_checks_total', { verdict: 'replica_alive' }) >= 1
-            ? true
-            : undefined,
-        { description: 'the check after the reset' },
-      );
-      assert.equal(await endpointState(address), 'Ready');
-    });
-
     /** The state /debug/endpoints shows for an address. */
     async function endpointState(address: string): Promise<string | undefined> {
       const response = await fetch(`http://127.0.0.1:${gateway.app.httpPort}/debug/endpoints`);
       const body = (await response.json()) as { pools: Array<{ endpoints: Array<{ address: string; state: string }> }> };
       return body.pools.flatMap((p) => p.endpoints).find((e) => e.address === address)?.state;
     }
+
+    gatewayScenarios(
+      () => ({
+        send: (request) => gateway.send(request),
+        metricsText: () => gateway.metricsText(),
+        chat: { model: 'chat', ready: [get('chat-a'), get('chat-b')], notReady: get('chat-c') },
+        other: { model: 'other', server: get('other') },
+        arrange: fromArrangedPools(get),
+        endpointState,
+      }),
+      {
+        bodies: { bytes: [5 * 1024 * 1024], outcome: row.bigBody },
+        startingModel: 'starting',
+        resetBlamed: true,
+        routeTimesOut: true,
+        ...(row.responseHeld === true ? { responseHeld: true } : {}),
+      },
+    );
 
     void it('a model server killed under sequential traffic fails at most one request; the next go elsewhere; it shows Quarantined', async () => {
       const [dead, alive] = [get('dying-a'), get('dying-b')];
@@ -281,94 +190,6 @@ for (const row of ROWS) {
         'the dead replica was tried exactly once',
       );
     });
-
-    void it('explains a timeout as JSON', async () => {
-      assertCatalogError(await gateway.send(chat('hang')), 'upstream_timeout');
-    });
-
-    void it('turns a truncated JSON answer into a clean 502', async () => {
-      assertCatalogError(await gateway.send(chat('truncated')), 'truncated_response');
-    });
-
-    void it('appends an SSE error event to a stream that ends without its terminator', async () => {
-      const response = await gateway.send(chat('no-terminator', { stream: true }));
-      assert.equal(response.status, 200);
-      const served = get('no-terminator').requests.at(-1)!;
-      await served.response.settled;
-      const sent = served.response.body;
-      assert.deepEqual(response.body.subarray(0, sent.length), sent, 'everything the model server sent arrives unchanged');
-      const appended = response.body.subarray(sent.length).toString('utf8');
-      assert.match(appended, /^\n*data: \{"error":/);
-      const event = JSON.parse(appended.trim().replace(/^data: /, '')) as ErrorBody;
-      assert.equal(event.error.code, CATALOG.stream_incomplete.code);
-    });
-
-    void it(
-      row.responseHeld === true
-        ? 'a reset half-way through a held answer fails that request, counts as a failed attempt and is never retried'
-        : 'records a stream reset half-way as a failed attempt and never retries it',
-      async () => {
-        const [a, b] = [get('reset-a'), get('reset-b')];
-        let resetDone = false;
-        const reset = (): void => {
-          if (resetDone) return;
-          resetDone = true;
-          for (const s of [a, b]) if (s.requests.length > 0) s.resetConnections();
-        };
-        // Reset once bytes reached the client, or (answer held by Envoy) once the model server sent its first events.
-        const sending = gateway.send({ ...chat('reset', { stream: true }), onData: reset });
-        if (row.responseHeld === true) {
-          await waitUntil(() => ([a, b].some((s) => (s.requests[0]?.response.chunks.length ?? 0) >= 2) ? true : undefined), {
-            description: 'the model server sending its first events',
-          });
-          reset();
-        }
-        const response = await sending;
-        const served = a.requests.length > 0 ? a : b;
-        const other = served === a ? b : a;
-        if (row.responseHeld === true) {
-          // Documented limitation (docs/gateways.md): Envoy's own 502 for the reset goes out after
-          // ext_proc already answered this response's headers, so it never passes through us and
-          // keeps Envoy's text unless the gateway maps it (Envoy Gateway responseOverride).
-          assert.equal(response.status, 502, response.text());
-          assert.match(response.text(), /^upstream connect error or disconnect\/reset before headers/);
-          assert.ok(!response.text().includes('data:'), 'no part of the held stream went out');
-        } else {
-          assert.equal(response.status, 200);
-          assert.ok(response.body.length > 0, 'the client had received part of the stream');
-          assert.ok(response.error !== undefined, 'the client sees its response end before the body did');
-          const sent = served.requests[0].response.body;
-          assertSameBytes(
-            response.body,
-            sent.subarray(0, response.body.length),
-            'what the client got: a part of what the server sent, unchanged',
-          );
-        }
-        assert.equal(other.requests.length, 0, 'never retried onto another replica');
-        assert.equal(served.requests.length, 1, 'not retried on the same replica either');
-        await waitUntil(
-          async () =>
-            metricValue(await gateway.metricsText(), 'llm_extproc_upstream_attempts_total', {
-              endpoint: served.address,
-              outcome: 'failure',
-            }) === 1
-              ? true
-              : undefined,
-          { description: 'the reset counted as a failure of the replica that served it' },
-        );
-        const metrics = await gateway.metricsText();
-        if (row.responseHeld !== true)
-          assert.equal(
-            metricValue(metrics, 'llm_extproc_upstream_attempts_total', {
-              endpoint: served.address,
-              outcome: 'failure',
-              reason: 'stream_broken',
-            }),
-            1,
-          );
-        assert.equal(metricValue(metrics, 'llm_extproc_upstream_attempts_total', { endpoint: served.address, outcome: 'success' }), 0);
-      },
-    );
 
     if (row.subsetHint === 'honoured') {
       void it('subset hint: picks only hinted endpoints', async () => {

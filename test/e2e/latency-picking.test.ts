@@ -7,7 +7,8 @@
 
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { metricValue, startGateway } from '../support/gateway.js';
+import { startGateway } from '../support/gateway.js';
+import { metricValue } from '../support/prometheus.js';
 import type { Gateway } from '../support/gateway.js';
 import type { ClientRequest } from '../support/http-client.js';
 import { startModelServer } from '../support/model-server.js';

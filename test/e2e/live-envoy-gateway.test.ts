@@ -3,17 +3,16 @@
 // over xDS from the chart's rendered manifests (test/support/envoy-gateway-bed.ts). No profile, no
 // transcription: what the controller generates from the chart's defaults is what the traffic meets.
 //
-// The cells: the core scenarios of gateways.test.ts, request bodies of 1 MiB and 5 MiB and SSE
-// streams of 20 s and 120 s (random bytes, compared by digest), and the failure modes as Envoy
+// The cells: the gateway scenarios every gateway suite runs (test/support/gateway-scenarios.ts), with
+// request bodies of 1 MiB and 5 MiB and SSE streams of 20 s and 120 s, and the failure modes as Envoy
 // Gateway implements them (llm-extproc down with FailClose and FailOpen, llm-extproc draining at
 // SIGTERM, a pod the gateway marks DRAINING that llm-extproc still sees Ready, a picked address the
 // gateway's cluster does not hold). Every failure is catalog JSON, or the documented gateway reply.
 
 import assert from 'node:assert/strict';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
-import { CATALOG } from '../../src/errors/catalog.js';
-import { assertCatalogError, type ErrorBody } from '../support/catalog-assert.js';
+import { assertCatalogError } from '../support/catalog-assert.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -42,27 +41,21 @@ import {
   deepMerge,
   freePort,
 } from '../support/envoy-gateway-bed.js';
-import { metricValue, waitForMetric } from '../support/gateway.js';
+import { metricValue } from '../support/prometheus.js';
+import { ARRANGED_POOLS, arrangedPools, fromArrangedPools, gatewayScenarios } from '../support/gateway-scenarios.js';
 import type { ClientRequest, ClientResponse } from '../support/http-client.js';
 import { waitUntil } from '../support/wait-until.js';
 import { liveEnvoyGatewayUnavailable } from '../support/envoy-gateway.js';
 
 const CHAT = '/v1/chat/completions';
 /** What docs/gateways.md promises for a long stream; the paced model server takes this long. */
-const LONG_STREAMS_MS = [20_000, 120_000] as const;
+const LONG_STREAM_SECONDS = [20, 120] as const;
 
 function chat(model: string, extra: Record<string, unknown> = {}): ClientRequest {
   return { path: CHAT, body: { model, messages: [{ role: 'user', content: 'hi there' }], ...extra } };
 }
 
 const sha256 = (bytes: Buffer): string => createHash('sha256').update(bytes).digest('hex');
-
-/** A chat request of about `bytes` bytes whose bulk is random. */
-function bigRequest(model: string, bytes: number): Buffer {
-  return Buffer.from(
-    JSON.stringify({ model, messages: [{ role: 'user', content: randomBytes(Math.floor((bytes * 3) / 4)).toString('base64') }] }),
-  );
-}
 
 // The bed needs root: pod addresses on the loopback interface and Envoy Gateway's /certs (see
 // test/support/pod-network.ts and envoy-gateway.ts). CI runs as root; elsewhere the file reports
@@ -78,26 +71,16 @@ void describe('live Envoy Gateway v1.9.1', { skip: NEEDS }, () => {
         { name: 'chat', pods: [{ id: 'chat-a' }, { id: 'chat-b' }, { id: 'chat-c', state: 'not-ready' }] },
         { name: 'other', pods: [{ id: 'other' }] },
         { name: 'starting', pods: [{ id: 'starting-a', state: 'starting' }] },
-        { name: 'refuse', pods: [{ id: 'refuse-a' }] },
-        { name: 'close', pods: [{ id: 'close-a', behavior: { kind: 'close-before-headers' } }] },
-        { name: 'hang', pods: [{ id: 'hang-a', behavior: { kind: 'hang' } }] },
-        { name: 'truncated', pods: [{ id: 'truncated-a', behavior: { kind: 'truncated-json' } }] },
-        { name: 'no-terminator', pods: [{ id: 'no-terminator-a', behavior: { kind: 'sse-no-terminator' } }] },
-        {
-          name: 'reset',
-          pods: [
-            { id: 'reset-a', behavior: { kind: 'hang-after-headers', afterEvents: 2 } },
-            { id: 'reset-b', behavior: { kind: 'hang-after-headers', afterEvents: 2 } },
-          ],
-        },
-        { name: 'stream', pods: [{ id: 'stream-a' }, { id: 'stream-b' }] },
-        ...LONG_STREAMS_MS.map((ms) => ({ name: `long-${ms / 1000}`, pods: [{ id: `long-${ms / 1000}-a` }] })),
+        ...arrangedPools(LONG_STREAM_SECONDS).map((pool) => ({
+          name: pool.model,
+          pods: pool.replicas.map((id) => ({ id, behavior: pool.behavior })),
+        })),
         { name: 'drain', pods: [{ id: 'drain-a' }, { id: 'drain-b' }] },
         { name: 'ghost', pods: [{ id: 'ghost-a' }, { id: 'ghost-b' }] },
       ],
     });
     // Refuse only now: the port stays bound by the other pods' servers, and this address stays dead.
-    await bed.server('refuse-a').refuse();
+    await Promise.all(ARRANGED_POOLS.refuse.replicas.map((id) => bed.server(id).refuse()));
   });
 
   after(async () => {
@@ -110,150 +93,22 @@ void describe('live Envoy Gateway v1.9.1', { skip: NEEDS }, () => {
   }
 
   void describe('behind the live Envoy Gateway controller, from the chart defaults', () => {
-    void it('routes each model to ready pods of its own pool only, never to the not-ready one', async () => {
-      for (let i = 0; i < 10; i++) {
-        const response = await bed.send(chat('chat', { messages: [{ role: 'user', content: `hello ${i}` }] }));
-        assert.equal(response.status, 200, response.text());
-        assert.match(servedBy(response), /^chat-[ab]$/);
-        const other = await bed.send(chat('other'));
-        assert.equal(other.status, 200, other.text());
-        assert.equal(servedBy(other), 'other');
-      }
-      assert.equal(bed.server('chat-c').requests.length, 0, 'the not-ready pod never gets a request');
-    });
-
-    void it('passes a JSON request and answer byte-identical', async () => {
-      const body = Buffer.from('{"model":"chat",  "messages":[{"role":"user","content":"héllo ✓"}],"temperature":0.5}');
-      const response = await bed.send({ path: CHAT, body });
-      assert.equal(response.status, 200, response.text());
-      const served = bed.server(servedBy(response)).requests.at(-1)!;
-      assert.deepEqual(served.body, body, 'the request body reaches the model server unchanged');
-      assert.deepEqual(response.body, served.response.body, 'the answer reaches the client unchanged');
-    });
-
-    void it('passes an SSE stream byte-identical', async () => {
-      const response = await bed.send(chat('chat', { stream: true }));
-      assert.equal(response.status, 200, response.text());
-      const served = bed.server(servedBy(response)).requests.at(-1)!;
-      await served.response.settled;
-      assert.deepEqual(response.body, served.response.body);
-      assert.match(response.text(), /data: \[DONE\]\n\n$/);
-    });
-
-    void it('passes a 64-event SSE stream of random content byte-identical', async () => {
-      for (const id of ['stream-a', 'stream-b'])
-        bed.server(id).nextBehavior({ kind: 'paced-random-sse', events: 64, gapMs: 0, bytesPerEvent: 600 });
-      const response = await bed.send(chat('stream', { stream: true }));
-      assert.equal(response.status, 200, response.text());
-      const served = bed.server(servedBy(response)).requests.at(-1)!;
-      assert.equal(await served.response.settled, 'ended');
-      assert.equal(sha256(response.body), sha256(served.response.body));
-      assert.match(response.text(), /data: \[DONE\]\n\n$/);
-      for (const id of ['stream-a', 'stream-b']) bed.server(id).setBehavior({ kind: 'ok' });
-    });
-
-    for (const size of [1024 * 1024, 5 * 1024 * 1024]) {
-      void it(`delivers a ${size / (1024 * 1024)} MiB request body byte-identical (Envoy Gateway's 32 KiB limit raised by the chart)`, async () => {
-        const body = bigRequest('chat', size);
-        const response = await bed.send({ path: CHAT, body, timeoutMs: 60_000 });
-        assert.equal(response.status, 200, response.text().slice(0, 500));
-        const served = bed.server(servedBy(response)).requests.at(-1)!;
-        assert.equal(sha256(served.body), sha256(body), 'the body reaches the model server unchanged');
-        assert.equal(sha256(response.body), sha256(served.response.body), 'the answer reaches the client unchanged');
-      });
-    }
-
-    void it(
-      `passes SSE streams of ${LONG_STREAMS_MS.map((ms) => `${ms / 1000} s`).join(' and ')} byte-identical (no 15 s route timeout)`,
-      { timeout: LONG_STREAMS_MS[1] * 2 },
-      async () => {
-        // The model servers pace their chunks (one a second); the test waits only for the answers.
-        const responses = await Promise.all(
-          LONG_STREAMS_MS.map(async (ms) => {
-            bed.server(`long-${ms / 1000}-a`).setBehavior({ kind: 'paced-random-sse', events: ms / 1000, gapMs: 1000, bytesPerEvent: 300 });
-            const started = Date.now();
-            const response = await bed.send({ ...chat(`long-${ms / 1000}`, { stream: true }), timeoutMs: ms * 2 });
-            return { response, elapsed: Date.now() - started };
-          }),
-        );
-        for (const [i, { response, elapsed }] of responses.entries()) {
-          assert.ok(elapsed >= LONG_STREAMS_MS[i] - 1000, `the stream really lasted ${elapsed} ms`);
-          assert.equal(response.status, 200, response.text().slice(0, 300));
-          assert.equal(response.error, undefined, 'the stream completes');
-          const served = bed.server(`long-${LONG_STREAMS_MS[i] / 1000}-a`).requests.at(-1)!;
-          assert.equal(await served.response.settled, 'ended');
-          assert.equal(
-            sha256(response.body),
-            sha256(served.response.body),
-            `the ${LONG_STREAMS_MS[i] / 1000} s stream arrives byte-identical`,
-          );
-          assert.match(response.text(), /data: \[DONE\]\n\n$/);
-        }
+    // Its 32 KiB buffer limit and 15 s route timeout are raised by the chart: big bodies and long streams pass.
+    gatewayScenarios(
+      () => ({
+        send: (request) => bed.send(request),
+        metricsText: () => bed.metricsText(),
+        chat: { model: 'chat', ready: [bed.server('chat-a'), bed.server('chat-b')], notReady: bed.server('chat-c') },
+        other: { model: 'other', server: bed.server('other') },
+        arrange: fromArrangedPools((id) => bed.server(id)),
+      }),
+      {
+        bodies: { bytes: [1024 * 1024, 5 * 1024 * 1024], outcome: 'identical' },
+        longStreamSeconds: LONG_STREAM_SECONDS,
+        startingModel: 'starting',
+        resetBlamed: true,
       },
     );
-
-    void it('answers an unknown model with 404 model_not_found JSON', async () => {
-      const body = assertCatalogError(await bed.send(chat('gpt-17')), 'model_not_found');
-      assert.match(body.error.message, /gpt-17/);
-    });
-
-    void it('answers a broken JSON body with 400 invalid_json JSON', async () => {
-      assertCatalogError(await bed.send({ path: CHAT, body: '{"model": "chat", "messages": [' }), 'invalid_json');
-    });
-
-    void it('answers a model without a ready replica with 503 no_ready_replica JSON', async () => {
-      const response = await bed.send(chat('starting'));
-      assertCatalogError(response, 'no_ready_replica');
-      assert.match(response.headers['retry-after'] ?? '', /^\d+$/);
-    });
-
-    void it('explains a refused connection as JSON', async () => {
-      assertCatalogError(await bed.send(chat('refuse')), 'upstream_connect_failed', 'all_replicas_failed');
-    });
-
-    void it('explains a reset before response headers as JSON', async () => {
-      assertCatalogError(await bed.send(chat('close')), 'upstream_reset');
-    });
-
-    void it('turns a truncated JSON answer into a clean 502', async () => {
-      assertCatalogError(await bed.send(chat('truncated')), 'truncated_response');
-    });
-
-    void it('appends an SSE error event to a stream that ends without its terminator', async () => {
-      const response = await bed.send(chat('no-terminator', { stream: true }));
-      assert.equal(response.status, 200);
-      const served = bed.server('no-terminator-a').requests.at(-1)!;
-      await served.response.settled;
-      const sent = served.response.body;
-      assert.deepEqual(response.body.subarray(0, sent.length), sent, 'everything the model server sent arrives unchanged');
-      const appended = response.body.subarray(sent.length).toString('utf8');
-      const event = JSON.parse(appended.trim().replace(/^data: /, '')) as ErrorBody;
-      assert.equal(event.error.code, CATALOG.stream_incomplete.code);
-    });
-
-    void it('records a stream reset half-way as a failed attempt and never retries it', async () => {
-      const [a, b] = [bed.server('reset-a'), bed.server('reset-b')];
-      let resetDone = false;
-      const reset = (): void => {
-        if (resetDone) return;
-        resetDone = true;
-        for (const s of [a, b]) if (s.requests.length > 0) s.resetConnections();
-      };
-      const response = await bed.send({ ...chat('reset', { stream: true }), onData: reset });
-      const served = a.requests.length > 0 ? a : b;
-      const other = served === a ? b : a;
-      assert.equal(response.status, 200);
-      assert.ok(response.error !== undefined || !response.text().includes('[DONE]'), 'the client sees a broken stream');
-      assert.equal(other.requests.length, 0, 'never retried onto another replica');
-      assert.equal(served.requests.length, 1, 'not retried on the same replica either');
-      await waitForMetric(
-        () => bed.metricsText(),
-        'llm_extproc_upstream_attempts_total',
-        { endpoint: served.address, outcome: 'failure', reason: 'stream_broken' },
-        1,
-        'the reset counted as a broken stream of the replica that served it',
-      );
-    });
   });
 
   void describe('what Envoy Gateway generates from the chart (its live xDS, field by field)', () => {

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import type { V1EndpointSlice } from '@kubernetes/client-node';
 import { assertCatalogError } from '../support/catalog-assert.js';
-import { metricValue } from '../support/gateway.js';
+import { metricValue } from '../support/prometheus.js';
 import type { ClientRequest, ClientResponse } from '../support/http-client.js';
 import { IstioBed, MODEL, MODELS_NS, TARGET_PORT } from '../support/istio-bed.js';
 import { podNetworkUnavailable } from '../support/pod-network.js';

@@ -6,12 +6,11 @@
 // every cell runs through what istiod generated.
 
 import assert from 'node:assert/strict';
-import { createHash, randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
-import { assertCatalogError, type ErrorBody } from '../support/catalog-assert.js';
+import { assertCatalogError } from '../support/catalog-assert.js';
 import { GATEWAY_PROFILES } from '../../tools/envoy-config/gateway-profiles.js';
-import { CATALOG } from '../../src/errors/catalog.js';
-import { metricValue } from '../support/gateway.js';
+import { metricValue } from '../support/prometheus.js';
+import { arrangeServers, gatewayScenarios } from '../support/gateway-scenarios.js';
 import type { ClientRequest } from '../support/http-client.js';
 import { IstioBed, MODEL, TARGET_PORT } from '../support/istio-bed.js';
 import type { Behavior } from '../support/model-server.js';
@@ -22,14 +21,6 @@ const CHAT = '/v1/chat/completions';
 
 function chat(extra: Record<string, unknown> = {}, model = MODEL): ClientRequest {
   return { path: CHAT, body: { model, messages: [{ role: 'user', content: 'hi there' }], ...extra } };
-}
-
-const digest = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
-
-/** An OpenAI request of about `size` bytes whose prompt is random (base64), so nothing repeats. */
-function randomPrompt(size: number): Buffer {
-  const content = randomBytes(Math.ceil((size * 3) / 4)).toString('base64');
-  return Buffer.from(JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], stream: false }));
 }
 
 // Needs CAP_NET_ADMIN for the pods' addresses (pod-network.ts): skipped, with the reason, where a
@@ -59,8 +50,6 @@ void describe('live Istio: the chart under istiod with its defaults', { skip: po
   function behave(behavior: Behavior): void {
     for (const name of ['a', 'b']) bed.server(name).setBehavior(behavior);
   }
-  /** The replica that served a response (its x-model-server-id). */
-  const servedBy = (headers: Readonly<Record<string, string>>) => bed.server(headers['x-model-server-id'] ?? '');
 
   void it('istiod programs the pool cluster: ready pods healthy, the not-ready pod present but failing EDS health', async () => {
     const hosts = await bed.poolHosts();
@@ -82,116 +71,16 @@ void describe('live Istio: the chart under istiod with its defaults', { skip: po
     assert.equal(live.listenerBufferLimit, undefined, 'no listener buffer limit: Envoy keeps its 1 MiB default, as in the profile');
   });
 
-  void it('routes only to ready endpoints, through the picker', async () => {
-    behave({ kind: 'ok' });
-    for (let i = 0; i < 8; i++) {
-      const response = await bed.send(chat({ messages: [{ role: 'user', content: `hello ${i}` }] }));
-      assert.equal(response.status, 200, response.text());
-      assert.match(response.headers['x-model-server-id'] ?? '', /^[ab]$/);
-    }
-    assert.equal(bed.server('c').requests.length, 0, 'the not-ready endpoint never gets a request');
-    const metrics = await bed.pickerMetrics();
-    assert.ok(
-      metricValue(metrics, 'llm_extproc_upstream_attempts_total', { outcome: 'success' }) >= 8,
-      'every answer recorded by llm-extproc',
-    );
-  });
-
-  void it('passes a JSON request and answer byte-identical', async () => {
-    behave({ kind: 'ok' });
-    const body = Buffer.from(`{"model":"${MODEL}",  "messages":[{"role":"user","content":"héllo ✓"}],"temperature":0.5}`);
-    const response = await bed.send({ path: CHAT, body });
-    assert.equal(response.status, 200, response.text());
-    const served = servedBy(response.headers).requests.at(-1)!;
-    assert.deepEqual(served.body, body);
-    assert.deepEqual(response.body, served.response.body);
-  });
-
-  void it('passes an SSE stream byte-identical', async () => {
-    behave({ kind: 'ok' });
-    const response = await bed.send(chat({ stream: true }));
-    assert.equal(response.status, 200, response.text());
-    const served = servedBy(response.headers).requests.at(-1)!;
-    await served.response.settled;
-    assert.deepEqual(response.body, served.response.body);
-    assert.match(response.text(), /data: \[DONE\]\n\n$/);
-  });
-
-  for (const size of [1024 * 1024, 5 * 1024 * 1024]) {
-    void it(`delivers a ${size / 1024 / 1024} MiB request body byte-identical (digest)`, async () => {
-      behave({ kind: 'ok' });
-      const body = randomPrompt(size);
-      const response = await bed.send({ path: CHAT, body, timeoutMs: 60_000 });
-      assert.equal(response.status, 200, response.text().slice(0, 300));
-      const served = servedBy(response.headers).requests.at(-1)!;
-      assert.equal(served.body.length, body.length);
-      assert.equal(digest(served.body), digest(body), 'the model server got exactly the bytes sent');
-      assert.equal(digest(response.body), digest(served.response.body), 'the client got exactly the bytes answered');
-    });
-  }
-
-  for (const seconds of [20, 120]) {
-    void it(`passes a ${seconds} s SSE stream byte-identical (random bytes, digest)`, { timeout: (seconds + 60) * 1000 }, async () => {
-      // The model server paces its own chunks (one every 500 ms); the test only waits for the end.
-      behave({ kind: 'paced-random-sse', events: seconds * 2, gapMs: 500, bytesPerEvent: 768 });
-      const started = Date.now();
-      const response = await bed.send({ ...chat({ stream: true }), timeoutMs: 30_000 });
-      const elapsed = Date.now() - started;
-      assert.equal(response.status, 200, response.text().slice(0, 300));
-      assert.equal(response.error, undefined, `the stream was cut after ${elapsed} ms`);
-      const served = servedBy(response.headers).requests.at(-1)!;
-      assert.equal(await served.response.settled, 'ended');
-      assert.equal(digest(response.body), digest(served.response.body));
-      assert.match(response.text(), /data: \[DONE\]\n\n$/);
-      assert.ok(elapsed >= seconds * 1000 - 1000, `the stream really lasted ${elapsed} ms`);
-    });
-  }
-
-  void it('answers an unknown model with 404 model_not_found JSON', async () => {
-    const body = assertCatalogError(await bed.send(chat({}, 'gpt-17')), 'model_not_found');
-    assert.match(body.error.message, /gpt-17/);
-  });
-
-  void it('answers a broken JSON body with 400 invalid_json JSON', async () => {
-    assertCatalogError(await bed.send({ path: CHAT, body: `{"model": "${MODEL}", "messages": [` }), 'invalid_json');
-  });
-
-  void it('turns a truncated JSON answer into a clean 502', async () => {
-    behave({ kind: 'truncated-json' });
-    assertCatalogError(await bed.send(chat()), 'truncated_response');
-  });
-
-  void it('appends an SSE error event to a stream that ends without its terminator', async () => {
-    behave({ kind: 'sse-no-terminator' });
-    const response = await bed.send(chat({ stream: true }));
-    assert.equal(response.status, 200);
-    const served = servedBy(response.headers).requests.at(-1)!;
-    await served.response.settled;
-    const sent = served.response.body;
-    assert.deepEqual(response.body.subarray(0, sent.length), sent);
-    const appended = response.body.subarray(sent.length).toString('utf8');
-    const event = JSON.parse(appended.trim().replace(/^data: /, '')) as ErrorBody;
-    assert.equal(event.error.code, CATALOG.stream_incomplete.code);
-  });
-
-  void it('explains connections refused by every ready replica as JSON', async () => {
-    behave({ kind: 'ok' });
-    await Promise.all(['a', 'b'].map((n) => bed.server(n).refuse()));
-    try {
-      assertCatalogError(await bed.send(chat()), 'upstream_connect_failed', 'all_replicas_failed');
-    } finally {
-      await Promise.all(['a', 'b'].map((n) => bed.server(n).resume()));
-    }
-  });
-
-  void it('explains a reset before response headers as JSON', async () => {
-    behave({ kind: 'close-before-headers' });
-    try {
-      assertCatalogError(await bed.send(chat()), 'upstream_reset');
-    } finally {
-      behave({ kind: 'ok' });
-    }
-  });
+  gatewayScenarios(
+    () => ({
+      send: (request) => bed.send(request),
+      metricsText: () => bed.pickerMetrics(),
+      chat: { model: MODEL, ready: [bed.server('a'), bed.server('b')], notReady: bed.server('c') },
+      // One pool: each scenario makes both ready replicas answer its way, then puts them back.
+      arrange: (arrangement) => arrangeServers(MODEL, [bed.server('a'), bed.server('b')], arrangement),
+    }),
+    { bodies: { bytes: [1024 * 1024, 5 * 1024 * 1024], outcome: 'identical' }, longStreamSeconds: [20, 120], resetBlamed: false },
+  );
 
   void it('attributes the answer to the replica that served it when a fallback answered (served host from Istio)', async () => {
     behave({ kind: 'ok' });
@@ -251,25 +140,6 @@ void describe('live Istio: the chart under istiod with its defaults', { skip: po
       timeoutMs: 30_000,
       intervalMs: 100,
     });
-  });
-
-  void it('records a stream reset half-way as a failed attempt and never retries it', async () => {
-    behave({ kind: 'hang-after-headers', afterEvents: 2 });
-    const [a, b] = [bed.server('a'), bed.server('b')];
-    const counts = [a.requests.length, b.requests.length];
-    let reset = false;
-    const response = await bed.send({
-      ...chat({ stream: true }),
-      onData: () => {
-        if (reset) return;
-        reset = true;
-        for (const s of [a, b]) s.resetConnections();
-      },
-    });
-    assert.equal(response.status, 200);
-    assert.ok(response.error !== undefined || !response.text().includes('[DONE]'), 'the client sees a broken stream');
-    assert.equal(a.requests.length + b.requests.length - counts[0] - counts[1], 1, 'never retried');
-    behave({ kind: 'ok' });
   });
 });
 

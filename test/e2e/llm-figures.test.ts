@@ -12,10 +12,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { GatewayProfileName } from '../../tools/envoy-config/gateway-profiles.js';
-import { metricValue, startGateway, type Gateway } from '../support/gateway.js';
+import { startGateway, type Gateway } from '../support/gateway.js';
+import { metricValue, waitForMetric } from '../support/prometheus.js';
 import type { ClientRequest } from '../support/http-client.js';
 import { startModelServer, type ModelServer } from '../support/model-server.js';
-import { waitUntil } from '../support/wait-until.js';
 
 const MODEL = 'figures-model';
 const POOL = 'figures-pool';
@@ -40,13 +40,6 @@ function usageSent(body: Buffer): Usage | undefined {
     if (chunk.usage != null) usage = chunk.usage;
   }
   return usage;
-}
-
-/** Waits until `name{labels}` reads `expected` (figures are recorded when llm-extproc sees the stream end, maybe after the client). */
-async function metricReaches(gateway: Gateway, name: string, labels: Record<string, string>, expected: number): Promise<void> {
-  await waitUntil(async () => (metricValue(await gateway.metricsText(), name, labels) === expected ? true : undefined), {
-    description: `${name}${JSON.stringify(labels)} = ${expected}`,
-  });
 }
 
 const PROFILES: readonly { readonly title: string; readonly profile: GatewayProfileName | undefined }[] = [
@@ -96,8 +89,8 @@ for (const { title, profile } of PROFILES) {
       assert.ok(viaInjecting.body.equals(unasked.response.body), 'exactly what the model server sends unasked');
 
       const labels = { model: MODEL, pool: POOL };
-      await metricReaches(injecting, 'llm_extproc_tokens_total', { ...labels, type: 'input' }, sent.prompt_tokens);
-      await metricReaches(injecting, 'llm_extproc_tokens_total', { ...labels, type: 'output' }, sent.completion_tokens);
+      await waitForMetric(() => injecting.metricsText(), 'llm_extproc_tokens_total', { ...labels, type: 'input' }, sent.prompt_tokens);
+      await waitForMetric(() => injecting.metricsText(), 'llm_extproc_tokens_total', { ...labels, type: 'output' }, sent.completion_tokens);
       const usageLabels = { gen_ai_operation_name: 'chat', gen_ai_request_model: MODEL, pool: POOL };
       assert.equal(
         metricValue(await injecting.metricsText(), 'gen_ai_client_token_usage_sum', { ...usageLabels, gen_ai_token_type: 'output' }),
@@ -110,12 +103,12 @@ for (const { title, profile } of PROFILES) {
       assert.equal(metricValue(text, 'inference_objective_output_tokens_sum', objective), sent.completion_tokens);
       assert.equal(metricValue(text, 'inference_objective_request_total', objective), 1);
       // Without injection the stream carried no usage: counted as such, never as zero tokens.
-      await metricReaches(plain, 'llm_extproc_answers_without_usage_total', { ...labels, answer: 'stream' }, 1);
+      await waitForMetric(() => plain.metricsText(), 'llm_extproc_answers_without_usage_total', { ...labels, answer: 'stream' }, 1);
       assert.equal(metricValue(await plain.metricsText(), 'llm_extproc_tokens_total', labels), 0);
     });
 
     void it("the Inference Extension's pool series show the pool's ready pods and the load its model server reports", async () => {
-      await metricReaches(plain, 'inference_pool_average_queue_size', { name: POOL }, 3);
+      await waitForMetric(() => plain.metricsText(), 'inference_pool_average_queue_size', { name: POOL }, 3);
       const text = await plain.metricsText();
       assert.equal(metricValue(text, 'inference_pool_ready_pods', { name: POOL }), 1);
       assert.equal(metricValue(text, 'inference_pool_average_kv_cache_utilization', { name: POOL }), 0.25);
@@ -142,7 +135,7 @@ for (const { title, profile } of PROFILES) {
       server.nextBehavior({ kind: 'ok', firstEventDelayMs: FIRST_TOKEN_WAIT_MS });
       const res = await plain.send(streamedChat('take your time'));
       assert.equal(res.status, 200, res.text());
-      await metricReaches(plain, `${ttft}_count`, labels, countBefore + 1);
+      await waitForMetric(() => plain.metricsText(), `${ttft}_count`, labels, countBefore + 1);
       const text = await plain.metricsText();
       // Buckets are cumulative: the new observation is in none up to 0.25 s, so it lies above it;
       // the sum grew by that one observation, which is at least the server's wait.

@@ -3,7 +3,8 @@
 
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { metricValue, startGateway, type Gateway } from '../support/gateway.js';
+import { startGateway, type Gateway } from '../support/gateway.js';
+import { metricValue } from '../support/prometheus.js';
 import type { ClientRequest } from '../support/http-client.js';
 import { startModelServer, type ModelServer, type VllmMetrics } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';

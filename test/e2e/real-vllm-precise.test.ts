@@ -35,7 +35,8 @@ import {
   workloadSessions,
   type CacheRun,
 } from '../support/cache-bench.js';
-import { metricValue, startGateway, type Gateway } from '../support/gateway.js';
+import { startGateway, type Gateway } from '../support/gateway.js';
+import { metricValue } from '../support/prometheus.js';
 import { KvEventSubscriber } from '../support/kv-events.js';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
 import {

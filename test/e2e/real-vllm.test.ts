@@ -7,7 +7,8 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { metricValue, startGateway, type Gateway } from '../support/gateway.js';
+import { startGateway, type Gateway } from '../support/gateway.js';
+import { metricValue } from '../support/prometheus.js';
 import type { ClientRequest } from '../support/http-client.js';
 import {
   startVllmServers,

@@ -2,7 +2,8 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { metricValue, startGateway, type Gateway, type StaticPoolSpec } from '../support/gateway.js';
+import { startGateway, type Gateway, type StaticPoolSpec } from '../support/gateway.js';
+import { metricValue } from '../support/prometheus.js';
 import { startModelServer, type ModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';
 

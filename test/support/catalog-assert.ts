@@ -32,3 +32,18 @@ export function assertCatalogError(response: ClientResponse, ...kinds: ErrorKind
   assert.ok(body.error.message.length > 10, 'a message that explains');
   return { ...body, kind };
 }
+
+/**
+ * Asserts that a stream the model server ended without its terminator reached the client whole
+ * (`sent`, unchanged) with our catalog error event for `kind` appended; returns that event.
+ */
+export function assertAppendedErrorEvent(response: ClientResponse, sent: Buffer, kind: ErrorKind): ErrorBody {
+  assert.equal(response.status, 200);
+  assert.deepEqual(response.body.subarray(0, sent.length), sent, 'everything the model server sent arrives unchanged');
+  const appended = response.body.subarray(sent.length).toString('utf8');
+  assert.match(appended, /^\n*data: \{"error":/);
+  const event = JSON.parse(appended.trim().replace(/^data: /, '')) as ErrorBody;
+  assert.equal(event.error.code, CATALOG[kind].code);
+  assert.equal(event.error.type, CATALOG[kind].type);
+  return event;
+}

@@ -24,8 +24,10 @@ import { repoRoot } from '../../scripts/repo-root.js';
 import { CHART_DIR } from '../../scripts/chart/chart-files.js';
 import { EG_CONTROLLER_NAME, EnvoyGatewayController, deepMerge, type EnvoyGatewayOptions, type GatewayProxy } from './envoy-gateway.js';
 import { dumpRoutes } from './envoy-config-dump.js';
+import { scrapeMetrics } from './prometheus.js';
 import { startExtprocProcess, type ExtprocProcess } from './extproc-process.js';
 import { helm, parseManifests, type K8sObject } from './helm.js';
+import { guideManifests, guideObject, withListenerPort } from './install-guide.js';
 import { send, type ClientRequest, type ClientResponse } from './http-client.js';
 import { KubeControlPlane } from './kube-control-plane.js';
 import { FakeKubelet, type TestPod } from './kube-kubelet.js';
@@ -36,12 +38,17 @@ import { waitUntil } from './wait-until.js';
 
 export { deepMerge };
 
+// The user's objects are docs/install.md's (docs/install/envoy-gateway/gateway.yaml and
+// model-server.yaml): names and namespaces come from there.
+const GUIDE_GATEWAY = guideManifests('envoy-gateway/gateway.yaml');
+const GUIDE_MODEL_SERVER = guideManifests('model-server.yaml');
+
 export const RELEASE = 'edge';
-export const RELEASE_NS = 'llm';
-export const MODELS_NS = 'models';
-export const GATEWAY_NAME = 'llm-gateway';
-export const ROUTE_NAME = 'llm';
-export const MODELS_SERVICE = 'models';
+export const RELEASE_NS = guideObject(GUIDE_GATEWAY, 'Gateway').metadata.namespace ?? 'default';
+export const MODELS_NS = guideObject(GUIDE_MODEL_SERVER, 'Service').metadata.namespace ?? 'default';
+export const GATEWAY_NAME = guideObject(GUIDE_GATEWAY, 'Gateway').metadata.name;
+export const ROUTE_NAME = guideObject(GUIDE_GATEWAY, 'HTTPRoute').metadata.name;
+export const MODELS_SERVICE = guideObject(GUIDE_MODEL_SERVER, 'Service').metadata.name;
 export const EXTPROC_SERVICE = `${RELEASE}-llm-extproc`;
 /** The cluster Envoy Gateway names after the HTTPRoute's first rule. */
 export const ROUTE_CLUSTER = `httproute/${RELEASE_NS}/${ROUTE_NAME}/rule/0`;
@@ -138,7 +145,7 @@ export class EnvoyGatewayBed {
       for (const p of pods.values()) await kubelet.createPod(p.pod, builderFor(p.state));
 
       const gatewayPort = await freePort();
-      await plane.apply(userManifests(gatewayPort, port));
+      await plane.apply(userManifests(gatewayPort));
       const bed = new EnvoyGatewayBed(plane, controller, dir, pods, port, gatewayPort, addresses, kubelet, options, undefined);
       try {
         await bed.writeModelEndpoints();
@@ -192,7 +199,7 @@ export class EnvoyGatewayBed {
 
   /** llm-extproc's Prometheus text (its ops port). */
   async metricsText(): Promise<string> {
-    return (await fetch(`http://127.0.0.1:${this.extproc.httpPort}/metrics`)).text();
+    return scrapeMetrics(this.extproc.httpPort);
   }
 
   /** `helm template` of the chart with the example, the bed's values and `values`. */
@@ -419,55 +426,16 @@ function builderFor(state: PodState): typeof readyPod {
   return state === 'ready' ? readyPod : state === 'not-ready' ? notReadyPod : startingPod;
 }
 
-/** What a user writes: a GatewayClass, a Gateway, an HTTPRoute to the model servers' Service. */
-function userManifests(gatewayPort: number, modelPort: number): string {
-  const objects = [
-    {
-      apiVersion: 'gateway.networking.k8s.io/v1',
-      kind: 'GatewayClass',
-      metadata: { name: 'eg' },
-      spec: { controllerName: EG_CONTROLLER_NAME },
-    },
-    {
-      apiVersion: 'gateway.networking.k8s.io/v1',
-      kind: 'Gateway',
-      metadata: { name: GATEWAY_NAME, namespace: RELEASE_NS },
-      spec: { gatewayClassName: 'eg', listeners: [{ name: 'http', protocol: 'HTTP', port: gatewayPort }] },
-    },
-    {
-      apiVersion: 'v1',
-      kind: 'Service',
-      metadata: { name: MODELS_SERVICE, namespace: MODELS_NS },
-      spec: {
-        selector: { 'llm-extproc.test/model-server': 'true' },
-        ports: [{ name: 'http', port: 8000, targetPort: modelPort, protocol: 'TCP' }],
-      },
-    },
-    {
-      apiVersion: 'gateway.networking.k8s.io/v1beta1',
-      kind: 'ReferenceGrant',
-      metadata: { name: 'llm-routes', namespace: MODELS_NS },
-      spec: {
-        from: [{ group: 'gateway.networking.k8s.io', kind: 'HTTPRoute', namespace: RELEASE_NS }],
-        to: [{ group: '', kind: 'Service', name: MODELS_SERVICE }],
-      },
-    },
-    {
-      apiVersion: 'gateway.networking.k8s.io/v1',
-      kind: 'HTTPRoute',
-      metadata: { name: ROUTE_NAME, namespace: RELEASE_NS },
-      spec: {
-        parentRefs: [{ name: GATEWAY_NAME }],
-        rules: [
-          {
-            matches: [{ path: { type: 'PathPrefix', value: '/v1/' } }],
-            backendRefs: [{ name: MODELS_SERVICE, namespace: MODELS_NS, port: 8000 }],
-          },
-        ],
-      },
-    },
-  ];
-  return objects.map((o) => toYaml(o)).join('---\n');
+/**
+ * What a user applies from docs/install.md: the GatewayClass, Gateway, HTTPRoute and ReferenceGrant
+ * (the listener on a free port), and the model servers' Deployment and Service (no controller
+ * manager here, so the Deployment makes no pods: the bed's kubelet plays them).
+ */
+function userManifests(gatewayPort: number): string {
+  const controller = (guideObject(GUIDE_GATEWAY, 'GatewayClass')['spec'] as { controllerName?: string }).controllerName;
+  if (controller !== EG_CONTROLLER_NAME)
+    throw new Error(`the guide's GatewayClass names ${controller}, not Envoy Gateway's ${EG_CONTROLLER_NAME}`);
+  return [...withListenerPort(GUIDE_GATEWAY, gatewayPort), ...GUIDE_MODEL_SERVER].map((o) => toYaml(o)).join('---\n');
 }
 
 /** The parts of an Envoy route (config dump JSON) the tests read. */

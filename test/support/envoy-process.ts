@@ -28,6 +28,12 @@ export interface StartEnvoyOptions {
   readonly name?: string;
   /** Deadline for the admin endpoint to report ready. */
   readonly startTimeoutMs?: number;
+  /**
+   * The caller stops Envoy on Ctrl-C / SIGTERM itself, after what depends on it (the demo stops
+   * llm-extproc first, so no connection is cut under it). Envoy then runs in its own process group
+   * and the signal hooks leave it alone; the exit hook still kills it if the caller dies.
+   */
+  readonly callerHandlesSignals?: boolean;
   /** Envoy worker threads (`--concurrency`); default 1. */
   readonly concurrency?: number;
   /** Grace period between SIGTERM and SIGKILL in `stop()`. */
@@ -62,22 +68,25 @@ interface ExitInfo {
 interface LiveEnvoy {
   readonly child: ChildProcess;
   readonly dir: string;
+  /** Left running on a signal (StartEnvoyOptions.callerHandlesSignals); killed at exit all the same. */
+  readonly callerHandlesSignals: boolean;
 }
 
 /** Every Envoy we started and have not yet reaped; the exit hooks kill these. */
 const live = new Set<LiveEnvoy>();
 let hooksInstalled = false;
 
-function killAllNow(): void {
+function killAllNow(cause: 'exit' | 'signal' = 'exit'): void {
   for (const envoy of live) {
+    if (cause === 'signal' && envoy.callerHandlesSignals) continue;
     try {
       envoy.child.kill('SIGKILL');
     } catch {
       // Already gone.
     }
     rmSync(envoy.dir, { recursive: true, force: true });
+    live.delete(envoy);
   }
-  live.clear();
 }
 
 /**
@@ -88,10 +97,10 @@ function killAllNow(): void {
 function installExitHooks(): void {
   if (hooksInstalled) return;
   hooksInstalled = true;
-  process.on('exit', killAllNow);
+  process.on('exit', () => killAllNow('exit'));
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     const onSignal = (): void => {
-      killAllNow();
+      killAllNow('signal');
       process.removeListener(signal, onSignal);
       if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
     };
@@ -185,8 +194,10 @@ export async function startEnvoy(opts: StartEnvoyOptions): Promise<RunningEnvoy>
     opts.logLevel ?? 'info',
     ...(opts.extraArgs ?? []),
   ];
-  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  const entry: LiveEnvoy = { child, dir };
+  const callerHandlesSignals = opts.callerHandlesSignals === true;
+  // Its own process group: a terminal's Ctrl-C reaches the caller only, which stops Envoy in turn.
+  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: callerHandlesSignals });
+  const entry: LiveEnvoy = { child, dir, callerHandlesSignals };
   live.add(entry);
 
   const ring = new LogRing();

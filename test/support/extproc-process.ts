@@ -52,6 +52,8 @@ export interface StartExtprocOptions {
   /** Node flags before the script (e.g. `--import` of a test preload). */
   readonly nodeArgs?: readonly string[];
   readonly env?: Readonly<Record<string, string>>;
+  /** The working directory (default: the test's). */
+  readonly cwd?: string;
   readonly startTimeoutMs?: number;
 }
 
@@ -74,6 +76,7 @@ export async function startExtprocProcess(options: StartExtprocOptions): Promise
   const child = spawn(process.execPath, [...(options.nodeArgs ?? []), MAIN_JS, '--config', options.configPath], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...options.env },
+    ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
   });
   live.add(child);
   const ring = new LogRing(1024 * 1024);

@@ -1,7 +1,7 @@
 // Helpers for flow-control tests through Envoy: answers the test finishes one at a time (so the
 // order queued requests reach the model server is what the queue decided, not timing), and waits
 // on the queue-length metric and on arrivals.
-import { metricValue } from './gateway.js';
+import { metricValue } from './prometheus.js';
 import type { Gateway } from './gateway.js';
 import type { ModelServer } from './model-server.js';
 import { waitUntil } from './wait-until.js';

@@ -175,31 +175,3 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     },
   };
 }
-
-/**
- * Waits until the sample `name{labels}` in the scraped metrics reads `expected`: counters are
- * updated when a stream ends, which the client may see before llm-extproc does.
- */
-export async function waitForMetric(
-  scrape: () => Promise<string>,
-  name: string,
-  labels: Readonly<Record<string, string>>,
-  expected: number,
-  description: string,
-): Promise<void> {
-  await waitUntil(async () => (metricValue(await scrape(), name, labels) === expected ? true : undefined), { description });
-}
-
-/** Reads one sample from Prometheus text, e.g. metricValue(text, 'llm_extproc_requests_total', { model: 'm', result: 'ok' }). */
-export function metricValue(text: string, name: string, labels: Readonly<Record<string, string>> = {}): number {
-  let total = 0;
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    const match = /^([^{\s]+)(?:\{(.*)\})?\s+(\S+)$/.exec(line);
-    if (match === null || match[1] !== name) continue;
-    const sample = new Map<string, string>();
-    for (const pair of (match[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) sample.set(pair[1], pair[2]);
-    if (Object.entries(labels).every(([k, v]) => sample.get(k) === v)) total += Number(match[3]);
-  }
-  return total;
-}

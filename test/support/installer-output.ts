@@ -6,9 +6,9 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { repoRoot } from '../../scripts/repo-root.js';
 
-export function installerOutput(script: string): Promise<string> {
+export function installerOutput(script: string, args: readonly string[] = []): Promise<string> {
   return new Promise<string>((resolve, reject) => {
-    const child = spawn(process.execPath, [join(repoRoot(), 'scripts', script)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, [join(repoRoot(), 'scripts', script), ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     child.stdout.setEncoding('utf8');
     child.stdout.on('data', (chunk: string) => (out += chunk));

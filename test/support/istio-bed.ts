@@ -24,6 +24,7 @@ import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { repoRoot } from '../../scripts/repo-root.js';
 import { startExtprocProcess, type ExtprocProcess } from './extproc-process.js';
 import { helm, parseManifests, type K8sObject } from './helm.js';
+import { guideManifests, guideObject, withListenerPort } from './install-guide.js';
 import { send, type ClientRequest, type ClientResponse } from './http-client.js';
 import { Istiod, type IstiodOptions } from './istio-control-plane.js';
 import { EndpointSliceController } from './istio-endpoint-slices.js';
@@ -34,17 +35,26 @@ import { startModelServer, type Behavior, type ModelServer } from './model-serve
 import { notReadyPod, readyPod, terminatingPod, type PodJson, type PodOptions } from './pod-builders.js';
 import { claimPodAddresses, releasePodAddresses } from './pod-network.js';
 import { makeTestCa } from './tls-files.js';
+import { scrapeMetrics } from './prometheus.js';
 import { waitUntil } from './wait-until.js';
 
+// The user's Gateway and HTTPRoute are docs/install.md's (docs/install/istio/gateway.yaml), the
+// model-server pods look like its model-server.yaml's: names, labels and the port come from there.
+const GUIDE_GATEWAY = guideManifests('istio/gateway.yaml');
+const GUIDE_GATEWAY_OBJECT = guideObject(GUIDE_GATEWAY, 'Gateway');
+const GUIDE_MODEL_SERVER = guideObject<
+  K8sObject & { spec: { template: { metadata: { labels: Record<string, string> }; spec: V1Pod['spec'] } } }
+>(guideManifests('model-server.yaml'), 'Deployment');
+
 export const RELEASE = 'llm';
-export const MODELS_NS = 'models';
-export const GATEWAY_NS = 'gateway';
-export const GATEWAY_NAME = 'llm-gateway';
-/** What charts/llm-extproc/examples/inferencepool-istio.yaml declares (the pods' container port is pod-builders' 8000). */
+export const MODELS_NS = GUIDE_MODEL_SERVER.metadata.namespace ?? 'default';
+export const GATEWAY_NS = GUIDE_GATEWAY_OBJECT.metadata.namespace ?? 'default';
+export const GATEWAY_NAME = GUIDE_GATEWAY_OBJECT.metadata.name;
+/** What charts/llm-extproc/examples/inferencepool-istio.yaml declares. */
 export const POOL = 'llama';
 export const MODEL = 'llama-3-8b';
-export const POOL_LABELS = { app: 'vllm-llama' } as const;
-export const TARGET_PORT = 8000;
+export const POOL_LABELS: Readonly<Record<string, string>> = GUIDE_MODEL_SERVER.spec.template.metadata.labels;
+export const TARGET_PORT = GUIDE_MODEL_SERVER.spec.template.spec!.containers[0].ports![0].containerPort;
 const CHART = join(repoRoot(), 'charts', 'llm-extproc');
 export const ISTIO_EXAMPLE = join(CHART, 'examples', 'inferencepool-istio.yaml');
 
@@ -229,14 +239,7 @@ export class IstioBed {
   /** Every running llm-extproc replica's Prometheus text, concatenated (metricValue sums over replicas). */
   async pickerMetrics(): Promise<string> {
     // A replica that is down has no metrics to add.
-    const texts = await Promise.all(
-      this.pickers.map((p) =>
-        fetch(`${p.opsUrl}/metrics`).then(
-          (r) => r.text(),
-          () => '',
-        ),
-      ),
-    );
+    const texts = await Promise.all(this.pickers.map((p) => scrapeMetrics(p.opsUrl).catch(() => '')));
     return texts.join('\n');
   }
 
@@ -406,53 +409,27 @@ export class IstioBed {
 }
 
 /**
- * `helm template` of our chart with the Istio example, the bed's own Gateway named where the
- * example names `inference-gateway` (as a user would edit it), and the test's values on top.
+ * `helm template` of our chart with the Istio example (it names the guide's Gateway), and the
+ * test's values on top.
  */
 export async function renderChart(values: object, dir: string): Promise<K8sObject[]> {
-  const bedFile = join(dir, 'bed-values.yaml');
-  await writeFile(
-    bedFile,
-    toYaml({ gateway: { inferencePool: { istio: { gateways: [{ name: GATEWAY_NAME, namespace: GATEWAY_NS }] } } } }),
-  );
   const valuesFile = join(dir, 'values.yaml');
   await writeFile(valuesFile, toYaml(values));
-  const res = await helm(
-    ['template', RELEASE, CHART, '--namespace', MODELS_NS, '-f', ISTIO_EXAMPLE, '-f', bedFile, '-f', valuesFile],
-    join(dir, 'helm'),
-  );
+  const res = await helm(['template', RELEASE, CHART, '--namespace', MODELS_NS, '-f', ISTIO_EXAMPLE, '-f', valuesFile], join(dir, 'helm'));
   if (res.code !== 0) throw new Error(`helm template failed: ${res.stderr}`);
   return parseManifests(res.stdout);
 }
 
-/** A user's Gateway (class istio) and HTTPRoute to the InferencePool. */
+/** The guide's Gateway (class istio, the listener on `port`) and HTTPRoute, `routeRule` merged into the route's rule. */
 export function gatewayManifests(port: number, routeRule: object): string {
-  return toYaml({
-    apiVersion: 'gateway.networking.k8s.io/v1',
-    kind: 'Gateway',
-    metadata: { name: GATEWAY_NAME, namespace: GATEWAY_NS },
-    spec: {
-      gatewayClassName: 'istio',
-      listeners: [{ name: 'http', port, protocol: 'HTTP', allowedRoutes: { namespaces: { from: 'All' } } }],
-    },
-  }).concat(
-    '---\n',
-    toYaml({
-      apiVersion: 'gateway.networking.k8s.io/v1',
-      kind: 'HTTPRoute',
-      metadata: { name: 'llm', namespace: MODELS_NS },
-      spec: {
-        parentRefs: [{ name: GATEWAY_NAME, namespace: GATEWAY_NS }],
-        rules: [
-          {
-            matches: [{ path: { type: 'PathPrefix', value: '/' } }],
-            backendRefs: [{ group: 'inference.networking.k8s.io', kind: 'InferencePool', name: POOL }],
-            ...routeRule,
-          },
-        ],
-      },
-    }),
-  );
+  return withListenerPort(GUIDE_GATEWAY, port)
+    .map((o) => {
+      if (o.kind !== 'HTTPRoute') return o;
+      const spec = o['spec'] as { rules: object[] };
+      return { ...o, spec: { ...spec, rules: spec.rules.map((rule) => ({ ...rule, ...routeRule })) } };
+    })
+    .map((o) => toYaml(o))
+    .join('---\n');
 }
 
 function pickerStatus(o: PodOptions, ready: boolean): PodJson {

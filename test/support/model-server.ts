@@ -200,8 +200,11 @@ export interface ModelServer {
   refuse(): Promise<void>;
   /** Listens again on the same host:port after refuse(). */
   resume(): Promise<void>;
-  /** Sends a TCP reset on every open connection (e.g. mid-stream, once the client saw bytes). */
-  resetConnections(): void;
+  /**
+   * Sends a TCP reset on every open connection (e.g. mid-stream, once the client saw bytes);
+   * `fin`: closes them plainly instead, as the kernel does when the server's process exits.
+   */
+  resetConnections(how?: 'rst' | 'fin'): void;
 }
 
 /** vLLM's (uvicorn's) stream headers: no cache-control; chunked, since there is no length. */
@@ -564,10 +567,11 @@ export async function startModelServer(opts: StartModelServerOptions): Promise<M
       await stopListening();
     },
     refuse: stopListening,
-    resetConnections: () => {
+    resetConnections: (how = 'rst') => {
       for (const s of sockets) {
         tornDown.add(s);
-        s.resetAndDestroy();
+        if (how === 'fin') s.destroy();
+        else s.resetAndDestroy();
       }
     },
     resume: async () => {

@@ -16,6 +16,8 @@ import {
   SUBSET_HINT_KEY,
   SUBSET_HINT_NAMESPACE,
 } from '../../src/extproc/protocol-names.js';
+import type { BodySendMode, HeaderSendMode } from '../../src/extproc/messages.js';
+import type { DestinationFormat } from '../../src/config/config.js';
 import {
   DEFAULT_GATEWAY_OPTIONS,
   HTTP2_OPTIONS,
@@ -36,8 +38,6 @@ export { SERVED_ENDPOINT_KEY };
  * of `ip:port` strings (see subsetHintHeaderValue), so the picker receives the same list shape.
  */
 export const TEST_SUBSET_HINT_HEADER = 'x-test-subset-hint';
-
-export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED' | 'BUFFERED_PARTIAL' | 'FULL_DUPLEX_STREAMED';
 
 export interface ProfileOptions {
   readonly listener: { readonly address: string; readonly port: number };
@@ -61,7 +61,7 @@ export interface ProfileOptions {
 /** What llm-extproc must be told to work behind this gateway (the `chart` values follow these). */
 export interface PickerSettings {
   /** `routing.destinationFormat`: `single` wherever the gateway parses the pick as one address. */
-  readonly destinationFormat: 'list' | 'single';
+  readonly destinationFormat: DestinationFormat;
   /** Whether the gateway always dials the picker over TLS (then `listen.tls.enabled: true`). */
   readonly tls: 'optional' | 'required';
 }
@@ -92,7 +92,7 @@ const EXT_PROC_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.ext_pro
 const EXT_PROC_PER_ROUTE_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute';
 const HEADER_TO_METADATA_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config';
 
-function processingMode(request: BodySendMode, response: BodySendMode, trailers: 'SEND' | 'SKIP'): Yaml {
+function processingMode(request: BodySendMode, response: BodySendMode, trailers: Exclude<HeaderSendMode, 'DEFAULT'>): Yaml {
   return {
     request_header_mode: 'SEND',
     response_header_mode: 'SEND',

@@ -66,9 +66,7 @@ and the InferencePools the chart creates.
 {{- end -}}
 {{- $_ := set $listen "tls" $tls -}}
 {{- else -}}
-{{- if .Values.tls.clientCaSecretName -}}
-{{- fail "tls.clientCaSecretName needs tls.secretName: mutual TLS serves a certificate of its own (a kubernetes.io/tls Secret)" -}}
-{{- end -}}
+{{- /* clientCaSecretName without secretName is refused in validate.yaml. */ -}}
 {{- $_ := set $listen "tls" (dict "enabled" true) -}}
 {{- end -}}
 {{- end -}}
@@ -81,9 +79,7 @@ and the InferencePools the chart creates.
 {{- $_ := set $picker.precise "tokenizerDir" (include "llm-extproc.tokenizerDir" .) -}}
 {{- end -}}
 {{- if .Values.staticEndpoints -}}
-{{- if hasKey $cfg "kubernetes" -}}
-{{- fail "staticEndpoints and config.kubernetes are both set: the server would ignore the static file; choose one endpoint source" -}}
-{{- end -}}
+{{- /* staticEndpoints with config.kubernetes is refused in validate.yaml. */ -}}
 {{- $_ := set $cfg "static" (dict "path" (printf "%s/endpoints.yaml" (include "llm-extproc.configDir" .))) -}}
 {{- end -}}
 {{- $noSource := and (not .Values.staticEndpoints) (not (hasKey $cfg "kubernetes")) (not (hasKey $cfg "static")) -}}

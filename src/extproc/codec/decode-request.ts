@@ -19,8 +19,8 @@ import type {
   ProtocolConfiguration,
   ProtoStruct,
   ProtoValue,
-  BodySendMode,
 } from '../messages.js';
+import { BODY_SEND_MODES } from '../messages.js';
 import {
   DESTINATION_HEADER,
   DESTINATION_METADATA_NAMESPACE,
@@ -105,8 +105,6 @@ const EXPECTED_WIRE_TYPE: readonly (number | undefined)[] = [
   WIRE_VARINT,
   WIRE_LEN,
 ];
-
-const BODY_SEND_MODES: readonly BodySendMode[] = ['NONE', 'STREAMED', 'BUFFERED', 'BUFFERED_PARTIAL', 'FULL_DUPLEX_STREAMED', 'GRPC'];
 
 export function decodeProcessingRequest(buf: Buffer): ProcessingRequest {
   const r = new Reader(buf);

@@ -8,11 +8,9 @@ import { WIRE_LEN, WIRE_VARINT } from '../../grpc/protobuf-wire.js';
 import type { Writer } from '../../grpc/protobuf-wire.js';
 import type {
   BodyMutation,
-  BodySendMode,
   CommonResponse,
   CommonResponseStatus,
   HeaderMutation,
-  HeaderSendMode,
   HeaderValue,
   HeaderValueOption,
   ImmediateResponse,
@@ -23,17 +21,16 @@ import type {
   StreamedBodyResponse,
   TrailersResponse,
 } from '../messages.js';
+import { BODY_SEND_MODES, HEADER_SEND_MODES } from '../messages.js';
 
 const COMMON_STATUS: Readonly<Record<CommonResponseStatus, number>> = { CONTINUE: 0, CONTINUE_AND_REPLACE: 1 };
-const HEADER_SEND_MODE: Readonly<Record<HeaderSendMode, number>> = { DEFAULT: 0, SEND: 1, SKIP: 2 };
-const BODY_SEND_MODE: Readonly<Record<BodySendMode, number>> = {
-  NONE: 0,
-  STREAMED: 1,
-  BUFFERED: 2,
-  BUFFERED_PARTIAL: 3,
-  FULL_DUPLEX_STREAMED: 4,
-  GRPC: 5,
-};
+const HEADER_SEND_MODE = enumNumbers(HEADER_SEND_MODES);
+const BODY_SEND_MODE = enumNumbers(BODY_SEND_MODES);
+
+/** Each name's enum number: its place in the list. */
+function enumNumbers<T extends string>(names: readonly T[]): Readonly<Record<T, number>> {
+  return Object.fromEntries(names.map((name, number) => [name, number])) as Record<T, number>;
+}
 
 export function encodeProcessingResponse(w: Writer, m: ProcessingResponse): void {
   if (m.request_headers != null) message(w, 1, m.request_headers, encodeHeadersOrBodyResponse);

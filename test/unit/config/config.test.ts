@@ -2,6 +2,7 @@
 // error message that names the offending field for every invalid input.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { resolve } from 'node:path';
 import { buildConfig, ConfigError } from '../../../src/config/config.js';
 import type { Config } from '../../../src/config/config.js';
 
@@ -53,7 +54,7 @@ describe('buildConfig: defaults', () => {
         idleTimeoutMs: 300_000,
       });
       assert.equal(config.logLevel, 'info');
-      assert.deepEqual(config.source, { kind: 'static', path: 'endpoints.yaml' });
+      assert.deepEqual(config.source, { kind: 'static', path: resolve('endpoints.yaml') }, 'no config file: from the working directory');
       assert.deepEqual(config.routing, {
         fallbacks: 2,
         maxRequestBodyBytes: 8 * MiB,
@@ -137,7 +138,7 @@ describe('buildConfig: environment overrides', () => {
       name: 'file values without env',
       env: {},
       pick: (c) => [c.listen.grpc, c.listen.http, c.logLevel, c.source],
-      expected: ['0.0.0.0:1', '0.0.0.0:2', 'warn', { kind: 'static', path: 'from-file.yaml' }],
+      expected: ['0.0.0.0:1', '0.0.0.0:2', 'warn', { kind: 'static', path: resolve('from-file.yaml') }],
     },
     {
       name: 'LLM_EXTPROC_GRPC_ADDRESS',
@@ -176,7 +177,7 @@ describe('buildConfig: environment overrides', () => {
       name: 'an empty LLM_EXTPROC_ENDPOINTS_FILE counts as unset',
       env: { LLM_EXTPROC_ENDPOINTS_FILE: '' },
       pick: (c) => c.source,
-      expected: { kind: 'static', path: 'from-file.yaml' },
+      expected: { kind: 'static', path: resolve('from-file.yaml') },
     },
     {
       name: 'unrelated variables are ignored',
@@ -633,4 +634,92 @@ describe('buildConfig: rules that span fields hold at their boundary and fail ju
       rejects(c.refused, {}, c.message);
     });
   }
+});
+
+describe('buildConfig: listen addresses, one endpoint source (what would fail at start fails here)', () => {
+  const grpcForms = 'host:port or unix:///path/to.sock (port 1-65535, or 0 for any free port)';
+  const accepted = ['0.0.0.0:9002', '[::]:9002', '127.0.0.1:0', 'localhost:65535', 'unix:///run/llm-extproc/grpc.sock'];
+  for (const address of accepted)
+    it(`listen.grpc ${address} is accepted`, () => {
+      assert.equal(buildConfig(`listen:\n  grpc: "${address}"\n`, {}).listen.grpc, address);
+    });
+
+  const cases: ReadonlyArray<{ name: string; fileText?: string; env?: Env; message: string }> = [
+    {
+      name: 'a port above 65535',
+      fileText: 'listen:\n  grpc: "127.0.0.1:99999"\n',
+      message: `listen.grpc: expected ${grpcForms}, got "127.0.0.1:99999"`,
+    },
+    { name: 'no port', fileText: 'listen:\n  grpc: localhost\n', message: `listen.grpc: expected ${grpcForms}, got "localhost"` },
+    { name: 'no host', fileText: 'listen:\n  grpc: ":9002"\n', message: `listen.grpc: expected ${grpcForms}, got ":9002"` },
+    {
+      name: 'a named port',
+      fileText: 'listen:\n  grpc: "0.0.0.0:grpc"\n',
+      message: `listen.grpc: expected ${grpcForms}, got "0.0.0.0:grpc"`,
+    },
+    { name: 'a socket without a path', fileText: 'listen:\n  grpc: "unix:"\n', message: `listen.grpc: expected ${grpcForms}, got "unix:"` },
+    {
+      name: 'the HTTP listener on a Unix socket',
+      fileText: 'listen:\n  http: unix:///tmp/ops.sock\n',
+      message: 'listen.http: expected host:port (port 1-65535, or 0 for any free port), got "unix:///tmp/ops.sock"',
+    },
+    {
+      name: 'LLM_EXTPROC_GRPC_ADDRESS, named as the variable',
+      env: { LLM_EXTPROC_GRPC_ADDRESS: 'nonsense' },
+      message: `LLM_EXTPROC_GRPC_ADDRESS: expected ${grpcForms}, got "nonsense"`,
+    },
+    {
+      name: 'LLM_EXTPROC_HTTP_ADDRESS, named as the variable',
+      env: { LLM_EXTPROC_HTTP_ADDRESS: '0.0.0.0:70000' },
+      message: 'LLM_EXTPROC_HTTP_ADDRESS: expected host:port (port 1-65535, or 0 for any free port), got "0.0.0.0:70000"',
+    },
+    {
+      name: 'both listeners on one port (different hosts too: the default host binds them all)',
+      fileText: 'listen:\n  grpc: "127.0.0.1:9100"\n  http: "0.0.0.0:9100"\n',
+      message: "listen.http: port 9100 is also listen.grpc's port; give each listener its own port",
+    },
+    {
+      name: 'the environment moving a listener onto the other one',
+      env: { LLM_EXTPROC_HTTP_ADDRESS: '0.0.0.0:9002' },
+      message: "listen.http: port 9002 is also listen.grpc's port; give each listener its own port",
+    },
+    {
+      name: 'static and kubernetes together',
+      fileText: `static:\n  path: e.yaml\n${K8S_POOL}`,
+      message: 'static: set together with kubernetes; choose one endpoint source',
+    },
+  ];
+  for (const c of cases) it(c.name, () => rejects(c.fileText, c.env ?? {}, c.message));
+
+  it('two listeners on port 0, or gRPC on a socket, never clash', () => {
+    assert.equal(buildConfig('listen:\n  grpc: "127.0.0.1:0"\n  http: "127.0.0.1:0"\n', {}).listen.http, '127.0.0.1:0');
+    assert.equal(buildConfig('listen:\n  grpc: unix:///tmp/g.sock\n  http: "0.0.0.0:9002"\n', {}).listen.http, '0.0.0.0:9002');
+  });
+});
+
+describe('buildConfig: relative paths start from the config file’s folder; environment paths from the working directory', () => {
+  const base = { configDir: '/etc/llm', cwd: '/work', home: '/home/op' };
+  const tls = 'listen:\n  tls: { enabled: true, certFile: tls/tls.crt, keyFile: /abs/tls.key, clientCaFile: ~/ca.crt }\n';
+  it('static.path, the default endpoints file, TLS files, `~/`', () => {
+    assert.deepEqual(buildConfig('static:\n  path: pools/e.yaml\n', {}, base).source, { kind: 'static', path: '/etc/llm/pools/e.yaml' });
+    assert.deepEqual(buildConfig('', {}, base).source, { kind: 'static', path: '/etc/llm/endpoints.yaml' });
+    assert.deepEqual(buildConfig(tls, {}, base).listen.tls, {
+      mode: 'files',
+      certFile: '/etc/llm/tls/tls.crt',
+      keyFile: '/abs/tls.key',
+      clientCaFile: '/home/op/ca.crt',
+    });
+  });
+
+  it('kubernetes.kubeconfigPath and a relative gRPC socket', () => {
+    const config = buildConfig(`listen:\n  grpc: unix:run/g.sock\n${K8S_POOL}  kubeconfigPath: ../kube/config\n`, {}, base);
+    assert.equal(config.listen.grpc, 'unix:///etc/llm/run/g.sock');
+    assert.equal(config.source.kind === 'kubernetes' ? config.source.kubernetes.kubeconfigPath : undefined, '/etc/kube/config');
+  });
+
+  it('LLM_EXTPROC_ENDPOINTS_FILE and LLM_EXTPROC_GRPC_ADDRESS: from the working directory', () => {
+    const config = buildConfig('', { LLM_EXTPROC_ENDPOINTS_FILE: 'e.yaml', LLM_EXTPROC_GRPC_ADDRESS: 'unix:g.sock' }, base);
+    assert.deepEqual(config.source, { kind: 'static', path: '/work/e.yaml' });
+    assert.equal(config.listen.grpc, 'unix:///work/g.sock');
+  });
 });

@@ -11,6 +11,7 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import { Metrics } from '../../../src/metrics/metrics.js';
+import { findSample, samples } from '../../support/prometheus.js';
 
 interface DocumentedMetric {
   readonly name: string;
@@ -30,27 +31,6 @@ const DOCUMENTED: readonly DocumentedMetric[] = [
   { name: 'inference_pool_per_pod_queue_size', type: 'gauge', labels: ['model_server_pod', 'name'] },
   { name: 'inference_pool_ready_pods', type: 'gauge', labels: ['name'] },
 ];
-
-interface Sample {
-  readonly name: string;
-  readonly labels: ReadonlyMap<string, string>;
-  readonly value: number;
-}
-
-function samples(text: string): Sample[] {
-  const out: Sample[] = [];
-  for (const line of text.split('\n')) {
-    const match = /^([a-z_:]+)(?:\{(.*)\})?\s+(\S+)$/.exec(line);
-    if (match === null) continue;
-    const labels = new Map([...(match[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((m) => [m[1], m[2]] as const));
-    out.push({ name: match[1], labels, value: Number(match[3]) });
-  }
-  return out;
-}
-
-function value(all: readonly Sample[], name: string, labels: Record<string, string>): number | undefined {
-  return all.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels.get(k) === v))?.value;
-}
 
 /** A server's metrics after two requests for one model (one answered with usage, one failed) and a pool scrape. */
 async function exercised(): Promise<string> {
@@ -104,26 +84,26 @@ it('exposes the documented Inference Extension series with their type and exactl
 it('the series say what happened: requests, errors, duration, tokens, running requests and pool load', async () => {
   const all = samples(await exercised());
   const model = { model_name: 'm', target_model_name: 'm' };
-  assert.equal(value(all, 'inference_objective_request_total', model), 2);
-  assert.equal(value(all, 'inference_objective_request_error_total', model), 1);
-  assert.equal(value(all, 'inference_objective_request_duration_seconds_sum', model), 0.7);
-  assert.equal(value(all, 'inference_objective_request_duration_seconds_bucket', { ...model, le: '0.6' }), 0);
-  assert.equal(value(all, 'inference_objective_request_duration_seconds_bucket', { ...model, le: '0.8' }), 1);
-  assert.equal(value(all, 'inference_objective_input_tokens_sum', model), 12);
-  assert.equal(value(all, 'inference_objective_output_tokens_sum', model), 5);
-  assert.equal(value(all, 'inference_objective_running_requests', { model_name: 'm' }), 1, 'two routed, one released');
-  assert.equal(value(all, 'inference_pool_ready_pods', { name: 'pool-a' }), 2);
-  assert.equal(value(all, 'inference_pool_average_kv_cache_utilization', { name: 'pool-a' }), 0.375);
-  assert.equal(value(all, 'inference_pool_average_queue_size', { name: 'pool-a' }), 2);
-  assert.equal(value(all, 'inference_pool_per_pod_queue_size', { name: 'pool-a', model_server_pod: 'vllm-0' }), 3);
-  assert.equal(value(all, 'inference_pool_per_pod_queue_size', { name: 'pool-a', model_server_pod: 'vllm-1' }), 1);
+  assert.equal(findSample(all, 'inference_objective_request_total', model)?.value, 2);
+  assert.equal(findSample(all, 'inference_objective_request_error_total', model)?.value, 1);
+  assert.equal(findSample(all, 'inference_objective_request_duration_seconds_sum', model)?.value, 0.7);
+  assert.equal(findSample(all, 'inference_objective_request_duration_seconds_bucket', { ...model, le: '0.6' })?.value, 0);
+  assert.equal(findSample(all, 'inference_objective_request_duration_seconds_bucket', { ...model, le: '0.8' })?.value, 1);
+  assert.equal(findSample(all, 'inference_objective_input_tokens_sum', model)?.value, 12);
+  assert.equal(findSample(all, 'inference_objective_output_tokens_sum', model)?.value, 5);
+  assert.equal(findSample(all, 'inference_objective_running_requests', { model_name: 'm' })?.value, 1, 'two routed, one released');
+  assert.equal(findSample(all, 'inference_pool_ready_pods', { name: 'pool-a' })?.value, 2);
+  assert.equal(findSample(all, 'inference_pool_average_kv_cache_utilization', { name: 'pool-a' })?.value, 0.375);
+  assert.equal(findSample(all, 'inference_pool_average_queue_size', { name: 'pool-a' })?.value, 2);
+  assert.equal(findSample(all, 'inference_pool_per_pod_queue_size', { name: 'pool-a', model_server_pod: 'vllm-0' })?.value, 3);
+  assert.equal(findSample(all, 'inference_pool_per_pod_queue_size', { name: 'pool-a', model_server_pod: 'vllm-1' })?.value, 1);
 });
 
 it('a pool without fresh load reports shows its ready pods and no made-up load', async () => {
   const metrics = new Metrics({ processMetrics: false });
   metrics.reportPoolLoadsFrom(() => [{ name: 'cold', readyPods: 1, pods: [] }]);
   const all = samples(await metrics.registry.metrics());
-  assert.equal(value(all, 'inference_pool_ready_pods', { name: 'cold' }), 1);
-  assert.equal(value(all, 'inference_pool_average_queue_size', { name: 'cold' }), undefined);
-  assert.equal(value(all, 'inference_pool_average_kv_cache_utilization', { name: 'cold' }), undefined);
+  assert.equal(findSample(all, 'inference_pool_ready_pods', { name: 'cold' })?.value, 1);
+  assert.equal(findSample(all, 'inference_pool_average_queue_size', { name: 'cold' })?.value, undefined);
+  assert.equal(findSample(all, 'inference_pool_average_kv_cache_utilization', { name: 'cold' })?.value, undefined);
 });

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Metrics } from '../../../src/metrics/metrics.js';
-import { metricValue } from '../../support/gateway.js';
+import { metricValue } from '../../support/prometheus.js';
 
 /** One pool `p` with these Ready endpoints. */
 function view(addresses: string[]) {

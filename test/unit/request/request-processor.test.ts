@@ -2,6 +2,7 @@
 // load tracker and metrics: what Envoy is told to do at each phase, what the client ends up
 // reading, and what gets recorded about each endpoint.
 import { describe, it } from 'node:test';
+import type { DestinationFormat } from '../../../src/config/config.js';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
 import { EndpointStore } from '../../../src/endpoints/store.js';
@@ -23,6 +24,7 @@ import { LoadTracker } from '../../../src/picker/load-tracker.js';
 import { requestBody, requestHeaders, responseBody, responseHeaders as envoyResponseHeaders } from '../../support/envoy-messages.js';
 import type { ReplyAttributes } from '../../support/envoy-messages.js';
 import { assertSameBytes, sequencedText } from '../../support/sequenced-bytes.js';
+import { registryValue } from '../../support/prometheus.js';
 
 // ── fixtures ──────────────────────────────────────────────────────────────────────────────────
 
@@ -68,7 +70,7 @@ function harness(
     fallbacks?: number;
     threshold?: number;
     pool?: string;
-    destinationFormat?: 'list' | 'single';
+    destinationFormat?: DestinationFormat;
     injectsStreamUsage?: boolean;
   } = {},
 ): Harness {
@@ -180,20 +182,10 @@ function immediate(reply: ProcessingResponse): {
   return { status: im.status.code, headers: setHeaders(im.headers), body: im.body, details: im.details };
 }
 
-/** Sum of a counter/gauge over the series matching `labels`. */
-async function metricValue(metrics: Metrics, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const metric = metrics.registry.getSingleMetric(name);
-  assert.ok(metric !== undefined, `metric ${name} exists`);
-  const data = await metric.get();
-  return data.values
-    .filter((v) => Object.entries(labels).every(([k, value]) => v.labels[k] === value))
-    .reduce((sum, v) => sum + v.value, 0);
-}
-
 const attempts = (metrics: Metrics, labels: Record<string, string>): Promise<number> =>
-  metricValue(metrics, 'llm_extproc_upstream_attempts_total', labels);
+  registryValue(metrics.registry, 'llm_extproc_upstream_attempts_total', labels);
 const requests = (metrics: Metrics, labels: Record<string, string>): Promise<number> =>
-  metricValue(metrics, 'llm_extproc_requests_total', labels);
+  registryValue(metrics.registry, 'llm_extproc_requests_total', labels);
 
 function stateOf(h: Harness, address: string): EndpointState | undefined {
   return h.store.endpointsAt(address)[0]?.state;
@@ -344,7 +336,7 @@ describe('RequestProcessor: request path', () => {
       assert.equal(body.error.request_id, 'req-1', 'the request id is echoed for support');
       c.check?.(body, reply.headers);
       assert.equal(await requests(h.metrics, { result: c.code }), 1);
-      assert.equal(await metricValue(h.metrics, 'llm_extproc_upstream_attempts_total'), 0, 'nothing went upstream');
+      assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_upstream_attempts_total'), 0, 'nothing went upstream');
       p.finish({ kind: 'half-closed' });
       assert.equal(h.load.inFlight(A), 0);
     });
@@ -715,7 +707,7 @@ describe('RequestProcessor: Envoy local replies', () => {
     route(p);
     const reply = send(p, responseHeaders(403, { 'content-type': 'text/plain' }, { details: 'ext_authz_denied', flags: 0x1000 }));
     assert.deepEqual(reply, { response_headers: { response: {} } });
-    assert.equal(await metricValue(h.metrics, 'llm_extproc_upstream_attempts_total'), 0);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_upstream_attempts_total'), 0);
     assert.equal(await requests(h.metrics, { result: 'local_reply_403' }), 1);
   });
 });
@@ -745,14 +737,14 @@ describe('RequestProcessor: stream end and bookkeeping', () => {
       c.steps(p);
       p.finish({ kind: 'cancelled' });
       assert.equal(await requests(h.metrics, { result: c.result }), 1);
-      assert.equal(await metricValue(h.metrics, 'llm_extproc_upstream_attempts_total'), 0);
+      assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_upstream_attempts_total'), 0);
     });
   }
 
   it('load is held until finish, and finish twice is harmless', async () => {
     const h = harness();
     const p = h.processor();
-    assert.equal(await metricValue(h.metrics, 'llm_extproc_in_flight_requests'), 1);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_in_flight_requests'), 1);
     route(p);
     send(p, responseHeaders(200, SSE));
     send(p, responseBody(DONE, true));
@@ -760,7 +752,7 @@ describe('RequestProcessor: stream end and bookkeeping', () => {
     p.finish({ kind: 'half-closed' });
     p.finish({ kind: 'cancelled' });
     assert.equal(h.load.inFlight(A), 0);
-    assert.equal(await metricValue(h.metrics, 'llm_extproc_in_flight_requests'), 0, 'not negative');
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_in_flight_requests'), 0, 'not negative');
     assert.equal(await requests(h.metrics, {}), 1);
     assert.equal(await attempts(h.metrics, {}), 1, 'the success is not followed by a stream_broken');
   });
@@ -1257,18 +1249,10 @@ function pause(ms: number): void {
 }
 
 async function histogram(metrics: Metrics, name: string, labels: Record<string, string> = {}): Promise<{ count: number; sum: number }> {
-  const metric = metrics.registry.getSingleMetric(name);
-  assert.ok(metric !== undefined, `metric ${name} exists`);
-  const data = await metric.get();
-  const pick = (suffix: string): number =>
-    data.values
-      .filter(
-        (v) =>
-          (v as { metricName?: string }).metricName === `${name}${suffix}` &&
-          Object.entries(labels).every(([k, value]) => v.labels[k] === value),
-      )
-      .reduce((sum, v) => sum + v.value, 0);
-  return { count: pick('_count'), sum: pick('_sum') };
+  return {
+    count: await registryValue(metrics.registry, `${name}_count`, labels),
+    sum: await registryValue(metrics.registry, `${name}_sum`, labels),
+  };
 }
 
 describe('RequestProcessor: LLM figures', () => {
@@ -1296,12 +1280,12 @@ describe('RequestProcessor: LLM figures', () => {
     assert.ok(itl.sum >= 0.04, `inter-token latency ${itl.sum} s: two gaps of 40 ms`);
     const tpot = await histogram(h.metrics, 'gen_ai_server_time_per_output_token_seconds', labels);
     assert.ok(tpot.count === 1 && tpot.sum >= 0.04, 'generation time over the two tokens after the first');
-    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total', { type: 'input' }), 12);
-    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total', { type: 'output' }), 3);
-    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total', { type: 'cached' }), 8);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_tokens_total', { type: 'input' }), 12);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_tokens_total', { type: 'output' }), 3);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_tokens_total', { type: 'cached' }), 8);
     const output = await histogram(h.metrics, 'gen_ai_client_token_usage', { gen_ai_token_type: 'output', gen_ai_operation_name: 'chat' });
     assert.deepEqual(output, { count: 1, sum: 3 });
-    assert.equal(await metricValue(h.metrics, 'llm_extproc_answers_without_usage_total'), 0);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_answers_without_usage_total'), 0);
     assert.equal((await histogram(h.metrics, 'gen_ai_client_operation_duration_seconds')).count, 1);
   });
 
@@ -1311,8 +1295,8 @@ describe('RequestProcessor: LLM figures', () => {
     route(p, { model: MODEL, stream: true });
     send(p, responseHeaders(200, SSE));
     send(p, responseBody(CHUNK + DONE, true));
-    assert.equal(await metricValue(h.metrics, 'llm_extproc_answers_without_usage_total', { answer: 'stream', model: MODEL }), 1);
-    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total'), 0);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_answers_without_usage_total', { answer: 'stream', model: MODEL }), 1);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_tokens_total'), 0);
     assert.equal((await histogram(h.metrics, 'gen_ai_client_token_usage')).count, 0);
     assert.equal((await histogram(h.metrics, 'gen_ai_server_time_to_first_token_seconds')).count, 1, 'TTFT needs no usage');
     const q = h.processor();
@@ -1320,8 +1304,8 @@ describe('RequestProcessor: LLM figures', () => {
     send(q, responseHeaders(200, JSON_TYPE));
     const answer = { choices: [{ message: { content: 'hi' } }], usage: { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 } };
     send(q, responseBody(JSON.stringify(answer), true));
-    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total', { type: 'input' }), 5);
-    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total', { type: 'output' }), 2);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_tokens_total', { type: 'input' }), 5);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_tokens_total', { type: 'output' }), 2);
     assert.equal((await histogram(h.metrics, 'gen_ai_server_time_to_first_token_seconds')).count, 1, 'no TTFT for a JSON answer');
   });
 
@@ -1332,7 +1316,7 @@ describe('RequestProcessor: LLM figures', () => {
     send(p, responseHeaders(200, SSE));
     send(p, responseBody('data: {"error":{"message":"boom"}}\n\n' + DONE, true));
     assert.equal((await histogram(h.metrics, 'gen_ai_client_operation_duration_seconds')).count, 0);
-    assert.equal(await metricValue(h.metrics, 'llm_extproc_answers_without_usage_total'), 0);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_answers_without_usage_total'), 0);
   });
 
   it('usage injection on: the body asks for usage, the client never sees the usage chunk, the tokens are counted', async () => {
@@ -1348,7 +1332,7 @@ describe('RequestProcessor: LLM figures', () => {
     const last = send(p, responseBody(usageChunk(4, 1, 0) + DONE, true));
     const body = last.response_body?.response?.body_mutation?.body;
     assert.equal(body === undefined ? undefined : Buffer.from(body).toString(), DONE, 'the usage chunk is taken out');
-    assert.equal(await metricValue(h.metrics, 'llm_extproc_tokens_total', { type: 'input' }), 4);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_tokens_total', { type: 'input' }), 4);
     assert.equal(await requests(h.metrics, { result: 'ok' }), 1);
   });
 });
