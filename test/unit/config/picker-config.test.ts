@@ -47,6 +47,7 @@ describe('picker config', () => {
     );
     assert.deepEqual(config.picker, {
       weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0, latency: 3 },
+      precise: undefined,
       prefix: {
         keyBlocks: 4,
         blockTokens: 32,
