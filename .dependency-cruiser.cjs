@@ -12,7 +12,7 @@
 // main.ts, cluster.ts, cli.ts, check-config.ts) wires everything; util/ and types/ are at the
 // bottom; nothing in src/ reaches build-time code, scripts or tests.
 const PROTOCOL = ['http2', 'grpc', 'extproc'];
-const DOMAIN = ['picker', 'endpoints', 'errors', 'inspect', 'metrics', 'config', 'tracing'];
+const DOMAIN = ['picker', 'kv-cache', 'endpoints', 'errors', 'inspect', 'metrics', 'config', 'tracing'];
 const APP = '^src/(app|main|program|process-settings|cluster|cli|check-config)\\.ts$';
 
 /** What each folder must not import. */

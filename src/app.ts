@@ -29,7 +29,8 @@ import { poolLoads } from './metrics/gie-metrics.js';
 import { FlowMetrics } from './metrics/flow-metrics.js';
 import { LoadTracker } from './picker/load-tracker.js';
 import { MetricsScraper } from './picker/scraper.js';
-import { flowControlAnywhere, metricsFormatFor } from './picker/settings.js';
+import { flowControlAnywhere, metricsFormatFor, poolSettings, preciseFor } from './picker/settings.js';
+import type { RunningPrecise } from './kv-cache/start-precise.js';
 import { SignalBoard } from './picker/signals.js';
 import type { RequestResult } from './request/request-result.js';
 import { LogThrottle } from './util/log-throttle.js';
@@ -150,7 +151,9 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
       : undefined;
   if (latency !== undefined) metrics.reportSlowReplicasFrom(() => latency.demotedByPool());
   const flowMetrics = new FlowMetrics(metrics.registry, config.picker.flowControl.tenantLabels);
+  const running = await startPreciseIfOn(config, store, board, metrics, logger);
   const routing = new StoreRouting(store, new LoadTracker(board), {
+    ...(running === undefined ? {} : { precise: running.precise }),
     fallbacks: config.routing.fallbacks,
     ...(config.routing.pool === undefined ? {} : { pool: config.routing.pool }),
     picker: config.picker,
@@ -251,6 +254,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   try {
     await source.start(store);
   } catch (err) {
+    await running?.stop();
     await grpc.shutdown(0);
     await ops.close();
     await tracing?.shutdown(0);
@@ -280,6 +284,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
         // The streams are done, so every span has ended: send what is queued, within the bound.
         await tracing?.shutdown(config.tracing.shutdownFlushMs);
         await scraper.stop();
+        await running?.stop();
         routing.close();
         await source.stop();
         await ops.close();
@@ -287,4 +292,32 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
         if (options.metrics === undefined) metrics.eventLoopDelay?.stop();
       })()),
   };
+}
+
+/**
+ * Precise prefix matching when the config asks for it: its modules (and through them the ZMQ,
+ * msgpack, tokenizer and template libraries) are loaded only then.
+ */
+async function startPreciseIfOn(
+  config: Config,
+  store: EndpointStore,
+  board: SignalBoard,
+  metrics: Metrics,
+  logger: Logger,
+): Promise<RunningPrecise | undefined> {
+  const settings = config.picker.precise;
+  if (settings === undefined || !(config.picker.weights.prefix > 0)) return undefined;
+  const [{ startPrecise }, { KvEventsMetrics }] = await Promise.all([
+    import('./kv-cache/start-precise.js'),
+    import('./metrics/kv-events-metrics.js'),
+  ]);
+  return startPrecise(
+    settings,
+    (pool) => poolSettings(config.picker, pool).kvEventsPort,
+    () => store.view(),
+    (pool) => preciseFor(config.picker, pool),
+    (address) => board.peek(address)?.load?.cacheBlocks,
+    new KvEventsMetrics(metrics.registry),
+    logger,
+  );
 }

@@ -122,10 +122,25 @@ const Passthrough = (description: string) => Type.Object({}, { additionalPropert
 const Nullable = (schema: TSchema, description: string) => Type.Union([schema, Type.Null()], { description });
 const Labels = (description: string) => Type.Record(Type.String(), Type.String(), { description });
 
+/** The picker section with picker.precise.tokenizerDir optional (the chart mounts the files and names the directory). */
+function withOptionalTokenizerDir(picker: unknown): unknown {
+  const section = picker as { properties: Record<string, { properties?: Record<string, unknown>; required?: string[] }> };
+  const precise = section.properties.precise;
+  return {
+    ...section,
+    properties: {
+      ...section.properties,
+      precise: { ...precise, required: (precise.required ?? []).filter((name) => name !== 'tokenizerDir') },
+    },
+  };
+}
+
 /** The server's schema without `listen` (the chart sets it from `ports`, `tls` and the sidecar mode). */
 function chartConfigSchema(): TSchema {
   const properties: Record<string, unknown> = { ...configFileSchema.properties };
   delete properties.listen;
+  // The chart fills picker.precise.tokenizerDir from `tokenizer` when it is not given.
+  properties.picker = withOptionalTokenizerDir(properties.picker);
   const copy: Record<string, unknown> = {
     ...configFileSchema,
     properties,
@@ -154,6 +169,16 @@ function valuesSchema(): object {
         'Static endpoints file content (instead of config.kubernetes).',
       ),
       debugEndpoints: Type.Boolean({ description: 'Serve /debug/endpoints on the HTTP port (listen.debugEndpoints); off = 404.' }),
+      tokenizer: Closed({
+        configMap: Type.String({
+          description: "A ConfigMap holding the model's tokenizer files, mounted at /etc/llm-extproc/tokenizer (precise prefix matching).",
+        }),
+        volume: Nullable(
+          Passthrough('A volume source (persistentVolumeClaim, csi, image…) holding the files.'),
+          'Or any volume source holding them.',
+        ),
+        subPath: Type.String({ description: 'The files’ directory inside the volume.' }),
+      }),
       networkPolicy: Closed({
         enabled: Type.Boolean({ description: 'A NetworkPolicy: gRPC only from the gateway, HTTP from the monitoring namespace.' }),
         grpc: Closed({

@@ -24,7 +24,7 @@ import { Picker } from '../../src/picker/picker.js';
 import { LatencyTracker } from '../../src/picker/latency-tracker.js';
 import { DEFAULT_PICKER_SETTINGS, DEFAULT_WEIGHTS } from '../../src/picker/settings.js';
 import { DEFAULT_BOUNDED_LOAD, DEFAULT_LATENCY, onlyScorers, SCORERS } from '../../src/picker/scorer-table.js';
-import type { ScorerWeights } from '../../src/picker/scorer-table.js';
+import type { PrefixMatch, ScorerWeights } from '../../src/picker/scorer-table.js';
 import { SignalBoard } from '../../src/picker/signals.js';
 import { Events, percentile, prng, recordScrapeOnEvery } from './kernel.js';
 
@@ -80,8 +80,8 @@ export const DEFAULT_SIM: SimConfig = {
   draw: 0,
 };
 
-export type PolicyName = 'round-robin' | 'least-in-flight' | 'pipeline' | 'pipeline without latency';
-export const POLICIES: readonly PolicyName[] = ['round-robin', 'least-in-flight', 'pipeline'];
+export type PolicyName = 'round-robin' | 'least-in-flight' | 'pipeline' | 'precise' | 'pipeline without latency';
+export const POLICIES: readonly PolicyName[] = ['round-robin', 'least-in-flight', 'pipeline', 'precise'];
 /** The slow-replica scenario: what the latency signal changes. */
 export const SLOW_REPLICA_POLICIES: readonly PolicyName[] = ['least-in-flight', 'pipeline without latency', 'pipeline'];
 
@@ -225,7 +225,7 @@ interface Router {
 
 type SimEvent =
   | { time: number; kind: 'arrival'; request: SimRequest }
-  | { time: number; kind: 'finish'; server: Server; router: Router; request: SimRequest; ttftMs: number }
+  | { time: number; kind: 'finish'; server: Server; router: Router; request: SimRequest; ttftMs: number; cachedTokens: number }
   | { time: number; kind: 'scrape' };
 
 /**
@@ -236,8 +236,24 @@ export const POLICY_WEIGHTS: { readonly [P in PolicyName]: ScorerWeights } = {
   'round-robin': onlyScorers(SCORERS, { inFlight: 1 }),
   'least-in-flight': onlyScorers(SCORERS, { inFlight: 1 }),
   pipeline: DEFAULT_WEIGHTS,
+  precise: DEFAULT_WEIGHTS,
   'pipeline without latency': { ...DEFAULT_WEIGHTS, latency: 0 },
 };
+
+/**
+ * What precise mode knows at a pick: every server's cached blocks of the prompt, as its KV events
+ * told them (here the simulated caches themselves: events without loss or delay).
+ */
+function exactMatches(servers: readonly Server[], request: SimRequest): PrefixMatch {
+  const matched = new Map<string, number>();
+  let bestTokens = 0;
+  for (const server of servers) {
+    const tokens = server.cache.hits(request.blocks) * BLOCK_TOKENS;
+    matched.set(server.address, tokens);
+    if (tokens > bestTokens) bestTokens = tokens;
+  }
+  return { matchedTokens: (address) => matched.get(address), bestTokens };
+}
 
 export function simulate(config: SimConfig, policy: PolicyName, requests: readonly SimRequest[] = workload(config)): SimResult {
   const servers: Server[] = Array.from({ length: config.servers }, (_, i) => ({
@@ -290,7 +306,7 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
     waits.push(now - request.arrival);
     ttfts.push(ttftMs);
     const finish = now + prefill + request.outputTokens * config.decodeMsPerToken * server.slowdown;
-    events.push({ time: finish, kind: 'finish', server, router, request, ttftMs });
+    events.push({ time: finish, kind: 'finish', server, router, request, ttftMs, cachedTokens: cached });
   };
 
   const boards = routers.map((router) => router.board);
@@ -311,10 +327,15 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
       let server: Server;
       if (policy === 'round-robin') server = servers[router.roundRobin++ % servers.length];
       else {
-        // The chained hash of the last counted block is the key of all of them.
+        // The chained hash of the last counted block is the key of all of them; the shared part's
+        // whole blocks are what its owner may hold (the estimate the request's size gives).
         const request = event.request;
         const key = request.systemBlocks > 0 ? request.blocks[Math.min(request.systemBlocks, KEY_BLOCKS) - 1] : undefined;
-        const outcome = router.picker.pick(pools, key === undefined ? { model: 'm' } : { model: 'm', affinityKey: key });
+        const affinity = key === undefined ? {} : { affinityKey: key, sharedTokens: request.systemBlocks * BLOCK_TOKENS };
+        const outcome = router.picker.pick(
+          pools,
+          policy === 'precise' ? { model: 'm', ...affinity, prefix: exactMatches(servers, request) } : { model: 'm', ...affinity },
+        );
         if (outcome.kind !== 'picked') throw new Error(`simulation: pick gave ${outcome.kind}`);
         server = byAddress.get(outcome.endpoints[0].address) as Server;
         router.latency?.picked('m', server.address);
@@ -335,6 +356,9 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
           address: server.address,
           timeToFirstToken: event.ttftMs / 1000,
           timePerOutputToken: (config.decodeMsPerToken * server.slowdown) / 1000,
+          promptTokens: event.request.promptTokens,
+          durationSeconds: (now - event.request.arrival) / 1000,
+          cachedTokens: event.cachedTokens,
         },
         now,
       );

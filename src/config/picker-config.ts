@@ -2,8 +2,8 @@
 // over the defaults: the scorers' weights and sections as their rows declare them
 // (picker/scorer-table.ts), then scraping, flow control and the pools.
 
-import { DEFAULT_FLOW_CONTROL, DEFAULT_PICKER_SETTINGS } from '../picker/settings.js';
-import type { FlowControlSettings, PickerSettings, PoolPickerSettings } from '../picker/settings.js';
+import { DEFAULT_FLOW_CONTROL, DEFAULT_PICKER_SETTINGS, DEFAULT_PRECISE_EVENTS } from '../picker/settings.js';
+import type { FlowControlSettings, PickerSettings, PoolPickerSettings, PreciseSettings } from '../picker/settings.js';
 import { mergedSections, mergedWeights, SCORERS, withGiven } from '../picker/scorer-table.js';
 import type { ConfigFile } from './schema.js';
 
@@ -36,6 +36,8 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
       ...(pool.saturation === undefined ? {} : { saturation: pool.saturation }),
       ...(pool.blockTokens === undefined ? {} : { blockTokens: pool.blockTokens }),
       ...(pool.charsPerToken === undefined ? {} : { charsPerToken: pool.charsPerToken }),
+      ...(pool.precise === undefined ? {} : { precise: pool.precise }),
+      ...(pool.kvEventsPort === undefined ? {} : { kvEventsPort: pool.kvEventsPort }),
     };
   }
   return {
@@ -51,7 +53,34 @@ export function pickerSettings(section: PickerSection | undefined): PickerSettin
       concurrency: m.concurrency ?? d.metrics.concurrency,
     },
     flowControl: flowControlSettings(section?.flowControl),
+    precise: preciseSettings(section?.precise, pools),
     pools,
+  };
+}
+
+function preciseSettings(
+  section: PickerSection['precise'],
+  pools: Readonly<Record<string, PoolPickerSettings>>,
+): PreciseSettings | undefined {
+  if (section === undefined) return undefined;
+  const d = DEFAULT_PRECISE_EVENTS;
+  const e = section.events ?? {};
+  const discover = e.discover ?? d.discover;
+  if (e.port === undefined && !discover && !Object.values(pools).some((pool) => pool.kvEventsPort !== undefined)) {
+    throw new PickerConfigError(
+      "picker.precise.events: set port (the KV-event publisher's port on each model server, vLLM's --kv-events-config endpoint tcp://*:PORT) or discover: true (ask each server's GET /kv_event_sources)",
+    );
+  }
+  return {
+    tokenizerDir: section.tokenizerDir,
+    events: {
+      port: e.port,
+      discover,
+      topic: e.topic ?? d.topic,
+      silenceMs: e.silenceSeconds === undefined ? d.silenceMs : e.silenceSeconds * 1000,
+      rebuildMs: e.rebuildSeconds === undefined ? d.rebuildMs : e.rebuildSeconds * 1000,
+      heartbeatMs: e.heartbeatSeconds === undefined ? d.heartbeatMs : e.heartbeatSeconds * 1000,
+    },
   };
 }
 

@@ -9,7 +9,7 @@
 // `errorMessage` (an annotation ignored by JSON Schema validators) replaces the generated wording
 // for any error at that node or below it; see describeSchemaError in config.ts.
 
-import { DEFAULT_PICKER_SETTINGS } from '../picker/settings.js';
+import { DEFAULT_PICKER_SETTINGS, DEFAULT_PRECISE_EVENTS } from '../picker/settings.js';
 import { POOL_CACHE_BLOCK_FIELDS, SCORERS } from '../picker/scorer-table.js';
 import type { ScorerTable, SettingsSection } from '../picker/scorer-table.js';
 import { MAX_TIMER_MS, TRACING_DEFAULTS } from '../tracing/tracing-settings.js';
@@ -329,11 +329,71 @@ const Picker = Mapping(
         },
       ),
     ),
+    precise: Type.Optional(
+      Mapping(
+        {
+          tokenizerDir: NonEmpty({
+            description:
+              "Directory with the model's tokenizer.json and tokenizer_config.json (and chat_template.jinja, if the model keeps its chat template apart): prompts are tokenized in process as the server tokenizes them (the chart mounts them: docs/helm.md).",
+          }),
+          events: Type.Optional(
+            Mapping(
+              {
+                port: Type.Optional(
+                  Type.Integer({
+                    minimum: 1,
+                    maximum: 65535,
+                    description: "The KV-event publisher's port on each model server (vLLM --kv-events-config endpoint tcp://*:PORT).",
+                  }),
+                ),
+                discover: Type.Optional(
+                  Type.Boolean({
+                    description: "Ask each server's GET /kv_event_sources for its publisher's port and topic. Default false.",
+                  }),
+                ),
+                topic: Type.Optional(Type.String({ description: "Topic prefix to subscribe to; '' = every topic. Default ''." })),
+                silenceSeconds: Type.Optional(
+                  Type.Number({
+                    exclusiveMinimum: 0,
+                    description: `A server sent requests that store blocks and publishing nothing for this long is silent: its entries are dropped and it is picked as without events until it publishes again. Default ${DEFAULT_PRECISE_EVENTS.silenceMs / 1000}.`,
+                  }),
+                ),
+                rebuildSeconds: Type.Optional(
+                  Type.Number({
+                    minimum: 0,
+                    description: `After a gap, a restart it did not see from its start, or a lost connection, a server's index is rebuilt from new events for this long before it is trusted again. Default ${DEFAULT_PRECISE_EVENTS.rebuildMs / 1000}.`,
+                  }),
+                ),
+                heartbeatSeconds: Type.Optional(
+                  Type.Number({
+                    minimum: 0.1,
+                    description: `ZMTP heartbeat interval: a publisher that answers none for 3 intervals counts as disconnected. Default ${DEFAULT_PRECISE_EVENTS.heartbeatMs / 1000}.`,
+                  }),
+                ),
+              },
+              { description: "The model servers' KV-event publishers (set port, or discover: true)." },
+            ),
+          ),
+        },
+        {
+          description:
+            "Precise prefix matching: each server's KV-cache events say which blocks it holds, the model's tokenizer cuts each prompt the same way, and the prefix scorer credits each server with what it really holds (docs/picking.md, Precise prefix matching).",
+        },
+      ),
+    ),
     pools: Type.Optional(
       Type.Record(
         Type.String(),
         Mapping(
           {
+            precise: Type.Optional(Type.Boolean({ description: "Use this pool's KV events (when picker.precise is set). Default true." })),
+            kvEventsPort: Type.Optional(
+              Type.Integer({
+                minimum: 1,
+                maximum: 65535,
+                description: "The KV-event publisher's port on this pool's servers. Default picker.precise.events.port (or discovery).",
+              }),
+            ),
             metricsFormat: Type.Optional(
               StringEnum([...METRICS_FLAVOURS, 'none'] as const, { description: 'Metrics flavour of this pool; none = do not scrape it.' }),
             ),

@@ -39,8 +39,20 @@ export function healthSink({ store, failedConnects, latency }: HealthParts): Out
     finished: (_request, { figures, at }) => {
       if (latency !== undefined && figures?.firstPick === true) {
         // Without usage in the stream, the gap between content events stands in for the time per token.
-        const { model, pool, endpoint: address, timeToFirstToken, timePerOutputToken, interTokenLatency } = figures;
-        latency.record({ model, pool, address, timeToFirstToken, timePerOutputToken: timePerOutputToken ?? interTokenLatency }, at);
+        const { model, pool, endpoint: address, timeToFirstToken, timePerOutputToken, interTokenLatency, usage, duration } = figures;
+        latency.record(
+          {
+            model,
+            pool,
+            address,
+            timeToFirstToken,
+            timePerOutputToken: timePerOutputToken ?? interTokenLatency,
+            durationSeconds: duration,
+            // Prefill speed for the cost model (prefix scorer): the prompt's tokens less those it found cached.
+            ...(usage === undefined ? {} : { promptTokens: usage.input, cachedTokens: usage.cached ?? 0 }),
+          },
+          at,
+        );
       }
     },
     closed: IGNORED,

@@ -27,6 +27,9 @@ export class CandidateSet {
   /** The board's layout version the slots were looked up at. */
   layoutVersion = -1;
   readonly queueLimits: Float64Array;
+  /** The pools of the candidates, once each; `poolIndex[i]` is candidate i's place in it. */
+  readonly pools: string[] = [];
+  readonly poolIndex: Int32Array;
   /** Per candidate, its pool's saturation limits (flow control; OPEN_POOL where it is off). */
   readonly saturationLimits: SaturationLimits[] = [];
   /** Some candidate's pool has flow control: the picker then places candidates without room last. */
@@ -75,6 +78,7 @@ export class CandidateSet {
     const n = this.endpoints.length;
     this.records = new Int32Array(2 * n);
     this.queueLimits = new Float64Array(n);
+    this.poolIndex = new Int32Array(n);
     this.counted = new Float64Array(Mirror.Stride * n);
     const limits = new Map(pools.map((p) => [p.name, policy(p.name).maxQueueDepth ?? Number.POSITIVE_INFINITY]));
     const saturation = new Map(pools.map((p) => [p.name, policy(p.name).saturation ?? OPEN_POOL]));
@@ -82,6 +86,9 @@ export class CandidateSet {
       this.records[2 * i + 1] = mixEndpointHash(hashAddress(this.endpoints[i].address));
       this.queueLimits[i] = limits.get(this.endpoints[i].pool) ?? Number.POSITIVE_INFINITY;
       this.saturationLimits.push(saturation.get(this.endpoints[i].pool) ?? OPEN_POOL);
+      let pool = this.pools.indexOf(this.endpoints[i].pool);
+      if (pool < 0) pool = this.pools.push(this.endpoints[i].pool) - 1;
+      this.poolIndex[i] = pool;
     }
     this.saturates = this.saturationLimits.some((limits) => limits !== OPEN_POOL);
     this.order = new Int32Array(n);

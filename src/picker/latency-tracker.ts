@@ -13,7 +13,7 @@
 //     │                                                          │  └─ picked as primary ────┘ (one probe)
 //     └── a sample at ≤ recoverFactor × median · estimate back at ≤ recoverFactor · samples weigh < 1
 
-import { DecayedMean, latencyScore, medianOf, slowness } from './latency.js';
+import { DecayedLine, DecayedMean, latencyScore, medianOf, slowness } from './latency.js';
 import type { LatencyFloor } from './latency.js';
 import { LATENCY_DEMOTED, LATENCY_NEUTRAL } from './signals.js';
 import type { SignalBoard } from './signals.js';
@@ -40,7 +40,15 @@ export interface LatencySample {
   /** Seconds; undefined when not measured (no content, not streamed). */
   readonly timeToFirstToken: number | undefined;
   readonly timePerOutputToken: number | undefined;
+  /** The prompt's tokens and those of them the server had cached (its usage), when the answer reported them. */
+  readonly promptTokens?: number;
+  readonly cachedTokens?: number;
+  /** Seconds from the pick to the answer's end, when it was answered in full. */
+  readonly durationSeconds?: number;
 }
+
+/** Answers the prefill line needs before its slope counts (a line through a few noisy points is noise). */
+const MIN_PREFILL_SAMPLES = 20;
 
 export interface LatencyObserver {
   demoted?(model: string, pool: string, address: string, detail: string): void;
@@ -76,6 +84,10 @@ class PoolLatency {
   readonly endpoints = new Map<string, EndpointLatency>();
   medianTtft = Number.NaN;
   medianTpot = Number.NaN;
+  /** Time to first token against uncached prompt tokens, over the pool's answers with usage: its slope is the cost model's prefill figure. */
+  readonly prefill = new DecayedLine();
+  /** Pick to last token, over the pool's answers (the scale the cost model judges a saving against). */
+  readonly duration = new DecayedMean();
 }
 
 class ModelLatency {
@@ -130,6 +142,9 @@ export class LatencyTracker {
         refreshNow = true;
       }
     }
+    const uncached = (sample.promptTokens ?? 0) - (sample.cachedTokens ?? 0);
+    if (isSeconds(ttft) && sample.promptTokens !== undefined && uncached >= 0) pool.prefill.observe(uncached, ttft, now, halfLife);
+    if (isSeconds(sample.durationSeconds)) pool.duration.observe(sample.durationSeconds, now, halfLife);
     if (!refreshNow) {
       if (isSeconds(ttft)) endpoint.ttft.observe(ttft, now, halfLife);
       if (isSeconds(tpot)) endpoint.tpot.observe(tpot, now, halfLife);
@@ -195,6 +210,13 @@ export class LatencyTracker {
     const { halfLifeMs, minSamples, outlierFactor, recoverFactor, probeIntervalMs } = this.settings;
     for (const [poolName, pool] of model.pools) {
       this.medians(pool, now);
+      // The cost model's figures: what a request ahead costs (the median time to first token) and
+      // prefill per token, each once measured (NaN: not yet; the picker keeps its default).
+      this.board.setPrefillCosts(poolName, {
+        prefillSecondsPerToken: pool.prefill.weightAt(now, halfLifeMs) >= MIN_PREFILL_SAMPLES ? pool.prefill.slope : Number.NaN,
+        queueSecondsPerRequest: pool.medianTtft,
+        requestSeconds: pool.duration.weightAt(now, halfLifeMs) >= minSamples ? pool.duration.mean : Number.NaN,
+      });
       const peers = this.trustedCount(pool, now);
       for (const [address, e] of pool.endpoints) {
         const weight = Math.max(e.ttft.weightAt(now, halfLifeMs), e.tpot.weightAt(now, halfLifeMs));

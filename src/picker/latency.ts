@@ -43,6 +43,47 @@ export class DecayedMean {
   }
 }
 
+/**
+ * A least-squares line through decayed samples (x, y): here time to first token against the
+ * prompt's uncached tokens, whose slope is the prefill time per token. A queue wait adds to one
+ * answer's time to first token whatever its prompt, so it moves the line's intercept, not its
+ * slope, where a mean of time per token would count every wait as slow prefill.
+ */
+export class DecayedLine {
+  private n = 0;
+  private sx = 0;
+  private sy = 0;
+  private sxx = 0;
+  private sxy = 0;
+  private at = 0;
+
+  observe(x: number, y: number, now: number, halfLifeMs: number): void {
+    const elapsed = now - this.at;
+    const keep = elapsed <= 0 || this.n === 0 ? 1 : 2 ** (-elapsed / halfLifeMs);
+    this.n = this.n * keep + 1;
+    this.sx = this.sx * keep + x;
+    this.sy = this.sy * keep + y;
+    this.sxx = this.sxx * keep + x * x;
+    this.sxy = this.sxy * keep + x * y;
+    this.at = now;
+  }
+
+  /** How many samples the line stands for at `now`. */
+  weightAt(now: number, halfLifeMs: number): number {
+    const elapsed = now - this.at;
+    return this.n * (elapsed <= 0 || this.n === 0 ? 1 : 2 ** (-elapsed / halfLifeMs));
+  }
+
+  /** The slope; NaN while the x values do not spread (one prompt length tells nothing of per-token cost). */
+  get slope(): number {
+    const varX = this.sxx / (this.n || 1) - (this.sx / (this.n || 1)) ** 2;
+    const meanX = this.sx / (this.n || 1);
+    // A spread under 10 % of the mean length (or nothing at all) cannot separate prefill from the rest.
+    if (!(varX > 0) || Math.sqrt(varX) < 0.1 * meanX) return Number.NaN;
+    return (this.sxy / this.n - meanX * (this.sy / this.n)) / varX;
+  }
+}
+
 /** The median of `values[0..count)`; sorts that part in place. NaN when empty. */
 export function medianOf(values: Float64Array, count: number): number {
   if (count === 0) return Number.NaN;

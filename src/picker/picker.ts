@@ -26,14 +26,14 @@ import type { Endpoint, PoolView } from '../endpoints/model.js';
 import { candidateLoad, isExcluded } from './aggregates.js';
 import { mixedRendezvousWeight } from './rendezvous.js';
 import { canTake, isSaturated } from './saturation.js';
-import { isOverloaded, loraAffinityScore, outstandingLoad, prefixAffinityScore } from './scorers.js';
-import type { Range } from './scorers.js';
+import { isOverloaded, loraAffinityScore, outstandingLoad, prefillSavedScore } from './scorers.js';
+import type { PrefillCosts, Range } from './scorers.js';
 import { Field, LATENCY_DEMOTED, LATENCY_NEUTRAL } from './signals.js';
 import type { SignalBoard } from './signals.js';
 import { CandidateSet, loadScore } from './candidate-set.js';
 import type { PoolPolicy } from './settings.js';
-import { builtInWeight, SCORERS } from './scorer-table.js';
-import type { CandidateScore, ScorerWeights, ScoringRequest, WeightedScorer } from './scorer-table.js';
+import { builtInWeight, prefillCostsOf, SCORERS, sectionDefaults } from './scorer-table.js';
+import type { CandidateScore, PrefixMatch, ScorerWeights, ScoringRequest, WeightedScorer } from './scorer-table.js';
 
 export interface PipelineOptions {
   /** The weights of the scorers built into the passes below (scorer-table.ts). */
@@ -54,6 +54,8 @@ export interface PipelineOptions {
   };
   /** Adapters a server may hold before LoRA affinity stops sending it new ones. */
   readonly maxAdaptersPerServer: number;
+  /** The prefix scorer's cost figures for a pool whose answers have not measured its own yet; default picker.prefix's defaults. */
+  readonly prefillCosts?: PrefillCosts;
   readonly poolPolicy: (pool: string) => PoolPolicy;
   /** Uniform in [0, 1); Math.random in production. */
   readonly random: () => number;
@@ -65,6 +67,12 @@ export interface PickRequest extends ScoringRequest {
    * it has none, and the request is placed by load alone.
    */
   readonly affinityKey?: number;
+  /**
+   * Estimated tokens of the prompt's shared part (what the affinity key's owner may hold): its
+   * prefill saved there, in the cost model. Absent with a key = not estimated: the owner within
+   * bounds takes the full prefix score.
+   */
+  readonly sharedTokens?: number;
   /** Only these `ip:port` may be picked (the gateway's subset hint). */
   readonly subset?: ReadonlySet<string>;
 }
@@ -98,12 +106,23 @@ class Summary {
   eligible = 0;
   /** Outstanding load summed over the eligible. */
   loadSum = 0;
+  /** The least outstanding load among the eligible (what the request would join at best). */
+  minLoad = Infinity;
 }
 
 /** The per-request inputs of pass 2 (one reused instance per picker). */
 class Scoring {
   useAffinity = false;
   key = 0;
+  /** The cost model speaks: a prompt with an affinity key, or precise matches. */
+  usePrefill = false;
+  /** Precise matches from the servers' KV events, when there are any. */
+  precise: PrefixMatch | undefined = undefined;
+  /** Tokens the affinity key's owner is credited with (Infinity: not estimated). */
+  sharedTokens = Infinity;
+  /** The most any candidate is credited with: what prefill scores are shares of. */
+  bestTokens = 0;
+  minLoad = 0;
   useLora = false;
   holds = -1;
   meanLoad = 0;
@@ -132,6 +151,7 @@ function summarise(set: CandidateSet, count: number, signals: Float64Array, out:
   let reporting = 0;
   let eligible = 0;
   let loadSum = 0;
+  let minLoad = Infinity;
   for (let j = 0; j < count; j++) {
     const i = all ? j : order[j];
     const at = records[2 * i];
@@ -147,8 +167,13 @@ function summarise(set: CandidateSet, count: number, signals: Float64Array, out:
         excluded[i] = 1;
         continue;
       }
-      loadSum += candidateLoad(flight, true, signals[at + Field.OthersLoad]);
-    } else loadSum += flight;
+      const load = candidateLoad(flight, true, signals[at + Field.OthersLoad]);
+      loadSum += load;
+      if (load < minLoad) minLoad = load;
+    } else {
+      loadSum += flight;
+      if (flight < minLoad) minLoad = flight;
+    }
     excluded[i] = 0;
     eligible++;
   }
@@ -159,7 +184,20 @@ function summarise(set: CandidateSet, count: number, signals: Float64Array, out:
   out.reporting = reporting;
   out.eligible = eligible;
   out.loadSum = loadSum;
+  out.minLoad = minLoad;
   return out;
+}
+
+/** The least outstanding load among a set's eligible candidates (a pass; the kept aggregates do not count it). */
+function minEligibleLoad(set: CandidateSet, signals: Float64Array): number {
+  let min = Infinity;
+  for (let i = 0; i < set.size; i++) {
+    if (set.excluded[i] === 1) continue;
+    const at = set.records[2 * i];
+    const load = candidateLoad(signals[at + Field.InFlight], signals[at + Field.Reporting] === 1, signals[at + Field.OthersLoad]);
+    if (load < min) min = load;
+  }
+  return min;
 }
 
 export class Picker {
@@ -172,6 +210,8 @@ export class Picker {
   private readonly topPosition: Int32Array;
   private readonly demotedScore: number;
   private readonly extras: readonly WeightedScorer[];
+  private readonly costScratch: PrefillCosts[] = [];
+  private readonly defaultCosts: PrefillCosts;
 
   constructor(
     private readonly board: SignalBoard,
@@ -179,6 +219,7 @@ export class Picker {
   ) {
     this.k = 1 + Math.max(0, options.fallbacks);
     this.extras = options.scorers ?? [];
+    this.defaultCosts = options.prefillCosts ?? prefillCostsOf(sectionDefaults(SCORERS).prefix);
     let extraWeight = 0;
     for (const extra of this.extras) extraWeight += extra.weight;
     // Below what any other replica can score, so a demoted one leads only when no other is eligible.
@@ -211,6 +252,14 @@ export class Picker {
     const scoring = this.scoring;
     scoring.useAffinity = weights.prefix > 0 && request.affinityKey !== undefined;
     scoring.key = request.affinityKey ?? 0;
+    scoring.precise = weights.prefix > 0 ? request.prefix : undefined;
+    scoring.usePrefill = scoring.useAffinity || scoring.precise !== undefined;
+    if (scoring.usePrefill) {
+      scoring.sharedTokens = scoring.useAffinity ? (request.sharedTokens ?? Infinity) : 0;
+      const precise = scoring.precise?.bestTokens ?? 0;
+      scoring.bestTokens = scoring.useAffinity && scoring.sharedTokens > precise ? scoring.sharedTokens : precise;
+      scoring.minLoad = incremental ? minEligibleLoad(set, this.board.signals) : summary.minLoad;
+    }
     // The LoRA scorer only speaks for a model that some endpoint reports as an adapter; its
     // holders are marked in their records, so the loop reads a number per candidate.
     scoring.useLora = weights.lora > 0 && this.board.adapters.has(request.model);
@@ -318,6 +367,9 @@ export class Picker {
     const loraWeight = weights.lora;
     const { factor, slack } = boundedLoad;
     const { useAffinity, useLora, key, holds, meanLoad, ownerMaxQueue, start, latency, extras, extraScores, extraWeights } = scoring;
+    const { usePrefill, precise, sharedTokens, bestTokens, minLoad } = scoring;
+    const prefixWeight = weights.prefix;
+    const costs = usePrefill ? this.costsOf(set) : this.costScratch;
     const latencyWeight = weights.latency;
     const demotedScore = this.demotedScore;
     // Below every candidate with room, demoted or not (a full replica queues the request for sure).
@@ -329,7 +381,12 @@ export class Picker {
     let owner = -1;
     let ownerWeight = -1;
     let ownerBase = 0;
+    let ownerBonus = 0;
     let ownerPosition = 0;
+    let preciseOwner = -1;
+    let preciseBonus = 0;
+    let preciseBase = 0;
+    let precisePosition = 0;
     for (let step = 0; step < count; step++) {
       const j = start + step < count ? start + step : start + step - count;
       const i = all ? j : order[j];
@@ -344,6 +401,29 @@ export class Picker {
         score += loraWeight * loraAffinityScore(has, reports ? signals[at + Field.AdapterCount] : undefined, maxAdapters);
       }
       for (let e = 0; e < extras; e++) score += extraWeights[e] * extraScores[e](set.endpoints[i], signals, at);
+      // Prefill saved against the queue joined (the cost model): from the server's own KV events
+      // where they are trusted; else the affinity key's owner is credited with the shared part.
+      let matched: number | undefined;
+      let excess = 0;
+      let poolCosts = this.defaultCosts;
+      if (usePrefill && !full) {
+        const reports = signals[at + Field.Reporting] === 1;
+        excess = candidateLoad(signals[at + Field.InFlight], reports, signals[at + Field.OthersLoad]) - minLoad;
+        poolCosts = costs[set.poolIndex[i]];
+        matched = precise?.matchedTokens(set.endpoints[i].address);
+        if (matched !== undefined) {
+          const bonus = prefillSavedScore(matched, bestTokens, excess, poolCosts);
+          score += prefixWeight * bonus;
+          // The candidate that saves the most is the precise owner: like the affinity key's owner
+          // below, it is scored as if at its pool median (ties: the first visited).
+          if (bonus > preciseBonus) {
+            preciseBonus = bonus;
+            preciseOwner = i;
+            precisePosition = step;
+            preciseBase = score;
+          }
+        }
+      }
       // The owner is scored as if at its pool median, demoted or not: prefix affinity outweighs
       // every load scorer by design, and a replica's warm cache for its prefixes is worth more
       // than its speed (`npm run simulate`, slow-replica scenario: taking prefixes from slow
@@ -360,7 +440,7 @@ export class Picker {
         score = value === LATENCY_DEMOTED ? demotedScore + score : score + latencyWeight * (value - LATENCY_NEUTRAL);
       }
       if (full) score += fullScore;
-      if (useAffinity && !full) {
+      if (useAffinity && !full && matched === undefined) {
         // Owners must be known to be within bounds: when any candidate reports metrics, one
         // that does not is never trusted with a prefix.
         const reports = signals[at + Field.Reporting] === 1;
@@ -372,10 +452,13 @@ export class Picker {
           !isOverloaded(reports ? outstandingLoad(flight, signals[at + Field.OthersLoad]) : flight, meanLoad, factor, slack)
         ) {
           const w = mixedRendezvousWeight(key, records[2 * i + 1]);
-          if (w > ownerWeight) {
+          // Not estimated (Infinity): the owner within bounds takes the full score.
+          const bonus = sharedTokens === Infinity ? 1 : prefillSavedScore(sharedTokens, bestTokens, excess, poolCosts);
+          if (w > ownerWeight && bonus > 0) {
             ownerWeight = w;
             owner = i;
             ownerBase = affine;
+            ownerBonus = bonus;
             ownerPosition = step;
           }
         }
@@ -383,8 +466,29 @@ export class Picker {
       // Most candidates do not make the top list: test that before calling.
       if (kept < limit || score > topScore[limit - 1]) kept = this.keep(kept, i, score, step);
     }
-    if (owner >= 0) kept = this.boost(kept, owner, ownerBase + weights.prefix * prefixAffinityScore(true), ownerPosition);
+    if (owner >= 0) kept = this.boost(kept, owner, ownerBase + prefixWeight * ownerBonus, ownerPosition);
+    if (preciseOwner >= 0 && (owner < 0 || ownerBase + prefixWeight * ownerBonus < preciseBase))
+      kept = this.raise(kept, preciseOwner, preciseBase, precisePosition);
     return kept;
+  }
+
+  /** Each of the set's pools' cost figures (measured, else the defaults), by the set's pool index. */
+  private costsOf(set: CandidateSet): PrefillCosts[] {
+    const out = this.costScratch;
+    for (let p = 0; p < set.pools.length; p++) {
+      const measured = this.board.prefillCosts(set.pools[p]);
+      out[p] =
+        measured === undefined
+          ? this.defaultCosts
+          : {
+              prefillSecondsPerToken:
+                measured.prefillSecondsPerToken > 0 ? measured.prefillSecondsPerToken : this.defaultCosts.prefillSecondsPerToken,
+              queueSecondsPerRequest:
+                measured.queueSecondsPerRequest > 0 ? measured.queueSecondsPerRequest : this.defaultCosts.queueSecondsPerRequest,
+              requestSeconds: measured.requestSeconds > 0 ? measured.requestSeconds : this.defaultCosts.requestSeconds,
+            };
+    }
+    return out;
   }
 
   /** Fills `set.order` with the candidates allowed by the subset hint; returns how many. */
@@ -450,6 +554,13 @@ export class Picker {
       at--;
     }
     return kept;
+  }
+
+  /** The precise owner's score without a latency penalty, where the penalty had put it lower. */
+  private raise(kept: number, index: number, score: number, position: number): number {
+    for (let r = 0; r < kept; r++)
+      if (this.topIndex[r] === index) return this.topScore[r] >= score ? kept : this.boost(kept, index, score, position);
+    return this.boost(kept, index, score, position);
   }
 
   private poolsOf(set: CandidateSet, count: number): string[] {

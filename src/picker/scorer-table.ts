@@ -15,12 +15,26 @@ import { Type } from '@sinclair/typebox';
 import type { Static, TObject, TProperties } from '@sinclair/typebox';
 import type { Endpoint } from '../endpoints/model.js';
 import type { SignalBoard } from './signals.js';
+import type { PrefillCosts } from './scorers.js';
+
+/**
+ * What the model servers' own KV-cache events say of one request's prompt (kv-cache/: the prompt
+ * tokenized as the server will, cut in its blocks, looked up in each server's cached blocks).
+ */
+export interface PrefixMatch {
+  /** Tokens of the prompt's leading whole blocks cached at `address`; undefined when its events are not trusted now (it is then placed as without events). */
+  matchedTokens(address: string): number | undefined;
+  /** The most any server has cached of the prompt (0: none). */
+  readonly bestTokens: number;
+}
 
 /** What a scorer may read about the request it scores for. */
 export interface ScoringRequest {
   readonly model: string;
   /** One request header's value (lower-case name); absent = the caller passes no headers. */
   readonly header?: (name: string) => string | undefined;
+  /** Precise prefix matches from the servers' KV events; absent = none (no events, no tokenizer). */
+  readonly prefix?: PrefixMatch;
 }
 
 /**
@@ -90,6 +104,12 @@ export interface PrefixSettings {
   readonly loadSlack: number;
   /** The owner gives its prefixes up while it reports more waiting requests than this. */
   readonly maxQueue: number;
+  /** Prefill time per uncached prompt token, until the pool's answers have measured it. */
+  readonly prefillMsPerToken: number;
+  /** What one more request ahead in a server's queue costs, until the pool's time to first token has been measured. */
+  readonly queueMsPerRequest: number;
+  /** How long a request takes (the scale a saving is judged against), until the pool's answers have measured it. */
+  readonly requestMs: number;
 }
 
 /**
@@ -131,7 +151,22 @@ const PREFIX_DEFAULTS: PrefixSettings = {
   loadFactor: DEFAULT_BOUNDED_LOAD.factor,
   loadSlack: DEFAULT_BOUNDED_LOAD.slack,
   maxQueue: DEFAULT_BOUNDED_LOAD.maxQueue,
+  // Until measured: a GPU server prefills a few thousand tokens in a few hundred ms, and a request
+  // ahead in its queue delays the next by about a time to first token. Both are replaced by the
+  // pool's own figures as its streamed answers come in (latency-tracker.ts).
+  prefillMsPerToken: 0.1,
+  queueMsPerRequest: 100,
+  requestMs: 2000,
 };
+
+/** The cost figures the prefix settings give, for pools not measured yet. */
+export function prefillCostsOf(prefix: PrefixSettings): PrefillCosts {
+  return {
+    prefillSecondsPerToken: prefix.prefillMsPerToken / 1000,
+    queueSecondsPerRequest: prefix.queueMsPerRequest / 1000,
+    requestSeconds: prefix.requestMs / 1000,
+  };
+}
 
 const PREFIX = sameNames({
   description: 'Prefix-cache affinity (rendezvous hashing with bounded load).',
@@ -159,6 +194,24 @@ const PREFIX = sameNames({
       Type.Integer({
         minimum: 0,
         description: `The owner gives its prefixes up while it reports more waiting requests than this. Default ${PREFIX_DEFAULTS.maxQueue}.`,
+      }),
+    ),
+    prefillMsPerToken: Type.Optional(
+      Type.Number({
+        exclusiveMinimum: 0,
+        description: `Cost model: prefill time per uncached prompt token, used until the pool's streamed answers with usage have measured it. Default ${PREFIX_DEFAULTS.prefillMsPerToken}.`,
+      }),
+    ),
+    requestMs: Type.Optional(
+      Type.Number({
+        exclusiveMinimum: 0,
+        description: `Cost model: how long a request takes, pick to last token (a saving is judged against it), used until the pool's answers have measured it. Default ${PREFIX_DEFAULTS.requestMs}.`,
+      }),
+    ),
+    queueMsPerRequest: Type.Optional(
+      Type.Number({
+        exclusiveMinimum: 0,
+        description: `Cost model: what one more request ahead in a server's queue costs, used until the pool's time to first token has been measured. Default ${PREFIX_DEFAULTS.queueMsPerRequest}.`,
       }),
     ),
   },
@@ -269,7 +322,16 @@ export const SCORERS = {
   kvCache: { weight: 1, prefers: 'KV-cache utilisation, emptier first.', runs: 'built-in' },
   inFlight: { weight: 1, prefers: 'Our own in-flight requests per endpoint, fewer first.', runs: 'built-in' },
   // Prefix affinity dominates while the owner is within bounds; load decides the rest.
-  prefix: { weight: 4, prefers: 'Prefix-cache affinity: the rendezvous owner of the prompt prefix.', settings: PREFIX, runs: 'built-in' },
+  // The prefill saved, as a share of a whole request's time, is a small number (a 2,000-token
+  // context saves about a third of a request): weighed 8, it outweighs a request or two of load
+  // difference for long contexts and nothing for short ones (`npm run simulate`).
+  prefix: {
+    weight: 8,
+    prefers:
+      "Prefill saved against the queue joined: the prompt's tokens cached at a server (from its KV events, or at the rendezvous owner of the prompt prefix), less the requests ahead of it.",
+    settings: PREFIX,
+    runs: 'built-in',
+  },
   lora: { weight: 2, prefers: 'LoRA affinity: servers already running the requested adapter.', settings: LORA, runs: 'built-in' },
   latency: {
     weight: 2,

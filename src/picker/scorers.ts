@@ -3,6 +3,16 @@
 // configured weight and adds them up. Unknown model-server metrics always score 0: a stale, failing
 // or missing scrape must never make an endpoint look idle.
 
+/** A pool's cost figures (latency-tracker.ts writes those it has measured, NaN for the others; the prefix scorer's cost model reads them). */
+export interface PrefillCosts {
+  /** Seconds of prefill per uncached prompt token. */
+  readonly prefillSecondsPerToken: number;
+  /** Seconds one more request ahead in a server's queue costs (the pool's median time to first token). */
+  readonly queueSecondsPerRequest: number;
+  /** Seconds a request takes, pick to last token (the pool's mean): the scale a saving is judged against. */
+  readonly requestSeconds: number;
+}
+
 /** Smallest and largest value among the candidates that report it. */
 export interface Range {
   readonly min: number;
@@ -35,9 +45,24 @@ export function inFlightScore(inFlight: number, range: Range): number {
   return lowerIsBetter(inFlight, range);
 }
 
-/** Prefix-cache affinity: 1 for the endpoint that owns the prompt's prefix (rendezvous winner among the not overloaded), else 0. */
-export function prefixAffinityScore(isOwner: boolean): number {
-  return isOwner ? 1 : 0;
+/**
+ * Prefill saved, against the queue the request would join: the prompt's tokens cached at the
+ * candidate (`matchedTokens`) save `matchedTokens × prefillSecondsPerToken` of prefill; sending it
+ * there rather than to the least loaded candidate costs `excessLoad` more requests ahead of it,
+ * each `queueSecondsPerRequest`. The score is what is left of the saving, as a share of the most any
+ * candidate saves (`bestTokens`) or of a whole request's time (`requestSeconds`), whichever is
+ * more: 1 for the best-cached candidate at the least load, 0 where the queue eats the saving, and
+ * next to nothing for a saving that is small next to the request itself. So a two-word prompt is
+ * placed by load, and a long shared context follows its cache while that beats the queue.
+ */
+export function prefillSavedScore(matchedTokens: number, bestTokens: number, excessLoad: number, costs: PrefillCosts): number {
+  if (!(matchedTokens > 0) || !(bestTokens > 0)) return 0;
+  const perToken = costs.prefillSecondsPerToken;
+  const best = bestTokens * perToken;
+  const scale = best > costs.requestSeconds ? best : costs.requestSeconds;
+  const left = matchedTokens * perToken - (excessLoad > 0 ? excessLoad : 0) * costs.queueSecondsPerRequest;
+  // Comparisons, not Math.min/max: this runs per candidate on every pick with a prompt.
+  return left >= scale ? 1 : left > 0 ? left / scale : 0;
 }
 
 /**

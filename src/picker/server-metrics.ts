@@ -3,7 +3,8 @@
 //
 //   vllm    vllm:num_requests_waiting · vllm:num_requests_running · vllm:kv_cache_usage_perc
 //           (older servers: vllm:gpu_cache_usage_perc) · vllm:lora_requests_info{running_lora_adapters,
-//           waiting_lora_adapters, max_lora}, the sample with the newest value (a timestamp) wins
+//           waiting_lora_adapters, max_lora}, the sample with the newest value (a timestamp) wins ·
+//           vllm:cache_config_info{num_gpu_blocks} (the prefix cache's capacity, for precise mode)
 //   sglang  sglang:num_queue_reqs · sglang:num_running_reqs · sglang:token_usage
 //   tgi     tgi_queue_size · tgi_batch_current_size (no KV-cache gauge)
 // Servers labelling by model_name are summed across models (queues) or maxed (KV-cache use).
@@ -21,6 +22,8 @@ interface FormatNames {
   /** Tried in order; the first present wins. */
   readonly kvCache: readonly string[];
   readonly lora?: string;
+  /** An info gauge whose labels describe the cache (`num_gpu_blocks`). */
+  readonly cacheConfig?: string;
 }
 
 const NAMES: Record<MetricsFormat, FormatNames> = {
@@ -29,6 +32,7 @@ const NAMES: Record<MetricsFormat, FormatNames> = {
     running: 'vllm:num_requests_running',
     kvCache: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
     lora: 'vllm:lora_requests_info',
+    cacheConfig: 'vllm:cache_config_info',
   },
   sglang: { waiting: 'sglang:num_queue_reqs', running: 'sglang:num_running_reqs', kvCache: ['sglang:token_usage'] },
   tgi: { waiting: 'tgi_queue_size', running: 'tgi_batch_current_size', kvCache: [] },
@@ -95,7 +99,11 @@ export function parseServerMetrics(text: string, format: MetricsFormat): ServerL
       maxAdapters = sample.labels?.max_lora !== undefined && Number.isFinite(max) && max > 0 ? max : undefined;
     }
   }
+  const cacheBlocks = Number(
+    names.cacheConfig === undefined ? undefined : byName.get(names.cacheConfig)?.metrics[0]?.labels?.num_gpu_blocks,
+  );
   return {
+    ...(Number.isInteger(cacheBlocks) && cacheBlocks > 0 ? { cacheBlocks } : {}),
     waiting: waiting.reduce((a, b) => a + b, 0),
     running: running.reduce((a, b) => a + b, 0),
     kvCacheUsage,

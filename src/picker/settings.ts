@@ -72,6 +72,40 @@ export const DEFAULT_FLOW_CONTROL: FlowControlSettings = {
   tenantLabels: 20,
 };
 
+/**
+ * Precise prefix matching (kv-cache/): the servers' own KV-cache events say which blocks each
+ * holds, and the model's tokenizer cuts each prompt in the same blocks. Absent = approximate
+ * affinity only.
+ */
+export interface PreciseSettings {
+  /** The directory holding the model's tokenizer.json and tokenizer_config.json (and chat_template.jinja). */
+  readonly tokenizerDir: string;
+  readonly events: {
+    /** The publisher's port on each server (vLLM --kv-events-config endpoint tcp://*:PORT); undefined = discover. */
+    readonly port: number | undefined;
+    /** Ask each server's GET /kv_event_sources for its publisher. */
+    readonly discover: boolean;
+    /** Topic prefix to subscribe to ('' = all). */
+    readonly topic: string;
+    readonly silenceMs: number;
+    readonly rebuildMs: number;
+    readonly heartbeatMs: number;
+  };
+}
+
+export const DEFAULT_PRECISE_EVENTS: PreciseSettings['events'] = {
+  port: undefined,
+  discover: false,
+  topic: '',
+  // A prefill publishes its blocks within milliseconds; ten seconds without any after requests
+  // that store blocks is a publisher that stopped, not a busy one.
+  silenceMs: 10_000,
+  // A server's working set turns over in tens of seconds under load: after a gap, what is in use
+  // has been stored again (and published) by then.
+  rebuildMs: 30_000,
+  heartbeatMs: 1000,
+};
+
 export interface PoolPickerSettings {
   /** Load shedding (PoolPolicy.maxQueueDepth). */
   readonly maxQueueDepth?: number;
@@ -84,6 +118,10 @@ export interface PoolPickerSettings {
   /** How the pool's servers cut their prefix cache (defaults: `picker.prefix`). */
   readonly blockTokens?: number;
   readonly charsPerToken?: number;
+  /** Precise prefix matching for this pool; default: on wherever picker.precise is set. */
+  readonly precise?: boolean;
+  /** The KV-event publisher's port on this pool's servers, over picker.precise.events.port. */
+  readonly kvEventsPort?: number;
 }
 
 /** The picker's settings: every scorer's weight and the scorers' own sections (scorer-table.ts), scraping, flow control, pools. */
@@ -100,6 +138,8 @@ export interface PickerSettings extends SectionsOf<typeof SCORERS> {
     readonly concurrency: number;
   };
   readonly flowControl: FlowControlSettings;
+  /** Precise prefix matching; undefined = off (approximate affinity). */
+  readonly precise: PreciseSettings | undefined;
   /** Per-pool overrides by pool name. */
   readonly pools: Readonly<Record<string, PoolPickerSettings>>;
 }
@@ -111,6 +151,7 @@ export const DEFAULT_PICKER_SETTINGS: PickerSettings = {
   ...sectionDefaults(SCORERS),
   metrics: { enabled: true, format: 'vllm', path: '/metrics', intervalMs: 1000, timeoutMs: 500, staleAfterMs: 5000, concurrency: 16 },
   flowControl: DEFAULT_FLOW_CONTROL,
+  precise: undefined,
   pools: {},
 };
 
@@ -129,6 +170,11 @@ export function poolSettings(settings: PickerSettings, pool: string): PoolPicker
 export function cacheBlockFor(settings: PickerSettings, pool: string): CacheBlockSize {
   const own = poolSettings(settings, pool);
   return { blockTokens: own.blockTokens ?? settings.prefix.blockTokens, charsPerToken: own.charsPerToken ?? settings.prefix.charsPerToken };
+}
+
+/** Whether a pool's picks use its servers' KV events. */
+export function preciseFor(settings: PickerSettings, pool: string): boolean {
+  return settings.precise !== undefined && settings.weights.prefix > 0 && (poolSettings(settings, pool).precise ?? true);
 }
 
 /** Which flavour to scrape a pool as; undefined = not scraped. */

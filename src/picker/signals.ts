@@ -8,7 +8,7 @@
 // count at that moment, so that the picker can tell our share of the reported load (which it
 // knows live) from everyone else's (which only the next scrape updates).
 
-import { othersLoad } from './scorers.js';
+import { othersLoad, type PrefillCosts } from './scorers.js';
 
 /** Why an endpoint's model-server metrics cannot be used right now. */
 export type MetricsState =
@@ -34,6 +34,8 @@ export interface ServerLoad {
   readonly waitingAdapters: readonly string[];
   /** `max_lora` as the server reports it, when it does. */
   readonly maxAdapters: number | undefined;
+  /** The prefix cache's capacity in blocks (vLLM `cache_config_info{num_gpu_blocks}`), when reported. */
+  readonly cacheBlocks?: number;
 }
 
 /**
@@ -258,6 +260,8 @@ export class SignalBoard {
    * is neutral (1).
    */
   private readonly latency = new Map<string, Float64Array>();
+  /** Per pool, its measured cost figures (absent: not measured yet; the settings' defaults hold). */
+  private readonly costs = new Map<string, PrefillCosts>();
   /** Entries in the change log this epoch. */
   changeCount = 0;
   changeEpoch = 0;
@@ -318,6 +322,15 @@ export class SignalBoard {
       this.latency.set(model, (table = grown));
     }
     table[slot] = value;
+  }
+
+  /** A pool's measured cost figures, or undefined while not measured. */
+  prefillCosts(pool: string): PrefillCosts | undefined {
+    return this.costs.get(pool);
+  }
+
+  setPrefillCosts(pool: string, costs: PrefillCosts): void {
+    this.costs.set(pool, costs);
   }
 
   /** The slot of change log entry `k` (0 ≤ k < changeCount). */

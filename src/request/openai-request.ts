@@ -8,6 +8,8 @@ import { errorMessage } from '../util/error-message.js';
 import type { PrefixLimit, PromptPrefix } from '../routing/affinity-key.js';
 import { parseBoundedJson } from '../inspect/json-bounded.js';
 import { promptPrefixOf } from './prompt-prefix.js';
+import { promptSourceOf } from '../kv-cache/prompt-source.js';
+import type { PromptSource } from '../kv-cache/prompt-source.js';
 import type { StreamUsageFacts } from './usage-injection.js';
 
 export interface InferenceRequest extends StreamUsageFacts {
@@ -15,6 +17,8 @@ export interface InferenceRequest extends StreamUsageFacts {
   readonly stream: boolean;
   /** The leading part of the prompt's shared part, at most `limit` long (see prompt-prefix.ts). */
   readonly prompt: PromptPrefix;
+  /** The whole prompt as the server will tokenize it, when `limit.whole` asks for it (precise mode). */
+  readonly source?: PromptSource;
 }
 
 /** The top-level string that must reach us whole: everything else is read for at most `limit.chars`. */
@@ -26,7 +30,9 @@ const WHOLE_STRINGS: ReadonlySet<string> = new Set(['model']);
  * down go to JSON.parse, whose verdict and words the client gets.
  */
 function parseRequestJson(body: Buffer, limit: PrefixLimit): unknown {
-  const bounded = parseBoundedJson(body, { maxStringChars: Math.max(0, limit.chars), wholeTopLevelStrings: WHOLE_STRINGS });
+  // Precise mode tokenizes the whole prompt: every string is read whole then.
+  const maxStringChars = limit.whole === true ? Number.POSITIVE_INFINITY : Math.max(0, limit.chars);
+  const bounded = parseBoundedJson(body, { maxStringChars, wholeTopLevelStrings: WHOLE_STRINGS });
   if (bounded !== undefined) return bounded.value;
   try {
     return JSON.parse(body.toString('utf8'));
@@ -65,5 +71,10 @@ export function readInferenceRequest(body: Buffer, limit: PrefixLimit): Inferenc
             : 'other',
     includeUsage: typeof include === 'boolean' ? include : undefined,
     prompt: promptPrefixOf(record, limit),
+    ...(limit.whole === true ? optionalSource(promptSourceOf(record)) : {}),
   };
+}
+
+function optionalSource(source: PromptSource | undefined): { source?: PromptSource } {
+  return source === undefined ? {} : { source };
 }

@@ -138,7 +138,14 @@ function route(
   try {
     inference = readInferenceRequest(body, ctx.routing.promptLimit);
     model = inference.model;
-    const routeRequest = { model, prompt: inference.prompt, subset: request.subset, header: request.header };
+    const routeRequest = {
+      model,
+      prompt: inference.prompt,
+      ...(inference.source === undefined ? {} : { source: inference.source }),
+      bodyBytes: body.length,
+      subset: request.subset,
+      header: request.header,
+    };
     admitted =
       ctx.flowHeaders === undefined
         ? ctx.routing.route(routeRequest)

@@ -39,6 +39,8 @@ export function blockChars(size: CacheBlockSize): number {
 export interface PrefixLimit {
   readonly chars: number;
   readonly tokens: number;
+  /** The whole prompt is read too, as the server will tokenize it (precise mode). */
+  readonly whole?: boolean;
 }
 
 export function prefixLimit(sizes: readonly CacheBlockSize[], keyBlocks: number): PrefixLimit {
@@ -91,7 +93,29 @@ export function affinityKey(prefix: PromptPrefix, size: CacheBlockSize, keyBlock
 export function promptLimit(settings: PickerSettings): PrefixLimit {
   if (!(settings.weights.prefix > 0)) return prefixLimit([], 0);
   const sizes = [cacheBlockFor(settings, ''), ...Object.keys(settings.pools).map((pool) => cacheBlockFor(settings, pool))];
-  return prefixLimit(sizes, settings.prefix.keyBlocks);
+  const limit = prefixLimit(sizes, settings.prefix.keyBlocks);
+  return settings.precise === undefined ? limit : { ...limit, whole: true };
+}
+
+/**
+ * The tokens of the prompt's shared part, estimated (what the affinity key's owner may hold, in
+ * the cost model): its whole blocks as extracted, or, when the extraction stopped at its limit,
+ * the body's size in tokens (the shared part of a long prompt is most of its body).
+ */
+export function sharedTokensOf(
+  settings: PickerSettings,
+  pools: readonly PoolView[],
+  prompt: PromptPrefix,
+  limit: PrefixLimit,
+  bodyBytes: number | undefined,
+): number {
+  const size = cacheBlockOf(settings, pools);
+  const whole = wholeBlocks(prompt, size) * size.blockTokens;
+  const full =
+    prompt.kind === 'text' ? prompt.text.length >= limit.chars : prompt.kind === 'tokens' && prompt.tokens.length >= limit.tokens;
+  if (!full || bodyBytes === undefined) return whole;
+  const fromBody = Math.floor(bodyBytes / size.charsPerToken / size.blockTokens) * size.blockTokens;
+  return fromBody > whole ? fromBody : whole;
 }
 
 /** The affinity key of a prompt for a model served by `pools`, cut in their cache blocks. */

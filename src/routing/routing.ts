@@ -12,10 +12,12 @@ import { noReadyReplicaError } from '../errors/no-ready-replica.js';
 import type { LatencyTracker } from '../picker/latency-tracker.js';
 import type { LoadTracker } from '../picker/load-tracker.js';
 import { Picker } from '../picker/picker.js';
-import { candidateScorers, SCORERS } from '../picker/scorer-table.js';
+import { candidateScorers, prefillCostsOf, SCORERS } from '../picker/scorer-table.js';
 import type { ScoringRequest } from '../picker/scorer-table.js';
 import { requestPriority } from './priority.js';
-import { affinityKeyOf, NO_PROMPT, promptLimit } from './affinity-key.js';
+import { affinityKeyOf, NO_PROMPT, promptLimit, sharedTokensOf } from './affinity-key.js';
+import type { PrecisePrefix } from '../kv-cache/precise-prefix.js';
+import type { PromptSource } from '../kv-cache/prompt-source.js';
 import type { PrefixLimit, PromptPrefix } from './affinity-key.js';
 import { IN_FLIGHT_ONLY, poolPolicy } from '../picker/settings.js';
 import type { PickerSettings, PoolPolicy } from '../picker/settings.js';
@@ -49,6 +51,10 @@ export interface RouteRequest extends ScoringRequest {
    * long: cut in the pools' cache blocks, it gives the affinity key. Absent = no affinity.
    */
   readonly prompt?: PromptPrefix;
+  /** The prompt as the server will tokenize it (read only in precise mode). */
+  readonly source?: PromptSource;
+  /** The request body's size: what a long prompt's shared part is estimated from. */
+  readonly bodyBytes?: number;
 }
 
 /** What flow control reads about one request (request headers, body size, body mode). */
@@ -100,6 +106,8 @@ export interface RoutingOptions {
   readonly flowObserver?: FlowObserver;
   /** The InferenceObjectives of the pools, as the source last saw them; absent = none. */
   readonly objectives?: () => ObjectiveIndex;
+  /** Precise prefix matching from the model servers' KV events; absent = approximate affinity only. */
+  readonly precise?: PrecisePrefix;
 }
 
 export class StoreRouting implements Routing {
@@ -124,6 +132,7 @@ export class StoreRouting implements Routing {
       scorers: candidateScorers(SCORERS, settings.weights, settings, load.board),
       fallbacks: options.fallbacks,
       boundedLoad: { factor: settings.prefix.loadFactor, slack: settings.prefix.loadSlack, maxQueue: settings.prefix.maxQueue },
+      prefillCosts: prefillCostsOf(settings.prefix),
       maxAdaptersPerServer: settings.lora.maxAdaptersPerServer,
       poolPolicy: (pool) => this.policyOf(pool),
       random: options.random ?? Math.random,
@@ -202,9 +211,17 @@ export class StoreRouting implements Routing {
 
   private routeIn(pools: readonly PoolView[], request: RouteRequest): RoutedRequest {
     const model = request.model;
+    const prompt = request.prompt ?? NO_PROMPT;
+    const affinityKey = affinityKeyOf(this.settings, pools, prompt);
+    const precise = this.options.precise;
+    const prefix = precise?.match(pools, request.source, this.load.board.adapters.has(model) ? model : undefined);
     const outcome = this.picker.pick(pools, {
       model,
-      affinityKey: affinityKeyOf(this.settings, pools, request.prompt ?? NO_PROMPT),
+      affinityKey,
+      ...(affinityKey === undefined
+        ? {}
+        : { sharedTokens: sharedTokensOf(this.settings, pools, prompt, this.promptLimit, request.bodyBytes) }),
+      ...(prefix === undefined ? {} : { prefix }),
       subset: request.subset,
       header: request.header,
     });
@@ -217,6 +234,7 @@ export class StoreRouting implements Routing {
     }
     if (outcome.kind === 'none') throw this.nothingEligible(model, restrictToSubset(pools, request.subset), request.subset);
     const endpoints = outcome.endpoints;
+    precise?.routed(endpoints[0].address, endpoints[0].pool, prefix);
     // Load is charged to the primary: it is where Envoy sends the request unless it cannot connect.
     this.load.acquire(endpoints[0].address);
     // A demoted replica waiting for its probe request gets this one.

@@ -15,10 +15,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { stringify as toYaml } from 'yaml';
-import { DEFAULT_GATEWAY_OPTIONS, loadAssignment, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
 import { assertCatalogError } from '../support/catalog-assert.js';
 import { startEnvoy, type RunningEnvoy } from '../support/envoy-process.js';
-import { startExtprocProcess, type ExtprocProcess } from '../support/extproc-process.js';
+import { startExtprocProcess, withAllPickers, type ExtprocProcess } from '../support/extproc-process.js';
 import { poolsYaml, type StaticPoolSpec } from '../support/gateway.js';
 import { metricValue, scrapeMetrics } from '../support/prometheus.js';
 import { send, type ClientRequest, type ClientResponse } from '../support/http-client.js';
@@ -96,7 +96,15 @@ async function startBed(): Promise<Bed> {
       extProcHealthCheckIntervalMs: HEALTH_CHECK_INTERVAL_MS,
       backends: { kind: 'static', addresses: servers.map((s) => s.address) },
     });
-    envoy = await startEnvoy({ configYaml: toYaml(withAllPickers(rendered, pickers)), name: 'active-active' });
+    envoy = await startEnvoy({
+      configYaml: toYaml(
+        withAllPickers(
+          rendered,
+          pickers.map((p) => p.grpcAddress),
+        ),
+      ),
+      name: 'active-active',
+    });
     const running = envoy;
     await running.waitForStat('cluster.llm_extproc.membership_healthy', (v) => v === 3);
     return {
@@ -115,23 +123,6 @@ async function startBed(): Promise<Bed> {
     await stop();
     throw err;
   }
-}
-
-/** The rendered config with every llm-extproc in the ext_proc cluster (Envoy round-robins streams over them). */
-function withAllPickers(config: Record<string, unknown>, pickers: readonly ExtprocProcess[]): Record<string, unknown> {
-  const resources = config.static_resources as { clusters: Array<Record<string, unknown>> };
-  const clusters = resources.clusters.map((c) =>
-    c.name === 'llm_extproc'
-      ? {
-          ...c,
-          load_assignment: loadAssignment(
-            'llm_extproc',
-            pickers.map((p) => p.grpcAddress),
-          ),
-        }
-      : c,
-  );
-  return { ...config, static_resources: { ...resources, clusters } };
 }
 
 async function okRequests(picker: ExtprocProcess): Promise<number> {

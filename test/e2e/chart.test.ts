@@ -726,6 +726,42 @@ describe('chart: refuses at helm template what the cluster, the pod or the gatew
   });
 });
 
+describe('chart: the model’s tokenizer files (precise prefix matching)', () => {
+  const precise = ['--set', 'config.picker.precise.events.port=5557'];
+
+  it('tokenizer.configMap is mounted read-only and named as config.picker.precise.tokenizerDir; the check-config Pod accepts it', async () => {
+    const objects = await template(['inferencepool-istio.yaml'], [...precise, '--set', 'tokenizer.configMap=llama-tokenizer']);
+    const { config } = serverConfig(objects);
+    assert.equal(config.picker.precise?.tokenizerDir, `${CONFIG_DIR}/tokenizer`);
+    const volume = (serverPodSpec(objects).volumes as Obj[]).find((v) => v.name === 'llm-extproc-tokenizer');
+    assert.deepEqual(field(volume, 'configMap'), { name: 'llama-tokenizer' });
+    const mounts = serverContainer(objects).volumeMounts as Obj[];
+    assert.ok(mounts.some((m) => m.name === 'llm-extproc-tokenizer' && m.mountPath === `${CONFIG_DIR}/tokenizer` && m.readOnly === true));
+    const { result } = await runCheckConfigPod(objects);
+    assert.equal(result.code, 0, result.stderr);
+  });
+
+  it('tokenizer.volume: any volume source, with subPath for the files’ directory inside it', async () => {
+    const objects = await template(
+      ['inferencepool-istio.yaml'],
+      [...precise, '--set', 'tokenizer.volume.persistentVolumeClaim.claimName=models', '--set', 'tokenizer.subPath=llama-3-8b'],
+    );
+    const volume = (serverPodSpec(objects).volumes as Obj[]).find((v) => v.name === 'llm-extproc-tokenizer');
+    assert.deepEqual(field(volume, 'persistentVolumeClaim'), { claimName: 'models' });
+    const mount = (serverContainer(objects).volumeMounts as Obj[]).find((m) => m.name === 'llm-extproc-tokenizer');
+    assert.equal(mount?.subPath, 'llama-3-8b');
+    assert.equal(serverConfig(objects).config.picker.precise?.tokenizerDir, `${CONFIG_DIR}/tokenizer`);
+  });
+
+  it('precise without tokenizer files is refused with a message; without precise nothing is mounted', async () => {
+    const res = await helm(['template', RELEASE, CHART, ...precise], home);
+    assert.notEqual(res.code, 0);
+    assert.match(res.stderr, /config\.picker\.precise needs the model's tokenizer files: set tokenizer\.configMap or tokenizer\.volume/);
+    const plain = await template(['inferencepool-istio.yaml']);
+    assert.ok(!(serverPodSpec(plain).volumes as Obj[]).some((v) => v.name === 'llm-extproc-tokenizer'));
+  });
+});
+
 describe('chart: NetworkPolicy', () => {
   const EG_PROXIES = {
     namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'envoy-gateway-system' } },
@@ -904,6 +940,9 @@ describe('chart: values.schema.json', () => {
     const config = field(schema, 'properties', 'config', 'properties') as Obj;
     const server = JSON.parse(JSON.stringify(configFileSchema.properties)) as Obj;
     delete server.listen;
+    // The one difference: the chart names picker.precise.tokenizerDir itself when `tokenizer` mounts the files.
+    const precise = field(server, 'picker', 'properties', 'precise') as { required: string[] };
+    precise.required = precise.required.filter((name) => name !== 'tokenizerDir');
     assert.deepEqual(config, server);
   });
 

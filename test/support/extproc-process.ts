@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { loadAssignment } from '../../tools/envoy-config/gateway-config.js';
 import { LogRing } from './log-ring.js';
 import { parseStrictJson } from './strict-json.js';
 import { waitUntil } from './wait-until.js';
@@ -182,4 +183,13 @@ export function runExtprocCommand(
       resolve({ code, signal, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') });
     });
   });
+}
+
+/** A rendered Envoy config with every llm-extproc (by gRPC address) in its ext_proc cluster: Envoy round-robins streams over them. */
+export function withAllPickers(config: Record<string, unknown>, grpcAddresses: readonly string[]): Record<string, unknown> {
+  const resources = config.static_resources as { clusters: Array<Record<string, unknown>> };
+  const clusters = resources.clusters.map((c) =>
+    c.name === 'llm_extproc' ? { ...c, load_assignment: loadAssignment('llm_extproc', grpcAddresses) } : c,
+  );
+  return { ...config, static_resources: { ...resources, clusters } };
 }

@@ -72,6 +72,8 @@ export interface VllmServerSpec {
   readonly maxModelLen?: number;
   /** `--max-num-seqs`: requests in one batch; more wait (`num_requests_waiting`). Default vLLM's. */
   readonly maxNumSeqs?: number;
+  /** `VLLM_SERVER_DEV_MODE=1`: `POST /reset_prefix_cache` empties the cache (and publishes AllBlocksCleared). */
+  readonly devMode?: boolean;
 }
 
 export interface VllmServer {
@@ -85,6 +87,8 @@ export interface VllmServer {
   readonly kvEventsEndpoint: string;
   /** The topic its KV-event batches carry (`kv@<model>`). */
   readonly kvEventsTopic: string;
+  /** The port its KV-event publisher binds (on every interface). */
+  readonly kvEventsPort: number;
   readonly logFile: string;
   /** GET `path` on the server itself (not through a gateway): status and body. */
   get(path: string): Promise<{ status: number; body: string }>;
@@ -155,6 +159,7 @@ export async function launchVllmServer(install: VllmInstall, spec: VllmServerSpe
     OMP_NUM_THREADS: '1',
     VLLM_ENABLE_V1_MULTIPROCESSING: '0',
     PYTHONUNBUFFERED: '1',
+    ...(spec.devMode === true ? { VLLM_SERVER_DEV_MODE: '1' } : {}),
   };
   const proc = new TiedProcess(`vllm ${spec.id}`, install.python, args, { logFile, env, cwd: dir });
   const base = `http://${host}:${port}`;
@@ -175,6 +180,7 @@ export async function launchVllmServer(install: VllmInstall, spec: VllmServerSpe
     model: VLLM_MODEL,
     kvEventsEndpoint: `tcp://127.0.0.1:${eventsPort}`,
     kvEventsTopic: topic,
+    kvEventsPort: eventsPort,
     logFile,
     get,
     post: (path, body, signal) => httpCall('POST', `${base}${path}`, JSON.stringify(body), signal),

@@ -71,6 +71,13 @@ and the InferencePools the chart creates.
 {{- end -}}
 {{- end -}}
 {{- $_ := set $cfg "listen" $listen -}}
+{{- $picker := $cfg.picker | default dict -}}
+{{- if and (hasKey $picker "precise") (not (hasKey ($picker.precise | default dict) "tokenizerDir")) -}}
+{{- if not (or .Values.tokenizer.configMap .Values.tokenizer.volume) -}}
+{{- fail "config.picker.precise needs the model's tokenizer files: set tokenizer.configMap or tokenizer.volume (or config.picker.precise.tokenizerDir to a directory the image has)" -}}
+{{- end -}}
+{{- $_ := set $picker.precise "tokenizerDir" (include "llm-extproc.tokenizerDir" .) -}}
+{{- end -}}
 {{- if .Values.staticEndpoints -}}
 {{- /* staticEndpoints with config.kubernetes is refused in validate.yaml. */ -}}
 {{- $_ := set $cfg "static" (dict "path" (printf "%s/endpoints.yaml" (include "llm-extproc.configDir" .))) -}}
@@ -154,10 +161,21 @@ volumeMounts:
   readOnly: true
 {{- end }}
 {{- end }}
+{{- if or .Values.tokenizer.configMap .Values.tokenizer.volume }}
+- name: llm-extproc-tokenizer
+  mountPath: {{ include "llm-extproc.tokenizerDir" . }}
+  readOnly: true
+  {{- with .Values.tokenizer.subPath }}
+  subPath: {{ . }}
+  {{- end }}
+{{- end }}
 # Node writes nothing else; a writable /tmp keeps libraries that want one working.
 - name: tmp
   mountPath: /tmp
 {{- end -}}
+
+{{- /* Where the model's tokenizer files are mounted (precise prefix matching). */ -}}
+{{- define "llm-extproc.tokenizerDir" -}}{{ include "llm-extproc.configDir" . }}/tokenizer{{- end -}}
 
 {{- /* The container's environment: the server's and the check-config test pod's. */ -}}
 {{- define "llm-extproc.env" -}}
@@ -182,6 +200,14 @@ volumeMounts:
     secretName: {{ .Values.tls.clientCaSecretName }}
     items: [{ key: ca.crt, path: ca.crt }]
 {{- end }}
+{{- end }}
+{{- if .Values.tokenizer.configMap }}
+- name: llm-extproc-tokenizer
+  configMap:
+    name: {{ .Values.tokenizer.configMap }}
+{{- else if .Values.tokenizer.volume }}
+- name: llm-extproc-tokenizer
+  {{- toYaml .Values.tokenizer.volume | nindent 2 }}
 {{- end }}
 - name: tmp
   emptyDir: { sizeLimit: 16Mi }

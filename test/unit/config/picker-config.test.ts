@@ -22,7 +22,7 @@ describe('picker config', () => {
         'picker:',
         '  weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0, latency: 3 }',
         '  latency: { halfLifeSeconds: 4, minSamples: 5, outlierFactor: 3, recoverFactor: 2, probeIntervalSeconds: 0.5 }',
-        '  prefix: { keyBlocks: 4, blockTokens: 32, charsPerToken: 3.5, loadFactor: 1.5, loadSlack: 3, maxQueue: 4 }',
+        '  prefix: { keyBlocks: 4, blockTokens: 32, charsPerToken: 3.5, loadFactor: 1.5, loadSlack: 3, maxQueue: 4, prefillMsPerToken: 0.25, queueMsPerRequest: 50, requestMs: 900 }',
         '  lora: { maxAdaptersPerServer: 8 }',
         '  metrics: { enabled: true, format: sglang, path: /stats, intervalSeconds: 2, timeoutSeconds: 0.25, staleAfterSeconds: 10, concurrency: 4 }',
         '  pools:',
@@ -47,7 +47,18 @@ describe('picker config', () => {
     );
     assert.deepEqual(config.picker, {
       weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0, latency: 3 },
-      prefix: { keyBlocks: 4, blockTokens: 32, charsPerToken: 3.5, loadFactor: 1.5, loadSlack: 3, maxQueue: 4 },
+      precise: undefined,
+      prefix: {
+        keyBlocks: 4,
+        blockTokens: 32,
+        charsPerToken: 3.5,
+        loadFactor: 1.5,
+        loadSlack: 3,
+        maxQueue: 4,
+        prefillMsPerToken: 0.25,
+        queueMsPerRequest: 50,
+        requestMs: 900,
+      },
       lora: { maxAdaptersPerServer: 8 },
       latency: {
         ...DEFAULT_PICKER_SETTINGS.latency,

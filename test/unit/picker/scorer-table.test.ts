@@ -33,7 +33,7 @@ const refuse = (message: string): never => {
 
 describe('the production scorer table', () => {
   it('gives every scorer its default weight, in DEFAULT_WEIGHTS and in the config schema', () => {
-    assert.deepEqual(DEFAULT_WEIGHTS, { queue: 1, kvCache: 1, inFlight: 1, prefix: 4, lora: 2, latency: 2 });
+    assert.deepEqual(DEFAULT_WEIGHTS, { queue: 1, kvCache: 1, inFlight: 1, prefix: 8, lora: 2, latency: 2 });
     const schema = scorerWeights(SCORERS);
     assert.deepEqual(Object.keys(schema.properties), Object.keys(SCORERS));
     for (const [name, row] of Object.entries(SCORERS)) {

@@ -9,7 +9,7 @@ import {
   lowerIsBetter,
   othersLoad,
   outstandingLoad,
-  prefixAffinityScore,
+  prefillSavedScore,
   queueDepthScore,
 } from '../../../src/picker/scorers.js';
 
@@ -57,11 +57,42 @@ describe('lowerIsBetter', () => {
   });
 });
 
-describe('prefixAffinityScore', () => {
-  it('only the owner scores', () => {
-    assert.equal(prefixAffinityScore(true), 1);
-    assert.equal(prefixAffinityScore(false), 0);
-  });
+describe('prefillSavedScore: prefill saved against the queue joined', () => {
+  // 0.4 ms of prefill per token, 300 ms per request ahead in the queue.
+  const p = 0.0004;
+  const q = 0.3;
+  const cases: ReadonlyArray<{ name: string; matched: number; best: number; excess: number; expected: number }> = [
+    { name: 'the best-cached candidate at the least load scores 1', matched: 6000, best: 6000, excess: 0, expected: 1 },
+    { name: 'half the best match, no queue: 0.5', matched: 3000, best: 6000, excess: 0, expected: 0.5 },
+    {
+      name: 'a 6k-token context outweighs a request ahead: 2.4 s saved, 0.3 s queued',
+      matched: 6000,
+      best: 6000,
+      excess: 1,
+      expected: 2.1 / 2.4,
+    },
+    { name: 'a two-block prompt does not: 12.8 ms saved, 300 ms queued', matched: 32, best: 32, excess: 1, expected: 0 },
+    {
+      name: 'a two-block prompt at the least load keeps its cache (a tie-break among equals)',
+      matched: 32,
+      best: 32,
+      excess: 0,
+      expected: 1,
+    },
+    { name: 'nothing cached scores 0', matched: 0, best: 6000, excess: 0, expected: 0 },
+    { name: 'nobody has anything cached: 0', matched: 0, best: 0, excess: 0, expected: 0 },
+    { name: 'the queue eats the saving: 0, never negative', matched: 6000, best: 6000, excess: 20, expected: 0 },
+  ];
+  for (const c of cases) {
+    it(c.name, () => {
+      assert.ok(
+        Math.abs(
+          prefillSavedScore(c.matched, c.best, c.excess, { prefillSecondsPerToken: p, queueSecondsPerRequest: q, requestSeconds: 0 }) -
+            c.expected,
+        ) < 1e-12,
+      );
+    });
+  }
 });
 
 describe('loraAffinityScore', () => {

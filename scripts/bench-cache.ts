@@ -1,0 +1,123 @@
+// `npm run bench:cache`: picking policies judged by real vLLM's own prefix-cache counters
+// (test/support/cache-bench.ts). Three vLLM servers (the test bed's tiny model, 64-block caches
+// that evict), a workload of tenants with shared system prompts and multi-turn conversations
+// beside short single-turn chats, sent through a real Envoy and 1 or 3 llm-extproc processes per
+// policy: round-robin (Envoy alone), least in-flight, approximate (prefix affinity from the
+// prompt's characters) and precise (the servers' KV events and the model's tokenizer). Prints the
+// table; --write puts it in docs/benchmarks.md (between the bench-cache markers).
+// Flags: --processes 1,3  --policies round-robin,least-in-flight,approximate,precise  --write
+// --tokenize: instead, the prompt's token ids in process against one server's POST /tokenize
+// (scripts/bench/tokenize.ts): CPU, added latency, exactness over 1,000 chat requests.
+
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { replaceBetweenMarkers } from './bench/stats.js';
+import { compareTokenizers } from './bench/tokenize.js';
+import { repoRoot } from './repo-root.js';
+import {
+  CACHE_POLICIES,
+  cacheServerSpecs,
+  chatRequests,
+  DEFAULT_WORKLOAD,
+  resetForRun,
+  runWorkload,
+  startFleet,
+  workloadSessions,
+} from '../test/support/cache-bench.js';
+import type { CachePolicy, CacheRun } from '../test/support/cache-bench.js';
+import { KvEventSubscriber } from '../test/support/kv-events.js';
+import { startVllmServers, stopVllmServers, vllmInstall } from '../test/support/vllm-server.js';
+
+const { values: flags } = parseArgs({
+  options: {
+    processes: { type: 'string', default: '1,3' },
+    policies: { type: 'string', default: CACHE_POLICIES.join(',') },
+    write: { type: 'boolean', default: false },
+    tokenize: { type: 'boolean', default: false },
+  },
+});
+
+if (flags.tokenize) {
+  await benchTokenize();
+  process.exit(0);
+}
+
+const processCounts = flags.processes.split(',').map(Number);
+const policies = flags.policies.split(',') as CachePolicy[];
+for (const p of policies)
+  if (!CACHE_POLICIES.includes(p)) throw new Error(`--policies: unknown policy ${p} (known: ${CACHE_POLICIES.join(', ')})`);
+
+const install = await vllmInstall();
+process.stderr.write('starting 3 vLLM servers…\n');
+const servers = await startVllmServers(cacheServerSpecs());
+const subscribers = await Promise.all(servers.map((s) => KvEventSubscriber.connect(s.kvEventsEndpoint)));
+const sessions = workloadSessions();
+const runs: CacheRun[] = [];
+try {
+  for (const processes of processCounts) {
+    for (const policy of policies) {
+      // Round-robin is Envoy alone: one row whatever the processes.
+      if (policy === 'round-robin' && processes !== processCounts[0]) continue;
+      const fleet = await startFleet(servers, { policy, processes, tokenizerDir: install.model });
+      try {
+        await resetForRun(servers, fleet, policy === 'precise');
+        const run = await runWorkload(servers, fleet, policy, policy === 'round-robin' ? 0 : processes, sessions, subscribers);
+        runs.push(run);
+        process.stderr.write(
+          `${policy} × ${processes}: hit ratio ${(run.hitRatio * 100).toFixed(1)} %, p99 TTFT ${run.ttftP99Ms.toFixed(0)} ms\n`,
+        );
+      } finally {
+        await fleet.stop();
+      }
+    }
+  }
+} finally {
+  await Promise.all(subscribers.map((s) => s.close()));
+  await stopVllmServers(servers);
+}
+
+const shape = DEFAULT_WORKLOAD;
+const pct = (v: number): string => `${(v * 100).toFixed(1)} %`;
+const table = [
+  `Command: \`npm run bench:cache${flags.write ? ' -- --write' : ''}\` · real vLLM ${install.vllm} (CPU), the test bed's tiny model, 3 servers × 64 blocks of ${32} tokens (caches that evict) · ${sessions.length} sessions per run: ${shape.tenantSessions} sessions of ${shape.tenants} tenants with ~600-token system prompts (${shape.tenantTurns} turns), ${shape.conversations} conversations of ${shape.conversationTurns} turns behind a one-line system prompt (each turn resends the answers so far) and ${shape.shortChats} short single-turn chats; 9 clients at once, streamed, 8 tokens per answer. Hit ratio: vLLM's own \`prefix_cache_hits_total / prefix_cache_queries_total\` (tokens) over the run, all servers; evicted: blocks the servers' KV events report removed during the run. Caches emptied before each run.`,
+  '',
+  '| policy | llm-extproc processes | vLLM prefix-cache hit ratio | per server | blocks evicted | TTFT p50 ms | TTFT p99 ms | requests/s | failed |',
+  '| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |',
+  ...runs.map(
+    (r) =>
+      `| ${r.policy} | ${r.processes === 0 ? '— (Envoy alone)' : r.processes} | ${pct(r.hitRatio)} | ${r.serverHitRatios.map(pct).join(' · ')} | ${r.evictions} | ${r.ttftP50Ms.toFixed(0)} | ${r.ttftP99Ms.toFixed(0)} | ${r.requestsPerSecond.toFixed(1)} | ${r.failed} |`,
+  ),
+].join('\n');
+process.stdout.write(`${table}\n`);
+if (flags.write) writeBetween('bench-cache', table);
+
+function writeBetween(marker: string, text: string): void {
+  const doc = join(repoRoot(), 'docs', 'benchmarks.md');
+  writeFileSync(doc, replaceBetweenMarkers(readFileSync(doc, 'utf8'), `<!-- ${marker}:start -->`, `<!-- ${marker}:end -->`, text));
+  process.stderr.write(`wrote ${doc}\n`);
+}
+
+async function benchTokenize(): Promise<void> {
+  const install = await vllmInstall();
+  process.stderr.write('starting 1 vLLM server…\n');
+  const [server] = await startVllmServers(cacheServerSpecs(1));
+  const requests = chatRequests(1000);
+  let result: Awaited<ReturnType<typeof compareTokenizers>>;
+  try {
+    result = await compareTokenizers(install.model, server, requests);
+  } finally {
+    await stopVllmServers([server]);
+  }
+  const text = [
+    `Command: \`npm run bench:cache -- --tokenize${flags.write ? ' --write' : ''}\` · real vLLM ${install.vllm} (CPU), the test bed's tiny model (byte-level BPE, 2,048 tokens) · ${requests.length} chat requests of the cache workload (mean ${result.meanTokens.toFixed(0)} tokens after the chat template), one at a time; the server's /tokenize ids are the reference. CPU: llm-extproc's own per request (the server's work for /tokenize comes on top). Tokenizer files loaded in ${result.loadMs.toFixed(0)} ms.`,
+    '',
+    '| way | CPU µs / request (ours) | latency p50 ms | latency p99 ms | same ids as the server |',
+    '| --- | ---: | ---: | ---: | ---: |',
+    ...result.rows.map(
+      (r) => `| ${r.way} | ${r.cpuMicros.toFixed(0)} | ${r.p50Ms.toFixed(3)} | ${r.p99Ms.toFixed(3)} | ${r.sameIds} / ${r.requests} |`,
+    ),
+  ].join('\n');
+  process.stdout.write(`${text}\n`);
+  if (flags.write) writeBetween('bench-tokenize', text);
+}

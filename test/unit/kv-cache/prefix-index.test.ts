@@ -1,0 +1,108 @@
+// The index of the servers' cached blocks (src/kv-cache/prefix-index.ts): what a prompt matches per
+// trusted server, and what an untrusted server gets (no figure: approximate affinity places it),
+// with each episode reported once and the entries dropped.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { KvEvent, KvEventBatch } from '../../../src/kv-cache/kv-events.js';
+import { PrefixIndex } from '../../../src/kv-cache/prefix-index.js';
+
+const SIZE = 4;
+const A = '10.0.0.1:8000';
+const B = '10.0.0.2:8000';
+const prompt = Array.from({ length: 22 }, (_, i) => 500 + i); // 5 whole blocks
+
+function batch(seq: number, events: KvEvent[]): KvEventBatch {
+  return { topic: 'kv@m', seq: BigInt(seq), ts: 0, events, dataParallelRank: 0 };
+}
+
+function stored(hashes: bigint[], parent: bigint | null, from: number): KvEvent {
+  return {
+    type: 'BlockStored',
+    blockHashes: hashes,
+    parentBlockHash: parent,
+    tokenIds: prompt.slice(from, from + SIZE * hashes.length),
+    blockSize: SIZE,
+    loraId: null,
+    loraName: null,
+    medium: 'GPU',
+    extraKeys: false,
+  };
+}
+
+function indexed(): { index: PrefixIndex; log: string[] } {
+  const log: string[] = [];
+  const index = new PrefixIndex(
+    { silenceMs: 1000, rebuildMs: 5000 },
+    {
+      episode: (pool, address, reason) => log.push(`episode ${pool} ${address} ${reason}`),
+      recovered: (pool, address) => log.push(`recovered ${pool} ${address}`),
+      dropped: (pool, blocks) => log.push(`dropped ${pool} ${blocks}`),
+    },
+  );
+  index.follow(A, 'p');
+  index.follow(B, 'p');
+  return { index, log };
+}
+
+describe('the prefix-cache index', () => {
+  it('a prompt matches each trusted server’s leading cached blocks; the best is known', () => {
+    const { index } = indexed();
+    index.batch(A, batch(0, [stored([1n, 2n, 3n], null, 0)]), 0);
+    index.batch(B, batch(0, [stored([9n], null, 0)]), 0);
+    const match = index.match(prompt, undefined, [A, B, '10.0.0.3:8000']);
+    assert.equal(match.matchedTokens(A), 3 * SIZE);
+    assert.equal(match.matchedTokens(B), SIZE);
+    assert.equal(match.matchedTokens('10.0.0.3:8000'), undefined, 'a server we do not follow has no figure');
+    assert.equal(match.bestTokens, 3 * SIZE);
+  });
+
+  it('a server whose events are not trusted has no figure; its entries are dropped and the episode told once', () => {
+    const { index, log } = indexed();
+    index.batch(A, batch(0, [stored([1n, 2n], null, 0)]), 0);
+    index.disconnected(A, 'connection closed');
+    index.disconnected(A, 'connection closed');
+    assert.equal(index.match(prompt, undefined, [A]).matchedTokens(A), undefined);
+    assert.deepEqual(log, ['dropped p 2', 'episode p 10.0.0.1:8000 disconnected']);
+    // Back: new events rebuild it; trusted after rebuildMs of them.
+    index.batch(A, batch(1, [stored([1n], null, 0)]), 100);
+    assert.equal(index.phase(A), 'rebuilding');
+    index.tick(5100);
+    assert.equal(index.phase(A), 'trusted');
+    assert.equal(index.match(prompt, undefined, [A]).matchedTokens(A), SIZE, 'rebuilt from the new events alone');
+    assert.equal(log.at(-1), 'recovered p 10.0.0.1:8000');
+  });
+
+  it('silent: a request whose blocks the server lacks, and no event within silenceMs', () => {
+    const { index, log } = indexed();
+    index.batch(A, batch(0, [stored([1n], null, 0)]), 0);
+    const match = index.match(prompt, undefined, [A]);
+    index.routed(A, match, 1000);
+    index.tick(1500);
+    assert.equal(index.phase(A), 'trusted');
+    index.tick(2001);
+    assert.equal(index.phase(A), 'down');
+    assert.deepEqual(log, ['dropped p 1', 'episode p 10.0.0.1:8000 silent']);
+  });
+
+  it('a request whose blocks are all cached expects nothing (vLLM publishes nothing for it)', () => {
+    const { index } = indexed();
+    index.batch(A, batch(0, [stored([1n, 2n, 3n, 4n, 5n], null, 0)]), 0);
+    index.routed(A, index.match(prompt, undefined, [A]), 1000);
+    index.tick(60_000);
+    assert.equal(index.phase(A), 'trusted');
+  });
+
+  it('the capacity a scrape reports bounds the entries; a server that leaves takes its entries', () => {
+    const { index, log } = indexed();
+    index.batch(A, batch(0, [stored([1n, 2n, 3n], null, 0)]), 0);
+    index.capacity(A, 2);
+    assert.equal(index.blocks(A), 2);
+    index.forget(A);
+    assert.equal(index.phase(A), undefined);
+    assert.deepEqual(log, ['dropped p 2']);
+    assert.deepEqual(
+      [...index.phases()].map(([pool, byPhase]) => [pool, [...byPhase]]),
+      [['p', [['connecting', 1]]]],
+    );
+  });
+});
