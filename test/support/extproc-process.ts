@@ -123,7 +123,7 @@ export async function startExtprocProcess(options: StartExtprocOptions): Promise
 
   let started: LogLine;
   try {
-    started = await waitForLog(/^llm-extproc started$/, options.startTimeoutMs ?? 15_000);
+    started = await waitForLog(/^llm-extproc started$/, options.startTimeoutMs ?? 60_000);
   } catch (err) {
     child.kill('SIGKILL');
     await exited;
