@@ -17,7 +17,6 @@ import { StoreRouting } from './routing/routing.js';
 import { ServedModels } from './routing/served-models.js';
 import { composeSinks } from './request/outcome-sink.js';
 import { healthSink } from './outcomes/health-sink.js';
-import { judgedBreaks } from './outcomes/judged-breaks.js';
 import { logSink } from './outcomes/log-sink.js';
 import { metricsSink } from './outcomes/metrics-sink.js';
 import { traceSink } from './outcomes/trace-sink.js';
@@ -189,17 +188,12 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   const requestLogger = logger.child({ component: 'extproc' });
   const models = new ServedModels(store, config.routing.pool);
   // Every outcome of every stream goes to each of these, in this order.
-  // A stream broken mid-way reaches them after its replica check: a dead replica's failure, or a
-  // cancellation (judged-breaks.ts).
-  const outcomes = judgedBreaks(
-    composeSinks([
-      metricsSink(metrics),
-      ...(tracing === undefined ? [] : [traceSink(board)]),
-      logSink(requestLogger, new LogThrottle<RequestResult>()),
-      healthSink({ store, failedConnects, ...(latency === undefined ? {} : { latency }) }),
-    ]),
-    (address) => brokenStreams.suspect(address),
-  );
+  const outcomes = composeSinks([
+    metricsSink(metrics),
+    ...(tracing === undefined ? [] : [traceSink(board)]),
+    logSink(requestLogger, new LogThrottle<RequestResult>()),
+    healthSink({ store, failedConnects, brokenStreams, ...(latency === undefined ? {} : { latency }) }),
+  ]);
   const tls =
     config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
   const usagePools = new Set(config.routing.streamUsagePools);

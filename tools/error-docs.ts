@@ -5,7 +5,7 @@
 import { ENDPOINT_STATES, isRoutable } from '../src/endpoints/model.js';
 import { SLOW_REPLICA } from '../src/picker/latency-tracker.js';
 import type { EndpointState } from '../src/endpoints/model.js';
-import { CANCELLATION_KINDS, CANCELLATIONS, CATALOG, ERROR_KINDS } from '../src/errors/catalog.js';
+import { CATALOG, ERROR_KINDS } from '../src/errors/catalog.js';
 import type { CatalogEntry } from '../src/errors/catalog.js';
 import {
   CODE_DETAIL_KINDS,
@@ -377,48 +377,21 @@ const BREAK_VERDICT_MEANINGS: Readonly<Record<BreakVerdict, readonly [check: str
   ],
   replica_alive: [
     'passed: the replica accepts connections (and answers its health path)',
-    'stays Ready, no failed attempt: something else ended the stream (most likely the client; or Envoy on its behalf, e.g. a stream idle timeout, or the model server resetting that one stream). Result `cancelled_mid_stream`',
+    'stays Ready: something else ended the stream (the client, Envoy on its behalf, e.g. a stream idle timeout, or the model server resetting that one stream)',
   ],
-  not_checked: [
-    'not run: the replica was no longer Ready (already quarantined, not ready, gone)',
-    'a failed attempt of the replica; result `stream_broken`',
-  ],
+  not_checked: ['not run: the replica was no longer Ready (already quarantined, not ready, gone)', 'nothing changes'],
 };
-
-function cancellationsSection(): string[] {
-  const lines = [
-    '## Cancellations: results that are not errors',
-    '',
-    'A request that ended before its answer was complete, where nothing points at a model server or at',
-    'llm-extproc, gets one of these results instead of an error code. No client receives them (whoever',
-    'ended the request is gone); they label `llm_extproc_requests_total{result}` and the `request',
-    'cancelled` log line (info, throttled like failures), and count in no error series',
-    "(`inference_objective_request_error_total`, the error ratio, the chart's alerts). The chart records",
-    'their rate as `llm_extproc:requests_cancelled:rate5m`, and the dashboard has a panel for them.',
-    '',
-    '| Result | Title | When |',
-    '| --- | --- | --- |',
-  ];
-  for (const kind of CANCELLATION_KINDS) {
-    const entry = CANCELLATIONS[kind];
-    lines.push(`| ${code(kind)} | ${cell(entry.title)} | ${cell(entry.cause)} |`);
-  }
-  return lines;
-}
 
 function midStreamSection(): string[] {
   const lines = [
     '## Streams that break mid-way',
     '',
-    'When a response stream ends without its end (no `end_of_stream` from Envoy), Envoy reports a replica',
-    'that died and a client that hung up the same way, so llm-extproc checks the replica once before it',
-    'records anything: a TCP connect to it, or `GET quarantine.checkPath` when that is set (2xx = alive),',
-    'within `quarantine.checkTimeoutSeconds`. Breaks of the same replica during a check share it. Until',
-    "the verdict, the request's result, its attempt, its log line and the end of its span wait",
-    '(`src/outcomes/judged-breaks.ts`). A dead replica (or one already out of service) makes the result',
-    '`stream_broken` and a failed attempt of that replica; a live one makes it the cancellation',
-    '`cancelled_mid_stream`, with no attempt recorded and nothing in any error series.',
-    '`llm_extproc_midstream_breaks_total{verdict}` counts every break by its verdict:',
+    'When a response stream ends without its end (no `end_of_stream` from Envoy), the client gets a',
+    'broken connection (`stream_broken` above) and the attempt counts as a failure of the replica that',
+    'served it. Envoy reports a replica that died and a client that hung up the same way, so llm-extproc',
+    'then checks the replica once: a TCP connect to it, or `GET quarantine.checkPath` when that is set',
+    '(2xx = alive), within `quarantine.checkTimeoutSeconds`. Breaks of the same replica during a check',
+    'share it. `llm_extproc_midstream_breaks_total{verdict}` counts every break by its verdict:',
     '',
     '```mermaid',
     'stateDiagram-v2',
@@ -512,8 +485,6 @@ export function renderErrorDocs(): string {
     ...gatewaysSection(),
     '',
     ...statesSection(),
-    '',
-    ...cancellationsSection(),
     '',
     ...midStreamSection(),
     '',

@@ -7,7 +7,7 @@ import { Type } from '@sinclair/typebox';
 import type { SchemaOptions, TProperties, TSchema } from '@sinclair/typebox';
 import { stringify as toYaml } from 'yaml';
 import { configFileSchema } from '../../src/config/schema.js';
-import { DEFAULT_GATEWAY_OPTIONS, LOCAL_REPLY_REQUEST_ID, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
+import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
 import type { BackendsCluster } from '../../tools/envoy-config/gateway-config.js';
 import { CATALOG } from '../../src/errors/catalog.js';
 import { ERROR_CODE_HEADER } from '../../src/errors/render.js';
@@ -88,14 +88,7 @@ function istioLocalReplyConfig(): string {
           { header: { key: 'retry-after', value: String(entry.retryAfterSeconds) }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' },
         ],
         body_format_override: {
-          json_format: {
-            error: {
-              message: 'the routing service is unavailable',
-              type: entry.type,
-              code: entry.code,
-              request_id: LOCAL_REPLY_REQUEST_ID,
-            },
-          },
+          json_format: { error: { message: 'the routing service is unavailable', type: entry.type, code: entry.code } },
           content_type: 'application/json',
         },
       },
@@ -254,14 +247,6 @@ function valuesSchema(): object {
           }),
           cacheAgeSeconds: Type.Number({ exclusiveMinimum: 0, description: 'Alert when the endpoint cache is older.' }),
           watchRestartsPer10m: Type.Integer({ minimum: 0, description: 'Alert above this many abnormal watch restarts in 10 minutes.' }),
-          midStreamFailuresPer10m: Type.Integer({
-            minimum: 0,
-            description: 'Alert above this many answers per model and code that a model server broke off or spoilt in 10 minutes.',
-          }),
-          midStreamFailuresFor: Type.String({
-            pattern: '^[0-9]+(ms|s|m|h)$',
-            description: 'How long the mid-stream failures must last before the alert fires (a Prometheus duration).',
-          }),
           slowReplicaRatio: Type.Number({
             exclusiveMinimum: 1,
             description: 'Alert when a replica’s mean time to first token is this many times its pool’s median replica’s.',

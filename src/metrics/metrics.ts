@@ -6,7 +6,6 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { ENDPOINT_STATES } from '../endpoints/model.js';
 import type { EndpointView, PoolView } from '../endpoints/model.js';
 import type { BreakVerdict } from '../endpoints/replica-probe.js';
-import { isCancellation } from '../errors/catalog.js';
 import { CounterCells } from './counter-cells.js';
 import { CountingHistogram } from './counting-histogram.js';
 import { EventLoopDelayMetric } from './event-loop-delay.js';
@@ -28,7 +27,7 @@ export class Metrics {
 
   private readonly requests: Counter<'model' | 'result'> = new Counter({
     name: 'llm_extproc_requests_total',
-    help: 'Requests seen, by model and result (ok, the error code the client received, or a cancellation such as cancelled_mid_stream: docs/errors.md).',
+    help: 'Requests seen, by model and result (ok, or the error code the client received).',
     labelNames: ['model', 'result'] as const,
     registers: [this.registry],
     collect: () => this.requestCells.flushTo(this.requests),
@@ -209,8 +208,7 @@ export class Metrics {
 
   requestFinished(model: string, result: string): void {
     this.requestCells.add(model, result);
-    // A cancellation (the client left) is no error of the model or of its objective.
-    this.gie.requestFinished(model, result === 'ok' || isCancellation(result));
+    this.gie.requestFinished(model, result === 'ok');
   }
 
   /** A request was routed to `model` (a model we serve); requestReleased follows when it ends. */

@@ -1,7 +1,7 @@
 // Outcomes as the replicas' health: every attempt counts for or against its replica in the store
-// (passive health: a streak of failures quarantines it), a failed connect or reset gets the replica
-// checked at once, and the first pick's answer times feed the latency signal. A stream broken
-// mid-way was checked before it got here (judged-breaks.ts): only a dead replica's is an attempt.
+// (passive health: a streak of failures quarantines it), a failed connect or reset and a stream
+// broken mid-way get the replica checked at once, and the first pick's answer times feed the
+// latency signal.
 
 import type { BrokenStreamCheck } from '../endpoints/broken-stream-check.js';
 import type { EndpointStore } from '../endpoints/store.js';
@@ -17,11 +17,13 @@ export interface HealthParts {
    * out, also behind gateways that cannot fall back to another replica.
    */
   readonly failedConnects?: BrokenStreamCheck;
+  /** Checks a replica whose response stream broke with no explanation: it died, or the client left. */
+  readonly brokenStreams?: BrokenStreamCheck;
   /** Recent latency per endpoint; absent = latency does not steer. */
   readonly latency?: LatencyTracker;
 }
 
-export function healthSink({ store, failedConnects, latency }: HealthParts): OutcomeSink {
+export function healthSink({ store, failedConnects, brokenStreams, latency }: HealthParts): OutcomeSink {
   return {
     opened: IGNORED,
     handled: IGNORED,
@@ -36,7 +38,7 @@ export function healthSink({ store, failedConnects, latency }: HealthParts): Out
       store.recordFailure(endpoint.address, failure);
       if (failure === 'connect_failure' || failure === 'reset') void failedConnects?.suspect(endpoint.address);
     },
-    finished: (_request, { figures, at }) => {
+    finished: (_request, { figures, brokenMidStream, at }) => {
       if (latency !== undefined && figures?.firstPick === true) {
         // Without usage in the stream, the gap between content events stands in for the time per token.
         const { model, pool, endpoint: address, timeToFirstToken, timePerOutputToken, interTokenLatency, usage, duration } = figures;
@@ -54,6 +56,8 @@ export function healthSink({ store, failedConnects, latency }: HealthParts): Out
           at,
         );
       }
+      const broken = brokenMidStream?.endpoint;
+      if (broken !== undefined) void brokenStreams?.suspect(broken.address);
     },
     closed: IGNORED,
   };

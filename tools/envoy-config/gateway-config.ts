@@ -6,7 +6,6 @@ import { isIP } from 'node:net';
 import { splitHostPort } from '../../src/util/host-port.js';
 import { CATALOG } from '../../src/errors/catalog.js';
 import type { ErrorKind } from '../../src/errors/catalog.js';
-import { LATE_UPSTREAM_RESET } from '../../src/errors/envoy-reply.js';
 import { ERROR_CODE_HEADER } from '../../src/errors/render.js';
 import { DESTINATION_HEADER, EXT_PROC_SERVICE_NAME, DESTINATION_METADATA_NAMESPACE } from '../../src/extproc/protocol-names.js';
 
@@ -237,12 +236,6 @@ function backendsCluster(options: GatewayConfigOptions): Yaml {
 }
 
 /**
- * Envoy's request id in a local reply's body: the id llm-extproc also uses (`x-request-id`, which the
- * connection manager sets on every request), so a client that got Envoy's own answer has one to quote.
- */
-export const LOCAL_REPLY_REQUEST_ID = '%REQ(X-REQUEST-ID)%';
-
-/**
  * Second line of defence: Envoy local replies that never pass through ext_proc (our server down,
  * a limit hit before we ran) still become catalog-shaped JSON, never Envoy's plain text.
  * Mappers match Envoy's response flags; our own answers carry no flags, so they are left alone.
@@ -258,24 +251,28 @@ function localReplyMappers(): Yaml[] {
       ...(keepStatus ? {} : { status_code: entry.status }),
       headers_to_add: headers,
       body_format_override: {
-        json_format: { error: { message, type: entry.type, code: entry.code, request_id: LOCAL_REPLY_REQUEST_ID } },
+        json_format: { error: { message, type: entry.type, code: entry.code } },
         content_type: 'application/json',
       },
     };
   };
-  const details = (expression: string): Yaml => ({
-    extension_filter: {
-      name: 'envoy.access_loggers.extension_filters.cel',
-      typed_config: { '@type': 'type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter', expression },
-    },
-  });
   const flags = (...names: string[]): Yaml => ({ response_flag_filter: { flags: names } });
   const status = (code: number): Yaml => ({
     status_code_filter: { comparison: { op: 'EQ', value: { default_value: code, runtime_key: `llm_extproc.local_reply.${code}` } } },
   });
   // Our own answers (ext_proc immediate responses, details `llm_extproc_*`) are already in shape:
   // the first mapper matches them and changes nothing, which stops the search.
-  const ours: Yaml = { filter: details("response.code_details.startsWith('llm_extproc')") };
+  const ours: Yaml = {
+    filter: {
+      extension_filter: {
+        name: 'envoy.access_loggers.extension_filters.cel',
+        typed_config: {
+          '@type': 'type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter',
+          expression: "response.code_details.startsWith('llm_extproc')",
+        },
+      },
+    },
+  };
   return [
     ours,
     mapper(
@@ -287,13 +284,6 @@ function localReplyMappers(): Yaml[] {
     mapper('no_healthy_upstream', flags('UH'), 'no healthy model server is available'),
     mapper('upstream_timeout', flags('UT', 'SI'), 'the model server did not answer in time'),
     mapper('overloaded', flags('UO'), 'too many requests are in flight to the model servers'),
-    // The model server died after llm-extproc saw its response headers but while Envoy still held
-    // them: the client gets this reply instead of a reset, and it says what llm-extproc records.
-    mapper(
-      'stream_broken',
-      details(`response.code_details.startsWith('${LATE_UPSTREAM_RESET}')`),
-      'the model server reset the stream mid-response',
-    ),
     mapper('upstream_reset', flags('UR', 'UC', 'LR', 'UPE'), 'the model server closed the connection before answering'),
     mapper('route_not_found', flags('NR'), 'no route serves this path'),
     mapper('body_too_large', status(413), 'request body exceeds the gateway limit'),

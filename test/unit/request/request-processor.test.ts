@@ -16,9 +16,6 @@ import { ServedModels } from '../../../src/routing/served-models.js';
 import { composeSinks } from '../../../src/request/outcome-sink.js';
 import type { OutcomeSink } from '../../../src/request/outcome-sink.js';
 import { healthSink } from '../../../src/outcomes/health-sink.js';
-import { judgedBreaks } from '../../../src/outcomes/judged-breaks.js';
-import { BrokenStreamCheck } from '../../../src/endpoints/broken-stream-check.js';
-import type { ProbeResult } from '../../../src/endpoints/replica-probe.js';
 import { logSink } from '../../../src/outcomes/log-sink.js';
 import { metricsSink } from '../../../src/outcomes/metrics-sink.js';
 import type { HeaderMutation, ProcessingRequest, ProcessingResponse, ProtoStruct } from '../../../src/extproc/messages.js';
@@ -28,7 +25,6 @@ import { requestBody, requestHeaders, responseBody, responseHeaders as envoyResp
 import type { ReplyAttributes } from '../../support/envoy-messages.js';
 import { assertSameBytes, sequencedText } from '../../support/sequenced-bytes.js';
 import { registryValue } from '../../support/prometheus.js';
-import { waitUntil } from '../../support/wait-until.js';
 
 // ── fixtures ──────────────────────────────────────────────────────────────────────────────────
 
@@ -76,8 +72,6 @@ function harness(
     pool?: string;
     destinationFormat?: DestinationFormat;
     injectsStreamUsage?: boolean;
-    /** The replica check after a mid-stream break (its network part); absent = breaks are not judged. */
-    probe?: (address: string) => Promise<ProbeResult>;
   } = {},
 ): Harness {
   const store = new EndpointStore(['static'], { threshold: options.threshold ?? 2, baseMs: 10_000, maxMs: 60_000 }, frozenClock);
@@ -92,11 +86,7 @@ function harness(
   });
   const metrics = new Metrics({ processMetrics: false });
   const logger = pino({ level: 'silent' });
-  const probe = options.probe;
-  const outcomes =
-    probe === undefined
-      ? outcomeSinks(metrics, store)
-      : judgedBreaks(outcomeSinks(metrics, store), (address) => new BrokenStreamCheck(store, probe).suspect(address));
+  const outcomes = outcomeSinks(metrics, store);
   return {
     store,
     load,
@@ -734,55 +724,6 @@ describe('RequestProcessor: stream end and bookkeeping', () => {
     assert.equal(await attempts(h.metrics, { outcome: 'success' }), 0);
     assert.equal(await requests(h.metrics, { result: 'stream_broken' }), 1);
     assert.equal(stateOf(h, A), 'Ready', 'a broken stream may be the client hanging up: no quarantine');
-  });
-
-  it('a break whose replica passes the check is the cancellation cancelled_mid_stream: no attempt, no error, replica clean', async () => {
-    const h = harness({ threshold: 1, probe: () => Promise.resolve({ alive: true }) });
-    const p = h.processor();
-    route(p);
-    send(p, responseHeaders(200, SSE));
-    send(p, responseBody(CHUNK, false));
-    p.finish({ kind: 'cancelled' });
-    await waitUntil(async () => ((await requests(h.metrics, { result: 'cancelled_mid_stream' })) === 1 ? true : undefined), {
-      description: 'the break judged',
-    });
-    assert.equal(await requests(h.metrics, { result: 'stream_broken' }), 0);
-    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_upstream_attempts_total'), 0, 'neither failure nor success');
-    assert.equal(await registryValue(h.metrics.registry, 'inference_objective_request_error_total'), 0);
-    assert.equal(await registryValue(h.metrics.registry, 'inference_objective_request_total'), 1);
-    assert.equal(stateOf(h, A), 'Ready', 'even with a threshold of one failure');
-    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_in_flight_requests'), 0);
-  });
-
-  it('a break whose replica fails the check stays stream_broken, a failed attempt and an error', async () => {
-    const h = harness({ probe: () => Promise.resolve({ alive: false, detail: 'connect failed: ECONNREFUSED' }) });
-    const p = h.processor();
-    route(p);
-    send(p, responseHeaders(200, SSE));
-    send(p, responseBody(CHUNK, false));
-    p.finish({ kind: 'cancelled' });
-    await waitUntil(async () => ((await requests(h.metrics, { result: 'stream_broken' })) === 1 ? true : undefined), {
-      description: 'the break judged',
-    });
-    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'stream_broken' }), 1);
-    assert.equal(await registryValue(h.metrics.registry, 'inference_objective_request_error_total'), 1);
-    assert.equal(stateOf(h, A), 'Quarantined');
-  });
-
-  it('a broken stream is recorded (result, attempt, end) only once its replica is judged', async () => {
-    let answer: (result: ProbeResult) => void = () => undefined;
-    const h = harness({ probe: () => new Promise<ProbeResult>((resolve) => (answer = resolve)) });
-    const p = h.processor();
-    route(p);
-    send(p, responseHeaders(200, SSE));
-    send(p, responseBody(CHUNK, false));
-    p.finish({ kind: 'cancelled' });
-    assert.equal(await requests(h.metrics, {}), 0, 'no result before the verdict');
-    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_in_flight_requests'), 1, 'the stream is open until judged');
-    answer({ alive: true });
-    await waitUntil(async () => ((await requests(h.metrics, {})) === 1 ? true : undefined), { description: 'the break judged' });
-    assert.equal(await requests(h.metrics, { result: 'cancelled_mid_stream' }), 1);
-    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_in_flight_requests'), 0);
   });
 
   const cancellations: ReadonlyArray<{ name: string; steps: (p: RequestProcessor) => void; result: string }> = [
