@@ -45,7 +45,7 @@ import { startModelServer, type ModelServer } from '../support/model-server.js';
 import { claimPodAddresses, releasePodAddresses } from '../support/pod-network.js';
 import { waitUntil } from '../support/wait-until.js';
 
-/** At most 150 MB uncompressed (docs/benchmarks.md "Container image"); the Node runtime alone is ~100 MB. */
+/** At most 150 MB uncompressed (docs/benchmarks.md, "Image"); the Node runtime alone is ~100 MB. */
 const IMAGE_BUDGET_BYTES = 150_000_000;
 const ROOT = repoRoot();
 const CHART = join(ROOT, CHART_DIR);
