@@ -6,6 +6,7 @@
 // prompt's characters) and precise (the servers' KV events and the model's tokenizer). Prints the
 // table; --write puts it in docs/benchmarks.md (between the bench-cache markers).
 // Flags: --processes 1,3  --policies round-robin,least-in-flight,approximate,precise  --write
+// --cpu-prof DIR: a V8 CPU profile of every llm-extproc process, written to DIR when it stops.
 // --tokenize: instead, the prompt's token ids in process against one server's POST /tokenize
 // (scripts/bench/tokenize.ts): CPU, added latency, exactness over 1,000 chat requests.
 
@@ -35,6 +36,7 @@ const { values: flags } = parseArgs({
     policies: { type: 'string', default: CACHE_POLICIES.join(',') },
     write: { type: 'boolean', default: false },
     tokenize: { type: 'boolean', default: false },
+    'cpu-prof': { type: 'string' },
   },
 });
 
@@ -43,6 +45,9 @@ if (flags.tokenize) {
   process.exit(0);
 }
 
+// Profiles are written at a clean exit: fleets stop their processes with SIGTERM first (cache-bench.ts).
+const profileDir = flags['cpu-prof'];
+const nodeArgs = profileDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`];
 const processCounts = flags.processes.split(',').map(Number);
 const policies = flags.policies.split(',') as CachePolicy[];
 for (const p of policies)
@@ -59,7 +64,7 @@ try {
     for (const policy of policies) {
       // Round-robin is Envoy alone: one row whatever the processes.
       if (policy === 'round-robin' && processes !== processCounts[0]) continue;
-      const fleet = await startFleet(servers, { policy, processes, tokenizerDir: install.model });
+      const fleet = await startFleet(servers, { policy, processes, tokenizerDir: install.model, nodeArgs });
       try {
         await resetForRun(servers, fleet, policy === 'precise');
         const run = await runWorkload(servers, fleet, policy, policy === 'round-robin' ? 0 : processes, sessions, subscribers);

@@ -4,7 +4,10 @@
 // manifests of every kind the chart renders or the server watches, each from its project's own Go
 // module: InferencePool and InferenceObjective (Gateway API Inference Extension), Envoy Gateway's gateway.envoyproxy.io kinds, and the
 // Prometheus operator's ServiceMonitor and PrometheusRule. (Istio's come with istiod's base chart,
-// scripts/install-istiod.mjs.)
+// scripts/install-istiod.mjs.) One exception: llm-d's llm-d.ai/v1alpha2 InferenceObjective and
+// InferenceModelRewrite are not fetched here, because the Go module proxy refuses
+// github.com/llm-d/llm-d-router (403); the test bed installs our transcription of llm-d's generated
+// CRDs at commit ebab687 instead (test/support/crds/llm-d.ai-v1alpha2.yaml, which says what it keeps).
 //
 // Everything lands outside the clone, in `${LLM_EXTPROC_TOOLS_DIR:-$HOME/.cache/llm-extproc}`:
 //   kube-apiserver-v1.34.3/kube-apiserver

@@ -3,7 +3,8 @@
 // our pipeline) and prints a comparison table; then the same workload with one server three times
 // slower, under least in-flight and the pipeline with and without its latency signal; then the
 // saturated multi-tenant scenario (scripts/simulate/tenants.ts: an interactive, a flooding batch and
-// a sheddable tenant) without flow control and with it, behind 1 and 3 llm-extproc replicas.
+// a sheddable tenant) without flow control and with it, behind 1 and 3 llm-extproc replicas; then
+// multi-turn sessions (scripts/simulate/sessions.ts) without session affinity and with it.
 // Each picking row (both of those scenarios) is the mean over --draws router draws: the same
 // workload with the routers' random stream changed, ± the standard error of that mean.
 // --write also puts the tables in docs/benchmarks.md (between the simulate markers) and draws
@@ -21,6 +22,7 @@ import { DEFAULT_SIM, POLICIES, SLOW_REPLICA_POLICIES, workload } from './simula
 import type { SimConfig } from './simulate/sim.js';
 import { renderTenantSvg, tenantRuns, tenantTables } from './simulate/tenant-report.js';
 import { DEFAULT_TENANT_SIM } from './simulate/tenants.js';
+import { DEFAULT_SESSION_SIM, SESSION_POLICIES, simulateSessions } from './simulate/sessions.js';
 import { repoRoot } from './repo-root.js';
 
 // Router draws per picking row. With 3 llm-extproc replicas the pipeline's p99 queue wait leads
@@ -115,12 +117,34 @@ const runs = tenantRuns(tenantConfig);
 const tenantTable = tenantTables(tenantConfig, runs, `npm run simulate -- --write${args.length > 0 ? ` ${args.join(' ')}` : ''}`);
 process.stdout.write(`\n${tenantTable}\n`);
 
+// Multi-turn sessions whose turns share nothing with other sessions: what session affinity keeps.
+const sessionConfig = { ...DEFAULT_SESSION_SIM, seed: config.seed, servers: config.servers };
+const sessionRows = SESSION_POLICIES.map((policy) => simulateSessions(sessionConfig, policy));
+const sessionTable = [
+  `Command: \`npm run simulate -- --write${args.length > 0 ? ` ${args.join(' ')}` : ''}\` · ${sessionConfig.sessions.toLocaleString('en-US')} conversations of ${sessionConfig.turns} turns ` +
+    `(${sessionConfig.sessionRate}/s new, think time ${sessionConfig.thinkSeconds} s), each turn the conversation so far plus a new message of ${sessionConfig.messageTokens.join('–')} tokens ` +
+    `unrelated to any other conversation, answers of ${sessionConfig.answerTokens.join('–')} tokens; ${sessionConfig.servers} servers × ${sessionConfig.slots} slots, ${sessionConfig.cacheBlocks} cache blocks each; ` +
+    `${sessionConfig.routers} llm-extproc replicas, each turn to one at random, the client sending back each answer's token; seed ${sessionConfig.seed}.`,
+  '',
+  '| policy | turns | later turns on the server of the turn before | cache hit ratio (blocks, later turns) | mean TTFT ms | p99 TTFT ms |',
+  '| --- | ---: | ---: | ---: | ---: | ---: |',
+  ...sessionRows.map(
+    (r) =>
+      `| ${r.policy} | ${r.turns.toLocaleString('en-US')} | ${pct(r.sameServer)} % | ${pct(r.cacheHitRatio)} % | ${ms(r.meanTtftMs)} | ${ms(r.p99TtftMs)} |`,
+  ),
+].join('\n');
+process.stdout.write(`\n${sessionTable}\n`);
+
 if (flags.write) {
   const root = repoRoot();
   const doc = join(root, 'docs', 'benchmarks.md');
   const withMain = replaceBetweenMarkers(readFileSync(doc, 'utf8'), '<!-- simulate:start -->', '<!-- simulate:end -->', table);
   const withSlow = replaceBetweenMarkers(withMain, '<!-- simulate-slow:start -->', '<!-- simulate-slow:end -->', slowTable);
-  writeFileSync(doc, replaceBetweenMarkers(withSlow, '<!-- simulate-tenants:start -->', '<!-- simulate-tenants:end -->', tenantTable));
+  const withTenants = replaceBetweenMarkers(withSlow, '<!-- simulate-tenants:start -->', '<!-- simulate-tenants:end -->', tenantTable);
+  writeFileSync(
+    doc,
+    replaceBetweenMarkers(withTenants, '<!-- simulate-sessions:start -->', '<!-- simulate-sessions:end -->', sessionTable),
+  );
   writeFileSync(
     join(root, 'docs', 'picker-simulation.svg'),
     renderSimulationSvg(results.map((s) => s.mean).filter((r) => r.routers === 3)),

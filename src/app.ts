@@ -1,7 +1,11 @@
 // Wiring only: config → logger → metrics → endpoint store + source → routing → gRPC and HTTP
 // servers. Returns a handle so main.ts, the demo and the tests start the same program.
 
+import { ModelRewrites } from './picker/model-rewrite.js';
+import type { RewriteRule } from './picker/model-rewrite.js';
 import type { Logger } from 'pino';
+import { readFile } from 'node:fs/promises';
+import { ConfigError } from './config/config.js';
 import type { Config } from './config/config.js';
 import type { EndpointSource } from './endpoints/model.js';
 import { BrokenStreamCheck } from './endpoints/broken-stream-check.js';
@@ -17,6 +21,10 @@ import { StoreRouting } from './routing/routing.js';
 import { ServedModels } from './routing/served-models.js';
 import { composeSinks } from './request/outcome-sink.js';
 import { healthSink } from './outcomes/health-sink.js';
+import { judgedBreaks } from './outcomes/judged-breaks.js';
+import { StreamEndReports } from './outcomes/stream-end-reports.js';
+import { dispatchEntries } from './extproc/access-log-routing.js';
+import type { AccessLogForwarder } from './extproc/access-log-forwarder.js';
 import { logSink } from './outcomes/log-sink.js';
 import { metricsSink } from './outcomes/metrics-sink.js';
 import { traceSink } from './outcomes/trace-sink.js';
@@ -26,6 +34,8 @@ import { Metrics } from './metrics/metrics.js';
 import { LatencyTracker, SLOW_REPLICA } from './picker/latency-tracker.js';
 import { poolLoads } from './metrics/gie-metrics.js';
 import { FlowMetrics } from './metrics/flow-metrics.js';
+import { SessionMetrics } from './metrics/session-metrics.js';
+import { parseSessionKeys, SessionAffinity } from './routing/sessions.js';
 import { LoadTracker } from './picker/load-tracker.js';
 import { MetricsScraper } from './picker/scraper.js';
 import { flowControlAnywhere, metricsFormatFor, poolSettings, preciseFor } from './picker/settings.js';
@@ -57,6 +67,7 @@ async function createSource(
   logger: Logger,
   metrics: Metrics,
   objectivesChanged: ((index: ObjectiveIndex) => void) | undefined,
+  rewritesChanged: (rules: readonly RewriteRule[]) => void,
 ): Promise<EndpointSource> {
   if (config.source.kind === 'static') {
     return new StaticFileSource(config.source.path, logger.child({ component: 'static-source' }), {
@@ -74,24 +85,40 @@ async function createSource(
       eventReceived: () => metrics.sourceRefreshed('kubernetes'),
     },
     ...(objectivesChanged === undefined ? {} : { objectivesChanged }),
+    rewritesChanged,
   });
 }
 
+/**
+ * How long a stream that broke half-way waits for Envoy's access-log entry before it is recorded as
+ * `stream_broken` without it. Envoy sends the entry when the HTTP stream ends, unbuffered in our
+ * configs; the wait only delays when the result is recorded, never the client.
+ */
+const STREAM_END_WAIT_MS = 3000;
+
 export async function startApp(config: Config, logger: Logger, options: StartAppOptions = {}): Promise<RunningApp> {
-  const metrics = options.metrics ?? new Metrics();
+  const metrics = options.metrics ?? new Metrics({ deprecatedNames: config.metrics.deprecatedNames });
   const tracing = await startTracingIfOn(config.tracing, logger, metrics.traces);
   // The InferenceObjectives' priorities as the source last saw them; read per queued request.
   let objectives: ObjectiveIndex = NO_OBJECTIVES;
   const flow = config.picker.flowControl;
   const flowOn = flowControlAnywhere(config.picker);
   // Only flow control reads objectives: without it, no watch (and no RBAC rule needed for one).
-  const source = await createSource(config, logger, metrics, flowOn ? (index) => (objectives = index) : undefined);
+  // The config's rewrite rules, then the cluster's InferenceModelRewrites' (config first: llm-d has no config rules to rank them by).
+  const modelRewrites = new ModelRewrites(config.routing.modelRewrites, (rule, model, target) =>
+    metrics.modelRewrites.decided(rule, model, target),
+  );
+  const source = await createSource(config, logger, metrics, flowOn ? (index) => (objectives = index) : undefined, (rules) =>
+    modelRewrites.replace([...config.routing.modelRewrites, ...rules]),
+  );
   const store = new EndpointStore([source.name], config.quarantine);
+  const models = new ServedModels(store, config.routing.pool);
   // Flow control hears of what may give a saturated pool room: a new view, a fresh scrape.
   let wakeFlow = (): void => {};
   store.subscribe({
     viewChanged: (view) => {
       metrics.endpointView(view);
+      metrics.modelsServed(models.names());
       wakeFlow();
     },
     synced: () => logger.info('endpoint cache synced; serving'),
@@ -151,7 +178,9 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   if (latency !== undefined) metrics.reportSlowReplicasFrom(() => latency.demotedByPool());
   const flowMetrics = new FlowMetrics(metrics.registry, config.picker.flowControl.tenantLabels);
   const running = await startPreciseIfOn(config, store, board, metrics, logger);
+  const sessions = await sessionsIfOn(config, metrics);
   const routing = new StoreRouting(store, new LoadTracker(board), {
+    ...(sessions === undefined ? {} : { sessions }),
     ...(running === undefined ? {} : { precise: running.precise }),
     fallbacks: config.routing.fallbacks,
     ...(config.routing.pool === undefined ? {} : { pool: config.routing.pool }),
@@ -186,14 +215,25 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   });
   metrics.reportPoolLoadsFrom(() => poolLoads(store.view(), board));
   const requestLogger = logger.child({ component: 'extproc' });
-  const models = new ServedModels(store, config.routing.pool);
   // Every outcome of every stream goes to each of these, in this order.
-  const outcomes = composeSinks([
-    metricsSink(metrics),
-    ...(tracing === undefined ? [] : [traceSink(board)]),
-    logSink(requestLogger, new LogThrottle<RequestResult>()),
-    healthSink({ store, failedConnects, brokenStreams, ...(latency === undefined ? {} : { latency }) }),
-  ]);
+  // A stream broken mid-way reaches them once Envoy's access log said who ended it: a cancellation,
+  // or a failure labelled with what the client got (judged-breaks.ts).
+  // With listen.peerAddress, each pick names this replica, and the entries Envoy sends to another
+  // replica come here through it (extproc/access-log-routing.ts).
+  const self = config.listen.peerAddress;
+  const streamEnds = new StreamEndReports(undefined, self !== undefined);
+  // One throttle per app for the lines about peers (unknown addresses, failed forwarding streams).
+  const peerLogs: PeerLogThrottle = new LogThrottle();
+  const forwarder = self === undefined ? undefined : await startForwarder(metrics, logger, peerLogs, config.listen.tls !== undefined);
+  const outcomes = judgedBreaks(
+    composeSinks([
+      metricsSink(metrics),
+      ...(tracing === undefined ? [] : [traceSink(board)]),
+      logSink(requestLogger, new LogThrottle<RequestResult>()),
+      healthSink({ store, failedConnects, brokenStreams, ...(latency === undefined ? {} : { latency }) }),
+    ]),
+    { reports: streamEnds, waitMs: STREAM_END_WAIT_MS, judged: (signal) => metrics.midStreamBreakJudged(signal) },
+  );
   const tls =
     config.listen.tls === undefined ? undefined : await openTlsIdentity(config.listen.tls, logger.child({ component: 'grpc-tls' }));
   const usagePools = new Set(config.routing.streamUsagePools);
@@ -210,6 +250,17 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
     onProtocolEvent: (kind) => metrics.protocolEvent(kind),
     maxConnections: config.listen.maxConnections,
     idleTimeoutMs: config.listen.idleTimeoutMs,
+    accessLog: dispatchEntries({
+      judgeHere: (end) => streamEnds.report(end),
+      streams: (open) => streamEnds.streams(open),
+      self,
+      ...(forwarder === undefined ? {} : { forward: (peer: string, wire: Uint8Array) => forwarder.forward(peer, wire) }),
+      unknownPeer: (owner) => {
+        metrics.accessLogForwarded('unknown_peer');
+        const left = peerLogs.admit('unknown_peer', performance.now());
+        if (left !== undefined) logger.warn({ owner, suppressed: left }, 'an access-log entry names no host:port replica; judged here');
+      },
+    }),
     processorFactory: (later) =>
       new RequestProcessor(
         {
@@ -220,7 +271,9 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
           maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
           maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
           destinationFormat: config.routing.destinationFormat,
+          ...(self === undefined ? {} : { replica: self }),
           injectsStreamUsage,
+          modelRewrites,
           ...(flowHeaders === undefined ? {} : { flowHeaders }),
           ...(tracing === undefined ? {} : { tracer: tracing.tracer }),
         },
@@ -250,6 +303,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
   } catch (err) {
     await running?.stop();
     await grpc.shutdown(0);
+    forwarder?.close();
     await ops.close();
     await tracing?.shutdown(0);
     throw err;
@@ -275,6 +329,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
           await new Promise((resolve) => setTimeout(resolve, config.shutdownDrainMs));
         }
         await grpc.shutdown(config.shutdownGraceMs);
+        forwarder?.close();
         // The streams are done, so every span has ended: send what is queued, within the bound.
         await tracing?.shutdown(config.tracing.shutdownFlushMs);
         await scraper.stop();
@@ -286,6 +341,47 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
         if (options.metrics === undefined) metrics.eventLoopDelay?.stop();
       })()),
   };
+}
+
+/**
+ * The forwarder of entries to peers (listen.peerAddress): loaded only then, with grpc-js's client.
+ * A failed stream to a peer is counted and logged once per interval, never thrown.
+ */
+async function startForwarder(metrics: Metrics, logger: Logger, peerLogs: PeerLogThrottle, tls: boolean): Promise<AccessLogForwarder> {
+  const { AccessLogForwarder } = await import('./extproc/access-log-forwarder.js');
+  return new AccessLogForwarder(
+    {
+      sent: () => metrics.accessLogForwarded('sent'),
+      streamFailed: (peer, error) => {
+        metrics.accessLogForwarded('stream_failed');
+        const left = peerLogs.admit('stream_failed', performance.now());
+        if (left !== undefined)
+          logger.warn(
+            { peer, err: error.message, suppressed: left },
+            'could not forward an access-log entry to the replica that picked its stream',
+          );
+      },
+    },
+    tls,
+  );
+}
+
+type PeerLogThrottle = LogThrottle<'unknown_peer' | 'stream_failed'>;
+
+/** Session affinity where its scorer is on, with the keys of its key file (read once, at start). */
+async function sessionsIfOn(config: Config, metrics: Metrics): Promise<SessionAffinity | undefined> {
+  if (!(config.picker.weights.session > 0)) return undefined;
+  const settings = config.picker.session;
+  let keys: readonly Buffer[] = [];
+  if (settings.keyFile !== undefined) {
+    const read = parseSessionKeys(await readFile(settings.keyFile, 'utf8'));
+    if ('error' in read) throw new ConfigError(`picker.session.keyFile ${settings.keyFile}: ${read.error}`);
+    keys = read.keys;
+  }
+  const observer = new SessionMetrics(metrics.registry);
+  const sessions = new SessionAffinity(settings, { keys, observer });
+  observer.reportRememberedFrom(() => sessions.remembered);
+  return sessions;
 }
 
 /**

@@ -4,6 +4,8 @@
 // effective settings (every default filled in) reported. `llm-extproc --check-config` prints the
 // report; the server runs the same function first (main.ts), so the two cannot disagree.
 // A Kubernetes source is not contacted: its pods are only known once the server lists them.
+// Precise prefix matching's tokenizer is loaded (its files read, parsed and checked) the way the
+// server loads it: FileTokenizer.shared keeps what it loaded, so the server does not load it twice.
 
 import { readFile } from 'node:fs/promises';
 import { parseWorkers } from './cluster.js';
@@ -54,6 +56,7 @@ export async function checkConfig(
       throw new CheckFailed(`listen.tls: ${errorMessage(err)}`, { cause: err });
     }
   }
+  await checkTokenizer(config);
   let endpoints: ConfigReport['endpoints'];
   if (config.source.kind === 'static') {
     const file = config.source.path;
@@ -84,5 +87,18 @@ function attempt<T>(what: string, configPath: string | undefined, run: () => T):
     return run();
   } catch (err) {
     throw new CheckFailed(`${what}${configPath === undefined ? '' : ` (${configPath})`}: ${errorMessage(err)}`, { cause: err });
+  }
+}
+
+/** Loads precise prefix matching's tokenizer when the config turns it on (its modules only then). */
+async function checkTokenizer(config: Config): Promise<void> {
+  const precise = config.picker.precise;
+  if (precise === undefined || !(config.picker.weights.prefix > 0)) return;
+  const { FileTokenizer, TokenizerFilesError } = await import('./kv-cache/file-tokenizer.js');
+  try {
+    await FileTokenizer.shared(precise.tokenizerDir);
+  } catch (err) {
+    if (err instanceof TokenizerFilesError) throw new CheckFailed(`picker.precise.tokenizerDir: ${err.message}`, { cause: err });
+    throw err;
   }
 }

@@ -5,7 +5,7 @@
 import { ENDPOINT_STATES, isRoutable } from '../src/endpoints/model.js';
 import { SLOW_REPLICA } from '../src/picker/latency-tracker.js';
 import type { EndpointState } from '../src/endpoints/model.js';
-import { CATALOG, ERROR_KINDS } from '../src/errors/catalog.js';
+import { CANCELLATION_KINDS, CANCELLATIONS, CATALOG, ERROR_KINDS } from '../src/errors/catalog.js';
 import type { CatalogEntry } from '../src/errors/catalog.js';
 import {
   CODE_DETAIL_KINDS,
@@ -377,21 +377,59 @@ const BREAK_VERDICT_MEANINGS: Readonly<Record<BreakVerdict, readonly [check: str
   ],
   replica_alive: [
     'passed: the replica accepts connections (and answers its health path)',
-    'stays Ready: something else ended the stream (the client, Envoy on its behalf, e.g. a stream idle timeout, or the model server resetting that one stream)',
+    'stays Ready: something else ended the stream (the model server resetting that one stream, Envoy on its behalf, e.g. a stream idle timeout, or a client that left where no access log tells)',
   ],
   not_checked: ['not run: the replica was no longer Ready (already quarantined, not ready, gone)', 'nothing changes'],
 };
+
+function cancellationsSection(): string[] {
+  const lines = [
+    '## Cancellations: results that are not errors',
+    '',
+    'A request that ended before its answer was complete, where nothing points at a model server or at',
+    'llm-extproc, gets one of these results instead of an error code. No client receives them (whoever',
+    'ended the request is gone); they label `llm_extproc_requests_total{result}` and the `request',
+    'cancelled` log line (info, throttled like failures), and count in no error series',
+    "(`inference_objective_request_error_total`, the error ratio, the chart's alerts). The chart records",
+    'their rate as `llm_extproc:requests_cancelled:rate5m`, and the dashboard has a panel for them. Their',
+    'series exist at 0 for every served model before its first request (as do those of the codes the',
+    "chart's alerts select by name), so Prometheus's `rate()` and `increase()` see the first one",
+    '([observability.md](observability.md#results-cancellations-and-alerts)).',
+    '',
+    '| Result | Title | When |',
+    '| --- | --- | --- |',
+  ];
+  for (const kind of CANCELLATION_KINDS) {
+    const entry = CANCELLATIONS[kind];
+    lines.push(`| ${code(kind)} | ${cell(entry.title)} | ${cell(entry.cause)} |`);
+  }
+  return lines;
+}
 
 function midStreamSection(): string[] {
   const lines = [
     '## Streams that break mid-way',
     '',
-    'When a response stream ends without its end (no `end_of_stream` from Envoy), the client gets a',
-    'broken connection (`stream_broken` above) and the attempt counts as a failure of the replica that',
-    'served it. Envoy reports a replica that died and a client that hung up the same way, so llm-extproc',
-    'then checks the replica once: a TCP connect to it, or `GET quarantine.checkPath` when that is set',
-    '(2xx = alive), within `quarantine.checkTimeoutSeconds`. Breaks of the same replica during a check',
-    'share it. `llm_extproc_midstream_breaks_total{verdict}` counts every break by its verdict:',
+    'When a response stream ends without its end (no `end_of_stream` from Envoy), the ext_proc stream',
+    'ends the same way whether the client left or the model server broke off (Envoy closes it when the',
+    "HTTP stream is destroyed, for either reason). What tells them apart is Envoy's access-log entry of",
+    'that stream: our Envoy configs (and every gateway profile) stream the entries of flagged requests to',
+    "llm-extproc's `envoy.service.accesslog.v3.AccessLogService` on the same gRPC port",
+    "(docs/gateways.md says how per gateway). A broken stream's result, attempt, log line and span end",
+    'wait for its entry, at most 3 s (`src/outcomes/judged-breaks.ts`):',
+    '',
+    "| Envoy's entry | Result | Replica |",
+    '| --- | --- | --- |',
+    '| `DC` or `DR` (the downstream ended it), no upstream flag | `cancelled_mid_stream` | no attempt, no check, no error series |',
+    '| an upstream flag (`UR`, `UC`, `LR`, `UPE`, `UT`, `SI`, …), status as the upstream sent it | `stream_broken` | failed attempt, replica checked |',
+    "| an upstream flag, another status (Envoy still held the headers and answered itself) | that reply's code, e.g. `upstream_reset` | failed attempt, replica checked |",
+    '| none within 3 s (with `listen.peerAddress` an entry that reached another replica comes forwarded), or no Envoy streams its access log to us and `listen.peerAddress` is unset | `stream_broken` | failed attempt, replica checked |',
+    '',
+    '`llm_extproc_midstream_break_signals_total{signal}` counts the breaks by what judged them',
+    '(`access_log_client`, `access_log_upstream`, `none`). A replica a failure points at is checked once:',
+    'a TCP connect to it, or `GET quarantine.checkPath` when that is set (2xx = alive), within',
+    '`quarantine.checkTimeoutSeconds`; breaks of the same replica during a check share it.',
+    '`llm_extproc_midstream_breaks_total{verdict}` counts the checks by verdict:',
     '',
     '```mermaid',
     'stateDiagram-v2',
@@ -485,6 +523,8 @@ export function renderErrorDocs(): string {
     ...gatewaysSection(),
     '',
     ...statesSection(),
+    '',
+    ...cancellationsSection(),
     '',
     ...midStreamSection(),
     '',

@@ -1,5 +1,6 @@
 // The benchmark's baseline Envoy config: our shipped config (renderGatewayConfig) with the ext_proc
-// HTTP filter and the llm_extproc cluster deleted, and nothing else changed. Listener, route,
+// HTTP filter, the llm_extproc cluster and the access log streamed to it deleted, and nothing else
+// changed. Listener, route,
 // retry policy, local-reply mappers, the backends cluster and its override_host policy (which
 // falls back to least-request when no destination header is set) stay identical, so the only
 // difference between the baseline and the llm-extproc setups is ext_proc itself.
@@ -35,6 +36,12 @@ export function withoutExtProc(config: Readonly<Yaml>): Yaml {
         const kept = httpFilters.filter((f) => asRecord(f, 'http_filter').name !== EXT_PROC_FILTER);
         removedFilters += httpFilters.length - kept.length;
         hcm.http_filters = kept;
+        // The access log to llm-extproc (flagged streams only) goes with its cluster.
+        if (hcm.access_log !== undefined) {
+          const logs = asList(hcm.access_log, 'access_log').filter((log) => !JSON.stringify(log).includes(`"${EXT_PROC_CLUSTER}"`));
+          if (logs.length === 0) delete hcm.access_log;
+          else hcm.access_log = logs;
+        }
       }
     }
   }

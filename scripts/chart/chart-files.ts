@@ -7,7 +7,7 @@ import { Type } from '@sinclair/typebox';
 import type { SchemaOptions, TProperties, TSchema } from '@sinclair/typebox';
 import { stringify as toYaml } from 'yaml';
 import { configFileSchema } from '../../src/config/schema.js';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
+import { DEFAULT_GATEWAY_OPTIONS, LOCAL_REPLY_REQUEST_ID, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
 import type { BackendsCluster } from '../../tools/envoy-config/gateway-config.js';
 import { CATALOG } from '../../src/errors/catalog.js';
 import { ERROR_CODE_HEADER } from '../../src/errors/render.js';
@@ -88,7 +88,14 @@ function istioLocalReplyConfig(): string {
           { header: { key: 'retry-after', value: String(entry.retryAfterSeconds) }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' },
         ],
         body_format_override: {
-          json_format: { error: { message: 'the routing service is unavailable', type: entry.type, code: entry.code } },
+          json_format: {
+            error: {
+              message: 'the routing service is unavailable',
+              type: entry.type,
+              code: entry.code,
+              request_id: LOCAL_REPLY_REQUEST_ID,
+            },
+          },
           content_type: 'application/json',
         },
       },
@@ -161,6 +168,10 @@ function valuesSchema(): object {
         Passthrough('Content of the static endpoints file.'),
         'Static endpoints file content (instead of config.kubernetes).',
       ),
+      peerForwarding: Type.Union([Type.Boolean(), Type.Literal('auto')], {
+        description:
+          "Each replica's listen.peerAddress is its pod IP and ports.grpc: access-log entries reach the replica that picked their stream. auto: on with gateway.envoy (its Envoy config sends the access log) unless mutual TLS is on.",
+      }),
       debugEndpoints: Type.Boolean({ description: 'Serve /debug/endpoints on the HTTP port (listen.debugEndpoints); off = 404.' }),
       tokenizer: Closed({
         configMap: Type.String({
@@ -171,6 +182,12 @@ function valuesSchema(): object {
           'Or any volume source holding them.',
         ),
         subPath: Type.String({ description: 'The files’ directory inside the volume.' }),
+      }),
+      sessions: Closed({
+        keySecretName: Type.String({
+          description:
+            'A Secret whose `keys` entry holds the session-token keys (one per line, the first signs), mounted on every replica at /etc/llm-extproc/session (config.picker.session.keyFile). Empty = the built-in key.',
+        }),
       }),
       networkPolicy: Closed({
         enabled: Type.Boolean({ description: 'A NetworkPolicy: gRPC only from the gateway, HTTP from the monitoring namespace.' }),
@@ -247,6 +264,14 @@ function valuesSchema(): object {
           }),
           cacheAgeSeconds: Type.Number({ exclusiveMinimum: 0, description: 'Alert when the endpoint cache is older.' }),
           watchRestartsPer10m: Type.Integer({ minimum: 0, description: 'Alert above this many abnormal watch restarts in 10 minutes.' }),
+          midStreamFailuresPer10m: Type.Integer({
+            minimum: 0,
+            description: 'Alert above this many answers per model and code that a model server broke off or spoilt in 10 minutes.',
+          }),
+          midStreamFailuresFor: Type.String({
+            pattern: '^[0-9]+(ms|s|m|h)$',
+            description: 'How long the mid-stream failures must last before the alert fires (a Prometheus duration).',
+          }),
           slowReplicaRatio: Type.Number({
             exclusiveMinimum: 1,
             description: 'Alert when a replica’s mean time to first token is this many times its pool’s median replica’s.',
@@ -368,8 +393,15 @@ function envoyGatewayUnavailableReply(): { status: number; headers: Record<strin
   const entry = CATALOG.gateway_unavailable;
   const headers: Record<string, string> = { [ERROR_CODE_HEADER]: entry.code };
   if (entry.retryAfterSeconds !== undefined) headers['retry-after'] = String(entry.retryAfterSeconds);
+  // Envoy Gateway (since v1.5) hands the body to Envoy as a text format string, so Envoy puts the
+  // request id in as it does in our own configs' local replies.
   const body = JSON.stringify({
-    error: { message: 'the routing service (llm-extproc) could not be reached', type: entry.type, code: entry.code },
+    error: {
+      message: 'the routing service (llm-extproc) could not be reached',
+      type: entry.type,
+      code: entry.code,
+      request_id: LOCAL_REPLY_REQUEST_ID,
+    },
   });
   return { status: entry.status, headers, body };
 }

@@ -58,7 +58,7 @@ export function percentile(sorted: readonly number[], q: number): number {
  * One model server's metrics page as every llm-extproc replica's scraper reads it at `now`: a
  * vLLM-style report (queue, running, KV-cache use; no LoRA) recorded on each replica's board.
  */
-export function recordScrapeOnEvery(
+function recordScrapeOnEvery(
   boards: readonly SignalBoard[],
   address: string,
   load: { waiting: number; running: number; kvCacheUsage: number },
@@ -66,4 +66,22 @@ export function recordScrapeOnEvery(
 ): void {
   for (const board of boards)
     recordScrape(board.cell(address), { ...load, runningAdapters: [], waitingAdapters: [], maxAdapters: undefined }, now);
+}
+
+/** A simulated model server as its metrics page shows it. */
+export interface ScrapedServer {
+  readonly address: string;
+  readonly queue: { readonly length: number };
+  readonly running: number;
+}
+
+/** Every server's metrics page, read at `now` by every replica's scraper; `kvCacheUsage` says how full each one's KV cache is. */
+export function scrapeAll<S extends ScrapedServer>(
+  boards: readonly SignalBoard[],
+  servers: readonly S[],
+  kvCacheUsage: (server: S) => number,
+  now: number,
+): void {
+  for (const s of servers)
+    recordScrapeOnEvery(boards, s.address, { waiting: s.queue.length, running: s.running, kvCacheUsage: kvCacheUsage(s) }, now);
 }

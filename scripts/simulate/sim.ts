@@ -26,7 +26,7 @@ import { DEFAULT_PICKER_SETTINGS, DEFAULT_WEIGHTS } from '../../src/picker/setti
 import { DEFAULT_BOUNDED_LOAD, DEFAULT_LATENCY, onlyScorers, SCORERS } from '../../src/picker/scorer-table.js';
 import type { PrefixMatch, ScorerWeights } from '../../src/picker/scorer-table.js';
 import { SignalBoard } from '../../src/picker/signals.js';
-import { Events, percentile, prng, recordScrapeOnEvery } from './kernel.js';
+import { Events, percentile, prng, scrapeAll } from './kernel.js';
 
 export interface SimConfig {
   readonly seed: number;
@@ -313,14 +313,7 @@ export function simulate(config: SimConfig, policy: PolicyName, requests: readon
   for (let event = events.pop(); event !== undefined; event = events.pop()) {
     const now = event.time;
     if (event.kind === 'scrape') {
-      for (const s of servers) {
-        recordScrapeOnEvery(
-          boards,
-          s.address,
-          { waiting: s.queue.length, running: s.running, kvCacheUsage: s.running / config.slots },
-          now,
-        );
-      }
+      scrapeAll(boards, servers, (s) => s.running / config.slots, now);
       if (pending > 0) events.push({ time: now + config.scrapeMs, kind: 'scrape' });
     } else if (event.kind === 'arrival') {
       const router = routers[Math.floor(rand() * routers.length)];

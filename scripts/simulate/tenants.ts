@@ -23,7 +23,7 @@ import { DEFAULT_FLOW_CONTROL, DEFAULT_PICKER_SETTINGS } from '../../src/picker/
 import { DEFAULT_BOUNDED_LOAD } from '../../src/picker/scorer-table.js';
 import { SignalBoard } from '../../src/picker/signals.js';
 import { FlowControl, type FlowTimers } from '../../src/routing/flow-control.js';
-import { Events, percentile, prng, recordScrapeOnEvery } from './kernel.js';
+import { Events, percentile, prng, scrapeAll } from './kernel.js';
 import { POLICY_WEIGHTS } from './sim.js';
 
 export type TenantName = 'interactive' | 'batch' | 'sheddable';
@@ -333,13 +333,7 @@ export function simulateTenants(config: TenantSimConfig, requests: readonly Tena
     if (event.kind === 'timer') {
       if (event.live) event.callback();
     } else if (event.kind === 'scrape') {
-      for (const s of servers)
-        recordScrapeOnEvery(
-          boards,
-          s.address,
-          { waiting: s.queue.length, running: s.running, kvCacheUsage: s.kvHeld / config.kvTokens },
-          now,
-        );
+      scrapeAll(boards, servers, (s) => s.kvHeld / config.kvTokens, now);
       for (const router of routers) router.flow?.wake();
       if (pending > 0) events.push({ time: now + config.scrapeMs, kind: 'scrape' });
     } else if (event.kind === 'arrival') {

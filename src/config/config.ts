@@ -2,6 +2,7 @@
 // config-file schema (schema.ts, the one source of truth also used by the Helm chart) and mapped
 // into a frozen object. Pure: callers pass the file text and the environment; main.ts does the I/O.
 
+import type { RewriteRule } from '../picker/model-rewrite.js';
 import { homedir } from 'node:os';
 import { isAbsolute, resolve as resolvePath } from 'node:path';
 import { Value } from '@sinclair/typebox/value';
@@ -32,6 +33,8 @@ export interface Config {
     readonly http: string;
     /** Serve /debug/endpoints on the HTTP listener (off: 404). */
     readonly debugEndpoints: boolean;
+    /** This replica's gRPC `host:port` as peers reach it: access-log entries of its streams are forwarded there. */
+    readonly peerAddress?: string;
     /** TLS on the gRPC listener; absent = plaintext (sidecar, Unix socket). */
     readonly tls?: GrpcTlsConfig;
     /** Which implementation serves the gRPC listener. */
@@ -62,6 +65,8 @@ export interface Config {
     readonly destinationFormat: DestinationFormat;
     /** Pools whose streams get `stream_options.include_usage` added when they lack it (`*` = all). */
     readonly streamUsagePools: readonly string[];
+    /** Weighted model rewrite rules (llm-d's InferenceModelRewrite rules). */
+    readonly modelRewrites: readonly RewriteRule[];
   };
   readonly quarantine: {
     readonly threshold: number;
@@ -71,6 +76,8 @@ export interface Config {
     readonly checkPath: string;
     readonly checkTimeoutMs: number;
   };
+  /** What /metrics shows: the deprecated GIE names beside llm-d's (default) or not. */
+  readonly metrics: { readonly deprecatedNames: boolean };
   /** On SIGTERM: keep answering (health NOT_SERVING) this long, so the proxy moves away first. */
   readonly shutdownDrainMs: number;
   /** Then stop taking new streams; open ones get this long before they are released to Envoy. */
@@ -100,6 +107,7 @@ type Env = Readonly<Record<string, string | undefined>>;
 export const ENVIRONMENT_OVERRIDES = [
   { name: 'LLM_EXTPROC_GRPC_ADDRESS', help: 'listen.grpc: host:port or unix:///path/to.sock.' },
   { name: 'LLM_EXTPROC_HTTP_ADDRESS', help: 'listen.http: host:port of /metrics, /healthz, /readyz.' },
+  { name: 'LLM_EXTPROC_PEER_ADDRESS', help: "listen.peerAddress: this replica's gRPC host:port as its peers reach it." },
   { name: 'LLM_EXTPROC_LOG_LEVEL', help: `logLevel: ${LOG_LEVELS.join(', ')}.` },
   { name: 'LLM_EXTPROC_ENDPOINTS_FILE', help: 'Use the static endpoints file at this path (wins over a kubernetes section).' },
 ] as const;
@@ -191,11 +199,14 @@ function applyEnvironment(file: Raw, env: Env): void {
   // Checked here, where the variable can be named; the file's values are checked with the other fields.
   if (grpc !== undefined) checkListenAddress('LLM_EXTPROC_GRPC_ADDRESS', grpc, 'grpc');
   if (http !== undefined) checkListenAddress('LLM_EXTPROC_HTTP_ADDRESS', http, 'http');
-  if (grpc !== undefined || http !== undefined) {
+  const peer = nonEmpty(env.LLM_EXTPROC_PEER_ADDRESS);
+  if (peer !== undefined) checkPeerAddress('LLM_EXTPROC_PEER_ADDRESS', peer);
+  if (grpc !== undefined || http !== undefined || peer !== undefined) {
     const listen = isMapping(file.listen) ? file.listen : file.listen === undefined ? {} : undefined;
     if (listen !== undefined) {
       if (grpc !== undefined) listen.grpc = grpc;
       if (http !== undefined) listen.http = http;
+      if (peer !== undefined) listen.peerAddress = peer;
       file.listen = listen;
     }
   }
@@ -340,6 +351,15 @@ function checkListenAddress(field: string, address: string, listener: 'grpc' | '
   throw new ConfigError(`${field}: expected ${forms} (port 1-65535, or 0 for any free port), got ${JSON.stringify(address)}`);
 }
 
+/** A peer dials it: `host:port` with a real port (not 0, not a socket path). */
+function checkPeerAddress(field: string, address: string): void {
+  const parsed = parseListenAddress(address);
+  if (parsed?.kind !== 'tcp' || parsed.port === 0)
+    throw new ConfigError(
+      `${field}: expected the host:port peers reach this replica's gRPC port on (port 1-65535), got ${JSON.stringify(address)}`,
+    );
+}
+
 /** Rules that span fields. Each message names the field to change. */
 function crossFieldChecks(file: ConfigFile): void {
   const grpcPort = checkListenAddress('listen.grpc', file.listen?.grpc ?? DEFAULTS.grpcAddress, 'grpc');
@@ -350,6 +370,14 @@ function crossFieldChecks(file: ConfigFile): void {
   if (file.kubernetes !== undefined && file.static !== undefined)
     throw new ConfigError('static: set together with kubernetes; choose one endpoint source');
   const tls = file.listen?.tls;
+  const peerAddress = file.listen?.peerAddress;
+  if (peerAddress !== undefined) {
+    checkPeerAddress('listen.peerAddress', peerAddress);
+    if (tls?.clientCaFile !== undefined)
+      throw new ConfigError(
+        'listen.peerAddress: peers forward access-log entries to each other with no client certificate, and listen.tls.clientCaFile makes every replica require one; unset one of them',
+      );
+  }
   if (tls !== undefined) {
     const hasCert = tls.certFile !== undefined;
     const hasKey = tls.keyFile !== undefined;
@@ -402,6 +430,7 @@ function toConfig(file: ConfigFile, endpointsFile: string | undefined, env: Env,
       grpc: paths.grpcAddress(listen.grpc ?? DEFAULTS.grpcAddress),
       http: listen.http ?? DEFAULTS.httpAddress,
       debugEndpoints: listen.debugEndpoints ?? false,
+      ...(listen.peerAddress === undefined ? {} : { peerAddress: listen.peerAddress }),
       transport: listen.transport ?? DEFAULTS.grpcTransport,
       maxConnections: listen.maxConnections ?? DEFAULTS.maxConnections,
       idleTimeoutMs: (listen.idleTimeoutSeconds ?? DEFAULTS.idleTimeoutSeconds) * 1000,
@@ -416,6 +445,7 @@ function toConfig(file: ConfigFile, endpointsFile: string | undefined, env: Env,
       ...(routing.pool === undefined ? {} : { pool: routing.pool }),
       destinationFormat: routing.destinationFormat ?? DEFAULTS.destinationFormat,
       streamUsagePools: [...(routing.streamUsagePools ?? [])],
+      modelRewrites: routing.modelRewrites ?? [],
     },
     quarantine: {
       threshold: quarantine.consecutiveFailures ?? DEFAULTS.consecutiveFailures,
@@ -424,9 +454,10 @@ function toConfig(file: ConfigFile, endpointsFile: string | undefined, env: Env,
       checkPath: quarantine.checkPath ?? DEFAULTS.checkPath,
       checkTimeoutMs: (quarantine.checkTimeoutSeconds ?? DEFAULTS.checkTimeoutSeconds) * 1000,
     },
+    metrics: { deprecatedNames: file.metrics?.deprecatedNames ?? true },
     shutdownDrainMs: (file.shutdownDrainSeconds ?? DEFAULTS.shutdownDrainSeconds) * 1000,
     shutdownGraceMs: (file.shutdownGraceSeconds ?? DEFAULTS.shutdownGraceSeconds) * 1000,
-    picker: pickerOrConfigError(file.picker),
+    picker: withAbsoluteTokenizerDir(pickerOrConfigError(file.picker), paths),
     tracing: tracingOrConfigError(file.tracing, env),
   };
 }
@@ -438,6 +469,12 @@ function tracingOrConfigError(section: ConfigFile['tracing'], env: Env): Tracing
     if (err instanceof TracingConfigError) throw new ConfigError(err.message);
     throw err;
   }
+}
+
+/** The tokenizer directory, like every other path in the file, from the file's folder. */
+function withAbsoluteTokenizerDir(picker: PickerSettings, paths: PathResolvers): PickerSettings {
+  const precise = picker.precise;
+  return precise === undefined ? picker : { ...picker, precise: { ...precise, tokenizerDir: paths.fromFile(precise.tokenizerDir) } };
 }
 
 function pickerOrConfigError(section: ConfigFile['picker']): PickerSettings {

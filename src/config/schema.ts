@@ -502,6 +502,12 @@ export const configFileSchema = Mapping(
           http: Type.Optional(
             NonEmpty({ default: DEFAULTS.httpAddress, description: 'HTTP /metrics, /healthz, /readyz (and /debug/endpoints): host:port.' }),
           ),
+          peerAddress: Type.Optional(
+            NonEmpty({
+              description:
+                "This replica's gRPC address as the other replicas reach it (host:port: in Kubernetes the pod IP and the gRPC port). Written into each picked request's envoy.lb metadata, so Envoy's access-log entry of its stream, whichever replica receives it, is forwarded here and a client that left is judged a cancellation on every replica. Absent: no forwarding (one replica, or each judges only the entries it receives). With listen.tls the entries go over TLS (the peer certificate is not verified); not with listen.tls.clientCaFile (peers present no client certificate).",
+            }),
+          ),
           debugEndpoints: Type.Optional(
             Type.Boolean({
               default: false,
@@ -579,6 +585,25 @@ export const configFileSchema = Mapping(
                 'Pools (names, or namespace/name of an InferencePool; "*" for all) whose streamed chat and completion requests get stream_options.include_usage added when they lack it, so their tokens are counted; the usage chunk the client did not ask for is removed from its stream.',
             }),
           ),
+          modelRewrites: Type.Optional(
+            Type.Array(
+              Mapping({
+                // None or empty: the rule applies to every model a rule naming it exactly does not claim (llm-d's rule).
+                matches: Type.Optional(
+                  Type.Array(Mapping({ model: Mapping({ value: NonEmpty(), type: Type.Optional(Type.Literal('Exact')) }) })),
+                ),
+                targets: Type.Array(
+                  Mapping({ modelRewrite: NonEmpty(), weight: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })) }),
+                  { minItems: 1 },
+                ),
+              }),
+              {
+                default: [],
+                description:
+                  "Weighted model rewrite, in the shape of llm-d's InferenceModelRewrite spec.rules: a request for a matched model is routed and sent as one of the targets (modelRewrite), split by weight (smooth weighted round robin); a rule without matches applies to every model no exact rule names; the body's model is changed in place. InferenceModelRewrites of the watched InferencePools add their rules after these. The x-llm-d-model-name-rewrite header, where the gateway sets it, wins.",
+              },
+            ),
+          ),
         },
         { description: 'Routing.' },
       ),
@@ -619,6 +644,20 @@ export const configFileSchema = Mapping(
     ),
     picker: Type.Optional(Picker),
     tracing: Type.Optional(Tracing),
+    metrics: Type.Optional(
+      Mapping(
+        {
+          deprecatedNames: Type.Optional(
+            Type.Boolean({
+              default: true,
+              description:
+                "Also show the Gateway API Inference Extension's metric names (inference_objective_*, inference_pool_*), which llm-d keeps as deprecated twins of its llm_d_epp_* names. false: only llm_d_epp_* (and llm_extproc_*).",
+            }),
+          ),
+        },
+        { description: 'What /metrics shows.' },
+      ),
+    ),
     shutdownDrainSeconds: Type.Optional(
       Seconds('On SIGTERM: keep answering (health NOT_SERVING) this long, so the proxy moves away first.', DEFAULTS.shutdownDrainSeconds),
     ),

@@ -1,5 +1,5 @@
-// InferenceObjectives (inference.networking.x-k8s.io/v1alpha2, the Gateway API Inference
-// Extension's alpha kind) as flow-control priorities per pool. Pure: parses what the list-watch
+// InferenceObjectives (llm-d.ai/v1alpha2, and inference.networking.x-k8s.io/v1alpha2, the Gateway
+// API Inference Extension's alpha kind that llm-d took over) as flow-control priorities per pool. Pure: parses what the list-watch
 // loop hands over and builds the table routing reads; the watch itself is kubernetes-source.ts.
 //
 // The API (v1alpha2, as of GIE v1.0.1) has two spec fields: `priority` (optional integer, higher is
@@ -13,12 +13,13 @@
 import type { WatchedObject } from './pod-pools.js';
 import { field } from './list-watch.js';
 import { annotatedModels } from './inference-pools.js';
+import { poolOwned } from './pool-ref.js';
 
-export const INFERENCE_OBJECTIVE = { group: 'inference.networking.x-k8s.io', version: 'v1alpha2', plural: 'inferenceobjectives' } as const;
-
-/** What poolRef defaults to (the CRD sets these defaults; an old object may lack them). */
-const POOL_GROUP = 'inference.networking.k8s.io';
-const POOL_KIND = 'InferencePool';
+/** llm-d's group (llm-d.ai/v1alpha2), and the Inference Extension's, now its deprecated alias: same fields. */
+export const INFERENCE_OBJECTIVE_KINDS = {
+  current: { group: 'llm-d.ai', version: 'v1alpha2', plural: 'inferenceobjectives' },
+  legacy: { group: 'inference.networking.x-k8s.io', version: 'v1alpha2', plural: 'inferenceobjectives' },
+} as const;
 
 /** One objective, reduced to what flow control uses. */
 export interface ObjectiveDefinition {
@@ -35,24 +36,14 @@ export interface ObjectiveDefinition {
 
 /** Turns an InferenceObjective into a definition, or says why it cannot be used. */
 export function parseInferenceObjective(object: WatchedObject, modelsAnnotation: string): ObjectiveDefinition | string {
-  const name = object.metadata?.name;
-  const namespace = object.metadata?.namespace;
-  if (name === undefined || namespace === undefined) return 'InferenceObjective without name or namespace';
-  const id = `${namespace}/${name}`;
-  const spec = field(object, 'spec');
-  const poolRef = field(spec, 'poolRef');
-  const poolName = field(poolRef, 'name');
-  if (typeof poolName !== 'string' || poolName === '') return `InferenceObjective ${id} has no spec.poolRef.name; ignoring it`;
-  const group = field(poolRef, 'group') ?? POOL_GROUP;
-  const kind = field(poolRef, 'kind') ?? POOL_KIND;
-  if (group !== POOL_GROUP || kind !== POOL_KIND) {
-    return `InferenceObjective ${id} refers to kind ${JSON.stringify(kind)} in group ${JSON.stringify(group)}, not an InferencePool; ignoring it`;
-  }
+  const owned = poolOwned(object, 'InferenceObjective');
+  if (typeof owned === 'string') return owned;
+  const { id, name, pool, spec } = owned;
   const priority = field(spec, 'priority');
   if (priority !== undefined && (typeof priority !== 'number' || !Number.isSafeInteger(priority))) {
     return `InferenceObjective ${id} has a spec.priority that is not an integer; ignoring it`;
   }
-  return { id, name, pool: `${namespace}/${poolName}`, priority, models: annotatedModels(object, modelsAnnotation) };
+  return { id, name, pool, priority, models: annotatedModels(object, modelsAnnotation) };
 }
 
 /** The objectives of one pool that set a priority. */

@@ -25,8 +25,12 @@ import type { KubernetesSourceObserver, Collection, LoopDeps } from './list-watc
 export type { KubernetesSourceObserver } from './list-watch.js';
 import { LIST_PAGE_SIZE, ListWatchLoop } from './list-watch.js';
 import { DEFAULT_MODELS_ANNOTATION, INFERENCE_POOL, parseInferencePool } from './inference-pools.js';
-import { INFERENCE_OBJECTIVE, indexObjectives, parseInferenceObjective } from './inference-objectives.js';
-import type { ObjectiveDefinition, ObjectiveIndex } from './inference-objectives.js';
+import { INFERENCE_OBJECTIVE_KINDS, indexObjectives, parseInferenceObjective } from './inference-objectives.js';
+import type { ObjectiveIndex } from './inference-objectives.js';
+import { INFERENCE_MODEL_REWRITE_KINDS, orderRewrites, parseInferenceModelRewrite } from './inference-model-rewrites.js';
+import type { ClusterRewriteRule, RewriteDefinition } from './inference-model-rewrites.js';
+import { AliasedKind } from './aliased-kind.js';
+import type { ApiKind } from './aliased-kind.js';
 
 export interface KubernetesPoolConfig {
   /** Pool name used in routing, errors and metrics. */
@@ -67,6 +71,11 @@ export interface KubernetesSourceOptions {
    * InferenceObjective is watched (flow control, their only reader, is off everywhere).
    */
   objectivesChanged?: (index: ObjectiveIndex) => void;
+  /**
+   * The rewrite rules of the InferenceModelRewrites of the pools we serve (in precedence order),
+   * each time they change. Absent = none watched.
+   */
+  rewritesChanged?: (rules: readonly ClusterRewriteRule[]) => void;
 }
 
 const SOURCE_NAME = 'kubernetes';
@@ -85,8 +94,12 @@ export class KubernetesSource implements EndpointSource {
   private readonly log: Logger;
   private readonly staticPools: PoolWatch[];
   private readonly inferencePoolLoops = new Map<string, ListWatchLoop<WatchedObject>>();
-  private readonly objectiveLoops = new Map<string, ListWatchLoop<WatchedObject>>();
+  private readonly objectives: AliasedKind;
   private readonly objectivesChanged: ((index: ObjectiveIndex) => void) | undefined;
+  private readonly rewrites: AliasedKind;
+  private readonly rewritesChanged: ((rules: readonly ClusterRewriteRule[]) => void) | undefined;
+  /** The last rules handed over, as text. */
+  private rewritesKey = '';
   /** The last index handed over, as text: an unchanged table is not handed over again. */
   private objectivesKey = '';
   private readonly dynamicPools = new Map<string, PoolWatch>();
@@ -118,6 +131,9 @@ export class KubernetesSource implements EndpointSource {
     };
     this.modelsAnnotation = config.inferencePools?.modelsAnnotation ?? DEFAULT_MODELS_ANNOTATION;
     this.objectivesChanged = options.objectivesChanged;
+    this.rewritesChanged = options.rewritesChanged;
+    this.objectives = new AliasedKind(INFERENCE_OBJECTIVE_KINDS, 'InferenceObjective', this.log);
+    this.rewrites = new AliasedKind(INFERENCE_MODEL_REWRITE_KINDS, 'InferenceModelRewrite', this.log);
     this.staticPools = config.pools.map((p) => this.poolWatch({ ...p, selector: { ...p.selector }, models: [...p.models] }));
   }
 
@@ -137,13 +153,12 @@ export class KubernetesSource implements EndpointSource {
         );
         this.inferencePoolLoops.set(namespace, loop);
         loop.start();
+        // Neither is part of the first sync: the CRDs are alpha and often absent; until one lists, none applies.
+        const collection = (kind: ApiKind, legacy: boolean): Collection<WatchedObject> =>
+          this.customCollection(kind, namespace, true, legacy);
+        if (this.rewritesChanged !== undefined) this.rewrites.watch(collection, this.deps, () => this.onRewritesChanged());
         if (this.config.inferencePools.objectives === false || this.objectivesChanged === undefined) continue;
-        // Not part of the first sync: the CRD is alpha and often absent; until it lists, no objective applies.
-        const objectives = new ListWatchLoop(this.customCollection(INFERENCE_OBJECTIVE, namespace, true), this.deps, () =>
-          this.onObjectivesChanged(),
-        );
-        this.objectiveLoops.set(namespace, objectives);
-        objectives.start();
+        this.objectives.watch(collection, this.deps, () => this.onObjectivesChanged());
       }
     }
     this.schedulePublish();
@@ -156,7 +171,8 @@ export class KubernetesSource implements EndpointSource {
     const loops = [
       ...this.staticPools.map((p) => p.loop),
       ...this.inferencePoolLoops.values(),
-      ...this.objectiveLoops.values(),
+      ...this.objectives.loops(),
+      ...this.rewrites.loops(),
       ...[...this.dynamicPools.values()].map((p) => p.loop),
     ];
     await Promise.all([...loops.map((l) => l.stop()), ...this.stopping]);
@@ -183,14 +199,11 @@ export class KubernetesSource implements EndpointSource {
    * One namespace's objects of a custom kind (InferencePools, InferenceObjectives), handed to the
    * loop as they are; `optional`: the kind's CRD may be missing (a refused list is said once and retried).
    */
-  private customCollection(
-    kind: typeof INFERENCE_POOL | typeof INFERENCE_OBJECTIVE,
-    namespace: string,
-    optional: boolean,
-  ): Collection<WatchedObject> {
+  private customCollection(kind: ApiKind, namespace: string, optional: boolean, legacy = false): Collection<WatchedObject> {
     const path = `/apis/${kind.group}/${kind.version}/namespaces/${encodeURIComponent(namespace)}/${kind.plural}`;
     return {
-      resource: `${kind.plural}/${namespace}`,
+      // A deprecated group's collection says its group: the same plural is watched under two.
+      resource: `${legacy ? `${kind.plural}.${kind.group}` : kind.plural}/${namespace}`,
       watchPath: path,
       labelSelector: undefined,
       list: (signal, timeoutSeconds, continueToken) =>
@@ -202,20 +215,9 @@ export class KubernetesSource implements EndpointSource {
 
   /** Hands routing the priorities of the objectives of the pools we serve now. */
   private onObjectivesChanged(): void {
-    if (this.stopped || this.objectivesChanged === undefined || this.objectiveLoops.size === 0) return;
-    const definitions: ObjectiveDefinition[] = [];
-    for (const loop of this.objectiveLoops.values()) {
-      for (const object of loop.items()) {
-        const parsed = parseInferenceObjective(object, this.modelsAnnotation);
-        if (typeof parsed === 'string') {
-          this.warnOnce(`objective:${object.metadata?.namespace ?? ''}/${object.metadata?.name ?? ''}:${parsed}`, parsed);
-          continue;
-        }
-        definitions.push(parsed);
-      }
-    }
-    const served = new Set([...this.staticPools.map((p) => p.def.name), ...this.dynamicPools.keys()]);
-    const { index, ignored } = indexObjectives(definitions, served);
+    if (this.stopped || this.objectivesChanged === undefined || !this.objectives.watching) return;
+    const definitions = this.parsedItems(this.objectives, (object) => parseInferenceObjective(object, this.modelsAnnotation));
+    const { index, ignored } = indexObjectives(definitions, this.servedPools());
     for (const { id, why, reason } of ignored) {
       // Objectives of other pools are routine in a shared namespace (each pool's picker reads its own).
       if (why === 'other-pool') this.log.debug({ objective: id }, `InferenceObjective ignored: ${reason}`);
@@ -229,6 +231,34 @@ export class KubernetesSource implements EndpointSource {
     this.objectivesKey = key;
     this.log.info({ objectives: summary }, 'InferenceObjective priorities changed');
     this.objectivesChanged(index);
+  }
+
+  /** Hands the request path the rewrite rules of the pools we serve now. */
+  private onRewritesChanged(): void {
+    if (this.stopped || this.rewritesChanged === undefined || !this.rewrites.watching) return;
+    const definitions: RewriteDefinition[] = this.parsedItems(this.rewrites, parseInferenceModelRewrite);
+    const rules = orderRewrites(definitions, this.servedPools());
+    const key = JSON.stringify(rules);
+    if (key === this.rewritesKey) return;
+    this.rewritesKey = key;
+    this.log.info({ rules }, 'InferenceModelRewrite rules changed');
+    this.rewritesChanged(rules);
+  }
+
+  /** The applying objects of a kind, parsed; each unusable one is warned about once. */
+  private parsedItems<T>(kind: AliasedKind, parse: (object: WatchedObject) => T | string): T[] {
+    const parsed: T[] = [];
+    for (const object of kind.items()) {
+      const result = parse(object);
+      if (typeof result === 'string')
+        this.warnOnce(`parse:${object.metadata?.namespace ?? ''}/${object.metadata?.name ?? ''}:${result}`, result);
+      else parsed.push(result);
+    }
+    return parsed;
+  }
+
+  private servedPools(): Set<string> {
+    return new Set([...this.staticPools.map((p) => p.def.name), ...this.dynamicPools.keys()]);
   }
 
   /** Brings the InferencePool-defined pools in line with the InferencePools we see. */
@@ -279,8 +309,9 @@ export class KubernetesSource implements EndpointSource {
       this.log.info({ pool: name, selector: formatSelector(def.selector), targetPort: def.targetPort }, 'InferencePool added');
       pool.loop.start();
     }
-    // Objectives waiting for their pool apply now; those of a pool that went stop applying.
+    // Objectives and rewrites waiting for their pool apply now; those of a pool that went stop applying.
     this.onObjectivesChanged();
+    this.onRewritesChanged();
     this.schedulePublish();
   }
 

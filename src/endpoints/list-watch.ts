@@ -111,6 +111,11 @@ export class ListWatchLoop<T> {
     return this.listedOnce;
   }
 
+  /** The API server has said whether it serves the collection: it listed, or refused it as not served or not readable (optional kinds). */
+  get answered(): boolean {
+    return this.listedOnce || this.unavailable;
+  }
+
   items(): IterableIterator<T> {
     return this.objects.values();
   }

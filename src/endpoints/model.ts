@@ -19,6 +19,8 @@ export interface ObservedEndpoint {
   readonly state: Exclude<EndpointState, 'Quarantined'>;
   /** Short human reason taken from the source, e.g. `ContainerCreating` or `readiness probe failing`. */
   readonly reason: string;
+  /** The engine the pod's `llm-d.ai/engine-type` label names, if any: its metrics flavour over the pool's. */
+  readonly engine?: string;
 }
 
 /** A replica as the rest of the program sees it, after passive health. */

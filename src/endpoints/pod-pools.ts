@@ -8,6 +8,7 @@ import { classifyPod } from './pod-state.js';
 import type { PodFacts } from './pod-state.js';
 import type { Collection, LoopChange, LoopDeps } from './list-watch.js';
 import { ListWatchLoop } from './list-watch.js';
+import { ACTIVE_PORTS_ANNOTATIONS, ENGINE_TYPE_LABELS } from './pod-keys.js';
 
 /** Resolved pool: from the config file or from an InferencePool. */
 export interface PoolDefinition {
@@ -24,7 +25,9 @@ export interface WatchedObject {
     readonly name?: string;
     readonly namespace?: string;
     readonly resourceVersion?: string;
+    readonly creationTimestamp?: string;
     readonly annotations?: Readonly<Record<string, string>>;
+    readonly labels?: Readonly<Record<string, string>>;
   };
 }
 
@@ -36,6 +39,10 @@ export interface PodEntry {
   readonly ip: string;
   readonly state: ObservedEndpoint['state'];
   readonly reason: string;
+  /** The ports the pod says it serves on (llm-d's active-ports annotation); undefined = every port. */
+  readonly activePorts?: readonly number[];
+  /** The pod's engine-type label (which metrics flavour it speaks), if it has one. */
+  readonly engine?: string;
 }
 
 export function projectPod(object: unknown, namespace: string): PodEntry | undefined {
@@ -43,7 +50,28 @@ export function projectPod(object: unknown, namespace: string): PodEntry | undef
   const name = pod.metadata?.name;
   if (name === undefined) return undefined;
   const { state, reason } = classifyPod(pod);
-  return { id: `${pod.metadata?.namespace ?? namespace}/${name}`, ip: pod.status?.podIP ?? '', state, reason };
+  const entry: PodEntry = { id: `${pod.metadata?.namespace ?? namespace}/${name}`, ip: pod.status?.podIP ?? '', state, reason };
+  const ports = firstKey(pod.metadata?.annotations, ACTIVE_PORTS_ANNOTATIONS);
+  const engine = firstKey(pod.metadata?.labels, ENGINE_TYPE_LABELS);
+  if (ports === undefined && engine === undefined) return entry;
+  return { ...entry, ...(ports === undefined ? {} : { activePorts: parsePorts(ports) }), ...(engine === undefined ? {} : { engine }) };
+}
+
+/** The value of the first of `keys` present (llm-d's key before the Inference Extension's alias). */
+function firstKey(map: Readonly<Record<string, string>> | undefined, keys: readonly string[]): string | undefined {
+  if (map === undefined) return undefined;
+  for (const key of keys) if (Object.hasOwn(map, key)) return map[key];
+  return undefined;
+}
+
+/** `"8000, 8001"` → [8000, 8001]; entries that are not port numbers are ignored, as llm-d does. */
+function parsePorts(value: string): number[] {
+  const ports: number[] = [];
+  for (const piece of value.split(',')) {
+    const port = Number(piece.trim());
+    if (Number.isInteger(port) && port > 0 && port <= 65535) ports.push(port);
+  }
+  return ports;
 }
 
 /** Plain code-point order: a stable total order, and far cheaper than localeCompare at thousands of pods. */
@@ -132,17 +160,21 @@ export class PoolWatch {
   }
 
   private toEndpoint(entry: PodEntry): ObservedEndpoint {
+    const port = this.definition.targetPort;
+    const inactive = entry.activePorts !== undefined && !entry.activePorts.includes(port);
     return {
       id: entry.id,
-      address: entry.ip === '' ? '' : formatAddress(entry.ip, this.definition.targetPort),
-      state: entry.state,
-      reason: entry.reason,
+      address: entry.ip === '' ? '' : formatAddress(entry.ip, port),
+      // A pod that lists its active ports without the pool's takes no traffic on it (llm-d skips that port).
+      state: inactive && entry.state === 'Ready' ? 'NotReady' : entry.state,
+      reason: inactive && entry.state === 'Ready' ? `port ${port} not in the pod's active-ports annotation` : entry.reason,
+      ...(entry.engine === undefined ? {} : { engine: entry.engine }),
     };
   }
 }
 
 function sameEndpoint(a: ObservedEndpoint, b: ObservedEndpoint): boolean {
-  return a.id === b.id && a.address === b.address && a.state === b.state && a.reason === b.reason;
+  return a.id === b.id && a.address === b.address && a.state === b.state && a.reason === b.reason && a.engine === b.engine;
 }
 
 function formatAddress(ip: string, port: number): string {

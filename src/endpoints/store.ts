@@ -216,5 +216,6 @@ export class EndpointStore implements EndpointSink {
 
 /** The replica as the rest of the program sees it; only the fields of the model, in one shape. */
 function endpointOf(observed: ObservedEndpoint, pool: string): Endpoint {
-  return { id: observed.id, address: observed.address, state: observed.state, reason: observed.reason, pool };
+  const endpoint: Endpoint = { id: observed.id, address: observed.address, state: observed.state, reason: observed.reason, pool };
+  return observed.engine === undefined ? endpoint : { ...endpoint, engine: observed.engine };
 }

@@ -368,8 +368,11 @@ const SPECS: Record<ErrorKind, EntrySpec> = {
     retryable: true,
     delivery: 'connection-reset',
     cause:
-      'The model server reset the connection after response headers were sent. Nothing can be appended: ' +
-      "Envoy resets the client's stream, and the gateway only records the failure.",
+      "The model server's side ended the response stream after its headers were sent (Envoy's access log flags an " +
+      'upstream reset, connection close or timeout, or, without that log, nothing explained the break). Nothing can be ' +
+      "appended: Envoy resets the client's stream, and the gateway only records the failure. If Envoy still held the " +
+      'headers, the client gets its `upstream_reset` (or `upstream_timeout`) reply instead, and that is the result. A break ' +
+      'that Envoy logs as the client leaving is `cancelled_mid_stream`, not this.',
     action: 'Treat the output received so far as partial and retry the request.',
   },
   upstream_error_event: {
@@ -410,4 +413,64 @@ export function catalogEntry(kind: ErrorKind): CatalogEntry {
 
 export function isErrorKind(value: unknown): value is ErrorKind {
   return typeof value === 'string' && (ERROR_KINDS as readonly string[]).includes(value);
+}
+
+/**
+ * Results that are not errors: the request ended before its answer was complete, and nothing points
+ * at a model server or at us. They label `llm_extproc_requests_total{result}` and log lines like the
+ * error codes, but no error series, error ratio or alert counts them, and the replica that served
+ * keeps a clean record. No client sees them: whoever ended the request is gone.
+ */
+export const CANCELLATION_KINDS = [
+  'cancelled_before_routing',
+  'cancelled_in_queue',
+  'cancelled_before_response',
+  'cancelled_mid_stream',
+] as const;
+
+export type CancellationKind = (typeof CANCELLATION_KINDS)[number];
+
+export interface CancellationEntry {
+  readonly kind: CancellationKind;
+  readonly title: string;
+  /** What is known when it is recorded (and what is not). */
+  readonly cause: string;
+}
+
+const CANCELLATION_SPECS: Record<CancellationKind, Omit<CancellationEntry, 'kind'>> = {
+  cancelled_before_routing: {
+    title: 'Ended before it was routed',
+    cause: 'The ext_proc stream ended before the request body reached us: the client hung up while sending it.',
+  },
+  cancelled_in_queue: {
+    title: 'Ended while it waited in a queue',
+    cause: 'The client hung up while the request waited in a saturated pool’s queue (flow control); it left the queue at once.',
+  },
+  cancelled_before_response: {
+    title: 'Ended before the response started',
+    cause:
+      'The stream ended after the pick and before any response headers: the client hung up while the model server prepared its answer.',
+  },
+  cancelled_mid_stream: {
+    title: 'Stream ended mid-response by the client',
+    cause:
+      "A response stream ended before its end, and Envoy's access-log entry of it says the downstream ended it " +
+      '(DC: the client closed its connection; DR: it reset its HTTP/2 stream) with no upstream reset or timeout: a ' +
+      '"stop generating" button, a closed tab, a client timeout, or a network break on the client\'s side. Only where ' +
+      'the gateway streams its access log to llm-extproc (docs/gateways.md); without it such a break is `stream_broken`.',
+  },
+};
+
+export const CANCELLATIONS: Readonly<Record<CancellationKind, CancellationEntry>> = Object.freeze(
+  Object.fromEntries(CANCELLATION_KINDS.map((kind) => [kind, Object.freeze({ kind, ...CANCELLATION_SPECS[kind] })])) as Record<
+    CancellationKind,
+    CancellationEntry
+  >,
+);
+
+const CANCELLATION_SET: ReadonlySet<string> = new Set(CANCELLATION_KINDS);
+
+/** Whether a request's result is a cancellation (not an error): for metrics and logs. */
+export function isCancellation(result: string): result is CancellationKind {
+  return CANCELLATION_SET.has(result);
 }

@@ -4,6 +4,7 @@
 
 import type { ErrorType } from './catalog.js';
 import type { GatewayError } from './gateway-error.js';
+import { DROPPED_REASON_BY_KIND, DROPPED_REASON_HEADER } from './dropped-reason.js';
 
 export interface RenderedError {
   status: number;
@@ -82,6 +83,8 @@ export function renderError(err: GatewayError, opts?: RenderOptions): RenderedEr
   const retryAfter = retryAfterFor(err, opts);
   if (retryAfter !== undefined) headers.push(['retry-after', String(retryAfter)]);
   if (err.kind === 'method_not_allowed') headers.push(['allow', 'POST']);
+  const dropped = DROPPED_REASON_BY_KIND[err.kind];
+  if (dropped !== undefined) headers.push([DROPPED_REASON_HEADER, dropped]);
   return { status: entry.status, headers, body };
 }
 

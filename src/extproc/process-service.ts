@@ -4,6 +4,7 @@
 // exactly one StreamEnd whatever way the stream ends. The transports (grpc/) drive it through the
 // BidiCall interface and know nothing of what the messages mean.
 import type { Logger } from 'pino';
+import { PeerResetError } from '../grpc/bidi-call.js';
 import type { BidiCall, BidiMethod, CallErrorCode, CallSink } from '../grpc/bidi-call.js';
 import { asError } from '../util/error-message.js';
 import { LogThrottle } from '../util/log-throttle.js';
@@ -147,9 +148,14 @@ class ProcessCall implements BidiCall<ProcessingRequest> {
   /** The transport failed (not us): finish with the error and report it. */
   transportFailed(err: Error): void {
     if (this.finished) return;
-    const suppressed = this.context.failureLog.admit('transport_failed', performance.now());
-    if (suppressed === undefined) this.context.logger.debug({ err }, 'ext_proc stream failed');
-    else this.context.logger.warn(suppressed === 0 ? { err } : { err, suppressed }, 'ext_proc stream failed');
+    // A peer's reset is Envoy giving the stream up: the request's own outcome line (request
+    // cancelled, request failed) says why, so it is no warning of its own.
+    if (err instanceof PeerResetError) this.context.logger.debug({ err }, 'ext_proc stream reset by Envoy');
+    else {
+      const suppressed = this.context.failureLog.admit('transport_failed', performance.now());
+      if (suppressed === undefined) this.context.logger.debug({ err }, 'ext_proc stream failed');
+      else this.context.logger.warn(suppressed === 0 ? { err } : { err, suppressed }, 'ext_proc stream failed');
+    }
     this.finish({ kind: 'error', error: err });
     this.context.onStreamError?.(err);
   }
@@ -157,7 +163,7 @@ class ProcessCall implements BidiCall<ProcessingRequest> {
   /** A message could not be handled (processor threw, undecodable or oversized bytes): end with an error status. */
   fail(error: Error, code: CallErrorCode = 'INTERNAL', details = INTERNAL_DETAILS): void {
     if (this.finished) return;
-    this.finish({ kind: 'error', error });
+    this.finish({ kind: 'error', error, code });
     this.context.onStreamError?.(error);
     this.sink.endError(code, details);
   }

@@ -34,6 +34,25 @@ export function responseHeadersReply(
   };
 }
 
+/**
+ * A response-headers reply that also sets one header on the response (the other headers it sets or
+ * removes are kept). A new object: the reply given may be a shared constant.
+ */
+export function withResponseHeader(reply: ProcessingResponse, key: string, value: string): ProcessingResponse {
+  const headers = reply.response_headers;
+  if (headers === undefined) return reply;
+  const common = headers.response ?? {};
+  const mutation = common.header_mutation ?? {};
+  const added = headerMutation([[key, value]]).set_headers ?? [];
+  return {
+    ...reply,
+    response_headers: {
+      ...headers,
+      response: { ...common, header_mutation: { ...mutation, set_headers: [...(mutation.set_headers ?? []), ...added] } },
+    },
+  };
+}
+
 /** Replace the body chunk in flight (STREAMED and BUFFERED modes). */
 export function replaceBodyChunk(direction: 'request' | 'response', body: Buffer): ProcessingResponse {
   const reply = { response: { body_mutation: { body } } };

@@ -1,5 +1,6 @@
 // The seam between the Process method (process-service.ts) and the per-stream request logic
 // (request/): the method only forwards; the processor owns all decisions and returns data.
+import type { CallErrorCode } from '../grpc/bidi-call.js';
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
 
 /** Why a stream ended; the processor hears exactly one of these per stream. */
@@ -8,8 +9,11 @@ export type StreamEnd =
   | { kind: 'half-closed' }
   /** Envoy reset/cancelled the stream (HTTP stream over, upstream reset, timeout…). */
   | { kind: 'cancelled' }
-  /** Transport failure, or process() threw (the edge then ends the stream with INTERNAL). */
-  | { kind: 'error'; error: Error }
+  /**
+   * Transport failure (no `code`: the stream is gone, no status reaches Envoy), or a message we
+   * could not handle (`code`: the status the edge ends the stream with).
+   */
+  | { kind: 'error'; error: Error; code?: CallErrorCode }
   /** We ended the stream with OK at shutdown; Envoy finishes the HTTP response without us. */
   | { kind: 'released' };
 

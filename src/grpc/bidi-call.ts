@@ -6,6 +6,17 @@
 /** The error statuses a call ends with. */
 export type CallErrorCode = 'INTERNAL' | 'RESOURCE_EXHAUSTED';
 
+/**
+ * The peer reset the stream with an error code other than CANCEL or NO_ERROR: it gave the call up.
+ * Envoy does so in full-duplex mode (RST_STREAM INTERNAL_ERROR) when the HTTP stream the call
+ * served ended early, a client that left included.
+ */
+export class PeerResetError extends Error {
+  constructor(readonly http2Code: number) {
+    super(`stream reset by the peer (HTTP/2 error code ${http2Code})`);
+  }
+}
+
 /** What the transport does for the call. */
 export interface CallSink<Res> {
   /** Sends one reply; false when the transport's write buffer is full (then pauseUntilDrain follows). */
@@ -54,6 +65,11 @@ export interface BidiMethod<Req, Res> {
   readonly openCalls: number;
   /** Shutdown's deadline: end every open call with OK now (the method decides what that means to it). */
   releaseOpenCalls(): void;
+  /**
+   * Shutdown began (GOAWAY sent): a method whose calls never end on their own (a log stream) ends
+   * them now, so they do not hold the connection open for the whole grace period.
+   */
+  shutdownStarted?(): void;
 }
 
 /** The service part of a method's path (`package.Service`), which health answers for. */

@@ -26,8 +26,18 @@ export function frameMessage(message: Uint8Array): Buffer {
 }
 
 /**
+ * The most a split message may allocate ahead of its bytes: a prefix that claims more is grown into
+ * as its bytes arrive, so a length alone (up to the message limit) cannot make us allocate it.
+ */
+const AHEAD_BYTES = 8 * 1024 * 1024;
+
+/**
  * Reassembles messages from the chunks of one stream. A chunk that holds whole messages yields
- * views into it (no copy); a message split over chunks is copied once, when it is complete.
+ * views into it (no copy); a message split over chunks is copied once, piece by piece as the
+ * chunks come, into a buffer of its size. Copying as they come, rather than keeping views and
+ * joining them at the end, lets each socket read die young instead of pinning a buffered body
+ * twice until its last chunk, and takes the copy off the chunk that completes the message (the one
+ * Envoy's request waits on).
  */
 export class MessageDeframer {
   /** Bytes of the current frame's 5-byte prefix seen so far (kept until the prefix is whole). */
@@ -35,7 +45,8 @@ export class MessageDeframer {
   private headerFill = 0;
   /** Length of the message being collected; -1 while its prefix is incomplete. */
   private expected = -1;
-  private parts: Buffer[] = [];
+  /** The split message being collected, and how many of its bytes are in. */
+  private partial: Buffer | undefined;
   private collected = 0;
 
   constructor(private readonly maxMessageBytes: number) {}
@@ -75,17 +86,31 @@ export class MessageDeframer {
         continue;
       }
       const take = Math.min(missing, end - at);
-      // A prefix that ends the chunk leaves nothing to take: an empty view would pin the chunk.
-      if (take > 0) this.parts.push(chunk.subarray(at, at + take));
+      if (take > 0) {
+        const into = this.room(this.collected + take);
+        chunk.copy(into, this.collected, at, at + take);
+      }
       this.collected += take;
       at += take;
       if (this.collected < this.expected) return;
-      const message = Buffer.concat(this.parts, this.collected);
-      this.parts = [];
+      const message = this.partial ?? Buffer.alloc(0);
+      this.partial = undefined;
       this.collected = 0;
       this.expected = -1;
       onMessage(message);
     }
+  }
+
+  /** The split message's buffer with room for `needed` bytes: its whole size, or what has arrived if it claims more than AHEAD_BYTES. */
+  private room(needed: number): Buffer {
+    const current = this.partial;
+    if (current !== undefined && current.length >= needed) return current;
+    const size =
+      this.expected <= AHEAD_BYTES ? this.expected : Math.min(this.expected, Math.max(needed, 2 * (current?.length ?? 0), AHEAD_BYTES));
+    const grown = Buffer.allocUnsafe(size);
+    if (current !== undefined) current.copy(grown, 0, 0, this.collected);
+    this.partial = grown;
+    return grown;
   }
 
   private readPrefix(buf: Buffer, at: number): number {

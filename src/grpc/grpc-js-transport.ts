@@ -365,6 +365,7 @@ function bind(server: Server, address: string, credentials: ServerCredentials): 
 }
 
 async function shutdownServer(server: Server, methods: readonly AnyBidiMethod[], graceMs: number, logger: Logger): Promise<void> {
+  for (const method of methods) method.shutdownStarted?.();
   await new Promise<void>((resolve) => {
     let flushTimer: NodeJS.Timeout | undefined;
     const timer = setTimeout(() => {

@@ -78,6 +78,7 @@ async function shutdownServer(
   const closed = new Promise<void>((resolve) => server.close(() => resolve()));
   // GOAWAY: no new streams; each connection closes once its open streams are done.
   for (const connection of connections) connection.close();
+  for (const method of methods) method.shutdownStarted?.();
   let graceTimer: NodeJS.Timeout | undefined;
   let flushTimer: NodeJS.Timeout | undefined;
   const deadline = new Promise<void>((resolve) => {

@@ -19,7 +19,7 @@ import { HEALTH_SERVICE_NAME } from './health-messages.js';
 import { HealthService } from './health-service.js';
 import { bindListener, isGrpcContentType, startKeepalive } from './listener.js';
 import { MessageInput } from './message-input.js';
-import { serviceOf } from './bidi-call.js';
+import { PeerResetError, serviceOf } from './bidi-call.js';
 import type { AnyBidiMethod, GrpcServerOptions, RunningGrpcServer } from './server-options.js';
 import { GRPC_STATUS, statusTrailers } from './status.js';
 import { clientVerificationOptions, secureContextOptions } from './tls-identity.js';
@@ -215,7 +215,7 @@ function sweepIdle(
 /** A peer's reset other than CANCEL, or our own reset: the stream failed rather than being cancelled. */
 function streamFailure(close: StreamClose): Error | undefined {
   if (close.kind === 'reset' && close.code !== ErrorCode.CANCEL && close.code !== ErrorCode.NO_ERROR) {
-    return new Error(`stream reset by the peer (HTTP/2 error code ${close.code})`);
+    return new PeerResetError(close.code);
   }
   if (close.kind === 'local-reset') return new Error(`stream reset by us (HTTP/2 error code ${close.code})`);
   return undefined;

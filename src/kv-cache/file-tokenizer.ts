@@ -104,6 +104,25 @@ export class FileTokenizer implements PromptTokenizer {
     this.splitter = contents.length === 0 ? undefined : new RegExp(`(${contents.map(escapeRegExp).join('|')})`);
   }
 
+  /** What this process loaded for its config, by directory (see `shared`). */
+  private static readonly loaded = new Map<string, Promise<FileTokenizer>>();
+
+  /**
+   * The tokenizer in `dir`, loaded once per process: the server's start checks the config
+   * (check-config.ts: a config naming unusable files stops there), then runs with the very
+   * tokenizer the check loaded (start-precise.ts).
+   */
+  static shared(dir: string): Promise<FileTokenizer> {
+    let loading = FileTokenizer.loaded.get(dir);
+    if (loading === undefined) {
+      loading = FileTokenizer.load(dir);
+      FileTokenizer.loaded.set(dir, loading);
+      // A failed load is not kept: the files may be fixed, and the next start reads them again.
+      loading.catch(() => FileTokenizer.loaded.delete(dir));
+    }
+    return loading;
+  }
+
   /** Reads the tokenizer in `dir` and checks that it cuts at its added tokens as the cache assumes. */
   static async load(dir: string): Promise<FileTokenizer> {
     const [tokenizerJson, config] = await Promise.all([readJson(dir, 'tokenizer.json'), readJson(dir, 'tokenizer_config.json')]);

@@ -44,7 +44,7 @@ export async function startPrecise(
 ): Promise<RunningPrecise> {
   const log = logger.child({ component: 'kv-events' });
   const started = performance.now();
-  const tokenizer = await FileTokenizer.load(settings.tokenizerDir);
+  const tokenizer = await FileTokenizer.shared(settings.tokenizerDir);
   log.info(
     { tokenizerDir: settings.tokenizerDir, chatTemplate: tokenizer.hasChatTemplate, loadMs: Math.round(performance.now() - started) },
     'precise prefix matching: tokenizer loaded',

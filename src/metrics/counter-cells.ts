@@ -31,14 +31,14 @@ export class CounterCells {
    * Adds one to the series with these label values (as many as labelNames, in its order); true
    * when this created the series.
    */
-  add(a: string, b: string, c?: string, d?: string): boolean {
+  add(a: string, b?: string, c?: string, d?: string): boolean {
     const before = this.cells.size;
     this.cellOf(a, b, c, d).pending++;
     return this.cells.size !== before;
   }
 
   /** The series with these label values as a handle to keep (created on its first flush, even at zero). */
-  cell(a: string, b: string, c?: string, d?: string): CounterCell {
+  cell(a: string, b?: string, c?: string, d?: string): CounterCell {
     const cell = this.cellOf(a, b, c, d);
     return {
       add(amount: number): void {
@@ -47,7 +47,7 @@ export class CounterCells {
     };
   }
 
-  private cellOf(a: string, b: string, c: string | undefined, d: string | undefined): Cell {
+  private cellOf(a: string, b: string | undefined, c: string | undefined, d: string | undefined): Cell {
     let level: Level = this.root;
     let node: Level | Cell | undefined;
     const depth = this.labelNames.length;
@@ -86,7 +86,7 @@ export class CounterCells {
     }
   }
 
-  private newCell(a: string, b: string, c: string | undefined, d: string | undefined): Cell {
+  private newCell(a: string, b: string | undefined, c: string | undefined, d: string | undefined): Cell {
     const values = [a, b, c, d];
     const labels: Record<string, string> = {};
     this.labelNames.forEach((name, i) => (labels[name] = values[i] as string));

@@ -19,6 +19,41 @@ interface Series {
 export interface CountingChild {
   /** Counts `count` events (default 1) that each took `value`. */
   observe(value: number, count?: number): void;
+  /** Adds observations held apart on the same bounds (one request's, once it is known they count). */
+  add(held: HeldObservations): void;
+}
+
+/** The bucket `value` falls in: the first bound it does not exceed, `bounds.length` for +Inf. */
+function bucketOf(bounds: Float64Array, value: number): number {
+  let i = 0;
+  while (i < bounds.length && value > bounds[i]) i++;
+  return i;
+}
+
+/**
+ * Observations of one request held apart from the series, on a histogram's bounds: many per request
+ * (one per streamed chunk) without keeping the values, added to a series only if the request turns
+ * out to count (CountingChild.add). Observing is a bucket search and three additions.
+ */
+export class HeldObservations {
+  readonly counts: Float64Array;
+  sum = 0;
+  count = 0;
+
+  constructor(readonly bounds: Float64Array) {
+    this.counts = new Float64Array(bounds.length + 1);
+  }
+
+  observe(value: number): void {
+    this.counts[bucketOf(this.bounds, value)]++;
+    this.sum += value;
+    this.count++;
+  }
+}
+
+/** Ascending bounds, as a histogram's series count them (for HeldObservations made apart from it). */
+export function sortedBounds(buckets: readonly number[]): Float64Array {
+  return Float64Array.from([...buckets].sort((a, b) => a - b));
 }
 
 type Exported = Awaited<ReturnType<Histogram['get']>>;
@@ -40,7 +75,7 @@ export class CountingHistogram extends Histogram {
       registers: config.registers,
       aggregator: 'sum',
     });
-    this.bounds = Float64Array.from([...config.buckets].sort((a, b) => a - b));
+    this.bounds = sortedBounds(config.buckets);
   }
 
   /**
@@ -58,11 +93,15 @@ export class CountingHistogram extends Histogram {
     const bounds = this.bounds;
     return {
       observe(value: number, count = 1): void {
-        let i = 0;
-        while (i < bounds.length && value > bounds[i]) i++;
-        s.counts[i] += count;
+        s.counts[bucketOf(bounds, value)] += count;
         s.sum += value * count;
         s.count += count;
+      },
+      add(held: HeldObservations): void {
+        if (held.counts.length !== s.counts.length) throw new Error('held observations on other bounds than the series');
+        for (let i = 0; i < held.counts.length; i++) s.counts[i] += held.counts[i];
+        s.sum += held.sum;
+        s.count += held.count;
       },
     };
   }

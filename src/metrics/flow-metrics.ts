@@ -26,6 +26,22 @@ export class TenantLabels {
 
 type Labels = 'pool' | 'priority' | 'tenant';
 
+type Ending = 'dispatched' | 'expired' | 'cancelled' | 'failed' | 'shed' | 'pool_saturated';
+
+/**
+ * llm-d's `outcome` for each way a request leaves our flow control. `failed` (the dispatch found
+ * no replica to pick) and `shed` (a sheddable request met a saturated pool) have no exact llm-d
+ * counterpart and are its catch-alls.
+ */
+const LLM_D_OUTCOME: Readonly<Record<Ending, string>> = {
+  dispatched: 'Dispatched',
+  expired: 'EvictedTTL',
+  cancelled: 'EvictedContextCancelled',
+  failed: 'EvictedOther',
+  shed: 'RejectedOther',
+  pool_saturated: 'RejectedCapacity',
+};
+
 export interface QueueLength {
   readonly pool: string;
   readonly priority: number;
@@ -39,6 +55,8 @@ export class FlowMetrics {
 
   private readonly events: Counter<Labels | 'event'>;
   private readonly waits: Histogram<Labels | 'outcome'>;
+  /** llm-d's `llm_d_epp_flow_control_requests_total`, counted at the same calls as `events`. */
+  private readonly llmdRequests: Counter<'outcome' | 'priority' | 'inference_pool'>;
 
   constructor(registry: Registry, tenantLabels: number) {
     this.tenants = new TenantLabels(tenantLabels);
@@ -49,6 +67,15 @@ export class FlowMetrics {
         'queue with a pick), expired (TTL: 429 queue_timeout), cancelled (client hung up), failed (no replica at dispatch), ' +
         'shed (sheddable: 429 shed), pool_saturated (queue full: 429 pool_saturated).',
       labelNames: ['pool', 'priority', 'tenant', 'event'] as const,
+      registers: [registry],
+    });
+    this.llmdRequests = new Counter({
+      name: 'llm_d_epp_flow_control_requests_total',
+      help:
+        'Requests that met a saturated pool (flow control), by how they left it (llm-d name and outcomes: Dispatched, ' +
+        'EvictedTTL, EvictedContextCancelled, EvictedOther = no replica at dispatch, RejectedCapacity = queue full, ' +
+        'RejectedOther = shed). Requests routed at once, past an unsaturated pool, are not counted.',
+      labelNames: ['outcome', 'priority', 'inference_pool'] as const,
       registers: [registry],
     });
     this.waits = new Histogram({
@@ -83,10 +110,12 @@ export class FlowMetrics {
   left(pool: string, priority: number, tenant: string, how: 'dispatched' | 'expired' | 'cancelled' | 'failed', waitSeconds: number): void {
     const labels = { pool, priority: String(priority), tenant: this.tenants.of(tenant) };
     this.events.inc({ ...labels, event: how });
+    this.llmdRequests.inc({ outcome: LLM_D_OUTCOME[how], priority: labels.priority, inference_pool: pool });
     this.waits.observe({ ...labels, outcome: how }, waitSeconds);
   }
 
   rejected(pool: string, priority: number, tenant: string, reason: 'shed' | 'pool_saturated'): void {
     this.events.inc({ pool, priority: String(priority), tenant: this.tenants.of(tenant), event: reason });
+    this.llmdRequests.inc({ outcome: LLM_D_OUTCOME[reason], priority: String(priority), inference_pool: pool });
   }
 }

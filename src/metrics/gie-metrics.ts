@@ -6,7 +6,7 @@
 // (llm_extproc_requests_total, gen_ai_*), under the other project's names.
 //
 // Labels: `model_name` is the model the client asked for; `target_model_name` is the model the
-// request was sent to, the same here (llm-extproc does not rewrite models). Pool series are
+// request was sent as: a model rewrite's target (picker/model-rewrite.ts), else the same name. Pool series are
 // labelled `name` (the pool's name as our other series show it) and, per pod, `model_server_pod`
 // (the pod's name; the address for static endpoints). Recording a request is a few kept-cell
 // writes, like the other per-request series (counter-cells.ts, counting-histogram.ts).
@@ -24,6 +24,8 @@ import type { CountingChild } from './counting-histogram.js';
 export interface PodLoad {
   readonly pod: string;
   readonly waiting: number;
+  /** Requests in the model server's running batch. */
+  readonly running: number;
   /** 0..1; undefined when the server does not report it. */
   readonly kvCacheUsage: number | undefined;
 }
@@ -48,7 +50,12 @@ export function poolLoads(view: EndpointView, board: SignalBoard): PoolLoads[] {
       const load = endpoint.address === '' ? undefined : board.peek(endpoint.address)?.usableLoad();
       // `namespace/pod` for Kubernetes: the pod's name, as the Inference Extension labels it.
       if (load !== undefined)
-        pods.push({ pod: endpoint.id.slice(endpoint.id.indexOf('/') + 1), waiting: load.waiting, kvCacheUsage: load.kvCacheUsage });
+        pods.push({
+          pod: endpoint.id.slice(endpoint.id.indexOf('/') + 1),
+          waiting: load.waiting,
+          running: load.running,
+          kvCacheUsage: load.kvCacheUsage,
+        });
     }
     out.push({ name: pool.name, readyPods, pods });
   }
@@ -60,7 +67,7 @@ const GIE_DURATION_BUCKETS = [
   0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600,
   900, 1200, 1800, 2700, 3600,
 ];
-const GIE_INPUT_TOKEN_BUCKETS = [
+export const GIE_INPUT_TOKEN_BUCKETS = [
   1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32778, 65536, 131072, 262144, 524288, 1048576,
 ];
 const GIE_OUTPUT_TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192];
@@ -69,6 +76,7 @@ const OBJECTIVE_LABELS = ['model_name', 'target_model_name'];
 
 /** The kept series of one model. */
 interface ModelSeries {
+  readonly model: string;
   /** Requests routed to the model and not finished; shown once the model was routed to. */
   running: number;
   routedOnce: boolean;
@@ -85,6 +93,7 @@ export class GieMetrics {
   private readonly duration: CountingHistogram;
   private readonly inputTokens: CountingHistogram;
   private readonly outputTokens: CountingHistogram;
+  /** By `model`, and by `model\u0000target` for rewritten requests. */
   private readonly byModel = new Map<string, ModelSeries>();
   private pools: () => Iterable<PoolLoads> = () => [];
 
@@ -138,7 +147,7 @@ export class GieMetrics {
       registers,
       aggregator: 'sum',
       collect: () => {
-        for (const [model, m] of this.byModel) if (m.routedOnce) running.set({ model_name: model }, m.running);
+        for (const m of this.byModel.values()) if (m.routedOnce) running.set({ model_name: m.model }, m.running);
       },
     });
     // Every worker of a cluster holds the same view of the pools: report one copy, not the sum.
@@ -148,7 +157,7 @@ export class GieMetrics {
       labelNames: ['name'],
       registers,
       aggregator: 'max',
-      collect: () => this.collectPools(readyPods, kvCache, queue, podQueue),
+      collect: () => collect(),
     });
     const kvCache: Gauge<string> = new Gauge({
       name: 'inference_pool_average_kv_cache_utilization',
@@ -156,6 +165,7 @@ export class GieMetrics {
       labelNames: ['name'],
       registers,
       aggregator: 'average',
+      collect: () => collect(),
     });
     const queue: Gauge<string> = new Gauge({
       name: 'inference_pool_average_queue_size',
@@ -163,6 +173,7 @@ export class GieMetrics {
       labelNames: ['name'],
       registers,
       aggregator: 'average',
+      collect: () => collect(),
     });
     const podQueue: Gauge<string> = new Gauge({
       name: 'inference_pool_per_pod_queue_size',
@@ -170,7 +181,11 @@ export class GieMetrics {
       labelNames: ['model_server_pod', 'name'],
       registers,
       aggregator: 'average',
+      collect: () => collect(),
     });
+    // Each pool gauge recomputes all four when read: whichever is read first (its own scrape, or
+    // an llm-d twin reading it: llm-d-metrics.ts) shows the pools as they are now.
+    const collect = (): void => this.collectPools(readyPods, kvCache, queue, podQueue);
   }
 
   /** Where the pool series come from (app.ts: the endpoint view and the scraped load reports). */
@@ -178,33 +193,38 @@ export class GieMetrics {
     this.pools = pools;
   }
 
-  requestFinished(model: string, ok: boolean): void {
-    const m = this.seriesOf(model);
+  requestFinished(model: string, target: string, ok: boolean): void {
+    const m = this.seriesOf(model, target);
     m.requests.add(1);
-    if (!ok) (m.errors ??= this.errorCells.cell(model, model)).add(1);
+    if (!ok) (m.errors ??= this.errorCells.cell(model, target)).add(1);
   }
 
   /** An answered request: its duration in seconds, and the tokens it reported (GIE records only counts above zero). */
-  answered(model: string, seconds: number, input: number | undefined, output: number | undefined): void {
-    const m = this.seriesOf(model);
-    (m.duration ??= this.duration.child(model, model)).observe(seconds);
-    if (input !== undefined && input > 0) (m.inputTokens ??= this.inputTokens.child(model, model)).observe(input);
-    if (output !== undefined && output > 0) (m.outputTokens ??= this.outputTokens.child(model, model)).observe(output);
+  answered(model: string, target: string, seconds: number, input: number | undefined, output: number | undefined): void {
+    const m = this.seriesOf(model, target);
+    (m.duration ??= this.duration.child(model, target)).observe(seconds);
+    if (input !== undefined && input > 0) (m.inputTokens ??= this.inputTokens.child(model, target)).observe(input);
+    if (output !== undefined && output > 0) (m.outputTokens ??= this.outputTokens.child(model, target)).observe(output);
   }
 
+  /** The running gauge is per model the request was routed as (`model_name` only, as the Inference Extension has it). */
   routed(model: string): void {
-    const m = this.seriesOf(model);
+    const m = this.seriesOf(model, model);
     m.running++;
     m.routedOnce = true;
   }
 
   released(model: string): void {
-    this.seriesOf(model).running--;
+    this.seriesOf(model, model).running--;
   }
 
-  private seriesOf(model: string): ModelSeries {
-    let m = this.byModel.get(model);
-    if (m === undefined) this.byModel.set(model, (m = { running: 0, routedOnce: false, requests: this.requestCells.cell(model, model) }));
+  private seriesOf(model: string, target: string): ModelSeries {
+    const key = target === model ? model : `${model}\u0000${target}`;
+    let m = this.byModel.get(key);
+    if (m === undefined) {
+      m = { model, running: 0, routedOnce: false, requests: this.requestCells.cell(model, target) };
+      this.byModel.set(key, m);
+    }
     return m;
   }
 

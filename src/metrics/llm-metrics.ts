@@ -14,7 +14,7 @@ import type { TokenUsage } from '../inspect/usage.js';
 import { CounterCells } from './counter-cells.js';
 import type { CounterCell } from './counter-cells.js';
 import { CountingHistogram } from './counting-histogram.js';
-import type { CountingChild } from './counting-histogram.js';
+import type { CountingChild, HeldObservations } from './counting-histogram.js';
 
 /** What one answered request cost and how its output was paced, times in seconds (request-processor.ts builds it as AnswerFigures; outcomes/metrics-sink.ts records it). */
 export interface LlmFigures {
@@ -30,10 +30,16 @@ export interface LlmFigures {
   readonly duration: number;
   /** Streams only: pick → first content event. */
   readonly timeToFirstToken: number | undefined;
+  /** Streams only: the request's first ext_proc message → first content event (llm-d's TTFT: the client's whole wait). */
+  readonly timeToFirstTokenFromStart?: number | undefined;
   /** Streams only: mean gap between content events after the first. */
   readonly interTokenLatency: number | undefined;
   /** Streams with usage: generation time after the first token, per output token after the first. */
   readonly timePerOutputToken: number | undefined;
+  /** Bytes of every response body chunk Envoy gave us (the model server's answer, before any change of ours). */
+  readonly responseBytes?: number | undefined;
+  /** Streams only: each gap between consecutive non-empty body chunks, in seconds (llm-d's ITL), held per request. */
+  readonly chunkGaps?: HeldObservations | undefined;
 }
 
 // Bucket boundaries from the GenAI metrics conventions (semantic-conventions gen-ai-metrics.md).

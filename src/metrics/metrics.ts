@@ -6,16 +6,36 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { ENDPOINT_STATES } from '../endpoints/model.js';
 import type { EndpointView, PoolView } from '../endpoints/model.js';
 import type { BreakVerdict } from '../endpoints/replica-probe.js';
+import { CANCELLATION_KINDS, isCancellation } from '../errors/catalog.js';
+import type { CancellationKind, ErrorKind } from '../errors/catalog.js';
 import { CounterCells } from './counter-cells.js';
 import { CountingHistogram } from './counting-histogram.js';
 import { EventLoopDelayMetric } from './event-loop-delay.js';
 import { GieMetrics } from './gie-metrics.js';
 import type { PoolLoads } from './gie-metrics.js';
+import { ModelRewriteDecisions, registerLlmdTwins } from './llm-d-metrics.js';
+import { LlmdSeries } from './llm-d-series.js';
 import { LlmMetrics } from './llm-metrics.js';
 import { TraceMetrics } from './trace-metrics.js';
 import type { LlmFigures } from './llm-metrics.js';
 
 export type AttemptOutcome = 'success' | 'failure';
+
+/**
+ * The results the chart's rules select by name (charts/llm-extproc/templates/prometheusrule.yaml):
+ * their llm_extproc_requests_total series exist at 0 for every served model, because Prometheus's
+ * increase() and rate() see nothing of a series' first sample, so the first broken stream of a
+ * model would trip no alert if its series were created by it. Only these: models × 9 series, not
+ * models × every code (the error-ratio alert's catch-all needs 10 minutes of errors anyway).
+ */
+export const ALERTED_RESULTS: readonly string[] = [
+  'no_ready_replica',
+  'stream_broken',
+  'stream_incomplete',
+  'truncated_response',
+  'upstream_error_event',
+  ...CANCELLATION_KINDS,
+] satisfies ReadonlyArray<ErrorKind | CancellationKind>;
 
 export class Metrics {
   readonly registry = new Registry();
@@ -23,11 +43,16 @@ export class Metrics {
   // Counted on every request: the counts gather in cells and reach the counters when collected.
   private readonly requestCells = new CounterCells(['model', 'result']);
   private readonly attemptCells = new CounterCells(['endpoint', 'pool', 'outcome', 'reason']);
+  private readonly streamCells = new CounterCells(['code']);
+  /** One entry per mid-stream break on a replica with peers: counted as the per-request counters are. */
+  private readonly forwardCells = new CounterCells(['outcome']);
+  /** Models whose ALERTED_RESULTS series exist. */
+  private readonly modelsSeen = new Set<string>();
   private openStreams = 0;
 
   private readonly requests: Counter<'model' | 'result'> = new Counter({
     name: 'llm_extproc_requests_total',
-    help: 'Requests seen, by model and result (ok, or the error code the client received).',
+    help: 'Requests seen, by model and result (ok, the error code the client received, or a cancellation such as cancelled_mid_stream: docs/errors.md).',
     labelNames: ['model', 'result'] as const,
     registers: [this.registry],
     collect: () => this.requestCells.flushTo(this.requests),
@@ -82,6 +107,21 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  private readonly midStreamBreakSignals = new Counter({
+    name: 'llm_extproc_midstream_break_signals_total',
+    help: "Response streams that broke half-way, by what judged them: Envoy's access log said the client left (access_log_client = cancelled_mid_stream) or the model server's side ended it (access_log_upstream), or no entry came (none = stream_broken, as without the access log).",
+    labelNames: ['signal'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly accessLogForwards: Counter<string> = new Counter({
+    name: 'llm_extproc_access_log_forwards_total',
+    help: "Envoy access-log entries of streams another replica picked (listen.peerAddress), by outcome: sent (written to that replica's StreamAccessLogs stream), unknown_peer (the entry names no host:port; judged here, where nobody waits for it); and forwarding streams to a peer that failed (stream_failed: entries written to it may be lost, and their breaks stay stream_broken).",
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+    collect: () => this.forwardCells.flushTo(this.accessLogForwards),
+  });
+
   private readonly endpoints = new Gauge({
     name: 'llm_extproc_endpoints',
     help: 'Endpoints in the cache, by pool and state.',
@@ -97,6 +137,22 @@ export class Metrics {
     registers: [this.registry],
     collect: () => this.inFlight.set(this.openStreams),
   });
+
+  // llm-d's ext_proc stream series (its streams_inflight is the twin of llm_extproc_in_flight_requests).
+  private readonly streams: Counter<'code'> = new Counter({
+    name: 'llm_d_epp_extproc_streams_total',
+    help: "ext_proc streams ended, by the gRPC status they closed with (Go's code names: OK, Canceled, Internal, ResourceExhausted; Unknown = the transport failed) (llm-d name).",
+    labelNames: ['code'] as const,
+    registers: [this.registry],
+    collect: () => this.streamCells.flushTo(this.streams),
+  });
+
+  private readonly streamSeconds = new CountingHistogram({
+    name: 'llm_d_epp_extproc_stream_duration_seconds',
+    help: 'How long ext_proc streams stayed open, from start to end; Envoy opens one per request (llm-d name).',
+    buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 120, 300, 600],
+    registers: [this.registry],
+  }).child();
 
   private readonly messageSeconds = new CountingHistogram(
     {
@@ -191,38 +247,67 @@ export class Metrics {
   private readonly messageChildren = new Map<string, { observe(value: number): void }>();
 
   private readonly llm = new LlmMetrics(this.registry);
-  /** The Gateway API Inference Extension's names for the same figures (its dashboards and HPA examples). */
-  private readonly gie = new GieMetrics(this.registry);
+  /**
+   * The Gateway API Inference Extension's names for the same figures (its dashboards and HPA
+   * examples): shown beside llm-d's twins (llm-d-metrics.ts), or kept unshown when the deprecated
+   * names are switched off, where the twins still read them.
+   */
+  private readonly gie: GieMetrics;
+  /** llm-d's series without an Inference Extension twin, fed by the same calls (llm-d-series.ts). */
+  private readonly llmd = new LlmdSeries(this.registry);
   /** The trace spans' fate (exported, dropped) and the export queue: series present with tracing off too. */
   readonly traces = new TraceMetrics(this.registry);
+  /** llm-d's count of model rewrites (no Inference Extension twin: the extension has no rewrite). */
+  readonly modelRewrites = new ModelRewriteDecisions(this.registry);
 
   /** Present with process metrics: a native sampler that a test creating many Metrics can do without. */
   readonly eventLoopDelay: EventLoopDelayMetric | undefined;
 
-  constructor(options: { processMetrics?: boolean } = {}) {
+  constructor(options: { processMetrics?: boolean; deprecatedNames?: boolean } = {}) {
     const processMetrics = options.processMetrics ?? true;
+    const gieRegistry = options.deprecatedNames === false ? new Registry() : this.registry;
+    this.gie = new GieMetrics(gieRegistry);
+    registerLlmdTwins(gieRegistry, this.registry);
     // Includes llm_extproc_nodejs_gc_duration_seconds (GC pauses by kind) and process RSS/CPU.
     if (processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'llm_extproc_' });
     this.eventLoopDelay = processMetrics ? new EventLoopDelayMetric(this.registry, 'llm_extproc_event_loop_delay_seconds') : undefined;
   }
 
-  requestFinished(model: string, result: string): void {
+  /** `target`: the model a rewrite sent it as (the Inference Extension's `target_model_name`); absent = `model`. */
+  requestFinished(model: string, result: string, target: string = model): void {
     this.requestCells.add(model, result);
-    this.gie.requestFinished(model, result === 'ok');
+    // A cancellation (the client left) is no error of the model or of its objective.
+    this.gie.requestFinished(model, target, result === 'ok' || isCancellation(result));
   }
 
-  /** A request was routed to `model` (a model we serve); requestReleased follows when it ends. */
-  requestRouted(model: string): void {
+  /**
+   * The models served now (app.ts: on every view change): a model seen for the first time gets its
+   * ALERTED_RESULTS series at 0. A model that stops being served keeps them, as it keeps the series
+   * its requests made.
+   */
+  modelsServed(models: Iterable<string>): void {
+    for (const model of models) {
+      if (this.modelsSeen.has(model)) continue;
+      this.modelsSeen.add(model);
+      for (const result of ALERTED_RESULTS) this.requestCells.cell(model, result);
+    }
+  }
+
+  /** A request for `asked` (of `bytes`) was routed as `model` (a model we serve); requestReleased follows when it ends. */
+  requestRouted(model: string, asked: string = model, bytes?: number): void {
     this.gie.routed(model);
+    this.llmd.routed(asked, model, bytes);
   }
 
-  requestReleased(model: string): void {
+  requestReleased(model: string, asked: string = model): void {
     this.gie.released(model);
+    this.llmd.released(asked, model);
   }
 
   /** Where the per-pool load series come from (app.ts: the endpoint view and the picker's load reports). */
   reportPoolLoadsFrom(pools: () => Iterable<PoolLoads>): void {
     this.gie.reportPoolsFrom(pools);
+    this.llmd.reportPoolsFrom(pools);
   }
 
   attempt(pool: string, endpoint: string, outcome: AttemptOutcome, reason: string): void {
@@ -254,12 +339,25 @@ export class Metrics {
     this.midStreamBreaks.inc({ verdict });
   }
 
+  /** An access-log entry of a stream another replica picked: forwarded to it, or not (extproc/access-log-routing.ts). */
+  accessLogForwarded(outcome: 'sent' | 'unknown_peer' | 'stream_failed'): void {
+    this.forwardCells.add(outcome);
+  }
+
+  /** A stream broken half-way was judged by `signal` (outcomes/judged-breaks.ts). */
+  midStreamBreakJudged(signal: 'access_log_client' | 'access_log_upstream' | 'none'): void {
+    this.midStreamBreakSignals.inc({ signal });
+  }
+
   requestStarted(): void {
     this.openStreams++;
   }
 
-  requestEnded(): void {
+  /** A stream ended with the gRPC status `code` (Go's name) after `seconds` open. */
+  requestEnded(code: string, seconds: number): void {
     this.openStreams--;
+    this.streamCells.add(code);
+    this.streamSeconds.observe(seconds);
   }
 
   messageHandled(message: string, seconds: number): void {
@@ -277,9 +375,10 @@ export class Metrics {
     this.turnaround.observe(seconds, replies);
   }
 
-  requestFigures(figures: LlmFigures): void {
+  requestFigures(figures: LlmFigures, target: string = figures.model): void {
     this.llm.record(figures);
-    this.gie.answered(figures.model, figures.duration, figures.usage?.input, figures.usage?.output);
+    this.gie.answered(figures.model, target, figures.duration, figures.usage?.input, figures.usage?.output);
+    this.llmd.answered(figures.model, target, figures);
   }
 
   servedOutsidePick(): void {

@@ -1,9 +1,11 @@
 // Outcomes as log lines: a request served (debug, one line each: an access log for debugging),
-// a request failed (info, at most one line per result per interval; the rest at debug, all of them
-// counted in llm_extproc_requests_total), a response stream that broke, and requests Envoy sent to a
-// host we did not pick.
+// a request failed or cancelled (info, at most one line per result per interval; the rest at debug,
+// all of them counted in llm_extproc_requests_total), a response stream that the model server's
+// side broke (warn; a client that left is a cancellation, judged-breaks.ts), and requests Envoy
+// sent to a host we did not pick.
 
 import type { Logger } from 'pino';
+import { isCancellation } from '../errors/catalog.js';
 import { IGNORED } from '../request/outcome-sink.js';
 import type { OutcomeSink } from '../request/outcome-sink.js';
 import type { RequestResult } from '../request/request-result.js';
@@ -32,9 +34,11 @@ export function logSink(logger: Logger, failureLog: LogThrottle<RequestResult>):
         if (logger.isLevelEnabled('debug')) logger.debug({ model, status, endpoint, requestId }, 'request served');
       } else {
         const fields = { model, result, status, endpoint, path, requestId };
+        // A client that left is not a failure: same throttle, its own words.
+        const message = isCancellation(result) ? 'request cancelled' : 'request failed';
         const suppressed = failureLog.admit(result, outcome.at);
-        if (suppressed === undefined) logger.debug(fields, 'request failed');
-        else logger.info(suppressed === 0 ? fields : { ...fields, suppressed }, 'request failed');
+        if (suppressed === undefined) logger.debug(fields, message);
+        else logger.info(suppressed === 0 ? fields : { ...fields, suppressed }, message);
       }
       if (outcome.brokenMidStream !== undefined) logger.warn({ model, endpoint, requestId }, 'response stream broke before it completed');
     },

@@ -13,8 +13,8 @@ export function metricsSink(metrics: Metrics): OutcomeSink {
   return {
     opened: () => metrics.requestStarted(),
     handled: (message, seconds) => metrics.messageHandled(message, seconds),
-    routed: (_request, routed, first) => {
-      if (first) metrics.requestRouted(routed.model);
+    routed: (request, routed, first) => {
+      if (first) metrics.requestRouted(routed.model, request.model ?? UNKNOWN_MODEL, request.requestBytes);
     },
     queued: IGNORED,
     servedOutsidePick: () => metrics.servedOutsidePick(),
@@ -26,12 +26,12 @@ export function metricsSink(metrics: Metrics): OutcomeSink {
         failure === undefined ? 'ok' : reason,
       ),
     finished: (_request, outcome) => {
-      metrics.requestFinished(outcome.servedModel ?? UNKNOWN_MODEL, outcome.result);
-      if (outcome.figures !== undefined) metrics.requestFigures(outcome.figures);
+      metrics.requestFinished(outcome.servedModel ?? UNKNOWN_MODEL, outcome.result, outcome.targetModel);
+      if (outcome.figures !== undefined) metrics.requestFigures(outcome.figures, outcome.targetModel);
     },
-    closed: (_request, releasedModel) => {
-      if (releasedModel !== undefined) metrics.requestReleased(releasedModel);
-      metrics.requestEnded();
+    closed: (request, { releasedModel, code, seconds }) => {
+      if (releasedModel !== undefined) metrics.requestReleased(releasedModel, request.model ?? UNKNOWN_MODEL);
+      metrics.requestEnded(code, seconds);
     },
   };
 }

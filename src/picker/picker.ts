@@ -8,18 +8,21 @@
 // which records changed, and before a pick the model's candidate set replays those changes into
 // its aggregates (ranges, mean load, queue-limit exclusions: aggregates.ts) and rescores only the
 // changed candidates' load scores (all of them when a range moved). A pick is then one linear pass
-// over typed arrays that adds LoRA and prefix affinity to the kept scores, with no sort and no
-// allocation that grows with the pool: the top few are kept by insertion into a fixed-size list.
+// over typed arrays that adds LoRA affinity and the prefill saved to the kept scores (after a pass
+// that finds the affinity key's owner, for a prompt with a key), with no sort and no allocation
+// that grows with the pool: the top few are kept by insertion into a fixed-size list.
 // Small sets and picks with a subset hint (whose ranges are the subset's) compute it all afresh:
 // a pass for the aggregates, then the scoring pass.
 //
 //   filters  routable (Ready with an address) · the gateway's subset hint · the pool's queue limit
-//   scorers  queue depth · KV-cache use · our in-flight count · prefix affinity · LoRA affinity ·
+//   scorers  queue depth · KV-cache use · our in-flight count · prefill saved (the tokens a
+//            candidate holds, from its KV events or, without them, the affinity key's owner found
+//            with bounded load before the pass, against the queue it would join) · LoRA affinity ·
 //            recent latency (a replica demoted as much slower than its pool ranks below all others)
 //            · any per-candidate scorer of the table (scorer-table.ts), asked once per pick
 //   room     where flow control is on, a candidate that cannot take a request without queueing
 //            past its pool's saturation limits (saturation.ts) ranks below every one that can, and
-//            owns no prefix: a request dispatched because the pool has room goes where the room is
+//            saves no prefill: a request dispatched because the pool has room goes where the room is
 //   ties     visiting order from a random start, so equal endpoints share traffic evenly
 
 import type { Endpoint, PoolView } from '../endpoints/model.js';
@@ -114,19 +117,20 @@ class Summary {
 class Scoring {
   useAffinity = false;
   key = 0;
-  /** The cost model speaks: a prompt with an affinity key, or precise matches. */
+  /** The prefill-saved scorer speaks: a prompt with an affinity key, or precise matches. */
   usePrefill = false;
   /** Precise matches from the servers' KV events, when there are any. */
   precise: PrefixMatch | undefined = undefined;
   /** Tokens the affinity key's owner is credited with (Infinity: not estimated). */
   sharedTokens = Infinity;
+  /** The affinity key's owner (a candidate index; -1: none), found before pass 2. */
+  owner = -1;
   /** The most any candidate is credited with: what prefill scores are shares of. */
   bestTokens = 0;
   minLoad = 0;
   useLora = false;
   holds = -1;
   meanLoad = 0;
-  ownerMaxQueue = Infinity;
   start = 0;
   /** The model's latency scores by slot (latency-tracker.ts), or undefined: latency does not speak. */
   latency: Float64Array | undefined = undefined;
@@ -200,6 +204,28 @@ function minEligibleLoad(set: CandidateSet, signals: Float64Array): number {
   return min;
 }
 
+/**
+ * A pool's cost figures: each measured one, else its default. Prefill per token is measured only
+ * from answers that report their usage (not every client asks for it), time to first token from
+ * every streamed answer: a pool measured on one side only keeps the defaults' exchange rate
+ * between them (prompt tokens saved per request ahead). Else a queue measured on servers slower
+ * than the defaults assume, set against a prefill figure that assumes fast ones, would make every
+ * saving look too small to follow (real vLLM on CPU: median TTFT 0.5 s, and the defaults' 0.1 ms
+ * per token left a 600-token shared prompt worth a tenth of a request ahead: its picks were as
+ * good as least in-flight's, docs/benchmarks.md).
+ */
+function withDefaults(measured: PrefillCosts, defaults: PrefillCosts): PrefillCosts {
+  const queue = measured.queueSecondsPerRequest > 0 ? measured.queueSecondsPerRequest : defaults.queueSecondsPerRequest;
+  return {
+    prefillSecondsPerToken:
+      measured.prefillSecondsPerToken > 0
+        ? measured.prefillSecondsPerToken
+        : defaults.prefillSecondsPerToken * (queue / defaults.queueSecondsPerRequest),
+    queueSecondsPerRequest: queue,
+    requestSeconds: measured.requestSeconds > 0 ? measured.requestSeconds : defaults.requestSeconds,
+  };
+}
+
 export class Picker {
   private readonly summary = new Summary();
   private readonly scoring = new Scoring();
@@ -241,7 +267,7 @@ export class Picker {
     const set = this.candidates(pools);
     const count = this.filterSubset(set, request.subset);
     if (count === 0) return { kind: 'none' };
-    const { weights, boundedLoad } = this.options;
+    const { weights } = this.options;
     // Large sets without a subset hint keep pass 1 and the load scores from pick to pick; small
     // ones (and subsets, whose ranges are their own) compute them afresh, which costs them less.
     const incremental = count === set.size && count >= INCREMENTAL_FROM;
@@ -265,7 +291,7 @@ export class Picker {
     scoring.useLora = weights.lora > 0 && this.board.adapters.has(request.model);
     scoring.holds = scoring.useLora ? this.board.markHolders(request.model) : -1;
     scoring.meanLoad = summary.loadSum / summary.eligible;
-    scoring.ownerMaxQueue = boundedLoad.maxQueue ?? Infinity;
+    scoring.owner = scoring.useAffinity ? this.affinityOwner(set, count, summary, scoring) : -1;
     scoring.latency = weights.latency > 0 ? this.board.latencyTable(request.model) : undefined;
     scoring.extras = this.extras.length === 0 ? 0 : this.prepareExtras(request, scoring);
     // From a random start, so that ties go to a random endpoint.
@@ -348,26 +374,65 @@ export class Picker {
   }
 
   /**
-   * Pass 2: every eligible candidate's score (its load score plus LoRA affinity), the best k + 1
-   * kept in order, and the prefix owner boosted. Returns how many are kept. A function of its own
-   * (as is pass 1) so that V8 optimises each loop with complete type feedback: with one function
-   * holding both loops, a pool large enough to enter the first loop's on-stack-replacement code
-   * on every call deoptimised there on every call.
+   * The affinity key's owner, as consistent hashing with bounded load has it: of the candidates
+   * within bounds (known to report, when any does; no longer queue than the limit; load ≤ factor ×
+   * mean + slack) whose saving the queue does not eat, the one the key's rendezvous order ranks
+   * first. Full candidates and those whose own KV events speak for them are not asked. -1: none.
+   */
+  private affinityOwner(set: CandidateSet, count: number, summary: Summary, scoring: Scoring): number {
+    const { factor, slack, maxQueue } = this.options.boundedLoad;
+    const ownerMaxQueue = maxQueue ?? Infinity;
+    const { order, excluded, records, saturates, saturationLimits } = set;
+    const all = count === set.size;
+    const signals = this.board.signals;
+    const { key, meanLoad, sharedTokens, bestTokens, minLoad, precise } = scoring;
+    const costs = this.costsOf(set);
+    let owner = -1;
+    let ownerWeight = -1;
+    for (let j = 0; j < count; j++) {
+      const i = all ? j : order[j];
+      if (excluded[i] === 1) continue;
+      const at = records[2 * i];
+      if (saturates && !canTake(signals, at, saturationLimits[i])) continue;
+      // Owners must be known to be within bounds: when any candidate reports metrics, one that
+      // does not is never trusted with a prefix.
+      const reports = signals[at + Field.Reporting] === 1;
+      if (!reports && summary.reporting > 0) continue;
+      if (reports && signals[at + Field.Waiting] > ownerMaxQueue) continue;
+      const flight = signals[at + Field.InFlight];
+      const others = signals[at + Field.OthersLoad];
+      if (isOverloaded(reports ? outstandingLoad(flight, others) : flight, meanLoad, factor, slack)) continue;
+      if (precise?.matchedTokens(set.endpoints[i].address) !== undefined) continue;
+      const w = mixedRendezvousWeight(key, records[2 * i + 1]);
+      if (w <= ownerWeight) continue;
+      const excess = candidateLoad(flight, reports, others) - minLoad;
+      if (sharedTokens !== Infinity && !(prefillSavedScore(sharedTokens, bestTokens, excess, costs[set.poolIndex[i]]) > 0)) continue;
+      ownerWeight = w;
+      owner = i;
+    }
+    return owner;
+  }
+
+  /**
+   * Pass 2: every eligible candidate's score (its load score, LoRA affinity, the per-candidate
+   * scorers, the prefill it saves), the best k + 1 kept in order, and the candidate that saves the
+   * most raised to its score without a latency penalty. Returns how many are kept. A function of
+   * its own (as is pass 1) so that V8 optimises each loop with complete type feedback: with one
+   * function holding both loops, a pool large enough to enter the first loop's
+   * on-stack-replacement code on every call deoptimised there on every call.
    */
   private rank(set: CandidateSet, count: number, summary: Summary, scoring: Scoring, loadScores: Float64Array | undefined): number {
-    const { weights, boundedLoad, maxAdaptersPerServer } = this.options;
+    const { weights, maxAdaptersPerServer } = this.options;
     const { order, excluded, records } = set;
     const all = count === set.size;
     const signals = this.board.signals;
-    const reporting = summary.reporting;
     // Without kept load scores (a small set, a subset hint) they are computed here, over these ranges.
     const fresh = loadScores === undefined;
     const flightRange: Range = { min: summary.minFlight, max: summary.maxFlight };
     const waitingRange: Range = { min: summary.minWaiting, max: summary.maxWaiting };
     const loraWeight = weights.lora;
-    const { factor, slack } = boundedLoad;
-    const { useAffinity, useLora, key, holds, meanLoad, ownerMaxQueue, start, latency, extras, extraScores, extraWeights } = scoring;
-    const { usePrefill, precise, sharedTokens, bestTokens, minLoad } = scoring;
+    const { useLora, holds, start, latency, extras, extraScores, extraWeights } = scoring;
+    const { usePrefill, precise, owner, sharedTokens, bestTokens, minLoad } = scoring;
     const prefixWeight = weights.prefix;
     const costs = usePrefill ? this.costsOf(set) : this.costScratch;
     const latencyWeight = weights.latency;
@@ -378,15 +443,10 @@ export class Picker {
     const limit = this.k + 1;
     const topScore = this.topScore;
     let kept = 0;
-    let owner = -1;
-    let ownerWeight = -1;
-    let ownerBase = 0;
-    let ownerBonus = 0;
-    let ownerPosition = 0;
-    let preciseOwner = -1;
-    let preciseBonus = 0;
-    let preciseBase = 0;
-    let precisePosition = 0;
+    let saver = -1;
+    let saverBonus = 0;
+    let saverBase = 0;
+    let saverPosition = 0;
     for (let step = 0; step < count; step++) {
       const j = start + step < count ? start + step : start + step - count;
       const i = all ? j : order[j];
@@ -401,35 +461,30 @@ export class Picker {
         score += loraWeight * loraAffinityScore(has, reports ? signals[at + Field.AdapterCount] : undefined, maxAdapters);
       }
       for (let e = 0; e < extras; e++) score += extraWeights[e] * extraScores[e](set.endpoints[i], signals, at);
-      // Prefill saved against the queue joined (the cost model): from the server's own KV events
-      // where they are trusted; else the affinity key's owner is credited with the shared part.
-      let matched: number | undefined;
-      let excess = 0;
-      let poolCosts = this.defaultCosts;
+      // Prefill saved against the queue joined (the cost model), from one source per candidate:
+      // the tokens its own KV events say it holds, where they are trusted; else the affinity key's
+      // owner is credited with the prompt's shared part (not estimated: the full score).
       if (usePrefill && !full) {
-        const reports = signals[at + Field.Reporting] === 1;
-        excess = candidateLoad(signals[at + Field.InFlight], reports, signals[at + Field.OthersLoad]) - minLoad;
-        poolCosts = costs[set.poolIndex[i]];
-        matched = precise?.matchedTokens(set.endpoints[i].address);
-        if (matched !== undefined) {
-          const bonus = prefillSavedScore(matched, bestTokens, excess, poolCosts);
+        const cached = precise?.matchedTokens(set.endpoints[i].address) ?? (i === owner ? sharedTokens : 0);
+        if (cached > 0) {
+          const reports = signals[at + Field.Reporting] === 1;
+          const excess = candidateLoad(signals[at + Field.InFlight], reports, signals[at + Field.OthersLoad]) - minLoad;
+          const bonus = cached === Infinity ? 1 : prefillSavedScore(cached, bestTokens, excess, costs[set.poolIndex[i]]);
           score += prefixWeight * bonus;
-          // The candidate that saves the most is the precise owner: like the affinity key's owner
-          // below, it is scored as if at its pool median (ties: the first visited).
-          if (bonus > preciseBonus) {
-            preciseBonus = bonus;
-            preciseOwner = i;
-            precisePosition = step;
-            preciseBase = score;
+          // The candidate that saves the most is scored as if at its pool median, demoted or
+          // not (ties: the first visited): the prefill-saved scorer outweighs every load scorer
+          // by design, and a replica's warm cache for its prefixes is worth more than its speed
+          // (`npm run simulate`, slow-replica scenario: taking prefixes from slow owners lost
+          // cache hits and p99 TTFT). Bounded load and the queue in the cost model still move
+          // requests off a holder that falls behind; latency decides where the others go.
+          if (bonus > saverBonus) {
+            saverBonus = bonus;
+            saver = i;
+            saverPosition = step;
+            saverBase = score;
           }
         }
       }
-      // The owner is scored as if at its pool median, demoted or not: prefix affinity outweighs
-      // every load scorer by design, and a replica's warm cache for its prefixes is worth more
-      // than its speed (`npm run simulate`, slow-replica scenario: taking prefixes from slow
-      // owners lost cache hits and p99 TTFT). Bounded load still moves them off an owner that
-      // falls behind. Latency and demotion decide where load-placed requests go.
-      const affine = score;
       if (latency !== undefined) {
         const slot = at / Field.Stride;
         const value = slot < latency.length ? latency[slot] : LATENCY_NEUTRAL;
@@ -440,35 +495,10 @@ export class Picker {
         score = value === LATENCY_DEMOTED ? demotedScore + score : score + latencyWeight * (value - LATENCY_NEUTRAL);
       }
       if (full) score += fullScore;
-      if (useAffinity && !full && matched === undefined) {
-        // Owners must be known to be within bounds: when any candidate reports metrics, one
-        // that does not is never trusted with a prefix.
-        const reports = signals[at + Field.Reporting] === 1;
-        const flight = signals[at + Field.InFlight];
-        const waiting = signals[at + Field.Waiting];
-        if (
-          (reports || reporting === 0) &&
-          !(reports && waiting > ownerMaxQueue) &&
-          !isOverloaded(reports ? outstandingLoad(flight, signals[at + Field.OthersLoad]) : flight, meanLoad, factor, slack)
-        ) {
-          const w = mixedRendezvousWeight(key, records[2 * i + 1]);
-          // Not estimated (Infinity): the owner within bounds takes the full score.
-          const bonus = sharedTokens === Infinity ? 1 : prefillSavedScore(sharedTokens, bestTokens, excess, poolCosts);
-          if (w > ownerWeight && bonus > 0) {
-            ownerWeight = w;
-            owner = i;
-            ownerBase = affine;
-            ownerBonus = bonus;
-            ownerPosition = step;
-          }
-        }
-      }
       // Most candidates do not make the top list: test that before calling.
       if (kept < limit || score > topScore[limit - 1]) kept = this.keep(kept, i, score, step);
     }
-    if (owner >= 0) kept = this.boost(kept, owner, ownerBase + prefixWeight * ownerBonus, ownerPosition);
-    if (preciseOwner >= 0 && (owner < 0 || ownerBase + prefixWeight * ownerBonus < preciseBase))
-      kept = this.raise(kept, preciseOwner, preciseBase, precisePosition);
+    if (saver >= 0) kept = this.raise(kept, saver, saverBase, saverPosition);
     return kept;
   }
 
@@ -477,16 +507,7 @@ export class Picker {
     const out = this.costScratch;
     for (let p = 0; p < set.pools.length; p++) {
       const measured = this.board.prefillCosts(set.pools[p]);
-      out[p] =
-        measured === undefined
-          ? this.defaultCosts
-          : {
-              prefillSecondsPerToken:
-                measured.prefillSecondsPerToken > 0 ? measured.prefillSecondsPerToken : this.defaultCosts.prefillSecondsPerToken,
-              queueSecondsPerRequest:
-                measured.queueSecondsPerRequest > 0 ? measured.queueSecondsPerRequest : this.defaultCosts.queueSecondsPerRequest,
-              requestSeconds: measured.requestSeconds > 0 ? measured.requestSeconds : this.defaultCosts.requestSeconds,
-            };
+      out[p] = measured === undefined ? this.defaultCosts : withDefaults(measured, this.defaultCosts);
     }
     return out;
   }
@@ -556,7 +577,7 @@ export class Picker {
     return kept;
   }
 
-  /** The precise owner's score without a latency penalty, where the penalty had put it lower. */
+  /** The best saver's score without a latency penalty, where the penalty had put it lower. */
   private raise(kept: number, index: number, score: number, position: number): number {
     for (let r = 0; r < kept; r++)
       if (this.topIndex[r] === index) return this.topScore[r] >= score ? kept : this.boost(kept, index, score, position);

@@ -16,6 +16,8 @@ import type { Static, TObject, TProperties } from '@sinclair/typebox';
 import type { Endpoint } from '../endpoints/model.js';
 import type { SignalBoard } from './signals.js';
 import type { PrefillCosts } from './scorers.js';
+import { canTake } from './saturation.js';
+import type { SaturationLimits } from './saturation.js';
 
 /**
  * What the model servers' own KV-cache events say of one request's prompt (kv-cache/: the prompt
@@ -35,6 +37,8 @@ export interface ScoringRequest {
   readonly header?: (name: string) => string | undefined;
   /** Precise prefix matches from the servers' KV events; absent = none (no events, no tokenizer). */
   readonly prefix?: PrefixMatch;
+  /** The replica (`ip:port`) the request's session was last placed on (routing/sessions.ts); absent = no session, or a new one. */
+  readonly sessionAt?: string;
 }
 
 /**
@@ -316,12 +320,122 @@ const LATENCY: SettingsSection<LatencySettings, typeof LATENCY_FIELDS> = {
       : `recoverFactor: must be < outlierFactor (${settings.outlierFactor}), or a demoted replica would be reinstated as soon as it is demoted`,
 };
 
+/** Session affinity (routing/sessions.ts): which header names a session, how long and how many are remembered, when a session's replica is given up. */
+export interface SessionSettings {
+  /** The request header naming a session, and the response header that carries its token back (llm-d's name by default). */
+  readonly header: string;
+  /** Further request headers read when `header` is absent (AIBrix's `x-session-id`). */
+  readonly aliases: readonly string[];
+  /** A session (by its client-chosen id) is forgotten after this long unused. */
+  readonly ttlMs: number;
+  /** Sessions (by client-chosen id) remembered per llm-extproc process; the least recently used goes first. */
+  readonly maxSessions: number;
+  /** Keys of the tokens, one per line, the first signs (a file mounted from a Secret, the same on every replica); undefined = the built-in key. */
+  readonly keyFile: string | undefined;
+  /** The session's replica is given up while it reports this many waiting requests… */
+  readonly queueDepth: number;
+  /** …or this KV-cache use (0..1). */
+  readonly kvCacheUsage: number;
+}
+
+const SESSION_DEFAULTS: SessionSettings = {
+  header: 'x-session-token',
+  aliases: ['x-session-id'],
+  // llm-d's session_id strategy forgets a binding after 300 s unused.
+  ttlMs: 300_000,
+  maxSessions: 100_000,
+  keyFile: undefined,
+  // The saturation figures flow control uses by default (saturation.ts): a replica past them would
+  // queue the turn, which costs more than its warm cache saves.
+  queueDepth: 5,
+  kvCacheUsage: 0.8,
+};
+
+const HeaderName = Type.String({ pattern: "^[a-z0-9!#$%&'*+.^_`|~-]+$", errorMessage: 'expected a lower-case HTTP header name' });
+const SESSION_FIELDS = {
+  header: Type.Optional({
+    ...HeaderName,
+    description: `The request header naming a session; the response carries the replica's token back in it, to be sent on the next turn. Default ${SESSION_DEFAULTS.header} (llm-d's).`,
+  }),
+  aliases: Type.Optional(
+    Type.Array(HeaderName, {
+      maxItems: 4,
+      description: `Request headers read when the main one is absent, in order. Default [${SESSION_DEFAULTS.aliases.join(', ')}] (AIBrix's).`,
+    }),
+  ),
+  ttlSeconds: Type.Optional(
+    Type.Number({
+      minimum: 1,
+      description: `A session named by a client-chosen id is forgotten after this long unused (a token needs no memory). Default ${SESSION_DEFAULTS.ttlMs / 1000}.`,
+    }),
+  ),
+  maxSessions: Type.Optional(
+    Type.Integer({
+      minimum: 1,
+      description: `Sessions named by client-chosen ids remembered per process; the least recently used is forgotten first. Default ${SESSION_DEFAULTS.maxSessions}.`,
+    }),
+  ),
+  keyFile: Type.Optional(
+    Type.String({
+      minLength: 1,
+      description:
+        'File with the keys of the session tokens, one per line (at least 16 bytes each), the first signing new tokens: a Secret mounted on every replica. Absent = a built-in key (tokens then still name only pods of the pool, but are not unforgeable).',
+    }),
+  ),
+  queueDepth: Type.Optional(
+    Type.Integer({
+      minimum: 1,
+      description: `A session leaves its replica while the replica reports this many waiting requests. Default ${SESSION_DEFAULTS.queueDepth}.`,
+    }),
+  ),
+  kvCacheUsage: Type.Optional(
+    Type.Number({
+      exclusiveMinimum: 0,
+      maximum: 1,
+      description: `A session leaves its replica while the replica reports this KV-cache use (0..1). Default ${SESSION_DEFAULTS.kvCacheUsage}.`,
+    }),
+  ),
+};
+
+const SESSION: SettingsSection<SessionSettings, typeof SESSION_FIELDS> = {
+  description: 'Session affinity: the turns of a session (a header) go to the replica that served it while it is Ready and not saturated.',
+  defaults: SESSION_DEFAULTS,
+  fields: SESSION_FIELDS,
+  read: ({ ttlSeconds, ...same }, defaults) => ({
+    ...withGiven(defaults, same),
+    ...(ttlSeconds === undefined ? {} : { ttlMs: ttlSeconds * 1000 }),
+  }),
+};
+
+/**
+ * The session scorer: the session's replica scores 1 while it can take the turn (saturation.ts's
+ * test at the section's limits), every other replica 0. A replica that reports no metrics keeps
+ * its sessions: nothing says it is full, and our in-flight count still weighs in the rest of the pick.
+ */
+function sessionScorer({ settings }: ScorerContext<SessionSettings>): CandidateScorer {
+  const limits: SaturationLimits = {
+    queueDepth: settings.queueDepth,
+    kvCacheUsage: settings.kvCacheUsage,
+    maxInFlight: Number.POSITIVE_INFINITY,
+    scraped: false,
+  };
+  return {
+    forRequest: (request) => {
+      const at = request.sessionAt;
+      if (at === undefined) return undefined;
+      return (endpoint, signals, record) => (endpoint.address === at && canTake(signals, record, limits) ? 1 : 0);
+    },
+  };
+}
+
 /** The scorers, in the order their weighted scores are added up. */
 export const SCORERS = {
   queue: { weight: 1, prefers: 'Model-server queue depth (num_requests_waiting), shorter first.', runs: 'built-in' },
   kvCache: { weight: 1, prefers: 'KV-cache utilisation, emptier first.', runs: 'built-in' },
   inFlight: { weight: 1, prefers: 'Our own in-flight requests per endpoint, fewer first.', runs: 'built-in' },
-  // Prefix affinity dominates while the owner is within bounds; load decides the rest.
+  // One scorer, the prefill saved, fed per candidate by one of two sources: the tokens its own
+  // KV events say it holds (precise mode, where they are trusted), else the approximate estimate
+  // (the affinity key's owner under bounded load is credited with the prompt's shared part).
   // The prefill saved, as a share of a whole request's time, is a small number (a 2,000-token
   // context saves about a third of a request): weighed 8, it outweighs a request or two of load
   // difference for long contexts and nothing for short ones (`npm run simulate`).
@@ -338,6 +452,14 @@ export const SCORERS = {
     prefers: "Recent time to first token and per output token, against the pool's medians (0 also turns off demoting slow replicas).",
     settings: LATENCY,
     runs: 'built-in',
+  },
+  // Above every other scorer together: a session stays on its replica unless the replica is
+  // saturated (its score is then 0), excluded by its pool's queue limit, demoted as slow, or gone.
+  session: {
+    weight: 100,
+    prefers: "Session affinity: the replica a session's earlier turns went to (header picker.session.header), while it is not saturated.",
+    settings: SESSION,
+    runs: { create: sessionScorer },
   },
 } as const satisfies ScorerTable;
 

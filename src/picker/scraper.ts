@@ -8,7 +8,7 @@ import { setMaxListeners } from 'node:events';
 import { isRoutable } from '../endpoints/model.js';
 import type { EndpointView } from '../endpoints/model.js';
 import { MetricsClient, ScrapeHttpError } from './metrics-client.js';
-import { MetricsParseError, parseServerMetrics } from './server-metrics.js';
+import { METRICS_FORMATS, MetricsParseError, parseServerMetrics } from './server-metrics.js';
 import type { MetricsFormat } from './server-metrics.js';
 import { markStaleIfOld, recordScrape, recordScrapeFailure } from './signals.js';
 import type { SignalBoard } from './signals.js';
@@ -95,7 +95,7 @@ export class MetricsScraper {
         if (endpoint.address !== '') present.add(endpoint.address);
         if (format === undefined || !isRoutable(endpoint) || targeted.has(endpoint.address)) continue;
         targeted.add(endpoint.address);
-        targets.push({ address: endpoint.address, format });
+        targets.push({ address: endpoint.address, format: engineFormat(endpoint.engine) ?? format });
       }
     }
     this.board.retainOnly(present);
@@ -131,4 +131,11 @@ function scrapeResultOf(err: unknown): ScrapeResult {
   if (err instanceof MetricsParseError) return 'parse_error';
   if (!(err instanceof ScrapeHttpError)) return 'connect_error';
   return err.kind === 'too_large' ? 'parse_error' : err.kind;
+}
+
+/** The metrics flavour a pod's engine-type label names, when it is one we read. */
+function engineFormat(engine: string | undefined): MetricsFormat | undefined {
+  if (engine === undefined) return undefined;
+  const format = engine.toLowerCase();
+  return (METRICS_FORMATS as readonly string[]).includes(format) ? (format as MetricsFormat) : undefined;
 }

@@ -8,6 +8,9 @@
 //   sglang  sglang:num_queue_reqs · sglang:num_running_reqs · sglang:token_usage
 //   tgi     tgi_queue_size · tgi_batch_current_size (no KV-cache gauge)
 // Servers labelling by model_name are summed across models (queues) or maxed (KV-cache use).
+// Only the lines of those families reach the parser: a vLLM 0.32 page is about 55 KB in 640 lines,
+// nearly all of it histograms we never read, and parsing it whole cost 1.2 ms of CPU (and its
+// garbage) per scrape, per server, in every llm-extproc process (docs/benchmarks.md).
 
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import type { PrometheusFamily } from 'parse-prometheus-text-format';
@@ -60,11 +63,48 @@ function adapterList(text: string | undefined): string[] {
     .filter((a) => a !== '');
 }
 
+/** Every family name a format reads. */
+function wantedNames(n: FormatNames): readonly string[] {
+  const names = [n.waiting, n.running, ...n.kvCache, ...(n.lora === undefined ? [] : [n.lora])];
+  return n.cacheConfig === undefined ? names : [...names, n.cacheConfig];
+}
+
+const WANTED: Record<MetricsFormat, readonly string[]> = {
+  vllm: wantedNames(NAMES.vllm),
+  sglang: wantedNames(NAMES.sglang),
+  tgi: wantedNames(NAMES.tgi),
+};
+
+/** Whether `text` at `at` holds `name` ending there (a sample's `{`, or the space before a value or a comment's type). */
+function nameAt(text: string, at: number, name: string): boolean {
+  if (!text.startsWith(name, at)) return false;
+  const next = text.charCodeAt(at + name.length);
+  return next === 0x7b /* { */ || next === 0x20 || next === 0x09;
+}
+
+/**
+ * The lines of `text` that belong to the families `names`: their samples, and their `# HELP` and
+ * `# TYPE` lines. One pass, no per-line strings for the lines left out.
+ */
+export function familyLines(text: string, names: readonly string[]): string {
+  const kept: string[] = [];
+  let start = 0;
+  while (start < text.length) {
+    let end = text.indexOf('\n', start);
+    if (end < 0) end = text.length;
+    // `# HELP name …` and `# TYPE name …`: the name is at the same place in both.
+    const at = text.startsWith('# HELP ', start) || text.startsWith('# TYPE ', start) ? start + 7 : start;
+    if (at < end && names.some((name) => nameAt(text, at, name))) kept.push(text.slice(start, end));
+    start = end + 1;
+  }
+  return kept.length === 0 ? '' : `${kept.join('\n')}\n`;
+}
+
 /** Parses one scrape. Throws MetricsParseError when the text is not Prometheus text or lacks the queue gauge. */
 export function parseServerMetrics(text: string, format: MetricsFormat): ServerLoad {
   let families: PrometheusFamily[];
   try {
-    families = parsePrometheusTextFormat(text);
+    families = parsePrometheusTextFormat(familyLines(text, WANTED[format]));
   } catch (err) {
     throw new MetricsParseError(`not Prometheus text format: ${err instanceof Error ? err.message : String(err)}`);
   }

@@ -52,14 +52,12 @@ export interface FlowControlSettings {
   readonly tenantLabels: number;
 }
 
-const DEFAULT_TENANT_HEADER = 'x-llm-d-inference-fairness-id';
-
 export const DEFAULT_FLOW_CONTROL: FlowControlSettings = {
   enabled: false,
-  tenantHeader: DEFAULT_TENANT_HEADER,
+  // llm-d's names (extproc/protocol-names.ts); the x-gateway-* names they replaced are read too.
+  tenantHeader: 'x-llm-d-inference-fairness-id',
   priorityHeader: 'x-llm-extproc-priority',
-  // What the Gateway API Inference Extension's EPP reads (v1.0).
-  objectiveHeader: 'x-gateway-inference-objective',
+  objectiveHeader: 'x-llm-d-inference-objective',
   defaultPriority: 0,
   priorityByModel: {},
   priorityByHeaderValue: {},

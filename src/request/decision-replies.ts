@@ -8,7 +8,7 @@ import { renderError } from '../errors/render.js';
 import { reusedReply } from '../extproc/constant-replies.js';
 import type { ProcessingResponse } from '../extproc/messages.js';
 import { headerMutation, metadataNamespaces } from '../extproc/message-fields.js';
-import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE } from '../extproc/protocol-names.js';
+import { DESTINATION_HEADER, DESTINATION_METADATA_NAMESPACE, REPLICA_KEY } from '../extproc/protocol-names.js';
 import type { UpstreamTraceHeaders } from '../tracing/request-trace.js';
 
 /**
@@ -52,11 +52,15 @@ export function routingReply(
   phase: 'request_headers' | 'request_body',
   destinations: readonly string[],
   format: DestinationFormat,
+  replica?: string,
 ): ProcessingResponse {
   const used = format === 'list' ? destinations.length : Math.min(1, destinations.length);
   const root = phase === 'request_headers' ? format : format === 'list' ? 'list body' : 'single body';
-  let level = ROUTING_REPLIES.get(root);
-  if (level === undefined) ROUTING_REPLIES.set(root, (level = newReplyTree()));
+  let top = ROUTING_REPLIES.get(root);
+  if (top === undefined) ROUTING_REPLIES.set(root, (top = newReplyTree()));
+  // One replica per process in production; the tests start several in one.
+  let level = top.get(replica ?? '') as ReplyTree | undefined;
+  if (level === undefined) top.set(replica ?? '', (level = newReplyTree()));
   for (let i = 0; i < used; i++) {
     let next = level.get(destinations[i]) as ReplyTree | undefined;
     if (next === undefined) level.set(destinations[i], (next = newReplyTree()));
@@ -67,9 +71,9 @@ export function routingReply(
   if (routingReplies >= MAX_ROUTING_REPLIES) {
     ROUTING_REPLIES.clear(); // `level` is no longer reachable: this one reply is simply not kept
     routingReplies = 0;
-    return buildRoutingReply(phase, destinations, format);
+    return buildRoutingReply(phase, destinations, format, replica);
   }
-  const reply = reusedReply(buildRoutingReply(phase, destinations, format));
+  const reply = reusedReply(buildRoutingReply(phase, destinations, format, replica));
   level.set(REPLY, reply);
   routingReplies++;
   return reply;
@@ -83,6 +87,8 @@ export interface RequestChanges {
   readonly contentLength?: number;
   /** Our span's trace context for the model server, over the client's. */
   readonly trace?: UpstreamTraceHeaders;
+  /** This replica's `listen.peerAddress`, for the stream's metadata (see buildRoutingReply). */
+  readonly replica?: string;
 }
 
 /**
@@ -95,7 +101,7 @@ export function routingReplyWithChanges(
   format: DestinationFormat,
   changes: RequestChanges,
 ): ProcessingResponse {
-  const reply = buildRoutingReply(phase, destinations, format);
+  const reply = buildRoutingReply(phase, destinations, format, changes.replica);
   const common = phase === 'request_headers' ? reply.request_headers?.response : reply.request_body?.response;
   if (common === undefined) return reply;
   if (changes.contentLength !== undefined || changes.trace !== undefined) {
@@ -112,14 +118,21 @@ function newReplyTree(): ReplyTree {
   return new Map<string | typeof REPLY, ReplyTree | ProcessingResponse>();
 }
 
+/**
+ * `replica`: this replica's `listen.peerAddress`, written beside the pick so Envoy's access-log
+ * entry of the stream names the replica that holds it (extproc/access-log-routing.ts).
+ */
 function buildRoutingReply(
   phase: 'request_headers' | 'request_body',
   destinations: readonly string[],
   format: DestinationFormat,
+  replica: string | undefined,
 ): ProcessingResponse {
   const primary = destinations[0] ?? '';
   const response = { response: { header_mutation: headerMutation([[DESTINATION_HEADER, primary]]) } };
   const metadataValue = format === 'list' ? destinations.join(',') : primary;
-  const dynamic_metadata = metadataNamespaces({ [DESTINATION_METADATA_NAMESPACE]: { [DESTINATION_HEADER]: metadataValue } });
+  const lb: Record<string, string> = { [DESTINATION_HEADER]: metadataValue };
+  if (replica !== undefined) lb[REPLICA_KEY] = replica;
+  const dynamic_metadata = metadataNamespaces({ [DESTINATION_METADATA_NAMESPACE]: lb });
   return phase === 'request_headers' ? { request_headers: response, dynamic_metadata } : { request_body: response, dynamic_metadata };
 }

@@ -17,6 +17,23 @@ export interface RequestRecord {
   readonly trace: RequestTrace | undefined;
   /** The pick Envoy was last given. */
   readonly routed: RoutedRequest | undefined;
+  /** The model the request named, once routed, when some pool serves it (what may label a series); else undefined. */
+  readonly model: string | undefined;
+  /** The request body's size as the client sent it, once routed. */
+  readonly requestBytes: number | undefined;
+}
+
+/** How a stream ended (metrics: llm-d's ext_proc stream series). */
+export interface StreamClosed {
+  /** The model whose routed request it gave back, if it was routed. */
+  readonly releasedModel: string | undefined;
+  /**
+   * The gRPC status it closed with, named as llm-d names codes (Go's): OK, Canceled, Internal,
+   * ResourceExhausted; Unknown for a transport failure, where no status was sent.
+   */
+  readonly code: string;
+  /** From the stream's start to its end. */
+  readonly seconds: number;
 }
 
 /** Envoy sent the request to a host we did not pick (told once per request). */
@@ -35,6 +52,8 @@ export interface RequestOutcome {
   readonly model: string | undefined;
   /** `model` when some pool serves it, else undefined: what may label a metric series or a span. */
   readonly servedModel: string | undefined;
+  /** The model it was sent as when a rewrite changed `model` and some pool serves it (metrics' `target_model_name`); else undefined. */
+  readonly targetModel: string | undefined;
   readonly status: number | undefined;
   /** The replica that served (`ip:port`), when known. */
   readonly endpoint: string | undefined;
@@ -70,8 +89,8 @@ export interface OutcomeSink {
   readonly servedOutsidePick: (request: RequestRecord, notice: OutsidePick) => void;
   readonly attempt: (request: RequestRecord, attempt: Attempt) => void;
   readonly finished: (request: RequestRecord, outcome: RequestOutcome) => void;
-  /** The stream ended; `releasedModel`: the model whose routed request it gave back, if it was routed. */
-  readonly closed: (request: RequestRecord, releasedModel: string | undefined) => void;
+  /** The stream ended. */
+  readonly closed: (request: RequestRecord, closed: StreamClosed) => void;
 }
 
 /** What a sink sets a method to when that outcome means nothing to it: the composition skips it. */

@@ -13,8 +13,9 @@ import type { HeaderMap, HttpBody, ProcessingRequest, ProcessingResponse } from 
 import { readInferenceRequest } from './openai-request.js';
 import type { InferenceRequest } from './openai-request.js';
 import { canAskForStreamUsage, withStreamUsage } from './usage-injection.js';
-import { SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from '../extproc/protocol-names.js';
-import { immediateJson, replaceBodyChunk, streamedBody, streamedChunks } from '../extproc/replies.js';
+import { LEGACY_HEADER_ALIASES, MODEL_NAME_REWRITE_HEADER, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE } from '../extproc/protocol-names.js';
+import { immediateJson, replaceBodyChunk, streamedBody } from '../extproc/replies.js';
+import { withModel } from './model-in-body.js';
 import { routingReply, routingReplyWithChanges } from './decision-replies.js';
 import type { RoutedRequest } from '../routing/routing.js';
 import { pathOnly } from './stream-state.js';
@@ -26,8 +27,10 @@ import type { QueuedRoute } from '../routing/routing.js';
 import { streamModes } from '../extproc/body-modes.js';
 import { REQUEST_RULES, RESPONSE_RULES, unhandled } from './delivery-rules.js';
 import { headerValue, metadataValue } from '../extproc/message-fields.js';
-import { retainedPiece } from '../util/retained-piece.js';
+import { BodyCollector } from './body-collector.js';
 import { protocolViolation } from './stream-state.js';
+
+const LEGACY_MODEL_NAME_REWRITE_HEADER = LEGACY_HEADER_ALIASES.get(MODEL_NAME_REWRITE_HEADER) ?? MODEL_NAME_REWRITE_HEADER;
 
 // ── request path ────────────────────────────────────────────────────────────────────────────
 
@@ -84,7 +87,12 @@ export function requestHeaders(ctx: MachineContext, out: StepBuilder, state: Str
     default:
       unhandled(rule.headers);
   }
-  out.become({ kind: 'CollectingRequestBody', request, chunks: [], bytes: 0, headersAnswered: rule.headers !== 'hold' });
+  out.become({
+    kind: 'CollectingRequestBody',
+    request,
+    body: new BodyCollector(request.contentLength, ctx.maxRequestBodyBytes),
+    headersAnswered: rule.headers !== 'hold',
+  });
 }
 
 export function requestBody(ctx: MachineContext, out: StepBuilder, state: StreamState, message: HttpBody): void {
@@ -93,12 +101,11 @@ export function requestBody(ctx: MachineContext, out: StepBuilder, state: Stream
     throw protocolViolation('request body', state);
   }
   const chunk = message.body ?? Buffer.alloc(0);
-  state.bytes += chunk.length;
-  if (state.bytes > ctx.maxRequestBodyBytes) {
-    out.reject(state.request, tooLarge(ctx, state.bytes));
+  if (state.body.bytes + chunk.length > ctx.maxRequestBodyBytes) {
+    out.reject(state.request, tooLarge(ctx, state.body.bytes + chunk.length));
     return;
   }
-  state.chunks.push(retainedPiece(chunk));
+  state.body.add(chunk);
   const end = message.end_of_stream === true;
   if (!state.headersAnswered) {
     // We collect: nothing is answered until the body is whole.
@@ -131,15 +138,17 @@ function route(
   mayBePartial = false,
 ): void {
   const request = state.request;
-  const body = state.chunks.length === 1 ? state.chunks[0] : Buffer.concat(state.chunks);
+  const body = state.body.body();
   let admitted: RoutedRequest | QueuedRoute;
   let model: string | undefined;
   let inference: InferenceRequest;
+  let rewrite: ReadRequest['rewrite'];
   try {
     inference = readInferenceRequest(body, ctx.routing.promptLimit);
     model = inference.model;
+    rewrite = rewriteOf(ctx, request, body, model);
     const routeRequest = {
-      model,
+      model: rewrite?.model ?? model,
       prompt: inference.prompt,
       ...(inference.source === undefined ? {} : { source: inference.source }),
       bodyBytes: body.length,
@@ -176,7 +185,7 @@ function route(
     out.reject(request, err, model);
     return;
   }
-  const read: ReadRequest = { request, chunks: state.chunks, body, inference, trailersFollow };
+  const read: ReadRequest = { request, pieces: state.body.pieces, body, inference, trailersFollow, rewrite };
   if (admitted instanceof QueuedRequest) {
     // Nothing is answered while the request waits: Envoy holds it (and its message timer runs, in
     // buffered and streamed modes: the TTL stays below it).
@@ -199,12 +208,14 @@ export function dispatched(ctx: MachineContext, state: StreamState, outcome: Que
 /** Hands the pick to Envoy in the reply the mode allows, and waits for the response. */
 function forward(ctx: MachineContext, out: StepBuilder, read: ReadRequest, routed: RoutedRequest): void {
   const { request, body, inference, trailersFollow } = read;
-  out.notice({ kind: 'routed', routed });
+  out.notice({ kind: 'routed', routed, model: inference.model, bytes: body.length });
   const primary = routed.endpoints[0];
-  const rewritten =
+  const sent = read.rewrite?.body ?? body;
+  const withUsage =
     primary !== undefined && canAskForStreamUsage(pathOnly(request.path)) && ctx.injectsStreamUsage(primary.pool)
-      ? withStreamUsage(body, inference)
+      ? withStreamUsage(sent, inference)
       : undefined;
+  const rewritten = withUsage ?? read.rewrite?.body;
   if (rewritten === undefined) passBody(ctx, out, read, routed, trailersFollow);
   else passRewrittenBody(ctx, out, read, routed, rewritten, trailersFollow);
   const onlyPossible = ctx.destinationFormat === 'single' || routed.endpoints.length === 1 ? routed.endpoints[0] : undefined;
@@ -217,7 +228,7 @@ function forward(ctx: MachineContext, out: StepBuilder, read: ReadRequest, route
       requestBytes: body.length,
       // Every field always present: one object shape for every exchange keeps the reads of it monomorphic.
       servedUnlessReported: onlyPossible,
-      usageInjected: rewritten !== undefined,
+      usageInjected: withUsage !== undefined,
     },
   });
 }
@@ -225,15 +236,36 @@ function forward(ctx: MachineContext, out: StepBuilder, read: ReadRequest, route
 /** The tenant, priority and objective headers, read only where flow control is on. */
 function flowHeaders(ctx: MachineContext, headers: HeaderMap | undefined): { tenant?: string; priorityClass?: string; objective?: string } {
   if (ctx.flowHeaders === undefined) return {};
-  const tenant = headerValue(headers, ctx.flowHeaders.tenant);
+  const tenant = headerOrAlias(headers, ctx.flowHeaders.tenant);
   const priorityClass = headerValue(headers, ctx.flowHeaders.priority);
   // An empty objective header name (matching by name off) is applied where priorities are decided (routing/priority.ts).
-  const objective = headerValue(headers, ctx.flowHeaders.objective);
+  const objective = headerOrAlias(headers, ctx.flowHeaders.objective);
   return {
     ...(tenant === undefined ? {} : { tenant }),
     ...(priorityClass === undefined ? {} : { priorityClass }),
     ...(objective === undefined ? {} : { objective }),
   };
+}
+
+/**
+ * The model this request is sent as, and its body saying so: the model the gateway names in
+ * `x-llm-d-model-name-rewrite` (or `x-gateway-model-name-rewrite`), else a weighted rewrite rule's
+ * pick. None when the body's `model` cannot be changed in place (then it goes as it came).
+ */
+function rewriteOf(ctx: MachineContext, request: RequestFacts, body: Buffer, model: string): ReadRequest['rewrite'] {
+  const named = request.header(MODEL_NAME_REWRITE_HEADER) ?? request.header(LEGACY_MODEL_NAME_REWRITE_HEADER);
+  const target = named !== undefined && named !== '' ? named : ctx.modelRewrites.empty ? undefined : ctx.modelRewrites.targetFor(model);
+  if (target === undefined || target === model) return undefined;
+  const rewritten = withModel(body, target);
+  return rewritten === undefined ? undefined : { model: target, body: rewritten };
+}
+
+/** A header by its llm-d name, or by the `x-gateway-*` name it replaced when only that one is sent. */
+function headerOrAlias(headers: HeaderMap | undefined, name: string): string | undefined {
+  const value = headerValue(headers, name);
+  if (value !== undefined) return value;
+  const legacy = LEGACY_HEADER_ALIASES.get(name);
+  return legacy === undefined ? undefined : headerValue(headers, legacy);
 }
 
 /** The pick in the reply the mode allows; the body goes on unchanged. */
@@ -245,11 +277,12 @@ function passBody(ctx: MachineContext, out: StepBuilder, state: ReadRequest, rou
       break;
     case 'answer-each-chunk':
       out.reply(pickReply(ctx, 'request_headers', routed));
-      for (let i = 0; i < state.chunks.length; i++) out.reply(CONTINUE_REQUEST_BODY);
+      for (let i = 0; i < state.pieces; i++) out.reply(CONTINUE_REQUEST_BODY);
       break;
     case 'send-back':
       out.reply(pickReply(ctx, 'request_headers', routed));
-      out.replies(streamedChunks('request', state.chunks, !trailersFollow));
+      // The body is one buffer now: it goes back in chunks of at most 64 KiB, whatever sizes it came in.
+      out.replies(streamedBody('request', state.body, !trailersFollow));
       break;
     default:
       unhandled(rule.body);
@@ -259,8 +292,11 @@ function passBody(ctx: MachineContext, out: StepBuilder, state: ReadRequest, rou
 /** The shared reply of this destination list, unless our trace context goes along (then the request's own). */
 function pickReply(ctx: MachineContext, phase: 'request_headers' | 'request_body', routed: RoutedRequest): ProcessingResponse {
   return ctx.upstreamTrace === undefined
-    ? routingReply(phase, routed.destinations, ctx.destinationFormat)
-    : routingReplyWithChanges(phase, routed.destinations, ctx.destinationFormat, { trace: ctx.upstreamTrace });
+    ? routingReply(phase, routed.destinations, ctx.destinationFormat, ctx.replica)
+    : routingReplyWithChanges(phase, routed.destinations, ctx.destinationFormat, {
+        trace: ctx.upstreamTrace,
+        ...(ctx.replica === undefined ? {} : { replica: ctx.replica }),
+      });
 }
 
 /**
@@ -279,6 +315,7 @@ function passRewrittenBody(
   const headers = {
     ...(state.request.contentLength === undefined ? {} : { contentLength: body.length }),
     ...(ctx.upstreamTrace === undefined ? {} : { trace: ctx.upstreamTrace }),
+    ...(ctx.replica === undefined ? {} : { replica: ctx.replica }),
   };
   const rule = state.request.requestRule;
   switch (rule.body) {
@@ -287,7 +324,7 @@ function passRewrittenBody(
       break;
     case 'answer-each-chunk':
       out.reply(routingReplyWithChanges('request_headers', routed.destinations, ctx.destinationFormat, headers));
-      for (let i = 0; i < state.chunks.length; i++) out.reply(i === 0 ? replaceBodyChunk('request', body) : CLEAR_REQUEST_BODY_CHUNK);
+      for (let i = 0; i < state.pieces; i++) out.reply(i === 0 ? replaceBodyChunk('request', body) : CLEAR_REQUEST_BODY_CHUNK);
       break;
     case 'send-back':
       out.reply(routingReplyWithChanges('request_headers', routed.destinations, ctx.destinationFormat, headers));

@@ -1,7 +1,7 @@
 // The `result` of one request: the value of the `result` label on llm_extproc_requests_total and
 // of the `result` field in our logs. A closed set, so dashboards and alerts can rely on it.
 
-import type { ErrorKind } from '../errors/catalog.js';
+import type { CancellationKind, ErrorKind } from '../errors/catalog.js';
 
 export type RequestResult =
   /** The whole answer was seen and was good. */
@@ -16,10 +16,8 @@ export type RequestResult =
   | 'unverified'
   /** We let go of the stream at shutdown; Envoy finished the answer without us. */
   | 'released_at_shutdown'
-  | 'cancelled_before_routing'
-  /** The client hung up while the request waited in a saturated pool's queue (flow control). */
-  | 'cancelled_in_queue'
-  | 'cancelled_before_response'
+  /** The request ended early and nothing blames a model server or us (catalog.ts, CANCELLATIONS). */
+  | CancellationKind
   /** Envoy sent the request upstream without asking us where (the body never reached us). */
   | 'not_routed';
 

@@ -1,7 +1,12 @@
 // When a request's output arrived, for time to first token and inter-token latency. Fed with the
 // arrival time of each ext_proc message that the processor already reads for its own timing, and
 // with the SSE inspector's count of content events after it: a chunk that added none costs one
-// comparison, one that did costs a subtraction. Times are performance.now() milliseconds.
+// comparison, one that did costs a subtraction. Also llm-d's inter-token latency: each gap between
+// consecutive non-empty body chunks (not content events: llm-d times chunks), held in bucket counts
+// rather than a list of times. Times are performance.now() milliseconds.
+
+import { chunkGapTally } from '../metrics/llm-d-series.js';
+import type { HeldObservations } from '../metrics/counting-histogram.js';
 
 /** What the clock measured for one request; undefined where there was nothing to measure. */
 export interface ResponseTimes {
@@ -11,6 +16,8 @@ export interface ResponseTimes {
   readonly interTokenLatency: number | undefined;
   /** First content event → last, in seconds (0 with one content chunk); undefined without content. */
   readonly generation: number | undefined;
+  /** Each gap between consecutive non-empty body chunks, in seconds (empty with fewer than two). */
+  readonly chunkGaps: HeldObservations;
 }
 
 export class ResponseClock {
@@ -20,6 +27,8 @@ export class ResponseClock {
   #events = 0;
   /** Content events counted when the first content chunk arrived (a chunk may carry several). */
   #firstEvents = 0;
+  #lastChunkAt: number | undefined;
+  readonly #chunkGaps = chunkGapTally();
 
   /**
    * `pickedAt`: when the request was routed (the first pick: TTFT is what the client waited);
@@ -40,6 +49,12 @@ export class ResponseClock {
     this.#events = events;
   }
 
+  /** A body chunk with bytes arrived at `now`. */
+  chunkSeen(now: number): void {
+    if (this.#lastChunkAt !== undefined) this.#chunkGaps.observe((now - this.#lastChunkAt) / 1e3);
+    this.#lastChunkAt = now;
+  }
+
   times(): ResponseTimes {
     const picked = this.#pickedAt;
     const gaps = this.#events - this.#firstEvents;
@@ -47,6 +62,7 @@ export class ResponseClock {
       timeToFirstToken: picked === undefined || this.#events === 0 ? undefined : (this.#firstAt - picked) / 1e3,
       interTokenLatency: gaps > 0 ? (this.#lastAt - this.#firstAt) / 1e3 / gaps : undefined,
       generation: this.#events === 0 ? undefined : (this.#lastAt - this.#firstAt) / 1e3,
+      chunkGaps: this.#chunkGaps,
     };
   }
 }

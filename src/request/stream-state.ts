@@ -1,6 +1,7 @@
 // The states of one ext_proc stream and what a transition returns; stream-machine.ts moves
 // between them. Each state carries exactly the data it needs. No I/O.
 
+import type { ModelRewrites } from '../picker/model-rewrite.js';
 import type { DestinationFormat } from '../config/config.js';
 import type { Endpoint } from '../endpoints/model.js';
 import type { AttemptFailure } from '../endpoints/passive-health.js';
@@ -11,6 +12,7 @@ import type { TokenUsage } from '../inspect/usage.js';
 import type { ProcessingResponse } from '../extproc/messages.js';
 import { immediateError } from './decision-replies.js';
 import type { RequestResult } from './request-result.js';
+import type { BodyCollector } from './body-collector.js';
 import type { QueuedRoute, RoutedRequest, Routing } from '../routing/routing.js';
 import type { ServedModels } from '../routing/served-models.js';
 import type { RequestRule, ResponseRule } from './delivery-rules.js';
@@ -25,8 +27,12 @@ export interface MachineContext {
   /** Bodies we hold ourselves to validate (JSON answers in full-duplex mode) stop being held past this. */
   readonly maxInspectedBodyBytes: number;
   readonly destinationFormat: DestinationFormat;
+  /** This replica's `listen.peerAddress`, written into each pick's metadata; absent = none written. */
+  readonly replica?: string;
   /** Whether streams of requests routed to this pool get `stream_options.include_usage` added when they lack it. */
   readonly injectsStreamUsage: (pool: string) => boolean;
+  /** Weighted model rewrite (picker/model-rewrite.ts); empty = none. */
+  readonly modelRewrites: ModelRewrites;
   /** Flow control's request headers; absent = flow control is off everywhere (no header is read). */
   readonly flowHeaders?: { readonly tenant: string; readonly priority: string; readonly objective: string };
   /** This stream's span context for the model server (tracing on, sampled, propagateToUpstream); absent otherwise. */
@@ -59,10 +65,13 @@ export interface RequestFacts {
 /** A whole request body that is read and ready to go, once it has a pick. */
 export interface ReadRequest {
   readonly request: RequestFacts;
-  readonly chunks: readonly Buffer[];
+  /** How many body messages Envoy sent (STREAMED answers each one). */
+  readonly pieces: number;
   readonly body: Buffer;
   readonly inference: InferenceRequest;
   readonly trailersFollow: boolean;
+  /** The body with its `model` rewritten (and the model it names), when a rewrite applies. */
+  readonly rewrite: { readonly model: string; readonly body: Buffer } | undefined;
 }
 
 /** A request on its way to (or back from) the model servers. */
@@ -120,8 +129,7 @@ export type StreamState =
   | {
       readonly kind: 'CollectingRequestBody';
       readonly request: RequestFacts;
-      readonly chunks: Buffer[];
-      bytes: number;
+      readonly body: BodyCollector;
       /** False while we hold the header reply (full duplex, early streamed bodies). */
       readonly headersAnswered: boolean;
     }
@@ -171,7 +179,8 @@ export interface Finished {
 }
 
 export type Notice =
-  | { readonly kind: 'routed'; readonly routed: RoutedRequest }
+  /** `model`: the model the request named (before any rewrite); `bytes`: its body's size as the client sent it. */
+  | { readonly kind: 'routed'; readonly routed: RoutedRequest; readonly model: string | undefined; readonly bytes: number }
   /** The request waits in a queue: the processor listens for its outcome, and cancels it if the stream ends. */
   | { readonly kind: 'queued'; readonly queued: QueuedRoute }
   | {

@@ -41,12 +41,12 @@ function lacksStreamUsage(facts: StreamUsageFacts): boolean {
   return facts.stream && facts.includeUsage !== true && facts.streamOptions !== 'other';
 }
 
-interface Span {
+export interface Span {
   readonly start: number;
   readonly end: number;
 }
 
-function skipWhitespace(b: Buffer, i: number, end: number): number {
+export function skipWhitespace(b: Buffer, i: number, end: number): number {
   while (i < end && isJsonWhitespace(b[i])) i++;
   return i;
 }
@@ -79,7 +79,7 @@ function skipValue(b: Buffer, i: number, end: number): number {
 }
 
 /** The value of member `key` of the object spanning `object` (the last one, as JSON.parse keeps). */
-function memberValue(b: Buffer, object: Span, key: Buffer): Span | undefined {
+export function memberValue(b: Buffer, object: Span, key: Buffer): Span | undefined {
   let found: Span | undefined;
   let i = skipWhitespace(b, object.start + 1, object.end);
   while (i < object.end && b[i] === QUOTE) {
@@ -106,7 +106,7 @@ function appendMember(b: Buffer, object: Span, member: string): Buffer {
   return Buffer.concat([b.subarray(0, last + 1), Buffer.from(text), b.subarray(last + 1)]);
 }
 
-function replaceSpan(b: Buffer, span: Span, text: string): Buffer {
+export function replaceSpan(b: Buffer, span: Span, text: string): Buffer {
   return Buffer.concat([b.subarray(0, span.start), Buffer.from(text), b.subarray(span.end)]);
 }
 

@@ -24,6 +24,7 @@ import type { PickerSettings, PoolPolicy } from '../picker/settings.js';
 import { FlowControl } from './flow-control.js';
 import { NOT_SYNCED_RETRY_AFTER_SECONDS, requireSynced } from './served-models.js';
 import type { FlowObserver, QueuedRequest } from './flow-control.js';
+import type { SessionAffinity, SessionReply } from './sessions.js';
 
 export interface RoutedRequest {
   readonly model: string;
@@ -37,6 +38,8 @@ export interface RoutedRequest {
   readonly destinations: readonly string[];
   /** The primary's total score in the picker (traces). */
   readonly score?: number;
+  /** The request named a session: the response tells the client its token (sessions.ts). */
+  readonly session?: SessionReply;
 }
 
 /** What the picker may use about one request (its model, and its headers for the scorers that read one). */
@@ -108,6 +111,8 @@ export interface RoutingOptions {
   readonly objectives?: () => ObjectiveIndex;
   /** Precise prefix matching from the model servers' KV events; absent = approximate affinity only. */
   readonly precise?: PrecisePrefix;
+  /** Session affinity (the session scorer is on); absent = session headers are not read. */
+  readonly sessions?: SessionAffinity;
 }
 
 export class StoreRouting implements Routing {
@@ -117,6 +122,8 @@ export class StoreRouting implements Routing {
   private readonly scoped = new WeakMap<PoolView, readonly PoolView[]>();
   private readonly policies = new Map<string, PoolPolicy>();
   private readonly flow: FlowControl<RouteRequest, RoutedRequest>;
+  /** Session affinity, where its scorer is on. */
+  private readonly sessions: SessionAffinity | undefined;
 
   constructor(
     private readonly store: EndpointStore,
@@ -126,6 +133,7 @@ export class StoreRouting implements Routing {
     const settings = options.picker ?? IN_FLIGHT_ONLY;
     this.settings = settings;
     this.promptLimit = promptLimit(settings);
+    this.sessions = settings.weights.session > 0 ? options.sessions : undefined;
     // The picker reads the same signal cells the load tracker counts in (and the scraper fills).
     this.picker = new Picker(load.board, {
       weights: settings.weights,
@@ -215,6 +223,9 @@ export class StoreRouting implements Routing {
     const affinityKey = affinityKeyOf(this.settings, pools, prompt);
     const precise = this.options.precise;
     const prefix = precise?.match(pools, request.source, this.load.board.adapters.has(model) ? model : undefined);
+    const sessions = this.sessions;
+    const sessionRef = sessions?.read(request.header);
+    const session = sessionRef === undefined ? undefined : sessions?.placeOf(sessionRef, pools);
     const outcome = this.picker.pick(pools, {
       model,
       affinityKey,
@@ -224,6 +235,7 @@ export class StoreRouting implements Routing {
       ...(prefix === undefined ? {} : { prefix }),
       subset: request.subset,
       header: request.header,
+      ...(session?.at === undefined ? {} : { sessionAt: session.at }),
     });
     if (outcome.kind === 'shed') {
       throw new GatewayError(
@@ -241,7 +253,9 @@ export class StoreRouting implements Routing {
     this.options.latency?.picked(model, endpoints[0].address);
     const destinations = new Array<string>(1 + this.options.fallbacks);
     for (let i = 0; i < destinations.length; i++) destinations[i] = endpoints[i % endpoints.length].address;
-    return { model, endpoints, destinations, score: outcome.score };
+    if (session === undefined || sessions === undefined) return { model, endpoints, destinations, score: outcome.score };
+    sessions.placed(session, endpoints[0]);
+    return { model, endpoints, destinations, score: outcome.score, session: sessions };
   }
 
   /** The pools that may serve `model`: those listing it, or the one pool we are scoped to. */

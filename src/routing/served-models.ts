@@ -19,12 +19,18 @@ export class ServedModels {
     return this.store.view().pools.get(this.scope)?.models.includes(model) ?? false;
   }
 
+  /** The models served now, as the view says (before the first sync: those of the pools seen so far). */
+  names(): string[] {
+    const view = this.store.view();
+    return this.scope === undefined ? [...view.poolsByModel.keys()] : [...(view.pools.get(this.scope)?.models ?? [])];
+  }
+
   /** OpenAI `GET /v1/models` answer; throws `no_ready_replica` before the first sync. */
   list(): unknown {
     requireSynced(this.store, 'the served models cannot be listed yet', {});
-    const view = this.store.view();
-    const models = this.scope === undefined ? [...view.poolsByModel.keys()] : [...(view.pools.get(this.scope)?.models ?? [])];
-    const data = models.sort().map((id) => ({ id, object: 'model', created: 0, owned_by: 'llm-extproc' }));
+    const data = this.names()
+      .sort()
+      .map((id) => ({ id, object: 'model', created: 0, owned_by: 'llm-extproc' }));
     return { object: 'list', data };
   }
 }

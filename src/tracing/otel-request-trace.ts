@@ -6,6 +6,7 @@
 
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { Attributes, Span, TextMapGetter, TextMapPropagator, TextMapSetter, Tracer } from '@opentelemetry/api';
+import { isCancellation } from '../errors/catalog.js';
 import { splitHostPort } from '../util/host-port.js';
 import type {
   HeaderLookup,
@@ -181,7 +182,9 @@ class OtelRequestTrace implements RequestTrace {
       if (Number.isInteger(port)) attributes[ATTR.serverPort] = port;
     }
     if (result.result === 'ok') this.span.setStatus({ code: SpanStatusCode.OK });
-    else {
+    else if (isCancellation(result.result)) {
+      // The client left: no error of ours or of the model server's, so the status stays unset.
+    } else {
       attributes[ATTR.errorType] = result.result;
       this.span.setStatus({ code: SpanStatusCode.ERROR, message: result.result });
     }

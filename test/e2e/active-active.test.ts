@@ -10,19 +10,13 @@
 // no load of its own at pick time and the rendezvous owner of a prefix is the pick.
 
 import assert from 'node:assert/strict';
-import { mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { stringify as toYaml } from 'yaml';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
+import { startActiveActiveBed, type ActiveActiveBed } from '../support/active-active-bed.js';
 import { assertCatalogError } from '../support/catalog-assert.js';
-import { startEnvoy, type RunningEnvoy } from '../support/envoy-process.js';
-import { startExtprocProcess, withAllPickers, type ExtprocProcess } from '../support/extproc-process.js';
-import { poolsYaml, type StaticPoolSpec } from '../support/gateway.js';
+import { type ExtprocProcess } from '../support/extproc-process.js';
 import { metricValue, scrapeMetrics } from '../support/prometheus.js';
 import { send, type ClientRequest, type ClientResponse } from '../support/http-client.js';
-import { startModelServer, type ModelServer } from '../support/model-server.js';
+import { type ModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';
 
 const MODEL = 'chat';
@@ -49,80 +43,13 @@ function chat(tenant: number, turn: number): ClientRequest {
   };
 }
 
-interface Bed {
-  readonly servers: ModelServer[];
-  readonly pickers: ExtprocProcess[];
-  readonly envoy: RunningEnvoy;
-  readonly port: number;
+interface Bed extends Omit<ActiveActiveBed, 'writePools'> {
   writePools(endpoints: readonly ModelServer[]): Promise<void>;
-  stop(): Promise<void>;
 }
 
 async function startBed(): Promise<Bed> {
-  const dir = await mkdtemp(join(tmpdir(), 'llm-extproc-active-active-'));
-  const servers: ModelServer[] = [];
-  const pickers: ExtprocProcess[] = [];
-  let envoy: RunningEnvoy | undefined;
-  const stop = async (): Promise<void> => {
-    await envoy?.stop();
-    await Promise.all(pickers.map((p) => p.kill()));
-    await Promise.all(servers.map((s) => s.close()));
-    await rm(dir, { recursive: true, force: true });
-  };
-  try {
-    for (const id of ['ms-a', 'ms-b', 'ms-c']) servers.push(await startModelServer({ id, models: [MODEL] }));
-    const endpointsFile = join(dir, 'endpoints.yaml');
-    const pools = (endpoints: readonly ModelServer[]): StaticPoolSpec[] => [
-      { name: 'pool', models: [MODEL], endpoints: endpoints.map((s) => ({ address: s.address })) },
-    ];
-    await writeFile(endpointsFile, poolsYaml(pools(servers)));
-    const configPath = join(dir, 'llm-extproc.yaml');
-    await writeFile(
-      configPath,
-      toYaml({
-        listen: { grpc: '127.0.0.1:0', http: '127.0.0.1:0' },
-        static: { path: endpointsFile },
-        picker: { metrics: { enabled: false } },
-        shutdownDrainSeconds: 0,
-        shutdownGraceSeconds: 1,
-      }),
-    );
-    for (let i = 0; i < 3; i++) pickers.push(await startExtprocProcess({ configPath }));
-    const rendered = renderGatewayConfig({
-      ...DEFAULT_GATEWAY_OPTIONS,
-      listener: { address: '127.0.0.1', port: 0 },
-      admin: { address: '127.0.0.1', port: 0 },
-      extProc: pickers[0].grpcAddress,
-      extProcHealthCheckIntervalMs: HEALTH_CHECK_INTERVAL_MS,
-      backends: { kind: 'static', addresses: servers.map((s) => s.address) },
-    });
-    envoy = await startEnvoy({
-      configYaml: toYaml(
-        withAllPickers(
-          rendered,
-          pickers.map((p) => p.grpcAddress),
-        ),
-      ),
-      name: 'active-active',
-    });
-    const running = envoy;
-    await running.waitForStat('cluster.llm_extproc.membership_healthy', (v) => v === 3);
-    return {
-      servers,
-      pickers,
-      envoy: running,
-      port: running.listenerPort('llm_gateway'),
-      writePools: async (endpoints) => {
-        const temp = join(dir, `.endpoints-${process.hrtime.bigint()}.yaml`);
-        await writeFile(temp, poolsYaml(pools(endpoints)));
-        await rename(temp, endpointsFile);
-      },
-      stop,
-    };
-  } catch (err) {
-    await stop();
-    throw err;
-  }
+  const bed = await startActiveActiveBed({ name: 'active-active', model: MODEL, healthCheckIntervalMs: HEALTH_CHECK_INTERVAL_MS });
+  return { ...bed, writePools: (endpoints) => bed.writePools(endpoints.map((s) => ({ address: s.address }))) };
 }
 
 async function okRequests(picker: ExtprocProcess): Promise<number> {

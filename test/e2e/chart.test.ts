@@ -5,7 +5,8 @@
 // a checksum that rolls the pods), and values.schema.json refuses bad values naming the field.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { CATALOG } from '../../src/errors/catalog.js';
+import { CANCELLATION_KINDS, CATALOG } from '../../src/errors/catalog.js';
+import { ALERTED_RESULTS } from '../../src/metrics/metrics.js';
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,8 +24,10 @@ import { CHART_DIR, chartFiles } from '../../scripts/chart/chart-files.js';
 import { envoyBinaryPath } from '../support/envoy-binary.js';
 import { runExtprocCommand, startExtprocProcess } from '../support/extproc-process.js';
 import type { CommandResult } from '../support/extproc-process.js';
+import { rulesOf } from '../support/chart-rules.js';
 import { helm, parseManifests, run } from '../support/helm.js';
 import type { K8sObject } from '../support/helm.js';
+import { writeWordTokenizer } from '../support/word-tokenizer.js';
 
 const CHART = join(repoRoot(), CHART_DIR);
 const NAMESPACE = 'llm';
@@ -35,10 +38,12 @@ const EXAMPLES = readdirSync(join(CHART, 'examples'))
   .sort();
 
 type Obj = Record<string, unknown>;
-/** The API group of each resource the server reads (pods are in the core group). */
-const GROUP_OF: Readonly<Record<string, string>> = {
-  inferencepools: 'inference.networking.k8s.io',
-  inferenceobjectives: 'inference.networking.x-k8s.io',
+/** The API groups of each resource the server reads (pods are in the core group): llm-d's kinds under its group and the deprecated one. */
+const GROUPS_OF: Readonly<Record<string, readonly string[]>> = {
+  pods: [''],
+  inferencepools: ['inference.networking.k8s.io'],
+  inferencemodelrewrites: ['llm-d.ai', 'inference.networking.x-k8s.io'],
+  inferenceobjectives: ['llm-d.ai', 'inference.networking.x-k8s.io'],
 };
 let home = '';
 
@@ -120,7 +125,7 @@ function mebibytes(quantity: unknown): number {
 
 /**
  * Runs the `helm test` Pod's command with the real program, as its kubelet would: the ConfigMap's
- * files (and a certificate pair for a mounted TLS Secret) written to a directory standing for the
+ * files (a certificate pair for a mounted TLS Secret, tokenizer files for a mounted tokenizer) written to a directory standing for the
  * mount path, the Pod's literal environment variables set.
  */
 async function runCheckConfigPod(
@@ -142,6 +147,11 @@ async function runCheckConfigPod(
   if (mounts.some((m) => m.mountPath === `${CONFIG_DIR}/client-ca`)) {
     mkdirSync(join(dir, 'client-ca'));
     writeFileSync(join(dir, 'client-ca', 'ca.crt'), (await makeSelfSignedIdentity(['client-ca'])).cert);
+  }
+  if (mounts.some((m) => m.mountPath === `${CONFIG_DIR}/tokenizer`)) {
+    // The model's tokenizer files a ConfigMap or volume would hold: the check loads them as the server does.
+    mkdirSync(join(dir, 'tokenizer'));
+    await writeWordTokenizer(join(dir, 'tokenizer'));
   }
   const env = Object.fromEntries(
     (container.env as Obj[]).filter((e) => typeof e.value === 'string').map((e) => [e.name as string, e.value as string]),
@@ -221,7 +231,7 @@ describe('chart: rendered manifests', () => {
           const ip = config.source.kubernetes.inferencePools;
           // InferenceObjectives are watched only where flow control, their only reader, is on.
           const objectives = ip?.objectives !== false && flowControlAnywhere(config.picker);
-          const kinds = objectives ? ['pods', 'inferencepools', 'inferenceobjectives'] : ['pods', 'inferencepools'];
+          const kinds = ['pods', 'inferencepools', 'inferencemodelrewrites', ...(objectives ? ['inferenceobjectives'] : [])];
           for (const ns of ip?.namespaces ?? []) expected.set(ns, kinds);
         }
         const roles = objects.filter((o) => o.kind === 'Role');
@@ -230,11 +240,9 @@ describe('chart: rendered manifests', () => {
           const rules = field(role, 'rules') as Obj[];
           assert.deepEqual(
             rules.map((r) => ({ groups: r.apiGroups, resources: r.resources, verbs: r.verbs })),
-            (expected.get(role.metadata.namespace ?? '') ?? []).map((resource) => ({
-              groups: [GROUP_OF[resource] ?? ''],
-              resources: [resource],
-              verbs: ['get', 'list', 'watch'],
-            })),
+            (expected.get(role.metadata.namespace ?? '') ?? []).flatMap((resource) =>
+              (GROUPS_OF[resource] ?? ['']).map((group) => ({ groups: [group], resources: [resource], verbs: ['get', 'list', 'watch'] })),
+            ),
             `rules of the Role in ${role.metadata.namespace}`,
           );
           const binding = objects.find((o) => o.kind === 'RoleBinding' && o.metadata.namespace === role.metadata.namespace);
@@ -344,7 +352,7 @@ describe('chart: rendered manifests', () => {
     });
   }
 
-  it('inferencePools.objectives=false: the server watches no InferenceObjectives, and the Role grants none', async () => {
+  it('inferencePools.objectives=false: the server watches no InferenceObjectives, and the Role grants none (InferenceModelRewrites still)', async () => {
     const objects = await template(['several-namespaces.yaml'], ['--set', 'config.kubernetes.inferencePools.objectives=false']);
     const { config } = serverConfig(objects);
     assert.ok(config.source.kind === 'kubernetes');
@@ -355,7 +363,7 @@ describe('chart: rendered manifests', () => {
     );
     assert.deepEqual(
       (field(role, 'rules') as Obj[]).map((r) => r.resources),
-      [['pods'], ['inferencepools']],
+      [['pods'], ['inferencepools'], ['inferencemodelrewrites'], ['inferencemodelrewrites']],
     );
   });
 });
@@ -518,8 +526,11 @@ describe('chart: gateway wiring', () => {
     const override = field(traffic, 'spec', 'responseOverride', 0) as Obj;
     assert.deepEqual(field(override, 'match'), { statusCodes: [{ type: 'Value', value: 500 }] });
     assert.equal(override.source, 'Local');
-    const body = JSON.parse(String(field(override, 'response', 'body', 'inline'))) as { error: { code: string; type: string } };
+    const body = JSON.parse(String(field(override, 'response', 'body', 'inline'))) as {
+      error: { code: string; type: string; request_id: string };
+    };
     assert.equal(body.error.code, CATALOG.gateway_unavailable.code);
+    assert.equal(body.error.request_id, '%REQ(X-REQUEST-ID)%', "Envoy's request id, substituted by Envoy");
     assert.equal(body.error.type, CATALOG.gateway_unavailable.type);
     assert.equal(field(override, 'response', 'statusCode'), CATALOG.gateway_unavailable.status);
     assert.deepEqual(field(override, 'response', 'header', 'set'), [
@@ -620,9 +631,51 @@ describe('chart: gateway wiring', () => {
   }
 });
 
+describe('chart: each replica names itself for access-log forwarding (peerForwarding)', () => {
+  /** The container's environment as the kubelet expands it, with `podIP` for the downward API. */
+  function expandedEnv(objects: readonly K8sObject[], podIP: string): Record<string, string> {
+    const env: Record<string, string> = {};
+    for (const e of serverContainer(objects).env as Obj[]) {
+      const fromPod = field(e, 'valueFrom', 'fieldRef', 'fieldPath');
+      const value = fromPod === 'status.podIP' ? podIP : typeof e.value === 'string' ? e.value : '';
+      env[e.name as string] = value.replace(/\$\((\w+)\)/g, (_, name: string) => env[name] ?? '');
+    }
+    return env;
+  }
+
+  it('auto, with the chart’s Envoy (which sends the access log): listen.peerAddress is the pod IP and ports.grpc, and the server accepts it', async () => {
+    const objects = await template(['envoy.yaml'], ['--set', 'ports.grpc=9100']);
+    const env = expandedEnv(objects, '10.244.1.7');
+    assert.equal(env.LLM_EXTPROC_PEER_ADDRESS, '10.244.1.7:9100');
+    assert.equal(buildConfig(serverConfig(objects).text, env).listen.peerAddress, '10.244.1.7:9100');
+  });
+
+  it('true, where the operator wired the gateway’s access log (TLS on, as in the InferencePool examples): the same address, accepted', async () => {
+    const objects = await template(['inferencepool-istio.yaml'], ['--set', 'ports.grpc=9100', '--set', 'peerForwarding=true']);
+    const env = expandedEnv(objects, '10.244.1.7');
+    assert.equal(env.LLM_EXTPROC_PEER_ADDRESS, '10.244.1.7:9100');
+    assert.equal(buildConfig(serverConfig(objects).text, env).listen.peerAddress, '10.244.1.7:9100');
+  });
+
+  it('off: auto without the chart’s Envoy (no access log is known to come, and each break would wait 3 s for one) or with mutual TLS, false, and the Envoy Gateway sidecar mode', async () => {
+    for (const objects of [
+      await template([]),
+      await template(['inferencepool-istio.yaml']),
+      await template(['envoy-gateway.yaml']),
+      await template(['envoy.yaml'], ['--set', 'peerForwarding=false']),
+      await template(['envoy-gateway-sidecar.yaml'], ['--set', 'peerForwarding=true']),
+    ]) {
+      assert.equal(expandedEnv(objects, '10.244.1.7').LLM_EXTPROC_PEER_ADDRESS, undefined);
+    }
+  });
+});
+
 describe('chart: mutual TLS on the gRPC port', () => {
   it('tls.clientCaSecretName mounts the Secret’s ca.crt and sets listen.tls.clientCaFile; the check-config Pod accepts it', async () => {
-    const objects = await template(['inferencepool-istio.yaml'], ['--set', 'tls.clientCaSecretName=gateway-client-ca']);
+    const objects = await template(
+      ['inferencepool-istio.yaml'],
+      ['--set', 'tls.clientCaSecretName=gateway-client-ca', '--set', 'peerForwarding=false'],
+    );
     const { config } = serverConfig(objects);
     assert.deepEqual(config.listen.tls, {
       mode: 'files',
@@ -666,6 +719,13 @@ describe('chart: refuses at helm template what the cluster, the pod or the gatew
       name: 'a client CA without TLS (silently ignored before)',
       set: ['tls.clientCaSecretName=gateway-client-ca'],
       message: 'tls.clientCaSecretName needs tls.enabled: mutual TLS is TLS on the gRPC port (set tls.enabled=true and tls.secretName)',
+    },
+    {
+      name: 'peer forwarding with mutual TLS (the peers present no client certificate)',
+      values: 'inferencepool-istio.yaml',
+      set: ['tls.clientCaSecretName=gateway-client-ca', 'peerForwarding=true'],
+      message:
+        'peerForwarding with tls.clientCaSecretName: the replicas forward access-log entries to each other with no client certificate, and mutual TLS would refuse them; set peerForwarding=false or drop tls.clientCaSecretName',
     },
     {
       name: 'a certificate Secret without TLS (silently ignored before)',
@@ -797,7 +857,8 @@ describe('chart: NetworkPolicy', () => {
     return byPort;
   }
 
-  const cases: ReadonlyArray<{ name: string; values: string[]; extra?: string[]; grpc: unknown[] }> = [
+  // `forwarding`: peerForwarding's auto is on there (the chart's Envoy sends the access log), so our replicas reach each other's gRPC port.
+  const cases: ReadonlyArray<{ name: string; values: string[]; extra?: string[]; grpc: unknown[]; forwarding?: true }> = [
     { name: 'plain Envoy Gateway: its proxy pods in its namespace', values: ['envoy-gateway.yaml'], grpc: [EG_PROXIES] },
     { name: 'Envoy AI Gateway: the Envoy Gateway proxies it runs on', values: ['inferencepool-ai-gateway.yaml'], grpc: [EG_PROXIES] },
     {
@@ -811,7 +872,7 @@ describe('chart: NetworkPolicy', () => {
       values: ['inferencepool-kgateway.yaml'],
       grpc: [ANY_GATEWAY_API_POD],
     },
-    { name: 'plain Envoy: pods of the release namespace', values: ['envoy.yaml'], grpc: [RELEASE_NAMESPACE_PODS] },
+    { name: 'plain Envoy: pods of the release namespace', values: ['envoy.yaml'], grpc: [RELEASE_NAMESPACE_PODS], forwarding: true },
     { name: 'no gateway block: pods of the release namespace', values: ['one-namespace.yaml'], grpc: [RELEASE_NAMESPACE_PODS] },
     {
       name: 'Envoy Gateway proxies in the Gateway’s namespace (GatewayNamespace deploy mode)',
@@ -826,13 +887,24 @@ describe('chart: NetworkPolicy', () => {
       grpc: [{ podSelector: { matchLabels: { app: 'my-envoy' } } }],
     },
   ];
+  /** The release's own pods: they forward each other the access-log entries of their streams (peerForwarding). */
+  function ourReplicas(objects: readonly K8sObject[]): Obj {
+    return { podSelector: field(only(objects, 'NetworkPolicy', FULLNAME), 'spec', 'podSelector') };
+  }
+
   for (const c of cases) {
-    it(`on by default; gRPC only from the gateway — ${c.name}; HTTP from the monitoring namespace`, async () => {
-      const byPort = ingressByPort(await template(c.values, c.extra ?? []));
-      assert.deepEqual(byPort.get('grpc'), c.grpc);
+    it(`on by default; gRPC only from the gateway${c.forwarding ? ' and our replicas' : ''} — ${c.name}; HTTP from the monitoring namespace`, async () => {
+      const objects = await template(c.values, c.extra ?? []);
+      const byPort = ingressByPort(objects);
+      assert.deepEqual(byPort.get('grpc'), c.forwarding ? [...c.grpc, ourReplicas(objects)] : c.grpc);
       assert.deepEqual(byPort.get('http-metrics'), [MONITORING]);
     });
   }
+
+  it('peerForwarding on: gRPC also from our replicas (they forward each other access-log entries)', async () => {
+    const objects = await template(['envoy-gateway.yaml'], ['--set', 'peerForwarding=true']);
+    assert.deepEqual(ingressByPort(objects).get('grpc'), [EG_PROXIES, ourReplicas(objects)]);
+  });
 
   it('the monitoring namespace and more HTTP peers come from values; networkPolicy.enabled=false leaves it out', async () => {
     const byPort = ingressByPort(
@@ -888,6 +960,18 @@ describe('chart: /debug/endpoints', () => {
   });
 });
 
+/** Every rule templates/prometheusrule.yaml ships, in its order (docs/helm.md, "Alerts"). */
+const SHIPPED_RULES = [
+  'LlmExtprocModelNoReadyReplica',
+  'LlmExtprocPoolNoReadyReplica',
+  'LlmExtprocErrorRatioHigh',
+  'LlmExtprocMidStreamFailures',
+  'llm_extproc:requests_cancelled:rate5m',
+  'LlmExtprocKubernetesWatchRestarts',
+  'LlmExtprocEndpointCacheStale',
+  'LlmExtprocReplicaSlowerThanPool',
+];
+
 describe('chart: monitoring', () => {
   it('ships the Grafana dashboard with the sidecar-discovery label, a ServiceMonitor on the metrics port and the alerts', async () => {
     const objects = await template(['one-namespace.yaml']);
@@ -909,8 +993,33 @@ describe('chart: monitoring', () => {
       [FULLNAME],
       'one Service scraped, so each pod is scraped once',
     );
-    const groups = field(only(objects, 'PrometheusRule'), 'spec', 'groups', 0, 'rules') as Obj[];
-    assert.ok(groups.length >= 5);
+    assert.deepEqual(
+      rulesOf(only(objects, 'PrometheusRule')).map((r) => r.name),
+      SHIPPED_RULES,
+    );
+  });
+
+  it('the results the rules select by name are those the server creates at 0 for every model (ALERTED_RESULTS)', async () => {
+    const rules = rulesOf(only(await template(['one-namespace.yaml']), 'PrometheusRule'));
+    const codes = [...Object.keys(CATALOG), ...CANCELLATION_KINDS];
+    const selected = new Set<string>();
+    for (const rule of rules) {
+      for (const m of rule.expr.matchAll(/llm_extproc_requests_total\{result(=~?)"([^"]*)"\}/g)) {
+        const pattern = new RegExp(`^(?:${m[2]})$`);
+        for (const code of codes) if (m[1] === '=' ? code === m[2] : pattern.test(code)) selected.add(code);
+      }
+    }
+    assert.deepEqual([...selected].sort(), [...ALERTED_RESULTS].sort());
+  });
+
+  it('renders every alert and recording rule with labels set on the PrometheusRule too', async () => {
+    const objects = await template(['one-namespace.yaml'], ['--set', 'metrics.prometheusRule.labels.release=kube-prometheus']);
+    const rule = only(objects, 'PrometheusRule');
+    assert.equal(rule.metadata.labels?.['release'], 'kube-prometheus');
+    assert.deepEqual(
+      rulesOf(rule).map((r) => r.name),
+      SHIPPED_RULES,
+    );
   });
 });
 

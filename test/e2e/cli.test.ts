@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -275,6 +275,12 @@ describe('one validation path: every bad configuration stops --check-config and 
     await writeFile(join(dir, 'tls.crt'), one.cert);
     await writeFile(join(dir, 'tls.key'), other.key);
     await writeFile(join(dir, 'bad-endpoints.yaml'), 'pools:\n  - name: p\n    models: [m]\n    endpoints: [nowhere]\n');
+    // Tokenizer directories for precise prefix matching: one without its tokenizer.json, one whose tokenizer.json is not JSON.
+    await mkdir(join(dir, 'tokenizer-missing'));
+    await writeFile(join(dir, 'tokenizer-missing', 'tokenizer_config.json'), '{}');
+    await mkdir(join(dir, 'tokenizer-broken'));
+    await writeFile(join(dir, 'tokenizer-broken', 'tokenizer_config.json'), '{}');
+    await writeFile(join(dir, 'tokenizer-broken', 'tokenizer.json'), '{"model": ');
   });
   after(async () => {
     await rm(dir, { recursive: true, force: true });
@@ -335,6 +341,17 @@ describe('one validation path: every bad configuration stops --check-config and 
       name: 'TLS files that are not a pair (relative to the config file)',
       config: 'listen:\n  tls: { enabled: true, certFile: tls.crt, keyFile: tls.key }\nstatic:\n  path: $E\n',
       line: () => `listen.tls: gRPC TLS: ${join(dir, 'tls.crt')} and ${join(dir, 'tls.key')} are not a usable certificate and key: `,
+    },
+    {
+      name: 'precise prefix matching with a tokenizer directory without tokenizer.json (relative to the config file)',
+      config: 'static:\n  path: $E\npicker:\n  precise:\n    tokenizerDir: tokenizer-missing\n    events: { port: 5557 }\n',
+      line: () =>
+        `picker.precise.tokenizerDir: cannot read ${join(dir, 'tokenizer-missing', 'tokenizer.json')}: ENOENT: no such file or directory, open '${join(dir, 'tokenizer-missing', 'tokenizer.json')}'`,
+    },
+    {
+      name: 'precise prefix matching with a tokenizer.json that is not JSON',
+      config: 'static:\n  path: $E\npicker:\n  precise:\n    tokenizerDir: tokenizer-broken\n    events: { port: 5557 }\n',
+      line: () => `picker.precise.tokenizerDir: ${join(dir, 'tokenizer-broken', 'tokenizer.json')} is not JSON: `,
     },
   ];
   for (const [i, c] of cases.entries()) {

@@ -15,10 +15,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { stringify as toYaml } from 'yaml';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
 import { startEnvoy } from '../support/envoy-process.js';
 import type { RunningEnvoy } from '../support/envoy-process.js';
-import { poolsYaml } from '../support/gateway.js';
+import { loopbackGatewayConfig, poolsYaml } from '../support/gateway.js';
 import { metricValue } from '../support/prometheus.js';
 import { send } from '../support/http-client.js';
 import { startModelServer } from '../support/model-server.js';
@@ -129,13 +128,7 @@ describe('--workers 2 behind Envoy', () => {
       timeoutMs: 30_000,
       signal: gone.signal,
     });
-    const config = renderGatewayConfig({
-      ...DEFAULT_GATEWAY_OPTIONS,
-      listener: { address: '127.0.0.1', port: 0 },
-      admin: { address: '127.0.0.1', port: 0 },
-      extProc: `unix://${socket}`,
-      backends: { kind: 'static', addresses: [model.address] },
-    });
+    const config = loopbackGatewayConfig(`unix://${socket}`, [model.address]);
     // Exact balance: the two Envoy workers take turns accepting client connections, so both open
     // their own connection to us, and the primary hands one to each of our workers.
     const listeners = (config.static_resources as { listeners: Array<Record<string, unknown>> }).listeners;

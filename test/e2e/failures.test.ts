@@ -2,21 +2,23 @@
 // Envoy by real (misbehaving) model servers, and the outcome accounting behind them.
 
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { CATALOG, ERROR_KINDS, type ErrorKind } from '../../src/errors/catalog.js';
 import { startGateway, type Gateway } from '../support/gateway.js';
 import { metricValue, waitForMetric } from '../support/prometheus.js';
 import type { ClientRequest, ClientResponse } from '../support/http-client.js';
-import { assertAppendedErrorEvent } from '../support/catalog-assert.js';
+import { assertAppendedErrorEvent, assertCatalogError as assertCatalogAnswer } from '../support/catalog-assert.js';
+import type { ErrorBody } from '../support/catalog-assert.js';
 import { privateLoopbackHost } from '../support/loopback.js';
 import { startModelServer, type Behavior, type ModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';
 
 const CHAT = '/v1/chat/completions';
-const RAW_ENVOY_TEXT = /upstream connect error|disconnect\/reset before headers|no healthy upstream|upstream request timeout/i;
 
+/** A chat request with its own x-request-id, which every error body must quote back. */
 function chat(model: string, extra: Record<string, unknown> = {}): ClientRequest {
-  return { path: CHAT, body: { model, messages: [{ role: 'user', content: 'hi' }], ...extra } };
+  return { path: CHAT, headers: { 'x-request-id': randomUUID() }, body: { model, messages: [{ role: 'user', content: 'hi' }], ...extra } };
 }
 
 /**
@@ -34,23 +36,11 @@ async function saturatedPool(id: string, flowYaml: string, messageTimeoutMs?: nu
   return { s, gateway };
 }
 
-interface ErrorBody {
-  error: { message: string; type: string; code: string };
-}
-
-/** The checks every error answer must pass, whatever produced it. */
+/** The shared checks (catalog-assert.ts: status, JSON, code, type, headers, request_id), and Retry-After where the catalog has one. */
 function assertCatalogError(response: ClientResponse, kind: ErrorKind): ErrorBody {
-  const entry = CATALOG[kind];
-  const text = response.text();
-  assert.doesNotMatch(text, RAW_ENVOY_TEXT, `raw Envoy text reached the client: ${text}`);
-  assert.equal(response.status, entry.status, `${kind}: status (body ${text})`);
-  assert.match(response.headers['content-type'] ?? '', /^application\/json/, `${kind}: content-type`);
-  assert.equal(response.headers['x-llm-extproc-error'], entry.code);
-  const body = JSON.parse(text) as ErrorBody;
-  assert.equal(body.error.code, entry.code);
-  assert.equal(body.error.type, entry.type);
-  assert.ok(body.error.message.length > 10, 'a message that explains');
-  if (entry.retryAfterSeconds !== undefined || kind === 'no_ready_replica') assert.match(response.headers['retry-after'] ?? '', /^\d+$/);
+  const body = assertCatalogAnswer(response, kind);
+  if (CATALOG[kind].retryAfterSeconds !== undefined || kind === 'no_ready_replica')
+    assert.match(response.headers['retry-after'] ?? '', /^\d+$/);
   return body;
 }
 
@@ -515,6 +505,13 @@ describe('faults after the model server started answering (real Envoy)', () => {
     await waitUntil(async () => ((await attempts(server, 'stream_broken')) === 1 ? true : undefined), {
       description: 'the reset counted against the replica',
     });
+    // llm-extproc had seen the response headers (Envoy holds them while it buffers the body), so
+    // this 502 is Envoy's own local reply (UR, our mapper): the result is still the client's code.
+    await waitForMetric(() => gateway.metricsText(), 'llm_extproc_requests_total', { model: 'reset-json', result: 'upstream_reset' }, 1);
+    assert.equal(
+      metricValue(await gateway.metricsText(), 'llm_extproc_requests_total', { model: 'reset-json', result: 'stream_broken' }),
+      0,
+    );
   });
 
   it("an upstream 500 with its own JSON error reaches the client byte for byte and counts as the replica's failure", async () => {

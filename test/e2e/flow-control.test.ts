@@ -17,6 +17,9 @@ import { waitUntil } from '../support/wait-until.js';
 import type { GatewayProfileName } from '../../tools/envoy-config/gateway-profiles.js';
 
 const TENANT = 'x-llm-d-inference-fairness-id';
+/** The name llm-d's header replaced, still read when only it is sent. */
+const LEGACY_TENANT = 'x-gateway-inference-fairness-id';
+const DROPPED_REASON = 'x-llm-d-request-dropped-reason';
 
 function chat(tenant: string, extra: Partial<ClientRequest> = {}): ClientRequest {
   return {
@@ -58,7 +61,11 @@ async function flowGateway(
   ttl: Omit<TtlCase, 'expectedTtlMs'>,
 ): Promise<Gateway> {
   return startGateway({
-    pools: [{ name: 'p', models: ['m'], endpoints: [{ address: server.address }] }],
+    pools: [
+      { name: 'p', models: ['m'], endpoints: [{ address: server.address }] },
+      // A model whose only replica is still starting: nothing could serve it.
+      { name: 'starting', models: ['cold'], endpoints: [{ address: '127.0.0.1:9', state: 'Starting' }] },
+    ],
     configYaml: [
       'picker:',
       '  pools:',
@@ -102,7 +109,9 @@ for (const { name, profile, ttl } of PROFILES) {
       // The replica is busy: the flood queues first, then the interactive requests.
       for (let i = 0; i < FLOOD; i++) responses.push(gateway.send(chat('batch')));
       await waitForQueue(gateway, FLOOD, { tenant: 'batch' });
-      for (let i = 0; i < INTERACTIVE; i++) responses.push(gateway.send(chat('interactive')));
+      // The interactive tenant names itself by the header's old name, which is still honoured.
+      const interactive = (): ClientRequest => chat('interactive', { headers: { [LEGACY_TENANT]: 'interactive' } });
+      for (let i = 0; i < INTERACTIVE; i++) responses.push(gateway.send(interactive()));
       await waitForQueue(gateway, INTERACTIVE, { tenant: 'interactive' });
       assert.equal(server.requests.length, 1, 'nothing reached the busy replica while it was saturated');
 
@@ -112,7 +121,7 @@ for (const { name, profile, ttl } of PROFILES) {
         await arrivals(server, k + 1);
       }
       held.releaseNext();
-      const order = server.requests.slice(1).map((r) => r.headers[TENANT]);
+      const order = server.requests.slice(1).map((r) => r.headers[TENANT] ?? r.headers[LEGACY_TENANT]);
       // Round robin between the two tenants: the interactive requests are the 2nd, 4th and 6th
       // dispatched, while the flood's last one waits for the 13th.
       assert.deepEqual(order, [
@@ -140,6 +149,7 @@ for (const { name, profile, ttl } of PROFILES) {
       const refused = await gateway.send(sheddable());
       assertCatalogError(refused, 'shed');
       assert.equal(refused.status, 429);
+      assert.equal(refused.headers[DROPPED_REASON], 'rejected-saturated');
       assert.equal(refused.headers['retry-after'], '1');
       assert.equal(server.requests.length, before + 1, 'refused before reaching the model server');
       held.releaseNext();
@@ -152,6 +162,13 @@ for (const { name, profile, ttl } of PROFILES) {
       held.releaseNext();
       const passed = await passing;
       assert.equal(passed.status, 200, passed.text());
+    });
+
+    it("a model without a ready replica gets 503 with llm-d's rejected-no-endpoints reason", async () => {
+      const refused = await gateway.send({ ...chat('a'), body: { model: 'cold', messages: [{ role: 'user', content: 'hi' }] } });
+      assertCatalogError(refused, 'no_ready_replica');
+      assert.equal(refused.status, 503);
+      assert.equal(refused.headers[DROPPED_REASON], 'rejected-no-endpoints');
     });
 
     it('a client that hangs up while queued leaves the queue at once, and never reaches the model server', async () => {
@@ -218,6 +235,7 @@ for (const { name, profile, ttl } of PROFILES) {
       const waited = (error as ErrorBody['error'] & { waited_ms?: number }).waited_ms ?? 0;
       assert.equal(response.status, 429);
       assert.equal(response.headers['retry-after'], '1');
+      assert.equal(response.headers[DROPPED_REASON], 'rejected-ttl-expired');
       assert.ok(waited >= ttl.expectedTtlMs, `waited ${waited} ms`);
       if (ttl.messageTimeoutMs !== undefined) assert.ok(elapsed < ttl.messageTimeoutMs, `answered after ${Math.round(elapsed)} ms`);
       assert.equal(server.requests.length, 1, 'the expired request never reached the busy replica');

@@ -23,12 +23,12 @@ import { join, relative } from 'node:path';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { repoRoot } from '../../scripts/repo-root.js';
 import { CHART_DIR } from '../../scripts/chart/chart-files.js';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
 import {
   containerEngine,
   podman,
   podmanOk,
   podmanRunFlags,
+  podIpForThisProcess,
   prepareContainerNetwork,
   projectImage,
   runContainer,
@@ -37,6 +37,7 @@ import {
   type PodSpec,
   type RunningContainer,
 } from '../support/container.js';
+import { loopbackGatewayConfig } from '../support/gateway.js';
 import { startEnvoy, type RunningEnvoy } from '../support/envoy-process.js';
 import { healthClient } from '../support/grpc-health-client.js';
 import { helm, parseManifests, run, type K8sObject } from '../support/helm.js';
@@ -122,7 +123,12 @@ describe('container image (podman, as the chart runs it)', { skip }, () => {
     };
     grpcPort = Number(config.listen.grpc.split(':').at(-1));
     httpPort = Number(config.listen.http.split(':').at(-1));
-    container = await runContainer(env, image.image, podmanRunFlags(pod, container0, configMaps), container0.args ?? []);
+    container = await runContainer(
+      env,
+      image.image,
+      podmanRunFlags(pod, container0, configMaps, podIpForThisProcess()),
+      container0.args ?? [],
+    );
     const readyPath = container0.readinessProbe?.httpGet?.path ?? '/readyz';
     await waitUntil(
       async () => {
@@ -142,15 +148,7 @@ describe('container image (podman, as the chart runs it)', { skip }, () => {
     envoy = await startEnvoy({
       name: 'image-gateway',
       logLevel: 'warning',
-      configYaml: toYaml(
-        renderGatewayConfig({
-          ...DEFAULT_GATEWAY_OPTIONS,
-          listener: { address: '127.0.0.1', port: 0 },
-          admin: { address: '127.0.0.1', port: 0 },
-          extProc: `${container.ip}:${grpcPort}`,
-          backends: { kind: 'static', addresses: [model.address] },
-        }),
-      ),
+      configYaml: toYaml(loopbackGatewayConfig(`${container.ip}:${grpcPort}`, [model.address])),
     });
   });
 

@@ -15,11 +15,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { stringify as toYaml } from 'yaml';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
 import { startEnvoy } from '../support/envoy-process.js';
 import { startExtprocProcess } from '../support/extproc-process.js';
 import type { ExtprocProcess } from '../support/extproc-process.js';
-import { poolsYaml } from '../support/gateway.js';
+import { loopbackGatewayConfig, poolsYaml } from '../support/gateway.js';
 import { send } from '../support/http-client.js';
 import { KubeControlPlane } from '../support/kube-control-plane.js';
 import { startModelServer } from '../support/model-server.js';
@@ -99,15 +98,7 @@ void describe('what the program loads', () => {
       async (proc) => {
         const envoy = await startEnvoy({
           name: 'lazy-loading',
-          configYaml: toYaml(
-            renderGatewayConfig({
-              ...DEFAULT_GATEWAY_OPTIONS,
-              listener: { address: '127.0.0.1', port: 0 },
-              admin: { address: '127.0.0.1', port: 0 },
-              extProc: proc.grpcAddress,
-              backends: { kind: 'static', addresses: [server.address] },
-            }),
-          ),
+          configYaml: toYaml(loopbackGatewayConfig(proc.grpcAddress, [server.address])),
         });
         try {
           const port = envoy.listenerPort('llm_gateway');

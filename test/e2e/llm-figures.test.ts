@@ -102,6 +102,8 @@ for (const { title, profile } of PROFILES) {
       assert.equal(metricValue(text, 'inference_objective_input_tokens_sum', objective), sent.prompt_tokens);
       assert.equal(metricValue(text, 'inference_objective_output_tokens_sum', objective), sent.completion_tokens);
       assert.equal(metricValue(text, 'inference_objective_request_total', objective), 1);
+      // llm-d's canonical name for the same figure (llm-d-metrics.ts).
+      assert.equal(metricValue(text, 'llm_d_epp_request_total', objective), 1);
       // Without injection the stream carried no usage: counted as such, never as zero tokens.
       await waitForMetric(() => plain.metricsText(), 'llm_extproc_answers_without_usage_total', { ...labels, answer: 'stream' }, 1);
       assert.equal(metricValue(await plain.metricsText(), 'llm_extproc_tokens_total', labels), 0);
@@ -111,6 +113,7 @@ for (const { title, profile } of PROFILES) {
       await waitForMetric(() => plain.metricsText(), 'inference_pool_average_queue_size', { name: POOL }, 3);
       const text = await plain.metricsText();
       assert.equal(metricValue(text, 'inference_pool_ready_pods', { name: POOL }), 1);
+      assert.equal(metricValue(text, 'llm_d_epp_ready_endpoints', { name: POOL }), 1);
       assert.equal(metricValue(text, 'inference_pool_average_kv_cache_utilization', { name: POOL }), 0.25);
       // Static endpoints have no pod: the address stands for it.
       assert.equal(metricValue(text, 'inference_pool_per_pod_queue_size', { name: POOL, model_server_pod: server.address }), 3);

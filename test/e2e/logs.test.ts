@@ -10,12 +10,11 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { stringify as toYaml } from 'yaml';
 import { GRPC_TRANSPORTS } from '../../src/config/schema.js';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
 import { startEnvoy } from '../support/envoy-process.js';
 import type { RunningEnvoy } from '../support/envoy-process.js';
 import { startExtprocProcess } from '../support/extproc-process.js';
 import type { ExtprocProcess } from '../support/extproc-process.js';
-import { poolsYaml } from '../support/gateway.js';
+import { loopbackGatewayConfig, poolsYaml } from '../support/gateway.js';
 import { send } from '../support/http-client.js';
 import { startModelServer } from '../support/model-server.js';
 
@@ -56,13 +55,7 @@ for (const transport of GRPC_TRANSPORTS) {
           }),
         );
         proc = await startExtprocProcess({ configPath });
-        const config = renderGatewayConfig({
-          ...DEFAULT_GATEWAY_OPTIONS,
-          listener: { address: '127.0.0.1', port: 0 },
-          admin: { address: '127.0.0.1', port: 0 },
-          extProc: `unix://${socket}`,
-          backends: { kind: 'static', addresses: [good.address, DEAD, breaking.address] },
-        });
+        const config = loopbackGatewayConfig(`unix://${socket}`, [good.address, DEAD, breaking.address]);
         envoy = await startEnvoy({ configYaml: toYaml(config), name: `logs-${transport}` });
         const port = envoy.listenerPort('llm_gateway');
 

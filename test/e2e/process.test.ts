@@ -9,10 +9,9 @@ import { after, before, describe, it } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { stringify as toYaml } from 'yaml';
 import { CATALOG, type ErrorKind } from '../../src/errors/catalog.js';
-import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../../tools/envoy-config/gateway-config.js';
 import { startEnvoy, type RunningEnvoy } from '../support/envoy-process.js';
 import { startExtprocProcess, type ExtprocProcess } from '../support/extproc-process.js';
-import { poolsYaml, type StaticPoolSpec } from '../support/gateway.js';
+import { loopbackGatewayConfig, poolsYaml, type StaticPoolSpec } from '../support/gateway.js';
 import { send, type ClientRequest, type ClientResponse } from '../support/http-client.js';
 import { startModelServer, type ModelServer } from '../support/model-server.js';
 import { waitUntil } from '../support/wait-until.js';
@@ -55,13 +54,7 @@ async function programFiles(
 
 /** Envoy in front, reaching llm-extproc over its Unix socket (a restart keeps the address). */
 async function envoyFor(socket: string, backends: readonly string[]): Promise<{ envoy: RunningEnvoy; port: number }> {
-  const config = renderGatewayConfig({
-    ...DEFAULT_GATEWAY_OPTIONS,
-    listener: { address: '127.0.0.1', port: 0 },
-    admin: { address: '127.0.0.1', port: 0 },
-    extProc: `unix://${socket}`,
-    backends: { kind: 'static', addresses: backends },
-  });
+  const config = loopbackGatewayConfig(`unix://${socket}`, backends);
   const envoy = await startEnvoy({ configYaml: toYaml(config), name: 'process-test' });
   return { envoy, port: envoy.listenerPort('llm_gateway') };
 }

@@ -26,8 +26,8 @@ import {
   cacheServerSpecs,
   chatRequests,
   policyConfig,
-  resetCaches,
   resetForRun,
+  resetUntilTrusted,
   runWorkload,
   startFleet,
   streamChat,
@@ -71,12 +71,18 @@ describe('precise prefix routing on real vLLM', { skip: unavailable }, () => {
     const tokenizer = await FileTokenizer.load(tokenizerDir);
     const server = servers[0];
     const subscriber = subscribers[0];
-    await resetCaches([server]);
-    // The index as llm-extproc keeps it, fed with this server's events from here on.
+    // The index as llm-extproc keeps it, fed with this server's events from the reset's AllBlocksCleared on.
     const index = new PrefixIndex({ silenceMs: 60_000, rebuildMs: 60_000 });
     index.follow(server.address, 'p');
-    await subscriber.waitFor((events) => (events.some((e) => e.type === 'AllBlocksCleared') ? true : undefined), 'AllBlocksCleared');
-    let applied = subscriber.batches.findIndex((b) => b.events.some((e) => e.type === 'AllBlocksCleared'));
+    const seenBefore = subscriber.batches.length;
+    const cleared = (): number =>
+      subscriber.batches.findLastIndex((b, i) => i >= seenBefore && b.events.some((e) => e.type === 'AllBlocksCleared'));
+    await resetUntilTrusted(
+      [server],
+      (reset) => Promise.resolve(cleared() >= 0 ? [] : reset),
+      "the reset's AllBlocksCleared at the test's subscriber",
+    );
+    let applied = cleared();
     const feed = (): void => {
       for (; applied < subscriber.batches.length; applied++) index.batch(server.address, subscriber.batches[applied], performance.now());
     };
@@ -117,11 +123,25 @@ describe('precise prefix routing on real vLLM', { skip: unavailable }, () => {
     assert.deepEqual(subscriber.rejected, []);
   });
 
-  // Not yet true, so not yet run in the suite (8 minutes of three real vLLMs): the run of 2026-12-03
-  // measured precise 40.7 % > approximate 28.1 % with 1 process (35.2 % > 29.2 % with 3), but
-  // approximate not above least in-flight (28.1 % against 28.5 %), and a TTFT comparison belongs in
-  // `npm run bench:cache`, which runs the same workload. Issue 31 stays open until this holds.
-  const ordering = 'open (issue 31): approximate did not beat least in-flight on this workload; measured by npm run bench:cache';
+  // Not yet run in the suite: on this test bed the ordering does not hold run after run. Measured
+  // 2026-12-04 on 2 cores at load 9-23, the six runs below 4 times with this workload and twice
+  // with one of 9 tenants × 90 sessions, 12 conversations, 30 short chats: 35 runs (one setup
+  // timed out: a trusted index after AllBlocksCleared within 30 s, at load 22; docs/benchmarks.md):
+  // - No request failed. Precise × 3 once missed Envoy's 1 s ext_proc message timeout with
+  //   llm-extproc's processes starved; most of their CPU was parsing vLLM's whole 55 KB metrics
+  //   page, every 100 ms, per server, per process. Parsing only what is read (server-metrics.ts)
+  //   cut the CPU per request of precise × 3 from 10.4 to 6.3-6.9 ms.
+  // - Precise above approximate: 8 of 11 pairs. Approximate above least in-flight: 6 of 12,
+  //   within run-to-run noise (least in-flight × 1 measured 33-52 %: a client's next turn tends
+  //   to go to the server that has just answered it, and so freed a slot, holding its history).
+  // - Precise's p99 time to first token above approximate's in 8 of 11 pairs: the tiny model
+  //   prefills for next to nothing, so following a cache buys no time and concentrating costs some.
+  // - With picker.prefix.prefillMsPerToken: 1 (a bench-only exchange rate, 10× the default; the
+  //   bench's answers carry no usage, so the slope is never measured) precise led approximate by
+  //   14-20 points in 4 of 4 runs, approximate led least in-flight in 3 of 4, and precise's p99 was
+  //   no worse in 2 of 4: the p99 assertion is what would still fail.
+  const ordering =
+    'open (issue 31): approximate vs least in-flight within run-to-run noise (6 of 12 pairs), precise p99 above approximate in 8 of 11; npm run bench:cache';
   it(
     'with eviction, vLLM’s own hit ratio: precise > approximate > least in-flight; precise p99 TTFT no worse than approximate’s; from 3 llm-extproc processes as from 1',
     { skip: ordering },
@@ -132,6 +152,7 @@ describe('precise prefix routing on real vLLM', { skip: unavailable }, () => {
         ['least-in-flight', 1],
         ['approximate', 1],
         ['precise', 1],
+        ['least-in-flight', 3],
         ['approximate', 3],
         ['precise', 3],
       ] as const) {
@@ -154,11 +175,62 @@ describe('precise prefix routing on real vLLM', { skip: unavailable }, () => {
       assert.ok(row('precise×1').hitRatio > row('approximate×1').hitRatio, summary);
       assert.ok(row('approximate×1').hitRatio > row('least-in-flight×1').hitRatio, summary);
       assert.ok(row('precise×3').hitRatio > row('approximate×3').hitRatio, summary);
-      assert.ok(row('approximate×3').hitRatio > row('least-in-flight×1').hitRatio, summary);
+      assert.ok(row('approximate×3').hitRatio > row('least-in-flight×3').hitRatio, summary);
       assert.ok(row('precise×1').ttftP99Ms <= row('approximate×1').ttftP99Ms, summary);
       assert.ok(row('precise×3').ttftP99Ms <= row('approximate×3').ttftP99Ms, summary);
     },
   );
+
+  it('finds every publisher by asking the server (GET /kv_event_sources, no port configured) and picks from its events', async () => {
+    const logs: Array<Record<string, unknown>> = [];
+    const pools = [{ name: 'vllm', models: [VLLM_MODEL], endpoints: servers.map((s) => ({ address: s.address })) }];
+    // The precise policy's config: events.discover true, and no port anywhere.
+    const config = policyConfig('precise', tokenizerDir);
+    const gateway = await startGateway({
+      pools,
+      configYaml: toYaml(config),
+      envoy: { routeTimeoutSeconds: 120 },
+      logger: pino({ level: 'info' }, { write: (line: string) => void logs.push(JSON.parse(line) as Record<string, unknown>) }),
+    });
+    try {
+      const publishers = async (state: string): Promise<number> =>
+        metricValue(await gateway.metricsText(), 'llm_extproc_kv_events_publishers', { pool: 'vllm', state });
+      await waitUntil(
+        async () =>
+          (await publishers('connecting')) === 0 && (await publishers('subscribed')) + (await publishers('trusted')) === 3
+            ? true
+            : undefined,
+        {
+          description: "subscribed to the 3 servers' discovered publishers",
+          timeoutMs: 30_000,
+        },
+      );
+      // One pool holds the three servers, so its gauge cannot say which is untrusted: all are reset again.
+      await resetUntilTrusted(
+        servers,
+        async (reset) => ((await publishers('trusted')) === 3 ? [] : reset),
+        'every index trusted after AllBlocksCleared',
+      );
+      // A tenant's conversation: the second turn's prompt is found in the events of the server that took the first.
+      const [session] = workloadSessions();
+      const answers: string[] = [];
+      for (let turn = 0; turn < session.turns.length; turn++) {
+        const result = await streamChat(gateway.port, turnMessages(session, turn, answers));
+        assert.ok(result.ok, `turn ${turn} answered`);
+        answers.push(result.content);
+      }
+      const text = await gateway.metricsText();
+      assert.equal(metricValue(text, 'llm_extproc_kv_events_picks_total', { pool: 'vllm', mode: 'precise' }), session.turns.length);
+      assert.ok(metricValue(text, 'llm_extproc_kv_events_indexed_blocks', { pool: 'vllm' }) > 0, 'blocks indexed from the events');
+      assert.deepEqual(
+        logs.filter((l) => typeof l.msg === 'string' && l.msg.startsWith('KV events: cannot subscribe')),
+        [],
+        'every publisher found',
+      );
+    } finally {
+      await gateway.stop();
+    }
+  });
 
   describe('a publisher cut mid-run', () => {
     let proxy: TcpProxy;
@@ -182,25 +254,28 @@ describe('precise prefix routing on real vLLM', { skip: unavailable }, () => {
         envoy: { routeTimeoutSeconds: 120 },
         logger: pino({ level: 'info' }, { write: (line: string) => void logs.push(JSON.parse(line) as Record<string, unknown>) }),
       });
-      await waitUntil(
-        async () =>
-          metricValue(await gateway.metricsText(), 'llm_extproc_kv_events_publishers', { pool: 'p0', state: 'subscribed' }) === 1
-            ? true
-            : undefined,
-        {
-          description: 'subscribed to server 0 through the proxy',
-          timeoutMs: 30_000,
-        },
-      );
-      await resetCaches(servers);
+      // Every publisher subscribed (server 0's through the proxy) before any reset: what is published
+      // before a subscriber's handshake never reaches it.
       await waitUntil(
         async () => {
           const text = await gateway.metricsText();
-          return servers.every((_, i) => metricValue(text, 'llm_extproc_kv_events_publishers', { pool: `p${i}`, state: 'trusted' }) === 1)
+          return servers.every(
+            (_, i) => metricValue(text, 'llm_extproc_kv_events_publishers', { pool: `p${i}`, state: 'connecting' }) === 0,
+          )
             ? true
             : undefined;
         },
-        { description: 'every server trusted after AllBlocksCleared', timeoutMs: 30_000 },
+        { description: "every server's publisher past connecting", timeoutMs: 30_000 },
+      );
+      await resetUntilTrusted(
+        servers,
+        async (reset) => {
+          const text = await gateway.metricsText();
+          return reset.filter(
+            (s) => metricValue(text, 'llm_extproc_kv_events_publishers', { pool: `p${servers.indexOf(s)}`, state: 'trusted' }) !== 1,
+          );
+        },
+        'every server trusted after AllBlocksCleared',
       );
     });
     after(async () => {

@@ -194,13 +194,43 @@ async function serverCounters(server: VllmServer): Promise<{ hits: number; queri
  * Empties every server's prefix cache. vLLM queues AllBlocksCleared at the reset but publishes
  * events only with an engine step: a request shorter than one block (it stores nothing) sends it.
  */
-export async function resetCaches(servers: readonly VllmServer[]): Promise<void> {
+async function resetCaches(servers: readonly VllmServer[]): Promise<void> {
   for (const server of servers) {
     const res = await server.post('/reset_prefix_cache', {});
     if (res.status !== 200)
       throw new Error(`POST /reset_prefix_cache on ${server.id}: HTTP ${res.status} ${res.body} (is VLLM_SERVER_DEV_MODE set?)`);
     const step = await server.post('/v1/completions', { model: VLLM_MODEL, prompt: 'flush', max_tokens: 1 });
     if (step.status !== 200) throw new Error(`a step after the reset on ${server.id}: HTTP ${step.status} ${step.body}`);
+  }
+}
+
+/**
+ * Empties the servers' caches until whoever follows their events trusts each one again. A reset's
+ * AllBlocksCleared can be lost even by a subscriber that counts as subscribed: after the ZMTP
+ * handshake, vLLM's PUB socket applies a new subscription asynchronously, and the reset's own
+ * step stores no block, so no later event would move that subscriber on. Servers still untrusted
+ * 2 s after their reset are reset again; after 30 s the wait fails naming them.
+ */
+export async function resetUntilTrusted(
+  servers: readonly VllmServer[],
+  untrustedOf: (servers: readonly VllmServer[]) => Promise<readonly VllmServer[]>,
+  description: string,
+): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  let untrusted: readonly VllmServer[] = servers;
+  while (untrusted.length > 0) {
+    if (Date.now() >= deadline)
+      throw new Error(`timed out after 30000 ms waiting for ${description}: ${untrusted.map((s) => s.id).join(', ')} still untrusted`);
+    await resetCaches(untrusted);
+    const resetAgainAt = Math.min(deadline, Date.now() + 2000);
+    const reset = untrusted;
+    untrusted = await waitUntil(
+      async () => {
+        const still = await untrustedOf(reset);
+        return still.length === 0 ? still : undefined;
+      },
+      { description, timeoutMs: Math.max(0, resetAgainAt - Date.now()), intervalMs: 50 },
+    ).catch(() => untrustedOf(reset));
   }
 }
 
@@ -212,6 +242,8 @@ export interface FleetOptions {
   readonly picker?: Record<string, unknown>;
   /** The servers' pools (default: one pool `vllm` of all of them). */
   readonly pools?: ReadonlyArray<{ readonly name: string; readonly servers: readonly VllmServer[] }>;
+  /** Node flags for every llm-extproc process (`--cpu-prof`: where a pick's time goes). */
+  readonly nodeArgs?: readonly string[];
 }
 
 /** Envoy in front of the servers with `processes` llm-extproc processes (none for round-robin). */
@@ -227,6 +259,14 @@ export async function startFleet(servers: readonly VllmServer[], options: FleetO
   let envoy: RunningEnvoy | undefined;
   const stop = async (): Promise<void> => {
     await envoy?.stop();
+    // A profiled process writes its profile at a clean exit (SIGTERM; drain 0 s), not at SIGKILL.
+    if ((options.nodeArgs ?? []).length > 0)
+      await Promise.all(
+        pickers.map(async (p) => {
+          p.signal('SIGTERM');
+          await p.exitWithin(30_000);
+        }),
+      );
     await Promise.all(pickers.map((p) => p.kill()));
     await rm(dir, { recursive: true, force: true });
   };
@@ -251,7 +291,8 @@ export async function startFleet(servers: readonly VllmServer[], options: FleetO
     );
     const roundRobin = options.policy === 'round-robin';
     if (!roundRobin)
-      for (let i = 0; i < options.processes; i++) pickers.push(await startExtprocProcess({ configPath, startTimeoutMs: 60_000 }));
+      for (let i = 0; i < options.processes; i++)
+        pickers.push(await startExtprocProcess({ configPath, startTimeoutMs: 60_000, nodeArgs: options.nodeArgs ?? [] }));
     const rendered = renderGatewayConfig({
       ...DEFAULT_GATEWAY_OPTIONS,
       listener: { address: '127.0.0.1', port: 0 },
@@ -324,16 +365,17 @@ export async function resetForRun(servers: readonly VllmServer[], fleet: Fleet, 
           : undefined,
       { description: `every llm-extproc process subscribed to all ${servers.length} servers' KV events`, timeoutMs: 60_000 },
     );
-  await resetCaches(servers);
-  if (precise)
-    await waitUntil(
-      async () =>
-        (await Promise.all(fleet.pickers.map((p) => publishers(p, 'trusted')))).every((n) => n === servers.length) ? true : undefined,
-      {
-        description: `every llm-extproc process to hold a trusted KV-event index of all ${servers.length} servers (after AllBlocksCleared)`,
-        timeoutMs: 30_000,
-      },
-    );
+  if (!precise) {
+    await resetCaches(servers);
+    return;
+  }
+  // One pool holds every server, so its gauge cannot say which is untrusted: all are reset again.
+  await resetUntilTrusted(
+    servers,
+    async (reset) =>
+      (await Promise.all(fleet.pickers.map((p) => publishers(p, 'trusted')))).every((n) => n === servers.length) ? [] : reset,
+    `every llm-extproc process to hold a trusted KV-event index of all ${servers.length} servers (after AllBlocksCleared)`,
+  );
 }
 
 /** Servers in one state (any state: all followed) in a process's publishers gauge. */

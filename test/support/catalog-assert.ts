@@ -3,13 +3,14 @@
 
 import assert from 'node:assert/strict';
 import { CATALOG, type ErrorKind } from '../../src/errors/catalog.js';
+import { DROPPED_REASON_BY_KIND, DROPPED_REASON_HEADER } from '../../src/errors/dropped-reason.js';
 import type { ClientResponse } from './http-client.js';
 
 export const RAW_ENVOY_TEXT =
   /upstream connect error|disconnect\/reset before headers|no healthy upstream|upstream request timeout|Payload Too Large/i;
 
 export interface ErrorBody {
-  error: { message: string; type: string; code: string };
+  error: { message: string; type: string; code: string; request_id?: string };
 }
 
 /** Asserts `response` is the catalog answer for one of `kinds` and returns its body and kind. */
@@ -29,7 +30,15 @@ export function assertCatalogError(response: ClientResponse, ...kinds: ErrorKind
   assert.equal(response.status, entry.status, `${kind}: status (body ${text})`);
   assert.equal(body.error.type, entry.type);
   assert.equal(response.headers['x-llm-extproc-error'], entry.code);
+  // llm-d's reason for a drop, on exactly the kinds that are drops (absent on the others).
+  assert.equal(response.headers[DROPPED_REASON_HEADER], DROPPED_REASON_BY_KIND[kind], `${kind}: ${DROPPED_REASON_HEADER}`);
   assert.ok(body.error.message.length > 10, 'a message that explains');
+  // The id a user quotes to an operator: the one the client sent, else the one the gateway made
+  // (Envoy's local replies too: their mappers put %REQ(X-REQUEST-ID)% there).
+  if (response.sentRequestId !== undefined)
+    assert.equal(body.error.request_id, response.sentRequestId, `${kind}: request_id (body ${text})`);
+  // None sent: the gateway's own id, substituted (a `%` would be Envoy's format string left as is).
+  else assert.match(body.error.request_id ?? '', /^[^%\s]+$/, `${kind}: a request_id (body ${text})`);
   return { ...body, kind };
 }
 

@@ -12,7 +12,9 @@ import { run, type RunResult } from './helm.js';
 import { alive } from './pod-network.js';
 
 export const CONTAINER_NETWORK = 'llm-extproc-e2e';
-const CONTAINER_SUBNET = '198.19.255.0/24';
+/** The tests' network: 198.19.255.0/24 (a benchmarking range, never routed). */
+const CONTAINER_NET_PREFIX = '198.19.255.';
+const CONTAINER_SUBNET = `${CONTAINER_NET_PREFIX}0/24`;
 /** Label on every container the tests start: the pid of the test process that owns it. */
 const OWNER_LABEL = 'llm-extproc.test.owner';
 
@@ -146,7 +148,12 @@ function podmanSize(quantity: string): string {
  * emptyDirs as tmpfs of their size limit). A field the translation does not know fails it, so the
  * test never silently runs something other than what the chart renders.
  */
-export function podmanRunFlags(pod: PodSpec, container: ContainerSpec, configMapDirs: ReadonlyMap<string, string>): string[] {
+export function podmanRunFlags(
+  pod: PodSpec,
+  container: ContainerSpec,
+  configMapDirs: ReadonlyMap<string, string>,
+  podIP?: string,
+): string[] {
   for (const field of Object.keys(container)) {
     if (!CONTAINER_FIELDS_WITHOUT_FLAG.has(field) && !MAPPED_CONTAINER_FIELDS.has(field)) {
       throw new Error(`the container e2e does not translate the container field ${field}`);
@@ -164,9 +171,20 @@ export function podmanRunFlags(pod: PodSpec, container: ContainerSpec, configMap
   if (security.seccompProfile !== undefined && security.seccompProfile.type !== 'RuntimeDefault') {
     throw new Error(`seccomp profile ${security.seccompProfile.type} is not translated`);
   }
+  // As the kubelet does: the downward API's pod IP (the container then runs at that address), and
+  // $(NAME) in a value expanded from the variables before it (an unknown name stays as written).
+  const defined = new Map<string, string>();
   for (const e of container.env ?? []) {
-    if (e.value === undefined) throw new Error(`env ${e.name}: only literal values are translated`);
-    flags.push('--env', `${e.name}=${e.value}`);
+    let value = e.value;
+    if (value === undefined && fieldPath(e.valueFrom) === 'status.podIP') {
+      if (podIP === undefined) throw new Error(`env ${e.name}: the pod IP is asked for; pass podIP`);
+      if (!flags.includes('--ip')) flags.push('--ip', podIP);
+      value = podIP;
+    }
+    if (value === undefined) throw new Error(`env ${e.name}: only literal values and status.podIP are translated`);
+    value = value.replace(/\$\((\w+)\)/g, (ref, name: string) => defined.get(name) ?? ref);
+    defined.set(e.name, value);
+    flags.push('--env', `${e.name}=${value}`);
   }
   const memory = container.resources?.limits?.['memory'];
   if (memory !== undefined) flags.push('--memory', podmanSize(memory));
@@ -186,6 +204,19 @@ export function podmanRunFlags(pod: PodSpec, container: ContainerSpec, configMap
   }
   if (container.command !== undefined) flags.push('--entrypoint', JSON.stringify(container.command));
   return flags;
+}
+
+function fieldPath(valueFrom: unknown): unknown {
+  const ref = (valueFrom as { fieldRef?: { fieldPath?: unknown } } | undefined)?.fieldRef;
+  return ref?.fieldPath;
+}
+
+/**
+ * An address on CONTAINER_NETWORK for this test process's container (the pod IP a kubelet would
+ * give it): one per process, so test files running side by side do not take the same one.
+ */
+export function podIpForThisProcess(): string {
+  return `${CONTAINER_NET_PREFIX}${10 + (process.pid % 240)}`;
 }
 
 /** Writes a ConfigMap's data as the kubelet projects it: one file per key. */

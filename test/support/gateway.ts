@@ -83,6 +83,25 @@ export function poolsYaml(pools: readonly StaticPoolSpec[]): string {
   return toYaml({ pools: pools.map((p) => ({ name: p.name, models: [...p.models], endpoints: p.endpoints.map((e) => ({ ...e })) })) });
 }
 
+/**
+ * Our own Envoy config for one llm-extproc and fixed backends, listener and admin on loopback with
+ * ephemeral ports: what every test that starts its own server (or container) hands to Envoy.
+ */
+export function loopbackGatewayConfig(
+  extProc: string,
+  backendAddresses: readonly string[],
+  overrides: Partial<Omit<GatewayConfigOptions, 'extProc'>> = {},
+): Record<string, unknown> {
+  return renderGatewayConfig({
+    ...DEFAULT_GATEWAY_OPTIONS,
+    listener: { address: '127.0.0.1', port: 0 },
+    admin: { address: '127.0.0.1', port: 0 },
+    backends: { kind: 'static', addresses: backendAddresses },
+    ...overrides,
+    extProc,
+  });
+}
+
 const logLevel = (process.env.LLM_EXTPROC_TEST_LOG_LEVEL ?? 'silent') as Config['logLevel'];
 
 export async function startGateway(options: GatewayOptions): Promise<Gateway> {
@@ -127,17 +146,13 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
             backends: addresses,
             ...(options.envoy?.routeTimeoutSeconds === undefined ? {} : { routeTimeoutSeconds: options.envoy.routeTimeoutSeconds }),
           })
-        : renderGatewayConfig({
-            ...DEFAULT_GATEWAY_OPTIONS,
-            listener: { address: '127.0.0.1', port: 0 },
-            admin: { address: '127.0.0.1', port: 0 },
+        : loopbackGatewayConfig(app.grpcAddress, addresses, {
             maxRequestBodyBytes: config.routing.maxRequestBodyBytes,
             maxInspectedBodyBytes: config.routing.maxInspectedBodyBytes,
             maxRetries: config.routing.fallbacks,
             ...options.envoy,
-            extProc: app.grpcAddress,
             ...(pickerTls.kind === 'plaintext' ? {} : { extProcTls: pickerTls }),
-            backends: options.backends ?? { kind: 'static', addresses },
+            ...(options.backends === undefined ? {} : { backends: options.backends }),
           });
     const finalConfig = options.transformEnvoyConfig === undefined ? envoyConfig : options.transformEnvoyConfig(envoyConfig);
     envoy = await startEnvoy({

@@ -9,6 +9,8 @@ export interface ClientResponse {
   readonly body: Buffer;
   /** Set when the connection broke before the response completed (e.g. upstream reset mid-stream). */
   readonly error: Error | undefined;
+  /** The x-request-id the client sent (undefined: it sent none, and the gateway made one). */
+  readonly sentRequestId: string | undefined;
   text(): string;
   json(): unknown;
 }
@@ -54,6 +56,7 @@ export function send(port: number, req: ClientRequest): Promise<ClientResponse> 
         headers: responseHeaders,
         body: bytes,
         error,
+        sentRequestId: Object.entries(headers).find(([name]) => name.toLowerCase() === 'x-request-id')?.[1],
         text: () => bytes.toString('utf8'),
         json: () => JSON.parse(bytes.toString('utf8')) as unknown,
       });

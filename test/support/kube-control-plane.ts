@@ -17,9 +17,10 @@ import { createServer } from 'node:net';
 import type { Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ApiextensionsV1Api, CoreV1Api, KubeConfig, KubernetesObjectApi } from '@kubernetes/client-node';
+import { ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, KubernetesObjectApi } from '@kubernetes/client-node';
 import type { KubernetesObject } from '@kubernetes/client-node';
 import { parseAllDocuments } from 'yaml';
+import { repoRoot } from '../../scripts/repo-root.js';
 import { kubeTools } from './kube-tools.js';
 import type { KubeTools } from './kube-tools.js';
 import { TiedProcess } from './tied-process.js';
@@ -253,6 +254,37 @@ export class KubeControlPlane {
   /** Installs the InferenceObjective CRD (inference.networking.x-k8s.io/v1alpha2) and waits until the API serves it. */
   async installInferenceObjectiveCrd(): Promise<void> {
     await this.installCrds(await readFile(this.tools.inferenceObjectiveCrd, 'utf8'));
+  }
+
+  /** Creates an InferencePool selecting `app: <app>` pods on `port`, serving `models` (our models annotation). */
+  async createInferencePool(o: { namespace: string; name: string; app: string; port: number; models: readonly string[] }): Promise<void> {
+    await this.kubeConfig()
+      .makeApiClient(CustomObjectsApi)
+      .createNamespacedCustomObject({
+        group: 'inference.networking.k8s.io',
+        version: 'v1',
+        namespace: o.namespace,
+        plural: 'inferencepools',
+        body: {
+          apiVersion: 'inference.networking.k8s.io/v1',
+          kind: 'InferencePool',
+          metadata: { name: o.name, namespace: o.namespace, annotations: { 'llm-extproc.io/models': o.models.join(',') } },
+          spec: {
+            selector: { matchLabels: { app: o.app } },
+            targetPorts: [{ number: o.port }],
+            endpointPickerRef: { name: 'llm-extproc', port: { number: 9002 } },
+          },
+        },
+      });
+  }
+
+  /**
+   * Installs llm-d's API group (llm-d.ai/v1alpha2: InferenceObjective, InferenceModelRewrite) from
+   * our own manifest of its published shapes (test/support/crds/llm-d.ai-v1alpha2.yaml: llm-d's Go
+   * module is not on the module proxy) and waits until the API serves both kinds.
+   */
+  async installLlmdCrds(): Promise<void> {
+    await this.installCrds(await readFile(join(repoRoot(), 'test', 'support', 'crds', 'llm-d.ai-v1alpha2.yaml'), 'utf8'));
   }
 
   /**

@@ -66,6 +66,8 @@ export interface VllmServerSpec {
   readonly host?: string;
   /** Default: a free port. */
   readonly port?: number;
+  /** The KV-event publisher's port; default: a free port. */
+  readonly eventsPort?: number;
   /** `--kv-cache-memory-bytes` (default 16 MiB = 256 blocks). */
   readonly kvCacheBytes?: number;
   /** `--max-model-len` (default 1024). */
@@ -111,8 +113,9 @@ export interface VllmServer {
  */
 export async function launchVllmServer(install: VllmInstall, spec: VllmServerSpec): Promise<VllmServer> {
   const host = spec.host ?? '127.0.0.1';
-  const [freeHttp, eventsPort] = await freePorts(2);
+  const [freeHttp, freeEvents] = await freePorts(2);
   const port = spec.port ?? freeHttp;
+  const eventsPort = spec.eventsPort ?? freeEvents;
   const dir = await mkdtemp(join(tmpdir(), `vllm-${spec.id}-`));
   const logFile = join(dir, 'vllm.log');
   const topic = `kv@${VLLM_MODEL}`;
@@ -222,7 +225,11 @@ export async function startVllmServers(specs: readonly VllmServerSpec[]): Promis
   const install = await vllmInstall();
   const servers: VllmServer[] = [];
   try {
-    for (const spec of specs) servers.push(await launchVllmServer(install, spec));
+    // Every server's ports at once: a port found free for one server is not bound until its vLLM
+    // has started (tens of seconds), and asked again meanwhile it would be handed to the next.
+    const ports = await freePorts(2 * specs.length);
+    for (const [i, spec] of specs.entries())
+      servers.push(await launchVllmServer(install, { port: ports[2 * i], eventsPort: ports[2 * i + 1], ...spec }));
     await Promise.all(servers.map((s) => s.healthy()));
     return servers;
   } catch (err) {

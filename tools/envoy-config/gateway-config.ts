@@ -6,6 +6,7 @@ import { isIP } from 'node:net';
 import { splitHostPort } from '../../src/util/host-port.js';
 import { CATALOG } from '../../src/errors/catalog.js';
 import type { ErrorKind } from '../../src/errors/catalog.js';
+import { LOCAL_REPLY_FLAG_RULES } from '../../src/errors/local-reply-rules.js';
 import { ERROR_CODE_HEADER } from '../../src/errors/render.js';
 import { DESTINATION_HEADER, EXT_PROC_SERVICE_NAME, DESTINATION_METADATA_NAMESPACE } from '../../src/extproc/protocol-names.js';
 
@@ -236,6 +237,39 @@ function backendsCluster(options: GatewayConfigOptions): Yaml {
 }
 
 /**
+ * Envoy's request id in a local reply's body: the id llm-extproc also uses (`x-request-id`, which the
+ * connection manager sets on every request), so a client that got Envoy's own answer has one to quote.
+ */
+export const LOCAL_REPLY_REQUEST_ID = '%REQ(X-REQUEST-ID)%';
+
+/** The `log_name` of our access log (what an operator finds in Envoy's config dump). */
+const ACCESS_LOG_NAME = 'llm_extproc_stream_ends';
+
+/**
+ * Envoy's access log of every HTTP stream that ended with a response flag, streamed over gRPC to
+ * llm-extproc (`cluster`, the ext_proc cluster): how llm-extproc tells a client that left (DC, DR)
+ * from a model server that broke off (UR, UC, …), and what Envoy answered the client
+ * (src/extproc/access-log-service.ts). Streams without a flag (nearly all) are never sent. Entries
+ * leave at once (a buffer of one byte) so that a broken stream's result waits little for its entry.
+ */
+export function streamEndAccessLog(cluster: string): Yaml {
+  return {
+    name: 'envoy.access_loggers.http_grpc',
+    filter: { response_flag_filter: {} },
+    typed_config: {
+      '@type': 'type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig',
+      common_config: {
+        log_name: ACCESS_LOG_NAME,
+        transport_api_version: 'V3',
+        grpc_service: { envoy_grpc: { cluster_name: cluster } },
+        buffer_size_bytes: 1,
+        buffer_flush_interval: '0.05s',
+      },
+    },
+  };
+}
+
+/**
  * Second line of defence: Envoy local replies that never pass through ext_proc (our server down,
  * a limit hit before we ran) still become catalog-shaped JSON, never Envoy's plain text.
  * Mappers match Envoy's response flags; our own answers carry no flags, so they are left alone.
@@ -251,41 +285,33 @@ function localReplyMappers(): Yaml[] {
       ...(keepStatus ? {} : { status_code: entry.status }),
       headers_to_add: headers,
       body_format_override: {
-        json_format: { error: { message, type: entry.type, code: entry.code } },
+        json_format: { error: { message, type: entry.type, code: entry.code, request_id: LOCAL_REPLY_REQUEST_ID } },
         content_type: 'application/json',
       },
     };
   };
+  const details = (expression: string): Yaml => ({
+    extension_filter: {
+      name: 'envoy.access_loggers.extension_filters.cel',
+      typed_config: { '@type': 'type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter', expression },
+    },
+  });
   const flags = (...names: string[]): Yaml => ({ response_flag_filter: { flags: names } });
   const status = (code: number): Yaml => ({
     status_code_filter: { comparison: { op: 'EQ', value: { default_value: code, runtime_key: `llm_extproc.local_reply.${code}` } } },
   });
   // Our own answers (ext_proc immediate responses, details `llm_extproc_*`) are already in shape:
   // the first mapper matches them and changes nothing, which stops the search.
-  const ours: Yaml = {
-    filter: {
-      extension_filter: {
-        name: 'envoy.access_loggers.extension_filters.cel',
-        typed_config: {
-          '@type': 'type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter',
-          expression: "response.code_details.startsWith('llm_extproc')",
-        },
-      },
-    },
-  };
+  const ours: Yaml = { filter: details("response.code_details.startsWith('llm_extproc')") };
   return [
     ours,
-    mapper(
-      'all_replicas_failed',
-      { and_filter: { filters: [flags('UF'), flags('URX')] } },
-      'every replica tried failed to accept the connection',
+    ...LOCAL_REPLY_FLAG_RULES.map((rule) =>
+      mapper(
+        rule.kind,
+        rule.allOf === true ? { and_filter: { filters: rule.flags.map((name) => flags(name)) } } : flags(...rule.flags),
+        rule.message,
+      ),
     ),
-    mapper('upstream_connect_failed', flags('UF'), 'the model server could not be reached'),
-    mapper('no_healthy_upstream', flags('UH'), 'no healthy model server is available'),
-    mapper('upstream_timeout', flags('UT', 'SI'), 'the model server did not answer in time'),
-    mapper('overloaded', flags('UO'), 'too many requests are in flight to the model servers'),
-    mapper('upstream_reset', flags('UR', 'UC', 'LR', 'UPE'), 'the model server closed the connection before answering'),
-    mapper('route_not_found', flags('NR'), 'no route serves this path'),
     mapper('body_too_large', status(413), 'request body exceeds the gateway limit'),
     mapper('gateway_unavailable', status(500), 'the routing service is unavailable'),
     mapper('gateway_unavailable', status(504), 'the routing service did not answer in time'),
@@ -360,6 +386,7 @@ export function renderGatewayConfig(options: GatewayConfigOptions): Yaml {
       ],
     },
     local_reply_config: { mappers: localReplyMappers() },
+    access_log: [streamEndAccessLog('llm_extproc')],
     http_filters: [
       extProcFilter,
       {

@@ -25,6 +25,7 @@ import {
   pickerTransportSocket,
   renderGatewayConfig,
   socketAddress,
+  streamEndAccessLog,
 } from './gateway-config.js';
 import type { PickerTls, Yaml } from './gateway-config.js';
 
@@ -115,6 +116,11 @@ interface BootstrapParts {
   /** Listener buffer limit (Envoy's default is 1 MiB). */
   readonly bufferLimitBytes?: number;
   readonly hcmExtra?: Yaml;
+  /**
+   * The picker's cluster, which also receives Envoy's access log of flagged streams (each gateway
+   * lets an operator add a gRPC access log: docs/gateways.md).
+   */
+  readonly accessLogCluster: string;
 }
 
 function bootstrap(parts: BootstrapParts): Yaml {
@@ -124,6 +130,7 @@ function bootstrap(parts: BootstrapParts): Yaml {
     stat_prefix: 'llm_gateway',
     route_config: { name: 'llm_routes', virtual_hosts: [{ name: 'llm', domains: ['*'], routes: [parts.route] }] },
     http_filters: [...parts.httpFilters, ROUTER],
+    access_log: [streamEndAccessLog(parts.accessLogCluster)],
     ...parts.hcmExtra,
   };
   return {
@@ -297,7 +304,13 @@ const istio: GatewayProfile = {
       },
       load_assignment: loadAssignment(poolClusterName, options.backends),
     };
-    return bootstrap({ options, httpFilters: [listenerFilter], route, clusters: [pickerCluster(pickerClusterName, options), poolCluster] });
+    return bootstrap({
+      options,
+      httpFilters: [listenerFilter],
+      route,
+      clusters: [pickerCluster(pickerClusterName, options), poolCluster],
+      accessLogCluster: pickerClusterName,
+    });
   },
 };
 
@@ -367,6 +380,7 @@ function aiGateway(bodyMode: 'FULL_DUPLEX_STREAMED' | 'BUFFERED'): GatewayProfil
         httpFilters: [filter],
         route,
         clusters: [pickerCluster(pickerClusterName, options, { lb_policy: 'LEAST_REQUEST' }), poolCluster],
+        accessLogCluster: pickerClusterName,
         bufferLimitBytes: ENVOY_GATEWAY_BUFFER_LIMIT,
       });
     },
@@ -515,6 +529,7 @@ const kgateway: GatewayProfile = {
         pickerCluster('endpointpicker_placeholder-pool_placeholder-namespace_ext_proc', options, { lb_policy: 'LEAST_REQUEST' }),
         poolCluster,
       ],
+      accessLogCluster: pickerClusterName,
     });
   },
 };

@@ -78,6 +78,12 @@ and the InferencePools the chart creates.
 {{- end -}}
 {{- $_ := set $picker.precise "tokenizerDir" (include "llm-extproc.tokenizerDir" .) -}}
 {{- end -}}
+{{- if .Values.sessions.keySecretName -}}
+{{- $session := $picker.session | default dict -}}
+{{- $_ := set $session "keyFile" (printf "%s/session/keys" (include "llm-extproc.configDir" .)) -}}
+{{- $_ := set $picker "session" $session -}}
+{{- $_ := set $cfg "picker" $picker -}}
+{{- end -}}
 {{- if .Values.staticEndpoints -}}
 {{- /* staticEndpoints with config.kubernetes is refused in validate.yaml. */ -}}
 {{- $_ := set $cfg "static" (dict "path" (printf "%s/endpoints.yaml" (include "llm-extproc.configDir" .))) -}}
@@ -161,6 +167,11 @@ volumeMounts:
   readOnly: true
 {{- end }}
 {{- end }}
+{{- if .Values.sessions.keySecretName }}
+- name: llm-extproc-session
+  mountPath: {{ include "llm-extproc.configDir" . }}/session
+  readOnly: true
+{{- end }}
 {{- if or .Values.tokenizer.configMap .Values.tokenizer.volume }}
 - name: llm-extproc-tokenizer
   mountPath: {{ include "llm-extproc.tokenizerDir" . }}
@@ -177,10 +188,32 @@ volumeMounts:
 {{- /* Where the model's tokenizer files are mounted (precise prefix matching). */ -}}
 {{- define "llm-extproc.tokenizerDir" -}}{{ include "llm-extproc.configDir" . }}/tokenizer{{- end -}}
 
+{{- /*
+Whether each replica names itself for access-log forwarding (peerForwarding): "true" or empty.
+auto = on where the chart itself makes the gateway send Envoy's access log (gateway.envoy's Envoy
+config carries it) and mutual TLS is off; elsewhere an operator who wires the gateway's access log
+(docs/gateways.md) sets true. Never in the sidecar mode (one replica per Envoy pod, on a socket).
+Off where no access log comes matters: a replica that expects forwarded entries waits 3 s for each
+broken stream's entry, and its replica check with it.
+*/ -}}
+{{- define "llm-extproc.peerForwarding" -}}
+{{- $p := toString .Values.peerForwarding -}}
+{{- $auto := and (eq $p "auto") .Values.gateway.envoy.enabled (not .Values.tls.clientCaSecretName) -}}
+{{- if and (not .Values.gateway.envoyGateway.sidecar.enabled) (or (eq $p "true") $auto) -}}true{{- end -}}
+{{- end -}}
+
 {{- /* The container's environment: the server's and the check-config test pod's. */ -}}
 {{- define "llm-extproc.env" -}}
 - name: NODE_OPTIONS
   value: {{ .Values.nodeOptions | quote }}
+{{- if include "llm-extproc.peerForwarding" . }}
+# listen.peerAddress: where the other replicas send the access-log entries of this pod's streams.
+- name: POD_IP
+  valueFrom:
+    fieldRef: { fieldPath: status.podIP }
+- name: LLM_EXTPROC_PEER_ADDRESS
+  value: "$(POD_IP):{{ .Values.ports.grpc }}"
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -200,6 +233,12 @@ volumeMounts:
     secretName: {{ .Values.tls.clientCaSecretName }}
     items: [{ key: ca.crt, path: ca.crt }]
 {{- end }}
+{{- end }}
+{{- if .Values.sessions.keySecretName }}
+- name: llm-extproc-session
+  secret:
+    secretName: {{ .Values.sessions.keySecretName }}
+    items: [{ key: keys, path: keys }]
 {{- end }}
 {{- if .Values.tokenizer.configMap }}
 - name: llm-extproc-tokenizer

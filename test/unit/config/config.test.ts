@@ -61,7 +61,9 @@ describe('buildConfig: defaults', () => {
         maxInspectedBodyBytes: 4 * MiB,
         destinationFormat: 'list',
         streamUsagePools: [],
+        modelRewrites: [],
       });
+      assert.deepEqual(config.metrics, { deprecatedNames: true });
       assert.deepEqual(config.quarantine, { threshold: 3, baseMs: 10_000, maxMs: 300_000, checkPath: '', checkTimeoutMs: 500 });
       assert.equal(config.shutdownGraceMs, 20_000);
     });
@@ -87,6 +89,9 @@ routing:
   maxRequestBodyBytes: 1048576
   maxInspectedBodyBytes: 0
   streamUsagePools: [llama, models/phi]
+  modelRewrites:
+    - matches: [{ model: { value: m } }]
+      targets: [{ modelRewrite: m-v1, weight: 90 }, { modelRewrite: m-v2, weight: 10 }]
 quarantine:
   consecutiveFailures: 5
   baseSeconds: 1.5
@@ -113,6 +118,15 @@ shutdownGraceSeconds: 0
       maxInspectedBodyBytes: 0,
       destinationFormat: 'list',
       streamUsagePools: ['llama', 'models/phi'],
+      modelRewrites: [
+        {
+          matches: [{ model: { value: 'm' } }],
+          targets: [
+            { modelRewrite: 'm-v1', weight: 90 },
+            { modelRewrite: 'm-v2', weight: 10 },
+          ],
+        },
+      ],
     });
     assert.deepEqual(config.quarantine, { threshold: 5, baseMs: 1_500, maxMs: 60_000, checkPath: '/health', checkTimeoutMs: 250 });
     assert.equal(config.shutdownGraceMs, 0);
@@ -688,8 +702,33 @@ describe('buildConfig: listen addresses, one endpoint source (what would fail at
       fileText: `static:\n  path: e.yaml\n${K8S_POOL}`,
       message: 'static: set together with kubernetes; choose one endpoint source',
     },
+    ...['10.0.0.1', '10.0.0.1:0', 'unix:///tmp/g.sock', '10.0.0.1:70000'].map((address) => ({
+      name: `a peer address peers cannot dial: ${address}`,
+      fileText: `listen:\n  peerAddress: "${address}"\n`,
+      message: `listen.peerAddress: expected the host:port peers reach this replica's gRPC port on (port 1-65535), got "${address}"`,
+    })),
+    {
+      name: 'LLM_EXTPROC_PEER_ADDRESS, named as the variable',
+      env: { LLM_EXTPROC_PEER_ADDRESS: 'nonsense' },
+      message: `LLM_EXTPROC_PEER_ADDRESS: expected the host:port peers reach this replica's gRPC port on (port 1-65535), got "nonsense"`,
+    },
+    {
+      name: 'a peer address with mutual TLS (peers present no client certificate)',
+      fileText:
+        'listen:\n  peerAddress: "10.0.0.1:9002"\n  tls:\n    enabled: true\n    certFile: c.pem\n    keyFile: k.pem\n    clientCaFile: ca.pem\n',
+      message:
+        'listen.peerAddress: peers forward access-log entries to each other with no client certificate, and listen.tls.clientCaFile makes every replica require one; unset one of them',
+    },
   ];
   for (const c of cases) it(c.name, () => rejects(c.fileText, c.env ?? {}, c.message));
+
+  it('a peer address from the file or the environment (which wins), with TLS or without', () => {
+    assert.equal(buildConfig('listen:\n  peerAddress: "10.0.0.1:9002"\n', {}).listen.peerAddress, '10.0.0.1:9002');
+    const env = { LLM_EXTPROC_PEER_ADDRESS: '[fd00::1]:9002' };
+    assert.equal(buildConfig('listen:\n  peerAddress: "10.0.0.1:9002"\n', env).listen.peerAddress, '[fd00::1]:9002');
+    assert.equal(buildConfig('listen:\n  tls:\n    enabled: true\n', env).listen.peerAddress, '[fd00::1]:9002');
+    assert.equal(buildConfig(undefined, {}).listen.peerAddress, undefined, 'absent by default: nothing is guessed');
+  });
 
   it('two listeners on port 0, or gRPC on a socket, never clash', () => {
     assert.equal(buildConfig('listen:\n  grpc: "127.0.0.1:0"\n  http: "127.0.0.1:0"\n', {}).listen.http, '127.0.0.1:0');

@@ -20,7 +20,8 @@ describe('picker config', () => {
     const config = buildConfig(
       [
         'picker:',
-        '  weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0, latency: 3 }',
+        '  weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0, latency: 3, session: 50 }',
+        '  session: { header: x-conversation, aliases: [x-session-id, x-chat], ttlSeconds: 60, maxSessions: 500, keyFile: /etc/llm-extproc/session/keys, queueDepth: 3, kvCacheUsage: 0.9 }',
         '  latency: { halfLifeSeconds: 4, minSamples: 5, outlierFactor: 3, recoverFactor: 2, probeIntervalSeconds: 0.5 }',
         '  prefix: { keyBlocks: 4, blockTokens: 32, charsPerToken: 3.5, loadFactor: 1.5, loadSlack: 3, maxQueue: 4, prefillMsPerToken: 0.25, queueMsPerRequest: 50, requestMs: 900 }',
         '  lora: { maxAdaptersPerServer: 8 }',
@@ -46,7 +47,16 @@ describe('picker config', () => {
       {},
     );
     assert.deepEqual(config.picker, {
-      weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0, latency: 3 },
+      weights: { queue: 2, kvCache: 0.5, inFlight: 1, prefix: 6, lora: 0, latency: 3, session: 50 },
+      session: {
+        header: 'x-conversation',
+        aliases: ['x-session-id', 'x-chat'],
+        ttlMs: 60_000,
+        maxSessions: 500,
+        keyFile: '/etc/llm-extproc/session/keys',
+        queueDepth: 3,
+        kvCacheUsage: 0.9,
+      },
       precise: undefined,
       prefix: {
         keyBlocks: 4,
@@ -73,7 +83,7 @@ describe('picker config', () => {
         enabled: false,
         tenantHeader: 'x-tenant',
         priorityHeader: 'x-priority',
-        objectiveHeader: 'x-gateway-inference-objective',
+        objectiveHeader: 'x-llm-d-inference-objective',
         defaultPriority: 1,
         priorityByModel: { batch: -1 },
         priorityByHeaderValue: { chat: 10 },
@@ -131,6 +141,8 @@ describe('picker config', () => {
     { yaml: 'picker:\n  weight: {}', message: /^picker\.weight: unknown setting/ },
     { yaml: 'picker:\n  weights: { queue: -1 }', message: /^picker\.weights\.queue: expected a number ≥ 0/ },
     { yaml: 'picker:\n  weights: { prefx: 1 }', message: /^picker\.weights\.prefx: unknown setting/ },
+    { yaml: 'picker:\n  session: { header: X-Session }', message: /^picker\.session\.header: expected a lower-case HTTP header name/ },
+    { yaml: 'picker:\n  session: { ttlSeconds: 0 }', message: /^picker\.session\.ttlSeconds: expected a number ≥ 1/ },
     { yaml: 'picker:\n  prefix: { keyBlocks: 65 }', message: /^picker\.prefix\.keyBlocks: expected a number ≤ 64, got 65/ },
     { yaml: 'picker:\n  prefix: { blockTokens: 0 }', message: /^picker\.prefix\.blockTokens: expected a number ≥ 1, got 0/ },
     { yaml: 'picker:\n  prefix: { charsPerToken: 0.1 }', message: /^picker\.prefix\.charsPerToken: expected a number ≥ 0.5, got 0.1/ },

@@ -63,6 +63,15 @@ describe('parseInferenceObjective', () => {
     );
     assert.match(problem(objective('x', { priority: 1.5, poolRef: { name: 'p' } })), /not an integer/);
   });
+
+  it("ignores a poolRef in group llm-d.ai, as llm-d's router does (ebab687: it matches poolRef.group to its --pool-group, inference.networking.k8s.io)", () => {
+    // llm-d's CRDs accept the group (the pattern allows any DNS name), but llm-d publishes no
+    // llm-d.ai InferencePool: an objective naming one belongs to no pool llm-d or we serve.
+    assert.match(
+      problem(objective('x', { priority: 1, poolRef: { name: 'p', kind: 'InferencePool', group: 'llm-d.ai' } })),
+      /refers to kind "InferencePool" in group "llm-d\.ai", not an InferencePool/,
+    );
+  });
 });
 
 describe('indexObjectives', () => {

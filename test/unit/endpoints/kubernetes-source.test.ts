@@ -201,6 +201,45 @@ void describe('KubernetesSource: initial list', () => {
     assert.deepEqual(h.observer.lists, ['pods/llama']);
   });
 
+  void it("honours llm-d's pod keys and their inference.networking.k8s.io aliases: active-ports and engine-type", async (t) => {
+    const annotated = (name: string, ip: string, annotations: Record<string, string>, labels: Record<string, string> = {}): KubeObject => {
+      const object = pod(readyPod, name, { ip, labels: { ...LABELS, ...labels } });
+      return { ...object, metadata: { ...object.metadata, annotations } };
+    };
+    const h = await setup(t, {}, (api) => {
+      api.upsertPod(annotated('serves-8000', '10.1.0.1', { 'llm-d.ai/active-ports': '8001, 8000' }, { 'llm-d.ai/engine-type': 'sglang' }));
+      api.upsertPod(annotated('serves-8001', '10.1.0.2', { 'llm-d.ai/active-ports': '8001' }));
+      api.upsertPod(
+        annotated(
+          'legacy-keys',
+          '10.1.0.3',
+          { 'inference.networking.k8s.io/active-ports': '9000' },
+          {
+            'inference.networking.k8s.io/engine-type': 'vllm',
+          },
+        ),
+      );
+      // llm-d's key wins over the alias when both are set.
+      api.upsertPod(
+        annotated('both-keys', '10.1.0.4', { 'llm-d.ai/active-ports': '8000', 'inference.networking.k8s.io/active-ports': '9000' }),
+      );
+      api.upsertPod(annotated('no-keys', '10.1.0.5', {}));
+    });
+    h.start();
+    await eventually('synced', () => h.sink.synced);
+    const seen = Object.fromEntries(
+      (h.sink.viewAtSync?.[0]?.endpoints ?? []).map((e) => [e.id.replace('models/', ''), [e.state, e.engine ?? '-']]),
+    );
+    assert.deepEqual(seen, {
+      'serves-8000': ['Ready', 'sglang'],
+      'serves-8001': ['NotReady', '-'],
+      'legacy-keys': ['NotReady', 'vllm'],
+      'both-keys': ['Ready', '-'],
+      'no-keys': ['Ready', '-'],
+    });
+    assert.equal(h.sink.endpoint('llama', 'models/serves-8001')?.reason, "port 8000 not in the pod's active-ports annotation");
+  });
+
   void it('is not synced until every pool has listed (one namespace forbidden, then allowed)', async (t) => {
     const second = { name: 'mistral', namespace: 'team-b', selector: { app: 'mistral' }, targetPort: 9000, models: ['mistral-7b'] };
     const h = await setup(t, { pools: [POOL, second] }, (api) => {
@@ -608,7 +647,9 @@ void describe('KubernetesSource: InferenceObjectives', () => {
     h.start();
     await eventually('synced without the objectives', () => h.sink.synced);
     await eventually('retried the CRD', () => h.api.requests.filter((r) => r.path === inferenceObjectivesPath(NS)).length >= 4);
-    const said = h.logs.filter((l) => l.resource === `inferenceobjectives/${NS}` && l.level >= 40);
+    // This fake serves the deprecated group only; its loop says its group (llm-d.ai's is `inferenceobjectives/<ns>`).
+    const legacy = `inferenceobjectives.inference.networking.x-k8s.io/${NS}`;
+    const said = h.logs.filter((l) => l.resource === legacy && l.level >= 40);
     assert.equal(said.length, 1, JSON.stringify(said));
     assert.match(said[0].msg, /not served or not readable/);
     assert.match(String(said[0].detail), /^HTTP 404/);
@@ -616,7 +657,7 @@ void describe('KubernetesSource: InferenceObjectives', () => {
     h.api.upsertInferenceObjective(objective('batch', 'pool-a', 3, 'batch'));
     h.api.setPathError(inferenceObjectivesPath(NS), undefined);
     await eventually('the objective applies', () => latest(h)?.get('models/pool-a')?.byModel.get('batch') === 3);
-    assert.ok(h.logs.some((l) => l.resource === `inferenceobjectives/${NS}` && l.msg === 'initial list complete'));
+    assert.ok(h.logs.some((l) => l.resource === legacy && l.msg === 'initial list complete'));
   });
 
   void it('warns once about an objective it cannot use; objectives: false watches none', async (t) => {

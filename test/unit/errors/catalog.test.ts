@@ -83,6 +83,25 @@ void describe('renderError', () => {
     });
   }
 
+  void it("carries llm-d's x-llm-d-request-dropped-reason on drops only, with llm-d's status for each reason", () => {
+    const statusOf: Record<string, number> = { 'rejected-no-endpoints': 503, 'rejected-saturated': 429, 'rejected-ttl-expired': 429 };
+    const dropped = new Map<string, string>();
+    for (const kind of ERROR_KINDS) {
+      const rendered = renderError(new GatewayError(kind, `message for ${kind}`));
+      const reason = header(rendered, 'x-llm-d-request-dropped-reason');
+      if (reason === undefined) continue;
+      dropped.set(kind, reason);
+      assert.equal(rendered.status, statusOf[reason], `${kind} → ${reason}`);
+    }
+    assert.deepEqual(Object.fromEntries(dropped), {
+      no_ready_replica: 'rejected-no-endpoints',
+      pool_overloaded: 'rejected-saturated',
+      shed: 'rejected-saturated',
+      pool_saturated: 'rejected-saturated',
+      queue_timeout: 'rejected-ttl-expired',
+    });
+  });
+
   void it('merges details under error without letting them overwrite the standard fields', () => {
     const err = new GatewayError('upstream_error', 'wrapped', {
       details: { upstream_status: 500, model: 'm', code: 'hijack', message: 'hijack', type: 'hijack', param: 'x', skipped: undefined },

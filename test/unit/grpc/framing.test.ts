@@ -39,6 +39,31 @@ void describe('gRPC message framing', () => {
     );
   });
 
+  void it('a message split over chunks is copied out as they come: it views none of them, so they may be reused', () => {
+    const message = Buffer.from('x'.repeat(40_000));
+    const chunks = splitBytes(frameMessage(message), [10_000, 20_000, 30_000]).map((c) => Buffer.from(c));
+    const deframer = new MessageDeframer(1 << 20);
+    const out: Buffer[] = [];
+    for (const chunk of chunks) {
+      deframer.push(chunk, (m) => out.push(m));
+      chunk.fill(0); // the socket's next read reuses its memory
+    }
+    assert.equal(out.length, 1);
+    assert.ok(out[0].equals(message));
+    assert.ok(chunks.every((chunk) => chunk.buffer !== out[0].buffer));
+  });
+
+  void it('a message larger than what is allocated ahead (8 MiB) is grown into as its bytes arrive, and comes out whole', () => {
+    const message = Buffer.alloc(9 * 1024 * 1024 + 7);
+    for (let i = 0; i < message.length; i += 4096) message.writeUInt32BE(i, i);
+    const framed = frameMessage(message);
+    const cuts = Array.from({ length: Math.ceil(framed.length / 65_536) }, (_, i) => (i + 1) * 65_536);
+    const { messages, idle } = deframeAll(splitBytes(framed, cuts), 16 * 1024 * 1024);
+    assert.equal(idle, true);
+    assert.equal(messages.length, 1);
+    assert.ok(messages[0].equals(message));
+  });
+
   void it('a stream cut inside a prefix or a message is not idle, and holds back the incomplete message', () => {
     fc.assert(
       fc.property(fc.uint8Array({ minLength: 1, maxLength: 200 }), fc.nat(), (message, cut) => {

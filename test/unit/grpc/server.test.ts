@@ -325,11 +325,28 @@ for (const impl of GRPC_TRANSPORTS) {
       });
 
       // Envoy resets a side stream with RST_STREAM alone, or (without the graceful close) with
-      // END_STREAM and RST_STREAM in one write; a raw client sends exactly that.
-      for (const how of ['RST_STREAM alone', 'END_STREAM and RST_STREAM in one write'] as const) {
-        void it(`a reset (${how}) finishes the processor as cancelled, once, and nothing is processed after it`, async () => {
+      // END_STREAM and RST_STREAM in one write; in full-duplex mode, when the client left, with
+      // INTERNAL_ERROR. A raw client sends exactly that. None is a warning: the request's own
+      // outcome line says why it ended.
+      const resets = [
+        { how: 'RST_STREAM alone', frames: (): Buffer => rstStreamFrame(1), end: 'cancelled' },
+        {
+          how: 'END_STREAM and RST_STREAM in one write',
+          frames: (late: Buffer): Buffer => Buffer.concat([dataFrame(1, late, true), rstStreamFrame(1)]),
+          end: 'cancelled',
+        },
+        // grpc-js reports every reset by the peer as a cancellation.
+        {
+          how: 'RST_STREAM INTERNAL_ERROR',
+          frames: (): Buffer => rstStreamFrame(1, http2.constants.NGHTTP2_INTERNAL_ERROR),
+          end: impl === 'native' ? 'error' : 'cancelled',
+        },
+      ] as const;
+      for (const { how, frames, end: expectedEnd } of resets) {
+        void it(`a reset (${how}) finishes the processor as ${expectedEnd}, once, nothing is processed after it, and nothing is logged at warn`, async () => {
           const recording = recordingFactory(echoReply);
-          const harness = await startHarness(impl, transport, { factory: recording.factory });
+          const captured = captureLogger();
+          const harness = await startHarness(impl, transport, { factory: recording.factory, logger: captured.logger });
           const connection = await rawH2Connect(harness.server.address);
           try {
             const processMessage = (request: ProcessingRequest): Buffer => frameMessage(processMethod.requestSerialize(request));
@@ -342,15 +359,19 @@ for (const impl of GRPC_TRANSPORTS) {
             const processed = await recording.firstStream;
             await waitUntil(() => (processed.requests.length === 1 ? true : undefined), { description: 'the first message processed' });
             const late = processMessage(bodyMessage('late', true));
-            connection.write(how === 'RST_STREAM alone' ? rstStreamFrame(1) : Buffer.concat([dataFrame(1, late, true), rstStreamFrame(1)]));
+            connection.write(frames(late));
             const end = await processed.finished;
             // Shutting down waits for the server side of every stream, so the log below is final.
             await harness.server.shutdown(1_000);
 
-            assert.equal(end.kind, 'cancelled');
+            assert.equal(end.kind, expectedEnd);
             assert.equal(processed.ends.length, 1);
-            assert.equal(processed.log.at(-1), 'finish:cancelled');
+            assert.equal(processed.log.at(-1), `finish:${expectedEnd}`);
             assert.ok(processed.requests.length >= 1 && processed.requests.length <= 2);
+            assert.deepEqual(
+              captured.lines().filter((line) => Number(line.level) >= 40),
+              [],
+            );
           } finally {
             connection.close();
             await harness.close();
@@ -444,7 +465,7 @@ for (const impl of GRPC_TRANSPORTS) {
 
           assert.equal(status.code, GrpcStatus.INTERNAL);
           assert.ok(!status.details.includes('10.0.0.7'), 'the cause stays in our logs, not in the gRPC status');
-          assert.deepEqual(end, { kind: 'error', error: boom });
+          assert.deepEqual(end, { kind: 'error', error: boom, code: 'INTERNAL' });
           assert.deepEqual(streamErrors, [boom]);
           assert.equal(stream.replies.length, 1);
           const errorLines = captured.lines().filter((line) => line.level === 50);

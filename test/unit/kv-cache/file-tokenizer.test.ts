@@ -1,5 +1,5 @@
 // The model's tokenizer in process (src/kv-cache/file-tokenizer.ts), on a small word-level
-// tokenizer written here in the model files' own format: the chat template rendered as vLLM does,
+// tokenizer in the model files' own format (test/support/word-tokenizer.ts): the chat template rendered as vLLM does,
 // the ids equal to tokenizing the rendered text whole (pieces between added tokens are cached),
 // completion text with the tokenizer's BOS, and clear errors for unusable files.
 // Exactness against a real vLLM server: test/e2e/real-vllm-precise.test.ts.
@@ -9,53 +9,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { FileTokenizer, TokenizerFilesError } from '../../../src/kv-cache/file-tokenizer.js';
-
-const WORDS = [
-  '[UNK]',
-  'hello',
-  'world',
-  'again',
-  ',',
-  '!',
-  'system',
-  'user',
-  'assistant',
-  'be',
-  'brief',
-  'and',
-  'exact',
-  'what',
-  'is',
-  'new',
-  '?',
-];
-const vocab = Object.fromEntries(WORDS.map((w, i) => [w, i + 3]));
-const added = ['<s>', '<|end|>', '<|role|>'].map((content, id) => ({
-  id,
-  content,
-  single_word: false,
-  lstrip: false,
-  rstrip: false,
-  normalized: false,
-  special: true,
-}));
-const TOKENIZER = {
-  version: '1.0',
-  added_tokens: added,
-  normalizer: { type: 'Lowercase' },
-  pre_tokenizer: { type: 'Whitespace' },
-  post_processor: {
-    type: 'TemplateProcessing',
-    single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
-    pair: [],
-    special_tokens: { '<s>': { id: '<s>', ids: [0], tokens: ['<s>'] } },
-  },
-  decoder: null,
-  model: { type: 'WordLevel', vocab, unk_token: '[UNK]' },
-};
-const TEMPLATE =
-  "{{ bos_token }}{% for m in messages %}<|role|>{{ m['role'] }} {{ m['content'] }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}<|role|>assistant{% endif %}";
-const CONFIG = { bos_token: '<s>', eos_token: { content: '<|end|>' }, chat_template: TEMPLATE };
+import {
+  WORD_TOKENIZER as TOKENIZER,
+  WORD_TOKENIZER_CONFIG as CONFIG,
+  WORD_VOCAB as vocab,
+  writeWordTokenizer,
+} from '../../support/word-tokenizer.js';
 
 const ids = (text: string): number[] =>
   text
@@ -69,8 +28,7 @@ describe('the model’s tokenizer in process', () => {
   let tokenizer: FileTokenizer;
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'tokenizer-'));
-    await writeFile(join(dir, 'tokenizer.json'), JSON.stringify(TOKENIZER));
-    await writeFile(join(dir, 'tokenizer_config.json'), JSON.stringify(CONFIG));
+    await writeWordTokenizer(dir);
     tokenizer = await FileTokenizer.load(dir);
   });
   after(async () => {

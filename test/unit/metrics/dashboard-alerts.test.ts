@@ -22,7 +22,7 @@ function registeredMetrics(): Map<string, readonly string[]> {
 /** Problems with one PromQL expression: unknown metrics, or grouping/matching on labels none of its metrics has. */
 function problems(expr: string, known: Map<string, readonly string[]>): string[] {
   const found: string[] = [];
-  const names = [...expr.matchAll(/\b(?:llm_extproc|gen_ai_(?:client|server)|inference_objective|inference_pool)_[a-z_]+/g)].map(
+  const names = [...expr.matchAll(/\b(?:llm_extproc|llm_d_epp|gen_ai_(?:client|server)|inference_objective|inference_pool)_[a-z_]+/g)].map(
     (m) => m[0],
   );
   assert.ok(names.length > 0, `no llm-extproc metric in ${expr}`);
@@ -55,6 +55,15 @@ describe('Grafana dashboard', () => {
       assert.ok(panel.targets.length > 0, `${panel.title} has a query`);
       for (const { expr } of panel.targets) assert.deepEqual(problems(expr, known), [], `${panel.title}: ${expr}`);
     }
+  });
+
+  it("uses llm-d's canonical llm_d_epp_* names, never their deprecated inference_objective_* / inference_pool_* twins", () => {
+    const exprs = dashboard.panels.flatMap((p) => p.targets.map((t) => t.expr));
+    assert.ok(
+      exprs.some((e) => e.includes('llm_d_epp_')),
+      'the model rewrite panel reads llm_d_epp_request_total',
+    );
+    for (const expr of exprs) assert.doesNotMatch(expr, /\binference_(objective|pool)_/, expr);
   });
 
   it('shows what operators ask first', () => {

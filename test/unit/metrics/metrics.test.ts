@@ -2,8 +2,8 @@
 
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { Metrics } from '../../../src/metrics/metrics.js';
-import { metricValue } from '../../support/prometheus.js';
+import { ALERTED_RESULTS, Metrics } from '../../../src/metrics/metrics.js';
+import { metricValue, samples } from '../../support/prometheus.js';
 
 /** One pool `p` with these Ready endpoints. */
 function view(addresses: string[]) {
@@ -35,6 +35,26 @@ describe('Metrics', () => {
       metricValue(text, 'llm_extproc_upstream_attempts_total', { endpoint: '10.0.0.1:8000', outcome: 'failure', reason: 'stream_broken' }),
       1,
     );
+  });
+
+  it('a served model has the series the alerts read at 0 before its first request, and only those', async () => {
+    const m = new Metrics({ processMetrics: false });
+    m.modelsServed(['llama', 'phi']);
+    m.modelsServed(['llama']);
+    const series = samples(await m.registry.metrics())
+      .filter((s) => s.name === 'llm_extproc_requests_total')
+      .map((s) => `${s.labels.get('model')} ${s.labels.get('result')} ${s.value}`)
+      .sort();
+    assert.deepEqual(series, ['llama', 'phi'].flatMap((model) => ALERTED_RESULTS.map((result) => `${model} ${result} 0`)).sort());
+    assert.ok(ALERTED_RESULTS.includes('stream_broken') && ALERTED_RESULTS.includes('cancelled_mid_stream'));
+    m.requestFinished('llama', 'stream_broken');
+    const text = await m.registry.metrics();
+    assert.equal(
+      metricValue(text, 'llm_extproc_requests_total', { model: 'llama', result: 'stream_broken' }),
+      1,
+      'counted into the same series',
+    );
+    assert.equal(metricValue(text, 'llm_extproc_requests_total', { model: 'phi', result: 'stream_broken' }), 0);
   });
 
   it('reports endpoint states per pool, dropping to zero when a state empties', async () => {
@@ -110,9 +130,9 @@ void describe('per-request metrics', () => {
     const m = new Metrics({ processMetrics: false });
     m.requestStarted();
     m.requestStarted();
-    m.requestEnded();
+    m.requestEnded('OK', 0.2);
     assert.equal(metricValue(await m.registry.metrics(), 'llm_extproc_in_flight_requests'), 1);
-    m.requestEnded();
+    m.requestEnded('Canceled', 7);
     assert.equal(metricValue(await m.registry.metrics(), 'llm_extproc_in_flight_requests'), 0);
   });
 

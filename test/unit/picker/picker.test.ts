@@ -474,6 +474,55 @@ describe('pipeline: prefix-cache affinity', () => {
   });
 });
 
+describe('pipeline: prefill saved, one scorer fed by either source', () => {
+  const system = 'You are the assistant of company number 3. Rule 1: refunds within thirty days.';
+  const pools = fleet(3);
+  const everyone = pools[0].endpoints.map((e) => e.address);
+  /** The key's owner while all are alike: the approximate source credits it with the shared part. */
+  const ownerOf = (request: PickRequest): string => addresses(picker(new SignalBoard(), { fallbacks: 0 }).pick(pools, request))[0];
+
+  it("a pool measured on time to first token alone keeps the defaults' exchange rate: a shared prompt worth more than a request ahead follows its owner", () => {
+    const request: PickRequest = { ...chat(system, 'q1'), sharedTokens: 640 };
+    const owner = ownerOf(request);
+    const board = new SignalBoard();
+    // The owner's cache is fuller (it holds the tenant's prompt): the KV-cache scorer prefers the others by 0.9.
+    report(board, Object.fromEntries(everyone.map((a) => [a, { kvCacheUsage: a === owner ? 0.9 : 0 }])));
+    // Slow servers (CPU): half a second to the first token, 0.7 s a request; prefill per token not measured (no usage).
+    board.setPrefillCosts('p', { prefillSecondsPerToken: Number.NaN, queueSecondsPerRequest: 0.5, requestSeconds: 0.7 });
+    // 640 tokens at the defaults' 1,000 tokens per request ahead: 0.32 s of a 0.7 s request saved.
+    assert.equal(addresses(picker(board, { fallbacks: 0 }).pick(pools, request))[0], owner);
+    // A request ahead there eats the saving: load decides.
+    inFlight(board, { [owner]: 1 });
+    assert.notEqual(addresses(picker(board, { fallbacks: 0 }).pick(pools, request))[0], owner);
+  });
+
+  it('a server whose KV events are trusted is credited with what they say it holds; one whose events are not, by the affinity estimate', () => {
+    const request = chat(system, 'q1');
+    const owner = ownerOf(request);
+    const others = everyone.filter((a) => a !== owner);
+    // Events say another server holds the prompt and the owner none: it goes there.
+    const holds = (address: string, tokens: number) => ({
+      bestTokens: tokens,
+      matchedTokens: (a: string) => (a === address ? tokens : 0),
+    });
+    assert.equal(
+      addresses(
+        picker(new SignalBoard(), { fallbacks: 0 }).pick(pools, { ...request, sharedTokens: 640, prefix: holds(others[0], 640) }),
+      )[0],
+      others[0],
+    );
+    // The owner's events are not trusted (undefined): it is credited by the estimate, and keeps the prompt over a server holding less.
+    const untrustedOwner = {
+      bestTokens: 320,
+      matchedTokens: (a: string) => (a === owner ? undefined : a === others[0] ? 320 : 0),
+    };
+    assert.equal(
+      addresses(picker(new SignalBoard(), { fallbacks: 0 }).pick(pools, { ...request, sharedTokens: 640, prefix: untrustedOwner }))[0],
+      owner,
+    );
+  });
+});
+
 describe('pipeline: LoRA affinity', () => {
   const pools = [poolOf('p', [ep('a:1'), ep('b:1'), ep('c:1')])];
   const weights = { ...DEFAULT_WEIGHTS, prefix: 0 };

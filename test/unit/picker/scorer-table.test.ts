@@ -33,7 +33,7 @@ const refuse = (message: string): never => {
 
 describe('the production scorer table', () => {
   it('gives every scorer its default weight, in DEFAULT_WEIGHTS and in the config schema', () => {
-    assert.deepEqual(DEFAULT_WEIGHTS, { queue: 1, kvCache: 1, inFlight: 1, prefix: 8, lora: 2, latency: 2 });
+    assert.deepEqual(DEFAULT_WEIGHTS, { queue: 1, kvCache: 1, inFlight: 1, prefix: 8, lora: 2, latency: 2, session: 100 });
     const schema = scorerWeights(SCORERS);
     assert.deepEqual(Object.keys(schema.properties), Object.keys(SCORERS));
     for (const [name, row] of Object.entries(SCORERS)) {
@@ -55,13 +55,14 @@ describe('the production scorer table', () => {
     assert.deepEqual(config.picker.latency, { ...DEFAULT_LATENCY, halfLifeMs: 4000 });
   });
 
-  it('derives the sections (prefix, lora, latency) and their defaults, and applies their own rules', () => {
-    assert.deepEqual(Object.keys(scorerSections(SCORERS)), ['prefix', 'lora', 'latency']);
+  it('derives the sections (prefix, lora, latency, session) and their defaults, and applies their own rules', () => {
+    assert.deepEqual(Object.keys(scorerSections(SCORERS)), ['prefix', 'lora', 'latency', 'session']);
     const defaults = sectionDefaults(SCORERS);
     assert.deepEqual(defaults, {
       prefix: DEFAULT_PICKER_SETTINGS.prefix,
       lora: DEFAULT_PICKER_SETTINGS.lora,
       latency: DEFAULT_PICKER_SETTINGS.latency,
+      session: DEFAULT_PICKER_SETTINGS.session,
     });
     assert.throws(
       () => mergedSections(SCORERS, { latency: { recoverFactor: 3 } }, refuse),
@@ -166,7 +167,7 @@ describe('a scorer added as a function and a row', () => {
 
   it('has its section in the config schema, with its defaults, merged like the others', () => {
     const sections = scorerSections(TABLE);
-    assert.deepEqual(Object.keys(sections), ['prefix', 'lora', 'latency', 'sessionPin']);
+    assert.deepEqual(Object.keys(sections), ['prefix', 'lora', 'latency', 'session', 'sessionPin']);
     assert.ok(Value.Check(Type.Object(sections), { sessionPin: { header: 'x-pin' } }));
     assert.equal(sectionDefaults(TABLE).sessionPin.header, 'x-session-endpoint');
     assert.equal(mergedSections(TABLE, { sessionPin: { header: 'x-pin' } }, refuse).sessionPin.header, 'x-pin');

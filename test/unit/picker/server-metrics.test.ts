@@ -1,7 +1,7 @@
 // Reading vLLM, SGLang and TGI metrics pages into a server's load.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { MetricsParseError, parseServerMetrics } from '../../../src/picker/server-metrics.js';
+import { familyLines, MetricsParseError, parseServerMetrics } from '../../../src/picker/server-metrics.js';
 
 const VLLM = `# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -87,4 +87,24 @@ describe('parseServerMetrics', () => {
         (err: unknown) => err instanceof MetricsParseError && f.message.test(err.message),
       ));
   }
+});
+
+describe('familyLines', () => {
+  it('keeps the samples and the HELP and TYPE lines of the families asked for, nothing else', () => {
+    assert.equal(
+      familyLines(VLLM, ['vllm:num_requests_waiting', 'vllm:lora_requests_info']),
+      '# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n' +
+        '# TYPE vllm:num_requests_waiting gauge\n' +
+        'vllm:num_requests_waiting{engine="0",model_name="llama"} 7.0\n' +
+        '# HELP vllm:lora_requests_info Running stats on lora requests.\n' +
+        '# TYPE vllm:lora_requests_info gauge\n' +
+        'vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql,chat",waiting_lora_adapters=""} 1.7e+09\n' +
+        'vllm:lora_requests_info{max_lora="4",running_lora_adapters="old",waiting_lora_adapters="x"} 1.6e+09\n',
+    );
+  });
+  it('matches whole names only (a longer name that starts the same is another family)', () => {
+    const text = 'vllm:num_requests_waiting_by_reason{reason="x"} 3\nvllm:num_requests_waiting 1\nvllm:num_requests_waiting\t2\n';
+    assert.equal(familyLines(text, ['vllm:num_requests_waiting']), 'vllm:num_requests_waiting 1\nvllm:num_requests_waiting\t2\n');
+  });
+  it('a page without them gives nothing', () => assert.equal(familyLines('<html>\n</html>', ['vllm:num_requests_waiting']), ''));
 });

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import { routingReply, routingReplyWithChanges } from '../../../src/request/decision-replies.js';
 import { encodeReply } from '../../../src/extproc/reply-frames.js';
+import { REPLICA_KEY } from '../../../src/extproc/protocol-names.js';
 import { loadWireDefinitions } from '../../support/proto-definitions.js';
 
 const A = '10.0.0.1:8000';
@@ -71,4 +72,19 @@ it("a request's own reply: our trace context and the new length in the one heade
   const plain = routingReplyWithChanges('request_headers', [A, B], 'list', { contentLength: 42 });
   assert.equal(plain.request_headers?.response?.header_mutation?.remove_headers, undefined);
   assert.equal(plain.request_headers?.response?.header_mutation?.set_headers?.length, 2);
+});
+
+it("names the replica that picked (listen.peerAddress) beside the pick, in the shared and the request's own reply, kept apart per replica", () => {
+  const metadata = (reply: ReturnType<typeof routingReply>) => reply.dynamic_metadata?.fields?.['envoy.lb']?.structValue?.fields;
+  const self = '10.0.1.5:9002';
+  const named = routingReply('request_headers', [A, B], 'list', self);
+  assert.deepEqual(metadata(named), {
+    'x-gateway-destination-endpoint': { stringValue: `${A},${B}` },
+    [REPLICA_KEY]: { stringValue: self },
+  });
+  assert.equal(routingReply('request_headers', [A, B], 'list', self), named, 'reused');
+  assert.notEqual(routingReply('request_headers', [A, B], 'list', '10.0.1.6:9002'), named, 'another replica gets its own');
+  assert.equal(metadata(routingReply('request_headers', [A, B], 'list'))?.[REPLICA_KEY], undefined, 'none without a peer address');
+  const own = routingReplyWithChanges('request_headers', [A], 'single', { contentLength: 1, replica: self });
+  assert.equal(metadata(own)?.[REPLICA_KEY]?.stringValue, self);
 });

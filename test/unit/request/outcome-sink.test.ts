@@ -28,7 +28,7 @@ function listening(name: string, heard: string[], to: ReadonlySet<keyof OutcomeS
   };
 }
 
-const RECORD: RequestRecord = { trace: undefined, routed: undefined };
+const RECORD: RequestRecord = { trace: undefined, routed: undefined, model: undefined, requestBytes: undefined };
 
 describe('composeSinks', () => {
   it('hands each outcome to the sinks that listen to it, in order', () => {
@@ -39,9 +39,9 @@ describe('composeSinks', () => {
     sink.opened();
     sink.handled('request_body', 0.5);
     sink.queued(RECORD);
-    sink.closed(RECORD, 'm');
+    sink.closed(RECORD, { releasedModel: 'm', code: 'OK', seconds: 0.5 });
     sink.finished(RECORD, {} as Parameters<OutcomeSink['finished']>[1]);
-    assert.deepEqual(heard, ['a:opened', 'a:handled(request_body,0.5)', 'b:handled(request_body,0.5)', 'b:queued', 'a:closed(m)']);
+    assert.deepEqual(heard, ['a:opened', 'a:handled(request_body,0.5)', 'b:handled(request_body,0.5)', 'b:queued', 'a:closed']);
   });
 
   it("calls a lone listener's own function, and nothing for an outcome nobody listens to", () => {

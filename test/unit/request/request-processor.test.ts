@@ -16,6 +16,9 @@ import { ServedModels } from '../../../src/routing/served-models.js';
 import { composeSinks } from '../../../src/request/outcome-sink.js';
 import type { OutcomeSink } from '../../../src/request/outcome-sink.js';
 import { healthSink } from '../../../src/outcomes/health-sink.js';
+import { judgedBreaks } from '../../../src/outcomes/judged-breaks.js';
+import { StreamEndReports } from '../../../src/outcomes/stream-end-reports.js';
+import { RESPONSE_FLAGS } from '../../../src/errors/envoy-response-flags.js';
 import { logSink } from '../../../src/outcomes/log-sink.js';
 import { metricsSink } from '../../../src/outcomes/metrics-sink.js';
 import type { HeaderMutation, ProcessingRequest, ProcessingResponse, ProtoStruct } from '../../../src/extproc/messages.js';
@@ -25,6 +28,7 @@ import { requestBody, requestHeaders, responseBody, responseHeaders as envoyResp
 import type { ReplyAttributes } from '../../support/envoy-messages.js';
 import { assertSameBytes, sequencedText } from '../../support/sequenced-bytes.js';
 import { registryValue } from '../../support/prometheus.js';
+import { waitUntil } from '../../support/wait-until.js';
 
 // ── fixtures ──────────────────────────────────────────────────────────────────────────────────
 
@@ -72,6 +76,10 @@ function harness(
     pool?: string;
     destinationFormat?: DestinationFormat;
     injectsStreamUsage?: boolean;
+    /** Envoy's access-log entries of broken streams; absent = breaks are not judged. */
+    streamEnds?: StreamEndReports;
+    /** How long a break waits for its entry. */
+    waitMs?: number;
   } = {},
 ): Harness {
   const store = new EndpointStore(['static'], { threshold: options.threshold ?? 2, baseMs: 10_000, maxMs: 60_000 }, frozenClock);
@@ -86,7 +94,15 @@ function harness(
   });
   const metrics = new Metrics({ processMetrics: false });
   const logger = pino({ level: 'silent' });
-  const outcomes = outcomeSinks(metrics, store);
+  const reports = options.streamEnds;
+  const outcomes =
+    reports === undefined
+      ? outcomeSinks(metrics, store)
+      : judgedBreaks(outcomeSinks(metrics, store), {
+          reports,
+          waitMs: options.waitMs ?? 60_000,
+          judged: (signal) => metrics.midStreamBreakJudged(signal),
+        });
   return {
     store,
     load,
@@ -401,6 +417,89 @@ describe('RequestProcessor: request path', () => {
 });
 
 // ── response path ───────────────────────────────────────────────────────────────────────────
+
+describe('RequestProcessor: how streams end (llm-d stream and running series)', () => {
+  it("each stream is counted by the gRPC status it closed with, in Go's names; running requests and request sizes by the model asked for and the model sent as", async () => {
+    const h = harness();
+    const ends = [
+      { kind: 'half-closed' },
+      { kind: 'released' },
+      { kind: 'cancelled' },
+      { kind: 'error', error: new Error('oversized message'), code: 'RESOURCE_EXHAUSTED' },
+      { kind: 'error', error: new Error('processor threw'), code: 'INTERNAL' },
+      { kind: 'error', error: new Error('socket reset') },
+    ] as const;
+    const open = ends.map(() => {
+      const p = h.processor();
+      route(p);
+      return p;
+    });
+    const running = { model_name: MODEL, target_model_name: MODEL };
+    assert.equal(await registryValue(h.metrics.registry, 'llm_d_epp_request_running', running), ends.length);
+    // Each body's size as sent, counted when routed.
+    const bodyBytes = Buffer.byteLength(JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] }));
+    assert.equal(await registryValue(h.metrics.registry, 'llm_d_epp_request_size_bytes_sum', running), ends.length * bodyBytes);
+    for (const [i, end] of ends.entries()) open[i].finish(end);
+    const streams = (code: string): Promise<number> => registryValue(h.metrics.registry, 'llm_d_epp_extproc_streams_total', { code });
+    assert.equal(await streams('OK'), 2);
+    assert.equal(await streams('Canceled'), 1);
+    assert.equal(await streams('ResourceExhausted'), 1);
+    assert.equal(await streams('Internal'), 1);
+    assert.equal(await streams('Unknown'), 1, 'a transport failure sends no status');
+    assert.equal(await registryValue(h.metrics.registry, 'llm_d_epp_extproc_stream_duration_seconds_count'), ends.length);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_d_epp_request_running', running), 0);
+  });
+});
+
+describe("RequestProcessor: llm-d's response size and streaming ITL", () => {
+  const asIs = { model_name: MODEL, target_model_name: MODEL };
+
+  it('a whole stream: its body bytes as the model server sent them, and one gap per non-empty chunk after the first', async () => {
+    const h = harness();
+    const p = h.processor();
+    route(p, { model: MODEL, stream: true });
+    send(p, responseHeaders(200, SSE));
+    const chunks = [CHUNK, CHUNK, CHUNK, DONE];
+    const before = performance.now();
+    for (const chunk of chunks) send(p, responseBody(chunk, false));
+    send(p, responseBody('', true)); // an empty last message is no chunk of the answer (llm-d skips it too)
+    const elapsed = (performance.now() - before) / 1e3;
+    const value = (name: string): Promise<number> => registryValue(h.metrics.registry, name, asIs);
+    assert.equal(await value('llm_d_epp_response_size_bytes_sum'), Buffer.byteLength(chunks.join('')));
+    assert.equal(await value('llm_d_epp_response_size_bytes_count'), 1);
+    assert.equal(await value('llm_d_epp_request_streaming_itl_seconds_count'), chunks.length - 1);
+    const gaps = await value('llm_d_epp_request_streaming_itl_seconds_sum');
+    assert.ok(gaps >= 0 && gaps <= elapsed, `the gaps (${gaps} s) lie within the ${elapsed} s the chunks took`);
+  });
+
+  it('a JSON answer: its size, no ITL', async () => {
+    const h = harness();
+    const p = h.processor();
+    route(p);
+    send(p, responseHeaders(200, JSON_TYPE));
+    const body = '{"id":"chatcmpl-1","choices":[]}';
+    send(p, responseBody(body, true));
+    assert.equal(await registryValue(h.metrics.registry, 'llm_d_epp_response_size_bytes_sum', asIs), Buffer.byteLength(body));
+    assert.equal(await registryValue(h.metrics.registry, 'llm_d_epp_request_streaming_itl_seconds_count', asIs), 0);
+  });
+
+  it('a stream cancelled or cut short adds to neither (only whole answers count, as for the other request series)', async () => {
+    const h = harness();
+    const cancelled = h.processor();
+    route(cancelled, { model: MODEL, stream: true });
+    send(cancelled, responseHeaders(200, SSE));
+    send(cancelled, responseBody(CHUNK, false));
+    send(cancelled, responseBody(CHUNK, false));
+    cancelled.finish({ kind: 'cancelled' });
+    const cut = h.processor();
+    route(cut, { model: MODEL, stream: true });
+    send(cut, responseHeaders(200, SSE));
+    send(cut, responseBody(CHUNK, false));
+    send(cut, responseBody(CHUNK, true)); // ended without [DONE]: stream_incomplete
+    assert.equal(await registryValue(h.metrics.registry, 'llm_d_epp_response_size_bytes_count', asIs), 0);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_d_epp_request_streaming_itl_seconds_count', asIs), 0);
+  });
+});
 
 describe('RequestProcessor: successful responses', () => {
   it('SSE: headers and chunks CONTINUE; [DONE] records a success', async () => {
@@ -726,6 +825,117 @@ describe('RequestProcessor: stream end and bookkeeping', () => {
     assert.equal(stateOf(h, A), 'Ready', 'a broken stream may be the client hanging up: no quarantine');
   });
 
+  /** Envoy's access log, streaming to us. */
+  function listeningReports(): StreamEndReports {
+    const reports = new StreamEndReports();
+    reports.streams(1);
+    return reports;
+  }
+
+  /** A stream broken after its first chunk; Envoy's entry (if any) comes with `flags` and `status`. */
+  function breakStream(h: Harness): void {
+    const p = h.processor();
+    route(p);
+    send(p, responseHeaders(200, SSE));
+    send(p, responseBody(CHUNK, false));
+    p.finish({ kind: 'cancelled' });
+  }
+
+  async function signals(h: Harness, signal: string): Promise<number> {
+    return registryValue(h.metrics.registry, 'llm_extproc_midstream_break_signals_total', { signal });
+  }
+
+  it("Envoy's entry says the client left (DC): the cancellation cancelled_mid_stream, no attempt, no error, replica clean", async () => {
+    const reports = listeningReports();
+    const h = harness({ threshold: 1, streamEnds: reports });
+    breakStream(h);
+    reports.report({ requestId: 'req-1', status: 200, flags: RESPONSE_FLAGS.DC, codeDetails: 'via_upstream' });
+    await waitUntil(async () => ((await requests(h.metrics, { result: 'cancelled_mid_stream' })) === 1 ? true : undefined), {
+      description: 'the break judged',
+    });
+    assert.equal(await requests(h.metrics, { result: 'stream_broken' }), 0);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_upstream_attempts_total'), 0, 'neither failure nor success');
+    assert.equal(await registryValue(h.metrics.registry, 'inference_objective_request_error_total'), 0);
+    assert.equal(await registryValue(h.metrics.registry, 'inference_objective_request_total'), 1);
+    assert.equal(stateOf(h, A), 'Ready', 'even with a threshold of one failure');
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_in_flight_requests'), 0);
+    assert.equal(await signals(h, 'access_log_client'), 1);
+  });
+
+  it('an HTTP/2 client that reset its stream (DR) is a cancellation too', async () => {
+    const reports = listeningReports();
+    const h = harness({ streamEnds: reports });
+    reports.report({ requestId: 'req-1', status: 200, flags: RESPONSE_FLAGS.DR, codeDetails: 'via_upstream' });
+    breakStream(h);
+    await waitUntil(async () => ((await requests(h.metrics, { result: 'cancelled_mid_stream' })) === 1 ? true : undefined), {
+      description: 'the entry that came first, used',
+    });
+  });
+
+  it('the model server reset the stream (UC, the client had the headers): stream_broken, a failed attempt and an error, even with DC', async () => {
+    const reports = listeningReports();
+    const h = harness({ streamEnds: reports });
+    breakStream(h);
+    reports.report({
+      requestId: 'req-1',
+      status: 200,
+      flags: RESPONSE_FLAGS.UC | RESPONSE_FLAGS.DC,
+      codeDetails: 'upstream_reset_after_response_started{connection_termination}',
+    });
+    await waitUntil(async () => ((await requests(h.metrics, { result: 'stream_broken' })) === 1 ? true : undefined), {
+      description: 'the break judged',
+    });
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'stream_broken' }), 1);
+    assert.equal(await registryValue(h.metrics.registry, 'inference_objective_request_error_total'), 1);
+    assert.equal(await signals(h, 'access_log_upstream'), 1);
+  });
+
+  it("Envoy answered with its own 502 (it still held the headers): the result is that reply's code, upstream_reset", async () => {
+    const reports = listeningReports();
+    const h = harness({ streamEnds: reports });
+    breakStream(h);
+    reports.report({
+      requestId: 'req-1',
+      status: 502,
+      flags: RESPONSE_FLAGS.UR,
+      codeDetails: 'upstream_reset_after_response_started{remote_reset}',
+    });
+    await waitUntil(async () => ((await requests(h.metrics, { result: 'upstream_reset' })) === 1 ? true : undefined), {
+      description: 'the break judged',
+    });
+    assert.equal(await requests(h.metrics, { result: 'stream_broken' }), 0);
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'stream_broken' }), 1, "still the replica's failure");
+  });
+
+  it('a broken stream is recorded (result, attempt, end) only once its entry came', async () => {
+    const reports = listeningReports();
+    const h = harness({ streamEnds: reports });
+    breakStream(h);
+    assert.equal(await requests(h.metrics, {}), 0, 'no result before the entry');
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_in_flight_requests'), 1, 'the stream is open until judged');
+    reports.report({ requestId: 'req-1', status: 200, flags: RESPONSE_FLAGS.DC, codeDetails: 'via_upstream' });
+    await waitUntil(async () => ((await requests(h.metrics, {})) === 1 ? true : undefined), { description: 'the break judged' });
+    assert.equal(await requests(h.metrics, { result: 'cancelled_mid_stream' }), 1);
+    assert.equal(await registryValue(h.metrics.registry, 'llm_extproc_in_flight_requests'), 0);
+  });
+
+  it('no entry in time: stream_broken as without the access log, counted under signal none', async () => {
+    const h = harness({ streamEnds: listeningReports(), waitMs: 20 });
+    breakStream(h);
+    await waitUntil(async () => ((await requests(h.metrics, { result: 'stream_broken' })) === 1 ? true : undefined), {
+      description: 'the wait over',
+    });
+    assert.equal(await signals(h, 'none'), 1);
+    assert.equal(await attempts(h.metrics, { endpoint: A, outcome: 'failure', reason: 'stream_broken' }), 1);
+  });
+
+  it('no Envoy streams its access log to us: stream_broken at once, nobody waits', async () => {
+    const h = harness({ streamEnds: new StreamEndReports() });
+    breakStream(h);
+    assert.equal(await requests(h.metrics, { result: 'stream_broken' }), 1);
+    assert.equal(await signals(h, 'none'), 1);
+  });
+
   const cancellations: ReadonlyArray<{ name: string; steps: (p: RequestProcessor) => void; result: string }> = [
     { name: 'before routing', steps: (p) => send(p, requestHeaders(POST_CHAT)), result: 'cancelled_before_routing' },
     { name: 'while waiting for the response', steps: (p) => route(p), result: 'cancelled_before_response' },
@@ -929,15 +1139,16 @@ describe('RequestProcessor: full duplex', () => {
     assert.deepEqual(p.process(withModes(requestHeaders(POST_CHAT), 'FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED')), []);
     const text = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] });
     assert.deepEqual(p.process(requestBody(text.slice(0, 10), false)), []);
-    const replies = p.process(requestBody(text.slice(10), true));
+    assert.deepEqual(p.process(requestBody(text.slice(10, 20), false)), []);
+    const replies = p.process(requestBody(text.slice(20), true));
     assert.equal(setHeaders(replies[0].request_headers?.response?.header_mutation)['x-gateway-destination-endpoint'], A);
     assert.equal(metadataDestination(replies[0]), `${A},${B},${C}`);
     const chunks = replies.slice(1).map((r) => streamedChunk(r, 'request_body'));
     assert.equal(Buffer.concat(chunks.map((c) => c.body)).toString(), text, 'the body goes back unchanged');
     assert.deepEqual(
       chunks.map((c) => c.end),
-      [false, true],
-      'end_of_stream on the last chunk only',
+      [true],
+      'the pieces collected go back as one chunk (up to 64 KiB), which ends the stream',
     );
   });
 

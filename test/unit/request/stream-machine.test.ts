@@ -2,6 +2,7 @@
 // onStreamEnd), one table per body mode: from each state, a message gives the next state, the
 // replies for Envoy (summarised) and what the step learnt. The routing behind it is the real one
 // (store, picker, load tracker), with one ready replica so every pick is the same.
+import { ModelRewrites } from '../../../src/picker/model-rewrite.js';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { EndpointStore } from '../../../src/endpoints/store.js';
@@ -32,6 +33,7 @@ function context(): MachineContext {
     maxInspectedBodyBytes: 1024 * 1024,
     destinationFormat: 'list',
     injectsStreamUsage: () => false,
+    modelRewrites: new ModelRewrites([{ matches: [{ model: { value: 'alias' } }], targets: [{ modelRewrite: MODEL }] }]),
   };
 }
 
@@ -126,7 +128,7 @@ void describe('state machine, request phase, per request body mode', () => {
     assert.equal(routedAt(steps), 2);
   });
 
-  void it('FULL_DUPLEX_STREAMED (collect-duplex): hold the header reply until the body ends, then route and stream the body back', () => {
+  void it('FULL_DUPLEX_STREAMED (collect-duplex): hold the header reply until the body ends, then route and stream the body back whole', () => {
     const half = Math.floor(BODY.length / 2);
     run([
       { message: requestHeaders('FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED'), state: 'CollectingRequestBody', replies: [] },
@@ -134,7 +136,8 @@ void describe('state machine, request phase, per request body mode', () => {
       {
         message: requestBody(BODY.slice(half), true),
         state: 'AwaitingResponse',
-        replies: ['request_headers route', `request_body streamed ${half}B`, `request_body streamed ${BODY.length - half}B end`],
+        // Collected into one buffer: it goes back in chunks of up to 64 KiB, not in the pieces it came in.
+        replies: ['request_headers route', `request_body streamed ${BODY.length}B end`],
       },
     ]);
   });
@@ -165,6 +168,34 @@ const REQUEST = (requestMode: BodySendMode, responseMode: BodySendMode): Row[] =
 
 const SSE = 'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n';
 const JSON_ANSWER = JSON.stringify({ id: 'x', object: 'chat.completion', choices: [{ message: { role: 'assistant', content: 'hi' } }] });
+
+void describe('state machine, model rewrite', () => {
+  /** The body the model server receives for `body` sent with `headers`, and the model the pick was for. */
+  function sentBody(body: string, headers: Record<string, string> = {}): { sent: string; model: string | undefined } {
+    const ctx = context();
+    const opened = onMessage(
+      ctx,
+      { kind: 'AwaitingRequestHeaders' },
+      envoyRequestHeaders({ ...POST_CHAT, ...headers }, false, { request_body_mode: 'BUFFERED', response_body_mode: 'STREAMED' }),
+    );
+    const step = onMessage(ctx, opened.state, requestBody(body, true));
+    const reply = step.replies[0]?.request_body?.response?.body_mutation?.body;
+    const routed = step.notices.find((n) => n.kind === 'routed');
+    return { sent: reply === undefined ? body : reply.toString(), model: routed?.kind === 'routed' ? routed.routed.model : undefined };
+  }
+
+  void it("a rule's target is what is routed on and sent, the rest of the body untouched", () => {
+    const body = '{"model" : "alias", "messages":[{"role":"user","content":"hi"}]}';
+    assert.deepEqual(sentBody(body), { sent: body.replace('"alias"', `"${MODEL}"`), model: MODEL });
+  });
+
+  void it('x-llm-d-model-name-rewrite and its old name x-gateway-model-name-rewrite name the model to send', () => {
+    const body = '{"model":"whatever","messages":[]}';
+    for (const header of ['x-llm-d-model-name-rewrite', 'x-gateway-model-name-rewrite']) {
+      assert.deepEqual(sentBody(body, { [header]: MODEL }), { sent: `{"model":"${MODEL}","messages":[]}`, model: MODEL }, header);
+    }
+  });
+});
 
 void describe('state machine, response phase, per response body mode', () => {
   void it('STREAMED, an SSE stream: pass the headers and every chunk, judge the end', () => {

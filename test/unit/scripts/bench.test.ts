@@ -93,7 +93,7 @@ describe('bench baseline config', () => {
     backends: { kind: 'static', addresses: ['127.0.0.1:8000'] },
   });
 
-  it('drops exactly the ext_proc filter and cluster and leaves the rest identical', () => {
+  it('drops exactly the ext_proc filter, its cluster and the access log to it, and leaves the rest identical', () => {
     const baseline = withoutExtProc(rendered);
     const text = JSON.stringify(baseline);
     assert.ok(!text.includes('envoy.filters.http.ext_proc'));
@@ -101,12 +101,13 @@ describe('bench baseline config', () => {
     // Put the removed pieces back: the result must equal the original.
     const original = JSON.parse(JSON.stringify(rendered)) as {
       static_resources: {
-        listeners: { filter_chains: { filters: { typed_config: { http_filters: unknown[] } }[] }[] }[];
+        listeners: { filter_chains: { filters: { typed_config: { http_filters: unknown[]; access_log?: unknown[] } }[] }[] }[];
         clusters: { name: string }[];
       };
     };
     const hcm = original.static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
     hcm.http_filters = hcm.http_filters.slice(1);
+    delete hcm.access_log;
     original.static_resources.clusters = original.static_resources.clusters.filter((c) => c.name !== 'llm_extproc');
     assert.deepEqual(baseline, original);
   });
