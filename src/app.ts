@@ -60,6 +60,8 @@ export interface StartAppOptions {
   metrics?: Metrics;
   /** false: no ops HTTP server (a cluster worker; the primary serves /metrics and /readyz). Default true. */
   opsServer?: boolean;
+  /** Told the size of every read from Envoy (the process's scavenge trigger: process-settings.ts). */
+  bytesRead?: (bytes: number) => void;
 }
 
 async function createSource(
@@ -248,6 +250,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
     ...(tls === undefined ? {} : { tls }),
     onTurnaround: (seconds, replies) => metrics.messageTurnaround(seconds, replies),
     onProtocolEvent: (kind) => metrics.protocolEvent(kind),
+    ...(options.bytesRead === undefined ? {} : { onBytesRead: options.bytesRead }),
     maxConnections: config.listen.maxConnections,
     idleTimeoutMs: config.listen.idleTimeoutMs,
     accessLog: dispatchEntries({

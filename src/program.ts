@@ -18,7 +18,7 @@ import { briefUsage, EXIT, parseCommandLine, usage, UsageError } from './cli.js'
 import type { Command } from './cli.js';
 import { attachWorker, runPrimary } from './cluster.js';
 import { configPathFrom } from './config/load-config.js';
-import { startupDone } from './process-settings.js';
+import { readGarbageCollector, startupDone } from './process-settings.js';
 import { errorMessage } from './util/error-message.js';
 
 function fail(message: string, code: number = EXIT.failure): never {
@@ -93,7 +93,12 @@ async function main(): Promise<void> {
     if (workers > 1 && cluster.isPrimary) {
       running = await runPrimary(config, workers, logger);
     } else {
-      const app = await startApp(config, logger, { opsServer: !cluster.isWorker });
+      // Long bodies leave Buffers that die faster than the heap fills: scavenged before they set off a full collection.
+      const readGarbage = readGarbageCollector();
+      const app = await startApp(config, logger, {
+        opsServer: !cluster.isWorker,
+        ...(readGarbage === undefined ? {} : { bytesRead: (bytes: number) => readGarbage.read(bytes) }),
+      });
       running = app;
       if (cluster.isWorker) attachWorker(app, () => shutdown(logger, running, 'primary'));
     }

@@ -82,7 +82,7 @@ export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<Runnin
 
   for (const method of opts.methods) {
     const name = method.path.slice(method.path.lastIndexOf('/') + 1);
-    server.addService(bidiService(method, name), {
+    server.addService(bidiService(method, name, opts.onBytesRead), {
       [name]: (call: ServerDuplexStream<unknown, unknown>) => serveBidi(call, method),
     });
   }
@@ -138,12 +138,18 @@ export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<Runnin
 // service definitions: our own codecs as grpc-js's (de)serializers
 
 /** A bidirectional-streaming method as grpc-js's service definition of one method. */
-function bidiService(method: AnyBidiMethod, name: string): ServiceDefinition {
+function bidiService(method: AnyBidiMethod, name: string, onBytesRead: ((bytes: number) => void) | undefined): ServiceDefinition {
   const definition: MethodDefinition<unknown, unknown> = {
     path: method.path,
     requestStream: true,
     responseStream: true,
-    requestDeserialize: (bytes) => method.decode(bytes),
+    requestDeserialize:
+      onBytesRead === undefined
+        ? (bytes) => method.decode(bytes)
+        : (bytes) => {
+            onBytesRead(bytes.length);
+            return method.decode(bytes);
+          },
     // grpc-js frames messages itself: the bare message after our prefix (a view, no copy).
     responseSerialize: (reply) => method.frame(reply).subarray(FRAME_HEADER_BYTES),
     // A server never encodes requests or decodes its own replies.

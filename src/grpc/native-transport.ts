@@ -140,6 +140,7 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
       // Every DATA write on our streams is one gRPC message (a reply): the connection's
       // read-to-write timing, per write, is the turnaround of the replies it carries.
       ...(opts.onTurnaround === undefined ? {} : { onReadAnswered: opts.onTurnaround }),
+      ...(opts.onBytesRead === undefined ? {} : { onBytesRead: opts.onBytesRead }),
     });
     connections.add(connection);
     const keepalive = startKeepalive(connection, logger);

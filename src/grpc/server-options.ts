@@ -35,6 +35,11 @@ export interface GrpcServerOptions {
    * kind; grpc-js only the listener's (`connection_refused`) and `rapid_reset`.
    */
   onProtocolEvent?: (kind: string) => void;
+  /**
+   * Told the size of everything read from clients: the native transport each socket read (each a
+   * Buffer of its own), grpc-js each message (its reads are its own).
+   */
+  onBytesRead?: (bytes: number) => void;
   /** Most connections held at once (both transports; one more is closed and reported as `connection_refused`). */
   maxConnections?: number;
   /** A connection with no open stream this long is closed gracefully (GOAWAY NO_ERROR); both transports. */

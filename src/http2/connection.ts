@@ -69,6 +69,8 @@ export interface Http2ConnectionOptions {
    * before it. Writes made later (after an await) are not told.
    */
   readonly onReadAnswered?: (seconds: number, dataWrites: number) => void;
+  /** Told the size of each socket read, before it is handled. */
+  readonly onBytesRead?: (bytes: number) => void;
 }
 
 /** What `onProtocolEvent` reports. */
@@ -333,6 +335,7 @@ export class Http2Connection implements StreamHost {
 
   private readonly onSocketData = (chunk: Buffer): void => {
     if (this.destroyed) return;
+    this.options.onBytesRead?.(chunk.length);
     const now = performance.now();
     this.now = now;
     // Reads can come back to back with no microtask between them (after a pause, Node hands over
