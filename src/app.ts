@@ -43,6 +43,7 @@ import type { RunningPrecise } from './kv-cache/start-precise.js';
 import { SignalBoard } from './picker/signals.js';
 import type { RequestResult } from './request/request-result.js';
 import { LogThrottle } from './util/log-throttle.js';
+import type { ReadGarbageObserver } from './util/external-garbage.js';
 import { startTracingIfOn } from './tracing/start-tracing.js';
 
 export interface RunningApp {
@@ -60,8 +61,8 @@ export interface StartAppOptions {
   metrics?: Metrics;
   /** false: no ops HTTP server (a cluster worker; the primary serves /metrics and /readyz). Default true. */
   opsServer?: boolean;
-  /** Told the size of every read from Envoy (the process's scavenge trigger: process-settings.ts). */
-  bytesRead?: (bytes: number) => void;
+  /** Told the size of every read from Envoy and the end of every stream (the process's scavenge trigger: process-settings.ts). */
+  readGarbage?: ReadGarbageObserver;
 }
 
 async function createSource(
@@ -250,7 +251,7 @@ export async function startApp(config: Config, logger: Logger, options: StartApp
     ...(tls === undefined ? {} : { tls }),
     onTurnaround: (seconds, replies) => metrics.messageTurnaround(seconds, replies),
     onProtocolEvent: (kind) => metrics.protocolEvent(kind),
-    ...(options.bytesRead === undefined ? {} : { onBytesRead: options.bytesRead }),
+    ...(options.readGarbage === undefined ? {} : { readGarbage: options.readGarbage }),
     maxConnections: config.listen.maxConnections,
     idleTimeoutMs: config.listen.idleTimeoutMs,
     accessLog: dispatchEntries({

@@ -31,6 +31,11 @@
 // that budget: a 1 MiB prompt then set off a full collection every sixth request (18 per 100,
 // against 1), a tail of its own.
 //
+// Scavenges on demand (readGarbageCollector, below): long request bodies leave Buffers that die
+// faster than the heap fills, and V8 counts them against the old generation until a full
+// collection; the servers report their reads and ends to util/external-garbage.ts, which asks for
+// a scavenge when a call ends with enough of them dead (the long-prompt tail: docs/benchmarks.md).
+//
 // An operator who sets any of these on the command line (node flags or NODE_OPTIONS) is left alone.
 
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';

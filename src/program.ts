@@ -97,7 +97,7 @@ async function main(): Promise<void> {
       const readGarbage = readGarbageCollector();
       const app = await startApp(config, logger, {
         opsServer: !cluster.isWorker,
-        ...(readGarbage === undefined ? {} : { bytesRead: (bytes: number) => readGarbage.read(bytes) }),
+        ...(readGarbage === undefined ? {} : { readGarbage }),
       });
       running = app;
       if (cluster.isWorker) attachWorker(app, () => shutdown(logger, running, 'primary'));

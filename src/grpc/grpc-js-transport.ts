@@ -41,6 +41,7 @@ import type { TlsIdentitySource } from './tls-identity.js';
 import { RAPID_RESET_EXPLANATION, RapidResetCount } from '../http2/abuse-limits.js';
 import { protocolEventReporter } from './protocol-events.js';
 import type { ProtocolEventReport } from './protocol-events.js';
+import type { ReadGarbageObserver } from '../util/external-garbage.js';
 import { clientVerificationOptions, secureContextOptions } from './tls-identity.js';
 import {
   KEEPALIVE_INTERVAL_MS,
@@ -82,8 +83,8 @@ export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<Runnin
 
   for (const method of opts.methods) {
     const name = method.path.slice(method.path.lastIndexOf('/') + 1);
-    server.addService(bidiService(method, name, opts.onBytesRead), {
-      [name]: (call: ServerDuplexStream<unknown, unknown>) => serveBidi(call, method),
+    server.addService(bidiService(method, name, opts.readGarbage), {
+      [name]: (call: ServerDuplexStream<unknown, unknown>) => serveBidi(call, method, opts.readGarbage),
     });
   }
   server.addService(HEALTH_SERVICE, {
@@ -138,16 +139,16 @@ export async function startGrpcJsServer(opts: GrpcServerOptions): Promise<Runnin
 // service definitions: our own codecs as grpc-js's (de)serializers
 
 /** A bidirectional-streaming method as grpc-js's service definition of one method. */
-function bidiService(method: AnyBidiMethod, name: string, onBytesRead: ((bytes: number) => void) | undefined): ServiceDefinition {
+function bidiService(method: AnyBidiMethod, name: string, readGarbage: ReadGarbageObserver | undefined): ServiceDefinition {
   const definition: MethodDefinition<unknown, unknown> = {
     path: method.path,
     requestStream: true,
     responseStream: true,
     requestDeserialize:
-      onBytesRead === undefined
+      readGarbage === undefined
         ? (bytes) => method.decode(bytes)
         : (bytes) => {
-            onBytesRead(bytes.length);
+            readGarbage.read(bytes.length);
             return method.decode(bytes);
           },
     // grpc-js frames messages itself: the bare message after our prefix (a view, no copy).
@@ -183,7 +184,7 @@ function healthMethod(name: string, responseStream: boolean): MethodDefinition<H
 // ---------------------------------------------------------------------------------------------
 // a bidirectional-streaming call
 
-function serveBidi(call: ServerDuplexStream<unknown, unknown>, method: AnyBidiMethod): void {
+function serveBidi(call: ServerDuplexStream<unknown, unknown>, method: AnyBidiMethod, readGarbage: ReadGarbageObserver | undefined): void {
   const bidi = method.start({
     write: (reply) => call.write(reply),
     pauseUntilDrain: () => {
@@ -215,7 +216,10 @@ function serveBidi(call: ServerDuplexStream<unknown, unknown>, method: AnyBidiMe
   call.on('error', (err: Error) => bidi.transportFailed(err));
   // Safety net so the call ends exactly once even if the transport goes away without telling
   // us why (e.g. a forced shutdown destroying the session).
-  call.on('close', () => bidi.cancelled());
+  call.on('close', () => {
+    bidi.cancelled();
+    readGarbage?.streamEnded();
+  });
 }
 
 function failWith(call: ServerDuplexStream<unknown, unknown>, code: CallErrorCode, details: string): void {

@@ -41,6 +41,7 @@ function statusFields(code: number, message?: string): Fields {
 }
 
 export async function startNativeServer(opts: GrpcServerOptions): Promise<RunningGrpcServer> {
+  const readGarbage = opts.readGarbage;
   const logger = opts.logger.child({ component: 'grpc-server' });
   const methods = new Map<string, AnyBidiMethod>(opts.methods.map((method) => [method.path, method]));
   const health = new HealthService(
@@ -72,6 +73,7 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
         const failure = streamFailure(close);
         if (failure === undefined) call.cancelled();
         else call.transportFailed(failure);
+        readGarbage?.streamEnded();
       },
     };
   };
@@ -140,7 +142,7 @@ export async function startNativeServer(opts: GrpcServerOptions): Promise<Runnin
       // Every DATA write on our streams is one gRPC message (a reply): the connection's
       // read-to-write timing, per write, is the turnaround of the replies it carries.
       ...(opts.onTurnaround === undefined ? {} : { onReadAnswered: opts.onTurnaround }),
-      ...(opts.onBytesRead === undefined ? {} : { onBytesRead: opts.onBytesRead }),
+      ...(readGarbage === undefined ? {} : { onBytesRead: (bytes: number) => readGarbage.read(bytes) }),
     });
     connections.add(connection);
     const keepalive = startKeepalive(connection, logger);

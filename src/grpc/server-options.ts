@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { BidiMethod } from './bidi-call.js';
 import type { HealthSource } from './health-service.js';
 import type { TlsIdentitySource } from './tls-identity.js';
+import type { ReadGarbageObserver } from '../util/external-garbage.js';
 
 export type GrpcTransport = 'native' | 'grpc-js';
 
@@ -36,10 +37,10 @@ export interface GrpcServerOptions {
    */
   onProtocolEvent?: (kind: string) => void;
   /**
-   * Told the size of everything read from clients: the native transport each socket read (each a
-   * Buffer of its own), grpc-js each message (its reads are its own).
+   * Told the size of everything read from clients (the native transport each socket read, each a
+   * Buffer of its own; grpc-js each message) and the end of every call of the served methods.
    */
-  onBytesRead?: (bytes: number) => void;
+  readGarbage?: ReadGarbageObserver;
   /** Most connections held at once (both transports; one more is closed and reported as `connection_refused`). */
   maxConnections?: number;
   /** A connection with no open stream this long is closed gracefully (GOAWAY NO_ERROR); both transports. */

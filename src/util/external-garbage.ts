@@ -12,25 +12,39 @@
 // times its p50. A scavenge of our 1 MiB young generation takes a fraction of a millisecond and
 // frees those Buffers, so the budget is never reached for them.
 //
+// When: at the end of a stream (for ext_proc, a request), once enough was read since the last look.
+// Then that request's Buffers are dead. A scavenge while a body is still arriving would find its
+// buffer alive and copy it, and a second one would promote it to the old generation, where its
+// bytes count against the budget again until a full collection: measured so, FULL_DUPLEX_STREAMED
+// bodies (collected over many reads) kept their tail when scavenged on reads.
+//
 // Pure: the caller supplies the reading of V8's external memory, the scavenge and the scheduling.
+
+/** What the servers tell about the bytes they read and the streams that end. */
+export interface ReadGarbageObserver {
+  /** `bytes` were read from a peer (each read a Buffer of its own, soon dead). */
+  read(bytes: number): void;
+  /** A stream ended: what it read is garbage now, unless another stream still holds it. */
+  streamEnded(): void;
+}
 
 export interface ExternalGarbageOptions {
   /** Bytes read between two looks at V8's external memory (a look costs a heap-statistics call). */
   readonly lookEveryBytes: number;
-  /** Growth of external memory over its lowest point since the last scavenge that asks for one. */
+  /** Growth of external memory over its least reading at a stream's end since the last scavenge that asks for one. */
   readonly growthBytes: number;
   /** V8's external memory now (`v8.getHeapStatistics().external_memory`). */
   readonly externalBytes: () => number;
   /** A young-generation collection. */
   readonly scavenge: () => void;
-  /** Runs `task` once the work in hand is done (setImmediate): the read that tipped it still holds its Buffers. */
+  /** Runs `task` once the work in hand is done (setImmediate): the stream ending still holds its Buffers. */
   readonly later: (task: () => void) => void;
 }
 
 /** Defaults measured on the long-prompt rows of `npm run bench` (docs/benchmarks.md, "Memory"). */
 export const EXTERNAL_GARBAGE_DEFAULTS = { lookEveryBytes: 256 * 1024, growthBytes: 2 * 1024 * 1024 } as const;
 
-export class ExternalGarbage {
+export class ExternalGarbage implements ReadGarbageObserver {
   private unlooked = 0;
   /** The least external memory seen since the last scavenge we asked for: what is not garbage. */
   private low = Number.POSITIVE_INFINITY;
@@ -40,15 +54,17 @@ export class ExternalGarbage {
 
   constructor(private readonly options: ExternalGarbageOptions) {}
 
-  /** `bytes` were read from a peer (each read a Buffer of its own, soon dead). */
   read(bytes: number): void {
     this.unlooked += bytes;
+  }
+
+  streamEnded(): void {
     if (this.unlooked < this.options.lookEveryBytes) return;
     this.unlooked = 0;
     const external = this.options.externalBytes();
     if (external < this.low) this.low = external;
-    // Bodies held in flight also grow it: then a scavenge frees little, and the low point moves up
-    // with them, so the next one waits for as much growth again.
+    // Bodies still in flight on other streams grow it too: a scavenge then frees little, and the
+    // low point moves up with them, so the next one waits for as much growth again.
     if (this.scheduled || external - this.low < this.options.growthBytes) return;
     this.scheduled = true;
     this.options.later(this.collect);

@@ -113,8 +113,9 @@ void describe('process settings', () => {
             const read = Buffer.alloc(64 * 1024, prompt); // each socket read a Buffer of its own
             garbage?.read(read.length);
           }
+          garbage?.streamEnded(); // the prompt answered
           highest = Math.max(highest, getHeapStatistics().external_memory - start);
-          await new Promise((resolve) => setImmediate(resolve)); // the prompt answered
+          await new Promise((resolve) => setImmediate(resolve));
         }
         process.stdout.write('highest ' + highest / 1048576 + ' held ' + held.length + '\\n');
       `;
