@@ -356,6 +356,15 @@ async function startForwarder(metrics: Metrics, logger: Logger, peerLogs: PeerLo
   return new AccessLogForwarder(
     {
       sent: () => metrics.accessLogForwarded('sent'),
+      dropped: (peer) => {
+        metrics.accessLogForwarded('dropped');
+        const left = peerLogs.admit('dropped', performance.now());
+        if (left !== undefined)
+          logger.warn(
+            { peer, suppressed: left },
+            'a peer reads access-log entries slower than they come: this one was dropped (its break is judged stream_broken there)',
+          );
+      },
       streamFailed: (peer, error) => {
         metrics.accessLogForwarded('stream_failed');
         const left = peerLogs.admit('stream_failed', performance.now());
@@ -370,7 +379,7 @@ async function startForwarder(metrics: Metrics, logger: Logger, peerLogs: PeerLo
   );
 }
 
-type PeerLogThrottle = LogThrottle<'unknown_peer' | 'stream_failed'>;
+type PeerLogThrottle = LogThrottle<'unknown_peer' | 'stream_failed' | 'dropped'>;
 
 /** Session affinity where its scorer is on, with the keys of its key file (read once, at start). */
 async function sessionsIfOn(config: Config, metrics: Metrics): Promise<SessionAffinity | undefined> {

@@ -6,6 +6,10 @@
 // peer's certificate not verified (a pod-IP address is in no certificate, and a self-signed one is
 // made per pod; the gateways dial us the same way). Mutual TLS is refused with listen.peerAddress
 // by the config check: a peer would ask for a client certificate its CA signed.
+// A peer that reads slower than breaks come (overloaded, or stalled with its connection open) gets
+// what its stream takes until write() says it is full; the entries after that, until it drains,
+// are dropped and counted (their breaks are judged stream_broken there, as without the access log),
+// so a slow peer costs a bounded buffer here instead of one that grows with every break.
 
 import { Client, credentials } from '@grpc/grpc-js';
 import type { ClientWritableStream, ServiceError } from '@grpc/grpc-js';
@@ -19,6 +23,8 @@ export interface ForwarderEvents {
   readonly sent: (peer: string) => void;
   /** `peer`'s stream ended in error (unreachable, refused, reset): what was written to it may be lost. */
   readonly streamFailed: (peer: string, error: ServiceError) => void;
+  /** `peer`'s stream is full (it reads slower than entries come): this entry was not sent. */
+  readonly dropped: (peer: string) => void;
 }
 
 /** Peers with an open client at most: old pod addresses beyond it are closed, oldest first. */
@@ -27,6 +33,8 @@ const MAX_PEERS = 64;
 interface Peer {
   readonly client: Client;
   call: ClientWritableStream<Buffer> | undefined;
+  /** The call said it is full (write() returned false): entries are dropped until it drains. */
+  full: boolean;
 }
 
 const identity = (bytes: Buffer): Buffer => bytes;
@@ -50,10 +58,18 @@ export class AccessLogForwarder {
 
   /** `wire`: one HTTPAccessLogEntry's bytes, as Envoy sent them. */
   forward(peer: string, wire: Uint8Array): void {
-    const message = this.message(wire);
-    const call = this.callTo(peer);
+    const [state, call] = this.callTo(peer);
+    if (state.full) {
+      this.events.dropped(peer);
+      return;
+    }
     try {
-      call.write(message);
+      if (!call.write(this.message(wire))) {
+        state.full = true;
+        call.once('drain', () => {
+          if (state.call === call) state.full = false;
+        });
+      }
       this.events.sent(peer);
     } catch (err) {
       // The call ended between its status and our write: the next entry opens a new one.
@@ -85,14 +101,14 @@ export class AccessLogForwarder {
     return w.finish();
   }
 
-  private callTo(address: string): ClientWritableStream<Buffer> {
+  private callTo(address: string): [Peer, ClientWritableStream<Buffer>] {
     let peer = this.peers.get(address);
     if (peer === undefined) {
       if (this.peers.size >= MAX_PEERS) this.closeOldest();
-      peer = { client: new Client(grpcTarget(address), this.credentials, this.options), call: undefined };
+      peer = { client: new Client(grpcTarget(address), this.credentials, this.options), call: undefined, full: false };
       this.peers.set(address, peer);
     }
-    if (peer.call !== undefined) return peer.call;
+    if (peer.call !== undefined) return [peer, peer.call];
     const call: ClientWritableStream<Buffer> = peer.client.makeClientStreamRequest(
       ACCESS_LOG_PATH,
       identity,
@@ -103,12 +119,15 @@ export class AccessLogForwarder {
       },
     );
     peer.call = call;
-    return call;
+    peer.full = false;
+    return [peer, call];
   }
 
   private dropCall(address: string, call: ClientWritableStream<Buffer>): void {
     const peer = this.peers.get(address);
-    if (peer?.call === call) peer.call = undefined;
+    if (peer?.call !== call) return;
+    peer.call = undefined;
+    peer.full = false;
   }
 
   private closeOldest(): void {

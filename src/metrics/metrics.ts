@@ -116,7 +116,7 @@ export class Metrics {
 
   private readonly accessLogForwards: Counter<string> = new Counter({
     name: 'llm_extproc_access_log_forwards_total',
-    help: "Envoy access-log entries of streams another replica picked (listen.peerAddress), by outcome: sent (written to that replica's StreamAccessLogs stream), unknown_peer (the entry names no host:port; judged here, where nobody waits for it); and forwarding streams to a peer that failed (stream_failed: entries written to it may be lost, and their breaks stay stream_broken).",
+    help: "Envoy access-log entries of streams another replica picked (listen.peerAddress), by outcome: sent (written to that replica's StreamAccessLogs stream), unknown_peer (the entry names no host:port; judged here, where nobody waits for it), dropped (that replica's stream was full: it reads slower than entries come, and the break is judged stream_broken there); and forwarding streams to a peer that failed (stream_failed: entries written to it may be lost, and their breaks stay stream_broken).",
     labelNames: ['outcome'] as const,
     registers: [this.registry],
     collect: () => this.forwardCells.flushTo(this.accessLogForwards),
@@ -340,7 +340,7 @@ export class Metrics {
   }
 
   /** An access-log entry of a stream another replica picked: forwarded to it, or not (extproc/access-log-routing.ts). */
-  accessLogForwarded(outcome: 'sent' | 'unknown_peer' | 'stream_failed'): void {
+  accessLogForwarded(outcome: 'sent' | 'unknown_peer' | 'stream_failed' | 'dropped'): void {
     this.forwardCells.add(outcome);
   }
 

@@ -4,6 +4,9 @@
 
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { createServer } from 'node:http2';
+import type { ServerHttp2Stream } from 'node:http2';
+import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import { loadSync } from '@grpc/proto-loader';
 import type { MethodDefinition } from '@grpc/proto-loader';
@@ -70,7 +73,11 @@ for (const { transport, tls } of peerSettings) {
       });
       const failures: string[] = [];
       const forwarder = new AccessLogForwarder(
-        { sent: () => undefined, streamFailed: (_peer, error) => failures.push(error.message) },
+        {
+          sent: () => undefined,
+          streamFailed: (_peer, error) => failures.push(error.message),
+          dropped: () => assert.fail('nothing dropped'),
+        },
         tls,
       );
       try {
@@ -104,7 +111,11 @@ void describe('AccessLogForwarder to a peer that is gone', () => {
     await gone.shutdown(0);
     const failures: string[] = [];
     let sent = 0;
-    const forwarder = new AccessLogForwarder({ sent: () => sent++, streamFailed: (peer) => failures.push(peer) });
+    const forwarder = new AccessLogForwarder({
+      sent: () => sent++,
+      streamFailed: (peer) => failures.push(peer),
+      dropped: () => assert.fail('nothing dropped'),
+    });
     try {
       forwarder.forward(address, envoyEntry('r1').wire);
       await waitUntil(() => (failures.length === 1 ? true : undefined), { description: 'the first stream failed' });
@@ -114,6 +125,66 @@ void describe('AccessLogForwarder to a peer that is gone', () => {
       assert.equal(sent, 2, 'both entries were written to a stream');
     } finally {
       forwarder.close();
+    }
+  });
+});
+
+void describe('AccessLogForwarder to a peer that stops reading', () => {
+  void it('drops and counts what its full stream cannot take, without buffering every entry; sends again once it drains', async () => {
+    // A gRPC peer (plain HTTP/2) that accepts the stream and does not read it until told to:
+    // HTTP/2 flow control then stops the bytes, and the client's stream fills.
+    let held: ServerHttp2Stream | undefined;
+    let received = 0;
+    const peer = createServer();
+    peer.on('stream', (stream) => {
+      stream.respond({ ':status': 200, 'content-type': 'application/grpc' });
+      stream.pause();
+      stream.on('data', (chunk: Buffer) => (received += chunk.length));
+      held = stream;
+    });
+    await new Promise<void>((resolve) => peer.listen(0, '127.0.0.1', resolve));
+    const address = `127.0.0.1:${(peer.address() as AddressInfo).port}`;
+    let sent = 0;
+    let dropped = 0;
+    let closing = false;
+    const forwarder = new AccessLogForwarder({
+      sent: () => sent++,
+      streamFailed: () => (closing ? undefined : assert.fail('the stream stays up')),
+      dropped: () => dropped++,
+    });
+    try {
+      const wire = envoyEntry('r').wire;
+      forwarder.forward(address, wire);
+      await waitUntil(() => held, { description: 'the peer has the stream' });
+      // 20,000 breaks while the peer reads nothing, a turn of the event loop between each hundred.
+      for (let i = 0; i < 200; i++) {
+        for (let j = 0; j < 100; j++) forwarder.forward(address, wire);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      assert.equal(sent + dropped, 20_001, 'every entry is sent or counted as dropped');
+      assert.ok(dropped > 15_000, `most entries were dropped (${dropped}), not buffered`);
+      assert.ok(sent < 5000, `what was written is bounded by the stream's buffers (${sent} entries)`);
+      // The peer reads again: what was written arrives, the stream drains, and entries go out again.
+      held?.resume();
+      const sentBefore = sent;
+      const droppedBefore = dropped;
+      await waitUntil(
+        () => {
+          forwarder.forward(address, wire);
+          return sent > sentBefore + 10 ? true : undefined;
+        },
+        { description: 'entries sent again after the drain', timeoutMs: 10_000 },
+      );
+      await waitUntil(() => (received >= sentBefore * wire.length ? true : undefined), {
+        description: `the peer to get the ${sentBefore} entries written before`,
+        timeoutMs: 10_000,
+      });
+      assert.ok(dropped - droppedBefore < 100, 'dropping stops once the stream drains');
+    } finally {
+      closing = true;
+      forwarder.close();
+      held?.close();
+      await new Promise((resolve) => peer.close(resolve));
     }
   });
 });
