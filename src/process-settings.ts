@@ -109,8 +109,7 @@ type GcFunction = (options?: { type?: 'minor' | 'major'; execution?: 'sync' | 'a
  * Undefined where V8 does not hand it out.
  */
 export function scavengeOnDemand(): (() => void) | undefined {
-  const exposed = (globalThis as { gc?: GcFunction }).gc;
-  let gc = exposed;
+  let gc = (globalThis as { gc?: GcFunction }).gc;
   if (gc === undefined) {
     setFlagsFromString('--expose-gc');
     const fromContext: unknown = runInNewContext('typeof gc === "function" ? gc : undefined');
@@ -123,7 +122,7 @@ export function scavengeOnDemand(): (() => void) | undefined {
 
 /**
  * Scavenges when Buffers read from peers die faster than the heap fills (util/external-garbage.ts):
- * what the servers are told about each read. Undefined where no scavenge can be asked for.
+ * what the servers tell about each read and each call's end. Undefined where no scavenge can be asked for.
  */
 export function readGarbageCollector(): ExternalGarbage | undefined {
   const scavenge = scavengeOnDemand();
