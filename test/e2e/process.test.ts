@@ -219,9 +219,9 @@ describe('llm-extproc as a process under a real Envoy', () => {
         highest = Math.max(highest, await rssMiB());
       }
       const seen = `${(await scavenges()) - scavengesBefore} scavenges, resident memory up ${(highest - before).toFixed(1)} MiB at most, over 40 prompts of 1 MiB`;
-      // Measured: 20+ scavenges and 2-7 MiB; without the trigger 7-8 scavenges (what the heap's own
-      // allocations set off) and 14-23 MiB.
-      assert.ok((await scavenges()) - scavengesBefore >= 20, seen);
+      // Measured: 21 scavenges (one per 2-3 prompts, and those the heap's own allocations set off)
+      // and 2-7 MiB; without the trigger 6-8 scavenges and 14-23 MiB.
+      assert.ok((await scavenges()) - scavengesBefore >= 14, seen);
       assert.ok(highest - before <= 12, seen);
     } finally {
       await envoy.stop();

@@ -125,12 +125,12 @@ void describe('process settings', () => {
     };
     const withoutMiB = run(false);
     const withMiB = run(true);
-    // 60 MiB read: without, every Buffer waits for a full collection (V8 counts them against the old
-    // generation's budget, so one comes, of a heap with nothing else to free); with, a scavenge per
-    // 2 MiB of them, and what is dead at once is the budget, the prompt in hand and the Buffers
-    // whose freeing V8's sweeper has not yet counted.
-    assert.ok(withoutMiB >= 30, `without, dead Buffers pile up (${withoutMiB} MiB)`);
-    assert.ok(withMiB <= 8, `with, a few MiB at most are dead at once (${withMiB} MiB)`);
+    // 60 MiB read: without, every Buffer waits for a full collection (measured 31-58 MiB dead at
+    // once: V8's old-generation budget sets off one at some point); with, a scavenge per 2-3 MiB.
+    assert.ok(withoutMiB >= 24, `without, dead Buffers pile up (${withoutMiB} MiB)`);
+    // Measured 3-8 MiB, on a busy machine too: the budget, the low point learnt with a prompt in it,
+    // the prompt in hand, and what V8's background sweeper has not yet counted as freed.
+    assert.ok(withMiB <= 14, `with, a few MiB at most are dead at once (${withMiB} MiB)`);
   });
 
   void it('leave alone what the operator set on the command line (node flags or NODE_OPTIONS)', () => {
