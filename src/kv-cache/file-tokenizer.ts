@@ -125,7 +125,11 @@ export class FileTokenizer implements PromptTokenizer {
 
   /** Reads the tokenizer in `dir` and checks that it cuts at its added tokens as the cache assumes. */
   static async load(dir: string): Promise<FileTokenizer> {
-    const [tokenizerJson, config] = await Promise.all([readJson(dir, 'tokenizer.json'), readJson(dir, 'tokenizer_config.json')]);
+    // Read together, refused in a fixed order: a directory missing both files always names tokenizer.json.
+    const [tokenizerRead, configRead] = await Promise.allSettled([readJson(dir, 'tokenizer.json'), readJson(dir, 'tokenizer_config.json')]);
+    if (tokenizerRead.status === 'rejected') throw tokenizerRead.reason;
+    if (configRead.status === 'rejected') throw configRead.reason;
+    const [tokenizerJson, config] = [tokenizerRead.value, configRead.value];
     const template = await chatTemplate(dir, config);
     const [tokenizers, jinja] = await Promise.all([
       import('@huggingface/tokenizers'),
