@@ -2,9 +2,11 @@
 // many times (constant-replies.ts: the "continue" replies, one per streamed chunk, and each routing
 // reply of one destination list) is encoded and framed the first time it is sent and its bytes
 // reused after; every other reply is encoded and framed per message.
-import { FRAME_HEADER_BYTES } from '../grpc/framing.js';
+import { FRAME_HEADER_BYTES, joinedFrame } from '../grpc/framing.js';
+import type { FramedMessage } from '../grpc/framing.js';
 import { Writer } from '../grpc/protobuf-wire.js';
 import { encodeProcessingResponse } from './codec/encode-response.js';
+import { framedStreamedBody, streamedBodyReply } from './codec/streamed-body-frame.js';
 import { isReusedReply } from './constant-replies.js';
 import type { ProcessingResponse } from './messages.js';
 
@@ -12,10 +14,18 @@ const framed = new WeakMap<ProcessingResponse, Buffer>();
 // One scratch writer: encoding is synchronous, never interleaved.
 const writer = new Writer();
 
-/** The reply as a length-prefixed gRPC message (a view past FRAME_HEADER_BYTES is the bare message). */
-export function frameReply(reply: ProcessingResponse): Buffer {
+/**
+ * From this size a streamed body is written as a view of its own bytes (codec/streamed-body-frame.ts)
+ * rather than copied into its frame: below it, one copy costs less than a socket write of three pieces.
+ */
+const BODY_VIEW_MIN_BYTES = 16 * 1024;
+
+/** The reply as a length-prefixed gRPC message (joined, a view past FRAME_HEADER_BYTES is the bare message). */
+export function frameReply(reply: ProcessingResponse): FramedMessage {
   const cached = framed.get(reply);
   if (cached !== undefined) return cached;
+  const streamed = streamedBodyReply(reply);
+  if (streamed !== undefined && streamed.body.length >= BODY_VIEW_MIN_BYTES) return framedStreamedBody(streamed);
   writer.reset();
   encodeProcessingResponse(writer, reply);
   const bytes = writer.finishFramed();
@@ -25,5 +35,5 @@ export function frameReply(reply: ProcessingResponse): Buffer {
 
 /** The reply's protobuf encoding alone, for transports that frame messages themselves (grpc-js). */
 export function encodeReply(reply: ProcessingResponse): Buffer {
-  return frameReply(reply).subarray(FRAME_HEADER_BYTES);
+  return joinedFrame(frameReply(reply)).subarray(FRAME_HEADER_BYTES);
 }

@@ -3,6 +3,8 @@
 // call asks of it through CallSink. What the messages mean is the method's business (for us, the
 // ext_proc Process method in extproc/process-service.ts); the transport only moves them.
 
+import type { FramedMessage } from './framing.js';
+
 /** The error statuses a call ends with. */
 export type CallErrorCode = 'INTERNAL' | 'RESOURCE_EXHAUSTED';
 
@@ -58,7 +60,7 @@ export interface BidiMethod<Req, Res> {
   /** One request message from its bytes; throws for bytes that are not one. */
   decode(bytes: Buffer): Req;
   /** One reply as a length-prefixed gRPC message (framing.ts): the native transport writes it as is. */
-  frame(reply: Res): Buffer;
+  frame(reply: Res): FramedMessage;
   /** A new call whose replies go to `sink`; it may have ended already (isFinished). */
   start(sink: CallSink<Res>): BidiCall<Req>;
   /** Calls not yet ended. */

@@ -16,6 +16,17 @@ export class GrpcFramingError extends Error {
 
 export const FRAME_HEADER_BYTES = 5;
 
+/**
+ * One length-prefixed message as written: a Buffer, or pieces written in order (a long body's own
+ * bytes between the bytes around it, so they are not copied into one frame).
+ */
+export type FramedMessage = Buffer | readonly Buffer[];
+
+/** The framed message as one Buffer (a copy only when it came in pieces). */
+export function joinedFrame(frame: FramedMessage): Buffer {
+  return Buffer.isBuffer(frame) ? frame : Buffer.concat(frame);
+}
+
 /** One message with its prefix (flag 0: we never compress). */
 export function frameMessage(message: Uint8Array): Buffer {
   const framed = Buffer.allocUnsafe(FRAME_HEADER_BYTES + message.length);

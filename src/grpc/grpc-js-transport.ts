@@ -23,7 +23,7 @@ import type {
 import type { Logger } from 'pino';
 import { serviceOf } from './bidi-call.js';
 import type { CallErrorCode } from './bidi-call.js';
-import { FRAME_HEADER_BYTES } from './framing.js';
+import { FRAME_HEADER_BYTES, joinedFrame } from './framing.js';
 import {
   decodeHealthCheckRequest,
   decodeHealthCheckResponse,
@@ -152,7 +152,7 @@ function bidiService(method: AnyBidiMethod, name: string, readGarbage: ReadGarba
             return method.decode(bytes);
           },
     // grpc-js frames messages itself: the bare message after our prefix (a view, no copy).
-    responseSerialize: (reply) => method.frame(reply).subarray(FRAME_HEADER_BYTES),
+    responseSerialize: (reply) => joinedFrame(method.frame(reply)).subarray(FRAME_HEADER_BYTES),
     // A server never encodes requests or decodes its own replies.
     requestSerialize: unusedDirection,
     responseDeserialize: unusedDirection,

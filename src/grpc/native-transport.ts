@@ -13,6 +13,7 @@ import type { ProtocolEventKind } from '../http2/connection.js';
 import type { Http2Stream, StreamClose } from '../http2/stream.js';
 import { ErrorCode } from '../http2/frames.js';
 import { encodeHeaderBlock } from '../http2/hpack-encoder.js';
+import type { FramedMessage } from './framing.js';
 import { HealthCall } from './health-call.js';
 import { protocolEventReporter } from './protocol-events.js';
 import { HEALTH_SERVICE_NAME } from './health-messages.js';
@@ -235,11 +236,15 @@ class GrpcCall {
   constructor(private readonly stream: Http2Stream) {}
 
   /** False when the connection's write buffer is full. */
-  write(frame: Buffer): boolean {
+  write(frame: FramedMessage): boolean {
     const stream = this.stream;
     if (this.ended || stream.closed) return true;
     if (!stream.headersSent) stream.respond(RESPONSE_HEADERS);
-    return stream.write(frame);
+    if (Buffer.isBuffer(frame)) return stream.write(frame);
+    // DATA frames need not align with gRPC messages: each piece goes out as it is, in order.
+    let room = true;
+    for (const piece of frame) room = stream.write(piece);
+    return room;
   }
 
   end(code: number, message?: string): void {
