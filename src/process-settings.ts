@@ -26,12 +26,12 @@
 // optimized as it gets hot, as before (the same number of its functions are), and start-up takes
 // as long.
 //
-// Tried and not kept: --optimize-for-size (read by the collector at each decision). It keeps the
+// Tried and not kept: --optimize-for-size (read by the garbage collector at each decision). It keeps the
 // old generation close to what is live (growth between full collections of at most 2 MiB or 30 %
 // instead of 8 MiB, and partly used pages compacted and given back): 1-8 MiB less RSS (median 4.6)
 // at the end of the bench's request and stream load in all eighteen samples of nine A/B runs. But
 // CPU per streamed chunk at one stream rose by 8-51 % in eight of those nine runs (docs/benchmarks.md,
-// "The old generation"): a picker's cores are worth more than 5 MiB of its 128 MiB request.
+// "The old generation"): a picker's cores are worth more than 4.6 MiB of its 128 MiB request.
 //
 // Tried and not kept: --heap-growing-percent=30 (also read at run time) halves the old
 // generation's growth between full collections under a request load, but V8 counts Buffers in

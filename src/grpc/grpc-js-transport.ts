@@ -151,7 +151,8 @@ function bidiService(method: AnyBidiMethod, name: string, readGarbage: ReadGarba
             readGarbage.read(bytes.length);
             return method.decode(bytes);
           },
-    // grpc-js frames messages itself: the bare message after our prefix (a view, no copy).
+    // grpc-js frames messages itself: the bare message after our prefix (a view; a reply framed in
+    // pieces, a long streamed body, is joined first).
     responseSerialize: (reply) => joinedFrame(method.frame(reply)).subarray(FRAME_HEADER_BYTES),
     // A server never encodes requests or decodes its own replies.
     requestSerialize: unusedDirection,

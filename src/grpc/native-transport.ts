@@ -240,11 +240,7 @@ class GrpcCall {
     const stream = this.stream;
     if (this.ended || stream.closed) return true;
     if (!stream.headersSent) stream.respond(RESPONSE_HEADERS);
-    if (Buffer.isBuffer(frame)) return stream.write(frame);
-    // DATA frames need not align with gRPC messages: each piece goes out as it is, in order.
-    let room = true;
-    for (const piece of frame) room = stream.write(piece);
-    return room;
+    return Buffer.isBuffer(frame) ? stream.write(frame) : stream.writeParts(frame);
   }
 
   end(code: number, message?: string): void {

@@ -210,6 +210,38 @@ export function encodeDataFrames(streamId: number, data: Uint8Array, maxFrameSiz
   return parts;
 }
 
+/**
+ * DATA frames for the concatenation of `parts` (one message in pieces, `total` bytes in all), split
+ * at `maxFrameSize` where encodeDataFrames would split the joined bytes: each frame's header, then
+ * views of the parts it spans, none copied (the connection joins runs of small ones as it writes).
+ * The parts must not change until written.
+ */
+export function encodeDataFramesOver(streamId: number, parts: readonly Uint8Array[], total: number, maxFrameSize: number): Buffer[] {
+  const frames = Math.max(1, Math.ceil(total / maxFrameSize));
+  const headers = Buffer.allocUnsafe(frames * FRAME_HEADER_BYTES);
+  const out: Buffer[] = [];
+  let part = 0;
+  let offset = 0;
+  for (let f = 0; f < frames; f++) {
+    const length = Math.min(maxFrameSize, total - f * maxFrameSize);
+    const at = f * FRAME_HEADER_BYTES;
+    writeFrameHeader(headers, at, length, FrameType.DATA, 0, streamId);
+    out.push(headers.subarray(at, at + FRAME_HEADER_BYTES));
+    for (let left = length; left > 0;) {
+      const piece = parts[part];
+      const take = Math.min(left, piece.length - offset);
+      if (take > 0) out.push(Buffer.from(piece.buffer, piece.byteOffset + offset, take));
+      offset += take;
+      left -= take;
+      if (offset === piece.length) {
+        part++;
+        offset = 0;
+      }
+    }
+  }
+  return out;
+}
+
 /** A header block as HEADERS (+ CONTINUATION) frames no larger than `maxFrameSize`. */
 export function encodeHeadersFrames(streamId: number, block: Uint8Array, maxFrameSize: number, endStream: boolean): Buffer {
   if (block.length <= maxFrameSize) {

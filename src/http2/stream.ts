@@ -2,7 +2,7 @@
 // the response header block, DATA within the flow-control windows (what does not fit waits for
 // WINDOW_UPDATE, in order), the end or a reset; and hear the peer's DATA, end and close. The
 // connection (connection.ts) owns the frames, the windows it shares and the stream's lifecycle.
-import { encodeDataFrames, encodeHeadersFrames, encodeRstStream, ErrorCode } from './frames.js';
+import { encodeDataFrames, encodeDataFramesOver, encodeHeadersFrames, encodeRstStream, ErrorCode } from './frames.js';
 
 /** What a stream needs of its connection. */
 export interface StreamHost {
@@ -100,6 +100,33 @@ export class Http2Stream {
     if (this.blocked !== undefined) this.blocked.push(Buffer.from(data));
     else this.sendData(data);
     return !this.connection.congested;
+  }
+
+  /**
+   * One message in pieces (a long body between the bytes around it): sent as write() would send
+   * their concatenation, in the same DATA frames and counted as one write, without joining them.
+   */
+  writeParts(parts: readonly Uint8Array[]): boolean {
+    let total = 0;
+    for (let i = 0; i < parts.length; i++) total += parts[i].length;
+    if (this.localEnded || this.closed || total === 0) return !this.connection.congested;
+    this.waiting = false;
+    const connection = this.connection;
+    connection.dataWritesSinceRead++;
+    if (this.blocked === undefined && Math.min(this.sendWindow, connection.sendWindow) >= total) {
+      this.sendWindow -= total;
+      connection.sendWindow -= total;
+      connection.queueAll(encodeDataFramesOver(this.id, parts, total, connection.peerMaxFrameSize));
+      return !connection.congested;
+    }
+    // Short of window (rare: the peer reads as fast as we write): piece by piece, as write() holds
+    // back, in order, whatever the window does not allow yet.
+    for (let i = 0; i < parts.length; i++) {
+      if (parts[i].length === 0) continue;
+      if (this.blocked !== undefined) this.blocked.push(Buffer.from(parts[i]));
+      else this.sendData(parts[i]);
+    }
+    return !connection.congested;
   }
 
   /** Ends our side with a trailer block, or without trailers (an empty DATA frame), after any DATA still waiting for window. */

@@ -56,6 +56,9 @@ void describe('a streamed body framed around its own bytes', () => {
       assert.equal(frame[1].buffer, long.buffer, 'a view of the collected body');
       assert.deepEqual(joinedFrame(frame), oracleFrame(reply));
     }
+    const atThreshold = frameReply(streamedBody('response', Buffer.alloc(16 * 1024, 3), false)[0]);
+    const under = frameReply(streamedBody('response', Buffer.alloc(16 * 1024 - 1, 3), false)[0]);
+    assert.ok(!Buffer.isBuffer(atThreshold) && Buffer.isBuffer(under), 'from 16 KiB a view, below it one Buffer');
     const small = streamedBody('response', Buffer.from('data: {"x":1}\n\n'), false)[0];
     const frame = frameReply(small);
     assert.ok(Buffer.isBuffer(frame), 'a small chunk is copied into one frame');
@@ -70,6 +73,14 @@ void describe('a streamed body framed around its own bytes', () => {
       { request_body: { response: { body_mutation: { streamed_response: { body } }, header_mutation: { remove_headers: ['x'] } } } },
       { request_body: { response: { body_mutation: { body } } } },
       { request_body: { response: { body_mutation: { streamed_response: { body, end_of_stream_without_message: true } } } } },
+      { request_body: { response: { body_mutation: { streamed_response: { body, grpc_message_compressed: false } } } } },
+      { request_body: { response: { body_mutation: { streamed_response: { body }, clear_body: false } } } },
+      { request_body: { response: { body_mutation: { streamed_response: { body }, body } } } },
+      {
+        request_body: { response: { body_mutation: { streamed_response: { body } } } },
+        response_body: { response: { body_mutation: { streamed_response: { body } } } },
+      },
+      { request_body: { response: { body_mutation: { streamed_response: { body } } } }, dynamic_metadata: { fields: {} } },
       { request_body: { response: { body_mutation: { streamed_response: { end_of_stream: true } } } } },
       { request_body: { response: { body_mutation: { streamed_response: { body } } } }, mode_override: { response_body_mode: 'NONE' } },
       { request_body: { response: {} } },

@@ -218,18 +218,27 @@ void describe('HTTP/2 connection flow control on receive', () => {
   });
 });
 
+/** A SETTINGS frame that sets SETTINGS_INITIAL_WINDOW_SIZE (4) to `size`. */
+function initialWindow(size: number): Buffer {
+  const payload = Buffer.alloc(6);
+  payload.writeUInt16BE(4, 0);
+  payload.writeUInt32BE(size, 2);
+  return frame(FRAME.SETTINGS, 0, 0, payload);
+}
+
+/** A PING and its ACK: everything the server wrote before answering it has arrived. */
+async function pingRoundTrip(raw: RawH2Connection): Promise<void> {
+  const acks = parseFrames(raw.received()).filter((f) => f.type === 6).length;
+  raw.write(PING);
+  await raw.until((received) => parseFrames(received).filter((f) => f.type === 6).length > acks);
+}
+
 void describe('HTTP/2 connection flow control on send', () => {
   void it('a SETTINGS change can take a stream window below zero: later grants first pay that back', async (t) => {
     const harness = await startServer(echo);
     t.after(() => harness.server.close());
     const raw = await rawH2Connect(harness.address);
     t.after(() => raw.close());
-    const initialWindow = (size: number): Buffer => {
-      const payload = Buffer.alloc(6);
-      payload.writeUInt16BE(4, 0);
-      payload.writeUInt32BE(size, 2);
-      return frame(FRAME.SETTINGS, 0, 0, payload);
-    };
     const windowUpdate = (increment: number): Buffer => {
       const payload = Buffer.alloc(4);
       payload.writeUInt32BE(increment);
@@ -239,11 +248,7 @@ void describe('HTTP/2 connection flow control on send', () => {
       parseFrames(raw.received())
         .filter((f) => f.type === FRAME.DATA && f.streamId === 1)
         .reduce((sum, f) => sum + f.payload.length, 0);
-    const sync = async (): Promise<void> => {
-      const acks = parseFrames(raw.received()).filter((f) => f.type === 6).length;
-      raw.write(PING);
-      await raw.until((received) => parseFrames(received).filter((f) => f.type === 6).length > acks);
-    };
+    const sync = (): Promise<void> => pingRoundTrip(raw);
     raw.write(Buffer.concat([initialWindow(100), headersFrame(1, POST_X), dataFrame(1, Buffer.alloc(300, 1))]));
     await sync();
     assert.equal(echoed(), 100, 'the 100-byte window, then the rest waits');
@@ -623,6 +628,57 @@ void describe('HTTP/2 connection turnaround (the time a message spends with us)'
     raw.write(PING);
     await raw.until(hasPingAck);
     assert.equal(total(), 3, 'the echo written after an await belongs to no read');
+  });
+});
+
+void describe('HTTP/2 connection: one message written in pieces (a long body as a view)', () => {
+  // Each chunk read is answered with one message in three pieces: 10 bytes, 20,000 bytes, 2 bytes.
+  const piecesOf = (chunk: Buffer): Buffer[] => [Buffer.alloc(10, 0x68), Buffer.alloc(20_000, chunk[0]), Buffer.from([0x10, 1])];
+  const answerInPieces: Behaviour = (stream) => {
+    stream.respond(encodeHeaderBlock([[':status', '200']]));
+    const previous = stream.handlers;
+    stream.handlers = { ...previous, onData: (chunk) => stream.writeParts(piecesOf(Buffer.from(chunk))) };
+  };
+  const dataOn = (raw: RawH2Connection): Buffer[] =>
+    parseFrames(raw.received())
+      .filter((f) => f.type === FRAME.DATA && f.streamId === 1)
+      .map((f) => f.payload);
+
+  void it('goes out as the DATA frames one write of the joined bytes gives, and is told as one reply', async (t) => {
+    const told: Array<{ seconds: number; replies: number }> = [];
+    const harness = await startServer(answerInPieces, { onReadAnswered: (seconds, replies) => told.push({ seconds, replies }) });
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    raw.write(Buffer.concat([headersFrame(1, POST_X), dataFrame(1, Buffer.from('a')), dataFrame(1, Buffer.from('b'))]));
+    await raw.until(() => dataOn(raw).reduce((sum, p) => sum + p.length, 0) === 2 * 20_012);
+    const payloads = dataOn(raw);
+    // 20,012 bytes at the default 16,384-byte frame size: two frames per message, as one Buffer would give.
+    assert.deepEqual(
+      payloads.map((p) => p.length),
+      [16_384, 3_628, 16_384, 3_628],
+    );
+    assert.deepEqual(Buffer.concat(payloads), Buffer.concat([...piecesOf(Buffer.from('a')), ...piecesOf(Buffer.from('b'))]));
+    assert.equal(
+      told.reduce((sum, entry) => sum + entry.replies, 0),
+      2,
+      'each message counted once',
+    );
+  });
+
+  void it('short of window, waits and then sends the rest in order', async (t) => {
+    const harness = await startServer(answerInPieces);
+    t.after(() => harness.server.close());
+    const raw = await rawH2Connect(harness.address);
+    t.after(() => raw.close());
+    const sent = (): number => dataOn(raw).reduce((sum, p) => sum + p.length, 0);
+    const sync = (): Promise<void> => pingRoundTrip(raw);
+    raw.write(Buffer.concat([initialWindow(5_000), headersFrame(1, POST_X), dataFrame(1, Buffer.from('c'))]));
+    await sync();
+    assert.equal(sent(), 5_000, 'what the window allows, then the rest waits');
+    raw.write(initialWindow(65_535)); // the stream's window grows by 60,535: the rest may go
+    await raw.until(() => sent() === 20_012);
+    assert.deepEqual(Buffer.concat(dataOn(raw)), Buffer.concat(piecesOf(Buffer.from('c'))));
   });
 });
 
