@@ -26,8 +26,8 @@ const BODY_VIEW_MIN_BYTES = 16 * 1024;
 export function frameReply(reply: ProcessingResponse): FramedMessage {
   const cached = framed.get(reply);
   if (cached !== undefined) return cached;
-  const streamed = streamedBodyReply(reply);
-  if (streamed !== undefined && streamed.body.length >= BODY_VIEW_MIN_BYTES) return framedStreamedBody(streamed);
+  const streamed = streamedBodyReply(reply, BODY_VIEW_MIN_BYTES);
+  if (streamed !== undefined) return framedStreamedBody(writer, streamed);
   writer.reset();
   encodeProcessingResponse(writer, reply);
   const bytes = writer.finishFramed();

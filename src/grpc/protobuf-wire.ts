@@ -337,6 +337,7 @@ export class Writer {
   }
 }
 
-function varintSize(value: number): number {
+/** Bytes of `value` (32 bits unsigned) as a varint. */
+export function varintSize(value: number): number {
   return value < 0x80 ? 1 : value < 0x4000 ? 2 : value < 0x200000 ? 3 : value < 0x10000000 ? 4 : 5;
 }

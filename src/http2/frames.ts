@@ -185,38 +185,31 @@ export const ZERO_COPY_PAYLOAD_BYTES = 4096;
 /**
  * DATA frames for `data`, split at `maxFrameSize`; END_STREAM on the last when `endStream`. An
  * empty `data` gives one empty frame (how a stream ends without data). Below
- * ZERO_COPY_PAYLOAD_BYTES, one buffer with the payload copied in; from there on, each frame's
- * header in a buffer of its own, followed by a view of `data` (which must not change until written).
+ * ZERO_COPY_PAYLOAD_BYTES, one buffer with the payload copied in; from there on, encodeDataFramesOver's
+ * headers and views of `data` (which must not change until written).
  */
 export function encodeDataFrames(streamId: number, data: Uint8Array, maxFrameSize: number, endStream: boolean): Buffer[] {
-  const frames = Math.max(1, Math.ceil(data.length / maxFrameSize));
-  const copied = data.length < ZERO_COPY_PAYLOAD_BYTES;
-  const out = Buffer.allocUnsafe(frames * FRAME_HEADER_BYTES + (copied ? data.length : 0));
-  const parts: Buffer[] = copied ? [out] : [];
-  let from = 0;
-  let at = 0;
-  for (let f = 0; f < frames; f++) {
-    const length = Math.min(maxFrameSize, data.length - from);
-    writeFrameHeader(out, at, length, FrameType.DATA, endStream && f === frames - 1 ? Flag.END_STREAM : 0, streamId);
-    if (copied) {
-      out.set(data.subarray(from, from + length), at + FRAME_HEADER_BYTES);
-      at += FRAME_HEADER_BYTES + length;
-    } else {
-      parts.push(out.subarray(at, at + FRAME_HEADER_BYTES), Buffer.from(data.buffer, data.byteOffset + from, length));
-      at += FRAME_HEADER_BYTES;
-    }
-    from += length;
-  }
-  return parts;
+  if (data.length >= ZERO_COPY_PAYLOAD_BYTES) return encodeDataFramesOver(streamId, [data], data.length, maxFrameSize, endStream);
+  // Below ZERO_COPY_PAYLOAD_BYTES a payload fits one frame: a peer's SETTINGS_MAX_FRAME_SIZE is at least 16,384.
+  const out = Buffer.allocUnsafe(FRAME_HEADER_BYTES + data.length);
+  writeFrameHeader(out, 0, data.length, FrameType.DATA, endStream ? Flag.END_STREAM : 0, streamId);
+  out.set(data, FRAME_HEADER_BYTES);
+  return [out];
 }
 
 /**
- * DATA frames for the concatenation of `parts` (one message in pieces, `total` bytes in all), split
- * at `maxFrameSize` where encodeDataFrames would split the joined bytes: each frame's header, then
- * views of the parts it spans, none copied (the connection joins runs of small ones as it writes).
- * The parts must not change until written.
+ * DATA frames for the concatenation of `parts` (one buffer, or one message in pieces; `total` bytes
+ * in all), split at `maxFrameSize` as the joined bytes would be: each frame's header, then views of
+ * the parts it spans, none copied (the connection joins runs of small ones as it writes); END_STREAM
+ * on the last when `endStream`. The parts must not change until written.
  */
-export function encodeDataFramesOver(streamId: number, parts: readonly Uint8Array[], total: number, maxFrameSize: number): Buffer[] {
+export function encodeDataFramesOver(
+  streamId: number,
+  parts: readonly Uint8Array[],
+  total: number,
+  maxFrameSize: number,
+  endStream: boolean,
+): Buffer[] {
   const frames = Math.max(1, Math.ceil(total / maxFrameSize));
   const headers = Buffer.allocUnsafe(frames * FRAME_HEADER_BYTES);
   const out: Buffer[] = [];
@@ -225,7 +218,7 @@ export function encodeDataFramesOver(streamId: number, parts: readonly Uint8Arra
   for (let f = 0; f < frames; f++) {
     const length = Math.min(maxFrameSize, total - f * maxFrameSize);
     const at = f * FRAME_HEADER_BYTES;
-    writeFrameHeader(headers, at, length, FrameType.DATA, 0, streamId);
+    writeFrameHeader(headers, at, length, FrameType.DATA, endStream && f === frames - 1 ? Flag.END_STREAM : 0, streamId);
     out.push(headers.subarray(at, at + FRAME_HEADER_BYTES));
     for (let left = length; left > 0;) {
       const piece = parts[part];

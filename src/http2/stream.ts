@@ -97,8 +97,7 @@ export class Http2Stream {
     if (this.localEnded || this.closed || data.length === 0) return !this.connection.congested;
     this.waiting = false;
     this.connection.dataWritesSinceRead++;
-    if (this.blocked !== undefined) this.blocked.push(Buffer.from(data));
-    else this.sendData(data);
+    this.sendOrHold(data);
     return !this.connection.congested;
   }
 
@@ -116,17 +115,19 @@ export class Http2Stream {
     if (this.blocked === undefined && Math.min(this.sendWindow, connection.sendWindow) >= total) {
       this.sendWindow -= total;
       connection.sendWindow -= total;
-      connection.queueAll(encodeDataFramesOver(this.id, parts, total, connection.peerMaxFrameSize));
+      connection.queueAll(encodeDataFramesOver(this.id, parts, total, connection.peerMaxFrameSize, false));
       return !connection.congested;
     }
     // Short of window (rare: the peer reads as fast as we write): piece by piece, as write() holds
     // back, in order, whatever the window does not allow yet.
-    for (let i = 0; i < parts.length; i++) {
-      if (parts[i].length === 0) continue;
-      if (this.blocked !== undefined) this.blocked.push(Buffer.from(parts[i]));
-      else this.sendData(parts[i]);
-    }
+    for (let i = 0; i < parts.length; i++) if (parts[i].length > 0) this.sendOrHold(parts[i]);
     return !connection.congested;
+  }
+
+  /** Sends `data` within the windows, or holds it (copied) behind what already waits for window. */
+  private sendOrHold(data: Uint8Array): void {
+    if (this.blocked !== undefined) this.blocked.push(Buffer.from(data));
+    else this.sendData(data);
   }
 
   /** Ends our side with a trailer block, or without trailers (an empty DATA frame), after any DATA still waiting for window. */

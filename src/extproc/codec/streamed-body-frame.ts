@@ -4,12 +4,13 @@
 // short-lived Buffers per 1 MiB prompt, on the message the client waits on. Here such a reply is
 // framed as pieces around the body instead: the gRPC prefix and every tag and length before the
 // body in one small Buffer, then a view of the body itself, then the end_of_stream field. The
-// transport writes the pieces in order, so the bytes on the wire are the encoder's, unchanged
+// transport sends the pieces in order, so the bytes on the wire are the encoder's, unchanged
 // (test/unit/extproc/streamed-body-frame.test.ts compares them).
 // Pure: a reply in, pieces out.
 
-import { FRAME_HEADER_BYTES } from '../../grpc/framing.js';
-import type { ProcessingResponse, StreamedBodyResponse } from '../messages.js';
+import { varintSize, WIRE_LEN, WIRE_VARINT } from '../../grpc/protobuf-wire.js';
+import type { Writer } from '../../grpc/protobuf-wire.js';
+import type { ProcessingResponse } from '../messages.js';
 
 /** A streamed-body reply in its only shape here: the body, and whether it ends the stream. */
 export interface StreamedBodyReply {
@@ -29,66 +30,59 @@ function onlySet(value: object, allowed: readonly string[]): boolean {
 }
 
 /**
- * The reply's body and end flag when it is exactly a streamed body (ProcessingResponse.request_body
- * or response_body → response → body_mutation → streamed_response, with body and end_of_stream only);
- * undefined for any other reply, which the encoder frames as usual.
+ * The reply's body and end flag when it is exactly a streamed body of at least `minBytes`
+ * (ProcessingResponse.request_body or response_body → response → body_mutation →
+ * streamed_response, with body and end_of_stream only); undefined for any other reply, which the
+ * encoder frames as usual. The body's size is looked at first: a short chunk (an SSE event) costs
+ * a few property reads, not the shape check.
  */
-export function streamedBodyReply(reply: ProcessingResponse): StreamedBodyReply | undefined {
-  const field = reply.request_body != null ? 3 : reply.response_body != null ? 4 : undefined;
-  if (field === undefined || !onlySet(reply, ['response', field === 3 ? 'request_body' : 'response_body'])) return undefined;
-  const bodyResponse = field === 3 ? reply.request_body : reply.response_body;
+export function streamedBodyReply(reply: ProcessingResponse, minBytes: number): StreamedBodyReply | undefined {
+  const bodyResponse = reply.request_body ?? reply.response_body;
   const common = bodyResponse?.response;
-  if (bodyResponse == null || common == null || !onlySet(bodyResponse, ['response']) || !onlySet(common, ['body_mutation']))
+  const mutation = common?.body_mutation;
+  const streamed = mutation?.streamed_response;
+  const body = streamed?.body;
+  if (bodyResponse == null || common == null || mutation == null || streamed == null || body == null || body.length < minBytes)
     return undefined;
-  const mutation = common.body_mutation;
-  if (mutation == null || !onlySet(mutation, ['mutation', 'streamed_response'])) return undefined;
-  const streamed: StreamedBodyResponse | undefined = mutation.streamed_response;
-  if (streamed == null || streamed.body == null || !onlySet(streamed, ['body', 'end_of_stream'])) return undefined;
-  return { field, body: streamed.body, endOfStream: streamed.end_of_stream ?? undefined };
+  const field = reply.request_body != null ? 3 : 4;
+  const exact =
+    onlySet(reply, ['response', field === 3 ? 'request_body' : 'response_body']) &&
+    onlySet(bodyResponse, ['response']) &&
+    onlySet(common, ['body_mutation']) &&
+    onlySet(mutation, ['mutation', 'streamed_response']) &&
+    onlySet(streamed, ['body', 'end_of_stream']);
+  return exact ? { field, body, endOfStream: streamed.end_of_stream ?? undefined } : undefined;
 }
 
-function varintBytes(value: number): number {
-  let bytes = 1;
-  for (let v = value; v >= 0x80; v = Math.floor(v / 128)) bytes++;
-  return bytes;
-}
-
-/** Tag bytes (field << 3 | wire type 2, length-delimited): one byte for every field number here. */
-const LEN = 2;
-const tag = (field: number): number => (field << 3) | LEN;
+/** The end_of_stream field (2, varint) after the body: shared, never written into. */
+const END_OF_STREAM = { true: Buffer.from([(2 << 3) | WIRE_VARINT, 1]), false: Buffer.from([(2 << 3) | WIRE_VARINT, 0]) } as const;
 
 /**
  * The reply as a length-prefixed gRPC message in pieces: [prefix and tags, body, end_of_stream]
- * (the last left out when the flag is unset). The body piece is the caller's Buffer itself: it must
- * not change until written.
+ * (the last left out when the flag is unset), the first written with `writer` (the callers' scratch).
+ * The body piece is the caller's Buffer itself: it must not change until written.
  */
-export function framedStreamedBody(reply: StreamedBodyReply): Buffer[] {
+export function framedStreamedBody(writer: Writer, reply: StreamedBodyReply): Buffer[] {
   const n = reply.body.length;
-  const tail = reply.endOfStream === undefined ? 0 : 2; // tag (field 2, varint) and the flag
-  const streamed = 1 + varintBytes(n) + n + tail; // StreamedBodyResponse: body = 1, end_of_stream = 2
-  const mutation = 1 + varintBytes(streamed) + streamed; // BodyMutation: streamed_response = 3
-  const common = 1 + varintBytes(mutation) + mutation; // CommonResponse: body_mutation = 3
-  const bodyResponse = 1 + varintBytes(common) + common; // BodyResponse: response = 1
-  const message = 1 + varintBytes(bodyResponse) + bodyResponse; // ProcessingResponse: request_body = 3 / response_body = 4
-  const head = Buffer.allocUnsafe(FRAME_HEADER_BYTES + message - n - tail);
-  head[0] = 0; // uncompressed
-  head.writeUInt32BE(message, 1);
-  let pos = FRAME_HEADER_BYTES;
-  const put = (field: number, length: number): void => {
-    head[pos++] = tag(field);
-    for (let v = length; ; v = Math.floor(v / 128)) {
-      if (v < 0x80) {
-        head[pos++] = v;
-        break;
-      }
-      head[pos++] = (v % 128) | 0x80;
-    }
-  };
-  put(reply.field, bodyResponse);
-  put(1, common);
-  put(3, mutation);
-  put(3, streamed);
-  put(1, n);
-  if (tail === 0) return [head, reply.body];
-  return [head, reply.body, Buffer.from([(2 << 3) | 0, reply.endOfStream === true ? 1 : 0])];
+  const tail = reply.endOfStream === undefined ? 0 : END_OF_STREAM.true.length;
+  const streamed = 1 + varintSize(n) + n + tail; // StreamedBodyResponse: body = 1, end_of_stream = 2
+  const mutation = 1 + varintSize(streamed) + streamed; // BodyMutation: streamed_response = 3
+  const common = 1 + varintSize(mutation) + mutation; // CommonResponse: body_mutation = 3
+  const bodyResponse = 1 + varintSize(common) + common; // BodyResponse: response = 1
+  const message = 1 + varintSize(bodyResponse) + bodyResponse; // ProcessingResponse: request_body = 3 / response_body = 4
+  writer.reset();
+  for (const [field, length] of [
+    [reply.field, bodyResponse],
+    [1, common],
+    [3, mutation],
+    [3, streamed],
+    [1, n],
+  ] as const) {
+    writer.tag(field, WIRE_LEN);
+    writer.uint32(length);
+  }
+  const head = writer.finishFramed();
+  head.writeUInt32BE(message, 1); // the prefix counts the whole message, not only the bytes before the body
+  if (reply.endOfStream === undefined) return [head, reply.body];
+  return [head, reply.body, reply.endOfStream ? END_OF_STREAM.true : END_OF_STREAM.false];
 }

@@ -8,6 +8,7 @@ import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { framedStreamedBody, streamedBodyReply } from '../../../src/extproc/codec/streamed-body-frame.js';
 import { frameMessage, joinedFrame } from '../../../src/grpc/framing.js';
+import { Writer } from '../../../src/grpc/protobuf-wire.js';
 import { frameReply } from '../../../src/extproc/reply-frames.js';
 import { streamedBody } from '../../../src/extproc/replies.js';
 import type { ProcessingResponse } from '../../../src/extproc/messages.js';
@@ -17,6 +18,9 @@ const wire = loadWireDefinitions();
 const responseType = wire.packageDefinition['envoy.service.ext_proc.v3.ProcessingResponse'] as unknown as {
   serialize(value: object): Buffer;
 };
+
+/** A scratch writer, as reply-frames.ts passes its own. */
+const writer = new Writer();
 
 /** The oracle: protobufjs's bytes for the reply, with the gRPC prefix. */
 const oracleFrame = (reply: ProcessingResponse): Buffer => frameMessage(responseType.serialize(reply));
@@ -35,9 +39,10 @@ void describe('a streamed body framed around its own bytes', () => {
           const body = Buffer.alloc(n, n % 251);
           const streamed = { body, ...(end === undefined ? {} : { end_of_stream: end }) };
           const reply: ProcessingResponse = { [`${direction}_body`]: { response: { body_mutation: { streamed_response: streamed } } } };
-          const shape = streamedBodyReply(reply);
+          const shape = streamedBodyReply(reply, 0);
           assert.ok(shape !== undefined);
-          const pieces = framedStreamedBody(shape);
+          assert.equal(streamedBodyReply(reply, n + 1), undefined, 'a body under the size asked for stays with the encoder');
+          const pieces = framedStreamedBody(writer, shape);
           assert.deepEqual(Buffer.concat(pieces), oracleFrame(reply));
           assert.equal(pieces[1], body, 'the body piece is the Buffer given, not a copy');
         },
@@ -87,7 +92,7 @@ void describe('a streamed body framed around its own bytes', () => {
       { request_headers: { response: {} } },
     ];
     for (const reply of others) {
-      assert.equal(streamedBodyReply(reply), undefined, JSON.stringify(Object.keys(reply)));
+      assert.equal(streamedBodyReply(reply, 0), undefined, JSON.stringify(Object.keys(reply)));
       const frame = frameReply(reply);
       assert.ok(Buffer.isBuffer(frame));
       assert.deepEqual(frame, oracleFrame(reply));
