@@ -6,6 +6,11 @@
 // prompt's characters) and precise (the servers' KV events and the model's tokenizer). Prints the
 // table; --write puts it in docs/benchmarks.md (between the bench-cache markers).
 // Flags: --processes 1,3  --policies round-robin,least-in-flight,approximate,precise  --write
+// --model DIR: serve another model that shares the tiny model's tokenizer (e.g. a larger random
+//   Llama whose prefill costs measurable time); --blocks N: KV-cache blocks per server (default 64);
+// --workload tenants=9,tenantSessions=60,…: the workload's shape (WorkloadShape's fields);
+// --client-usage: clients ask for the usage chunk, as most SDK clients do (llm-extproc then measures
+//   prefill per token), and the table adds the hit ratio the answers report per kind of session.
 // --cpu-prof DIR: a V8 CPU profile of every llm-extproc process, written to DIR when it stops.
 // --tokenize: instead, the prompt's token ids in process against one server's POST /tokenize
 // (scripts/bench/tokenize.ts): CPU, added latency, exactness over 1,000 chat requests.
@@ -20,15 +25,16 @@ import {
   CACHE_POLICIES,
   cacheServerSpecs,
   chatRequests,
+  DEFAULT_CACHE_BLOCKS,
   DEFAULT_WORKLOAD,
   resetForRun,
   runWorkload,
   startFleet,
   workloadSessions,
 } from '../test/support/cache-bench.js';
-import type { CachePolicy, CacheRun } from '../test/support/cache-bench.js';
+import type { CachePolicy, CacheRun, WorkloadShape } from '../test/support/cache-bench.js';
 import { KvEventSubscriber } from '../test/support/kv-events.js';
-import { startVllmServers, stopVllmServers, vllmInstall } from '../test/support/vllm-server.js';
+import { startVllmServers, stopVllmServers, VLLM_BLOCK_TOKENS, vllmInstall } from '../test/support/vllm-server.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -37,6 +43,10 @@ const { values: flags } = parseArgs({
     write: { type: 'boolean', default: false },
     tokenize: { type: 'boolean', default: false },
     'cpu-prof': { type: 'string' },
+    model: { type: 'string' },
+    blocks: { type: 'string', default: String(DEFAULT_CACHE_BLOCKS) },
+    workload: { type: 'string', default: '' },
+    'client-usage': { type: 'boolean', default: false },
   },
 });
 
@@ -53,11 +63,18 @@ const policies = flags.policies.split(',') as CachePolicy[];
 for (const p of policies)
   if (!CACHE_POLICIES.includes(p)) throw new Error(`--policies: unknown policy ${p} (known: ${CACHE_POLICIES.join(', ')})`);
 
+const blocks = Number(flags.blocks);
+if (!Number.isInteger(blocks) || blocks < 32)
+  throw new Error(`--blocks: expected an integer of at least 32 (one 1,024-token prompt), got ${flags.blocks}`);
+const shape = workloadShape(flags.workload);
+const clientUsage = flags['client-usage'];
 const install = await vllmInstall();
 process.stderr.write('starting 3 vLLM servers…\n');
-const servers = await startVllmServers(cacheServerSpecs());
+const servers = await startVllmServers(
+  cacheServerSpecs(install.model, 3, { blocks, ...(flags.model === undefined ? {} : { model: flags.model }) }),
+);
 const subscribers = await Promise.all(servers.map((s) => KvEventSubscriber.connect(s.kvEventsEndpoint)));
-const sessions = workloadSessions();
+const sessions = workloadSessions(shape);
 const runs: CacheRun[] = [];
 try {
   for (const processes of processCounts) {
@@ -67,7 +84,16 @@ try {
       const fleet = await startFleet(servers, { policy, processes, tokenizerDir: install.model, nodeArgs });
       try {
         await resetForRun(servers, fleet, policy === 'precise');
-        const run = await runWorkload(servers, fleet, policy, policy === 'round-robin' ? 0 : processes, sessions, subscribers);
+        const run = await runWorkload(
+          servers,
+          fleet,
+          policy,
+          policy === 'round-robin' ? 0 : processes,
+          sessions,
+          subscribers,
+          9,
+          clientUsage,
+        );
         runs.push(run);
         process.stderr.write(
           `${policy} × ${processes}: hit ratio ${(run.hitRatio * 100).toFixed(1)} %, p99 TTFT ${run.ttftP99Ms.toFixed(0)} ms\n`,
@@ -82,20 +108,38 @@ try {
   await stopVllmServers(servers);
 }
 
-const shape = DEFAULT_WORKLOAD;
 const pct = (v: number): string => `${(v * 100).toFixed(1)} %`;
+const given = process.argv.slice(2).filter((a) => a !== '--write');
+const command = `npm run bench:cache${flags.write || given.length > 0 ? ' --' : ''}${given.length > 0 ? ` ${given.join(' ')}` : ''}${flags.write ? ' --write' : ''}`;
+const modelText = flags.model === undefined ? "the test bed's tiny model" : `the model in ${flags.model} (the tiny model's tokenizer)`;
+const byKind = (r: CacheRun): string =>
+  r.classHitRatios === undefined ? '' : ` ${pct(r.classHitRatios.tenants)} · ${pct(r.classHitRatios.conversations)} |`;
 const table = [
-  `Command: \`npm run bench:cache${flags.write ? ' -- --write' : ''}\` · real vLLM ${install.vllm} (CPU), the test bed's tiny model, 3 servers × 64 blocks of ${32} tokens (caches that evict) · ${sessions.length} sessions per run: ${shape.tenantSessions} sessions of ${shape.tenants} tenants with ~600-token system prompts (${shape.tenantTurns} turns), ${shape.conversations} conversations of ${shape.conversationTurns} turns behind a one-line system prompt (each turn resends the answers so far) and ${shape.shortChats} short single-turn chats; 9 clients at once, streamed, 8 tokens per answer. Hit ratio: vLLM's own \`prefix_cache_hits_total / prefix_cache_queries_total\` (tokens) over the run, all servers; evicted: blocks the servers' KV events report removed during the run. Caches emptied before each run.`,
+  `Command: \`${command}\` · real vLLM ${install.vllm} (CPU), ${modelText}, 3 servers × ${blocks} blocks of ${VLLM_BLOCK_TOKENS} tokens (caches that evict) · ${sessions.length} sessions per run: ${shape.tenantSessions} sessions of ${shape.tenants} tenants with ~600-token system prompts (${shape.tenantTurns} turns), ${shape.conversations} conversations of ${shape.conversationTurns} turns behind a one-line system prompt (each turn resends the answers so far) and ${shape.shortChats} short single-turn chats; 9 clients at once, streamed, 8 tokens per answer. Hit ratio: vLLM's own \`prefix_cache_hits_total / prefix_cache_queries_total\` (tokens) over the run, all servers; evicted: blocks the servers' KV events report removed during the run. Caches emptied before each run.${clientUsage ? " Clients ask for usage (`stream_options.include_usage`); by kind: the cached share of prompt tokens the answers report (`prompt_tokens_details.cached_tokens`), tenants' sessions · conversations." : ''}`,
   '',
-  '| policy | llm-extproc processes | vLLM prefix-cache hit ratio | per server | blocks evicted | TTFT p50 ms | TTFT p99 ms | requests/s | failed |',
-  '| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |',
+  `| policy | llm-extproc processes | vLLM prefix-cache hit ratio | per server |${clientUsage ? ' by kind |' : ''} blocks evicted | TTFT p50 ms | TTFT p99 ms | requests/s | failed |`,
+  `| --- | ---: | ---: | --- |${clientUsage ? ' --- |' : ''} ---: | ---: | ---: | ---: | ---: |`,
   ...runs.map(
     (r) =>
-      `| ${r.policy} | ${r.processes === 0 ? '— (Envoy alone)' : r.processes} | ${pct(r.hitRatio)} | ${r.serverHitRatios.map(pct).join(' · ')} | ${r.evictions} | ${r.ttftP50Ms.toFixed(0)} | ${r.ttftP99Ms.toFixed(0)} | ${r.requestsPerSecond.toFixed(1)} | ${r.failed} |`,
+      `| ${r.policy} | ${r.processes === 0 ? '— (Envoy alone)' : r.processes} | ${pct(r.hitRatio)} | ${r.serverHitRatios.map(pct).join(' · ')} |${byKind(r)} ${r.evictions} | ${r.ttftP50Ms.toFixed(0)} | ${r.ttftP99Ms.toFixed(0)} | ${r.requestsPerSecond.toFixed(1)} | ${r.failed} |`,
   ),
 ].join('\n');
 process.stdout.write(`${table}\n`);
 if (flags.write) writeBetween('bench-cache', table);
+
+/** `--workload tenants=9,shortChats=30`: the default shape with those fields changed. */
+function workloadShape(text: string): WorkloadShape {
+  const shape: Record<string, number> = { ...DEFAULT_WORKLOAD };
+  for (const pair of text.split(',').filter((p) => p !== '')) {
+    const [key, value] = pair.split('=');
+    if (!Object.hasOwn(shape, key) || !/^\d+$/.test(value ?? '')) {
+      throw new Error(`--workload: expected name=count pairs of ${Object.keys(DEFAULT_WORKLOAD).join(', ')}; got ${pair}`);
+    }
+    shape[key] = Number(value);
+  }
+  if (shape['tenants'] < 1) throw new Error('--workload: tenants must be at least 1 (tenant sessions are spread over them)');
+  return shape as unknown as WorkloadShape;
+}
 
 function writeBetween(marker: string, text: string): void {
   const doc = join(repoRoot(), 'docs', 'benchmarks.md');
@@ -106,7 +150,7 @@ function writeBetween(marker: string, text: string): void {
 async function benchTokenize(): Promise<void> {
   const install = await vllmInstall();
   process.stderr.write('starting 1 vLLM server…\n');
-  const [server] = await startVllmServers(cacheServerSpecs(1));
+  const [server] = await startVllmServers(cacheServerSpecs(install.model, 1));
   const requests = chatRequests(1000);
   let result: Awaited<ReturnType<typeof compareTokenizers>>;
   try {

@@ -5,14 +5,22 @@
 // V8 reads most heap sizes once, when the isolate is made, before any script runs: setting
 // --max-semi-space-size from here does nothing. The young generation's growth factor it reads
 // each time it considers growing the young generation, so setting it to 1 here keeps the young
-// generation at its initial size (1 MiB per semi-space) for the life of the process
-// (test/unit/process-settings.test.ts checks that it does). Left alone, V8 doubles it under load
+// generation at its initial size (1 MiB per semi-space) while the program loads
+// (test/unit/entry/process-settings.test.ts checks that it does). Left alone, V8 doubles it under load
 // up to 16 MiB per semi-space, and already to 8 MiB while the program loads, and keeps it until
-// the process idles: 10 MiB of resident memory at rest and up to 30 MiB under load, for per-request
-// garbage that dies within a scavenge or two either way. The price is more scavenges (each cheap:
-// little survives them), measured in the bench's CPU per request.
+// the process idles: 10 MiB of resident memory at rest and up to 30 MiB under load.
 //
-// With a young generation that small, each scavenge is a fraction of a millisecond of work, and
+// Once the servers are up (startupDone), util/young-generation-cap.ts lets it grow again, up to
+// 4 MiB per semi-space. Kept at 1 MiB for the life of the process, the young generation cost CPU:
+// requests still in flight at a scavenge survive it, are copied, and after a second one promoted,
+// and with 1 MiB that happened every few requests. Measured against 4 MiB in the same build (quiet
+// machine, docs/benchmarks.md "Memory", "The young generation"): up to 90 % more CPU per request and
+// up to 2.3x per streamed chunk at 8-64 streams, for 1-6 MiB less resident memory after the load (less
+// than the 6 MiB a 4 MiB young generation commits more: it promotes less, so the old generation
+// grows less).
+//
+// With a young generation that small (measured at 1 MiB per semi-space; not re-measured at the
+// 4 MiB ceiling), each scavenge is a fraction of a millisecond of work, and
 // splitting it over V8's helper threads (--parallel-scavenge, also read at each scavenge) costs
 // more than it saves where a picker runs: a pod with a fraction of a core, next to Envoy's
 // workers. Measured on the 2-vCPU reference machine under 1 MiB prompts: scavenge pauses p50
@@ -38,6 +46,11 @@
 // that budget: a 1 MiB prompt then set off a full collection every sixth request (18 per 100,
 // against 1), a tail of its own.
 //
+// Tried and not kept: giving memory back when the server goes quiet after a load, either with
+// --gc-memory-reducer-start-delay-ms (in Node 20's V8 it does not delay the reducer that follows a
+// full collection) or with a full collection of our own (13-21 ms of the main thread, and V8 keeps
+// the emptied pages committed: RSS within 2 MiB of before in nine of ten). docs/benchmarks.md, "Giving memory back".
+//
 // Scavenges on demand (readGarbageCollector, below): long request bodies leave Buffers that die
 // faster than the heap fills, and V8 counts them against the old generation until a full
 // collection; the servers report their reads and ends to util/external-garbage.ts, which asks for
@@ -45,9 +58,11 @@
 //
 // An operator who sets any of these on the command line (node flags or NODE_OPTIONS) is left alone.
 
-import { getHeapStatistics, setFlagsFromString } from 'node:v8';
+import { getHeapSpaceStatistics, getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { EXTERNAL_GARBAGE_DEFAULTS, ExternalGarbage } from './util/external-garbage.js';
+import type { ReadGarbageObserver } from './util/external-garbage.js';
+import { YoungGenerationCap } from './util/young-generation-cap.js';
 
 interface RuntimeFlag {
   /** Set with v8.setFlagsFromString. */
@@ -56,9 +71,12 @@ interface RuntimeFlag {
   readonly unlessGiven: readonly string[];
 }
 
+/** No young-generation growth while the program loads; util/young-generation-cap.ts takes over once started. */
+const NO_YOUNG_GROWTH = '--semi-space-growth-factor=1';
+
 const RUNTIME_V8_FLAGS: readonly RuntimeFlag[] = [
   {
-    flag: '--semi-space-growth-factor=1',
+    flag: NO_YOUNG_GROWTH,
     unlessGiven: ['max-semi-space-size', 'min-semi-space-size', 'semi-space-growth-factor'],
   },
   { flag: '--no-parallel-scavenge', unlessGiven: ['parallel-scavenge', 'no-parallel-scavenge', 'single-threaded-gc', 'single-threaded'] },
@@ -92,18 +110,40 @@ export function startupFlags(execArgv: readonly string[], nodeOptions: string | 
 
 let undoAtStartupDone: string[] = [];
 
+/** The young generation's ceiling once started: 4 MiB per semi-space (new space reports both). */
+export const YOUNG_GENERATION_CAP_BYTES = 8 * 1024 * 1024;
+
+/** Set when the process keeps the young generation itself (the operator did not size it). */
+let youngGenerationCap: YoungGenerationCap | undefined;
+
 /** At the very start (main.ts), before the program loads. */
 export function applyProcessSettings(execArgv: readonly string[] = process.execArgv, env: NodeJS.ProcessEnv = process.env): void {
-  for (const flag of flagsToSet(execArgv, env['NODE_OPTIONS'])) setFlagsFromString(flag);
+  const flags = flagsToSet(execArgv, env['NODE_OPTIONS']);
+  for (const flag of flags) setFlagsFromString(flag);
   const startup = startupFlags(execArgv, env['NODE_OPTIONS']);
   for (const { set } of startup) setFlagsFromString(set);
   undoAtStartupDone = startup.map(({ undo }) => undo);
+  youngGenerationCap = flags.includes(NO_YOUNG_GROWTH)
+    ? new YoungGenerationCap({
+        capBytes: YOUNG_GENERATION_CAP_BYTES,
+        newSpaceBytes: () => getHeapSpaceStatistics().find((space) => space.space_name === 'new_space')?.space_size,
+        setGrowthFactor: (factor) => setFlagsFromString(`--semi-space-growth-factor=${factor}`),
+        now: () => performance.now(),
+        minIntervalMs: 1,
+        every: (ms, task) => void setInterval(task, ms).unref(),
+        timerMs: 100,
+      })
+    : undefined;
 }
 
-/** The servers are up: what only start-up needed is undone (the optimizing compiler is back on). */
+/**
+ * The servers are up: what only start-up needed is undone (the optimizing compiler is back on), and
+ * the young generation may grow up to its ceiling.
+ */
 export function startupDone(): void {
   for (const flag of undoAtStartupDone) setFlagsFromString(flag);
   undoAtStartupDone = [];
+  youngGenerationCap?.start();
 }
 
 /** V8's collection function with the options its gc extension takes. */
@@ -128,16 +168,36 @@ export function scavengeOnDemand(): (() => void) | undefined {
 }
 
 /**
- * Scavenges when Buffers read from peers die faster than the heap fills (util/external-garbage.ts):
- * what the servers tell about each read and each call's end. Undefined where no scavenge can be asked for.
+ * What the servers tell about each read and each call's end, put to use: a scavenge when Buffers
+ * read from peers die faster than the heap fills (util/external-garbage.ts), and the young
+ * generation's ceiling looked at as calls end (util/young-generation-cap.ts). Undefined when
+ * neither applies (no scavenge can be asked for, and the operator sized the young generation).
  */
-export function readGarbageCollector(): ExternalGarbage | undefined {
+export function readGarbageCollector(): ReadGarbageObserver | undefined {
   const scavenge = scavengeOnDemand();
-  if (scavenge === undefined) return undefined;
-  return new ExternalGarbage({
-    ...EXTERNAL_GARBAGE_DEFAULTS,
-    externalBytes: () => getHeapStatistics().external_memory,
-    scavenge,
-    later: (task) => void setImmediate(task),
-  });
+  const external =
+    scavenge === undefined
+      ? undefined
+      : new ExternalGarbage({
+          ...EXTERNAL_GARBAGE_DEFAULTS,
+          externalBytes: () => getHeapStatistics().external_memory,
+          scavenge,
+          later: (task) => void setImmediate(task),
+        });
+  if (external === undefined || youngGenerationCap === undefined) return external ?? youngGenerationCap;
+  return bothObservers(external, youngGenerationCap);
+}
+
+/** Both observers told of every read and every stream's end. */
+function bothObservers(first: ReadGarbageObserver, second: ReadGarbageObserver): ReadGarbageObserver {
+  return {
+    read(bytes: number): void {
+      first.read(bytes);
+      second.read(bytes);
+    },
+    streamEnded(): void {
+      first.streamEnded();
+      second.streamEnded();
+    },
+  };
 }

@@ -93,7 +93,8 @@ async function main(): Promise<void> {
     if (workers > 1 && cluster.isPrimary) {
       running = await runPrimary(config, workers, logger);
     } else {
-      // Long bodies leave Buffers that die faster than the heap fills: scavenged before they set off a full collection.
+      // Long bodies leave Buffers that die faster than the heap fills: scavenged before they set off a full
+      // collection. Stream ends are also when the young generation's ceiling is looked at (process-settings.ts).
       const readGarbage = readGarbageCollector();
       const app = await startApp(config, logger, {
         opsServer: !cluster.isWorker,

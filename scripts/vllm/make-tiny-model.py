@@ -2,6 +2,11 @@
 
 Run with the vLLM venv's Python (it has torch, transformers and tokenizers):
     python make-tiny-model.py OUTPUT_DIR
+    python make-tiny-model.py --hidden 256 --intermediate 512 --layers 4 OUTPUT_DIR
+
+The second form makes a larger model with the same tokenizer, for `npm run bench:cache -- --model`:
+one whose prefill costs measurable time on a CPU (about 0.1 ms per prompt token here against the
+tiny model's 0.025), so that a cached prefix is worth something to the picker's cost model.
 
 A random Llama (vocab 2048, hidden 128, intermediate 256, 2 layers, 4 heads: vLLM's CPU attention
 needs a head size of at least 32) with seeded weights, saved as safetensors, and a byte-level BPE
@@ -15,9 +20,9 @@ deterministic for a given corpus, and the weights come from a seeded CPU generat
 keys the cached model on this file's hash, so changing anything here makes a new model.
 """
 
+import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
 import torch
@@ -108,14 +113,14 @@ def make_tokenizer(out: Path) -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def make_model(out: Path, tokenizer: PreTrainedTokenizerFast) -> None:
+def make_model(out: Path, tokenizer: PreTrainedTokenizerFast, size: argparse.Namespace) -> None:
     config = LlamaConfig(
         vocab_size=VOCAB_SIZE,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
+        hidden_size=size.hidden,
+        intermediate_size=size.intermediate,
+        num_hidden_layers=size.layers,
+        num_attention_heads=size.heads,
+        num_key_value_heads=size.heads,
         max_position_embeddings=2048,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -129,13 +134,19 @@ def make_model(out: Path, tokenizer: PreTrainedTokenizerFast) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        sys.exit("usage: make-tiny-model.py OUTPUT_DIR")
-    out = Path(sys.argv[1])
+    parser = argparse.ArgumentParser(description="Makes the test bed's tiny model (or a larger one with the same tokenizer).")
+    parser.add_argument("output_dir")
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--intermediate", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=2)
+    # vLLM's CPU attention needs a head size (hidden / heads) of at least 32.
+    parser.add_argument("--heads", type=int, default=4)
+    args = parser.parse_args()
+    out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.use_deterministic_algorithms(True)
     tokenizer = make_tokenizer(out)
-    make_model(out, tokenizer)
+    make_model(out, tokenizer, args)
     print(json.dumps({"vocab": len(tokenizer), "bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id}))
 
 

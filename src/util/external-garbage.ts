@@ -9,8 +9,8 @@
 // since the last full collection against the old generation's budget (a few MiB of slack over a
 // 13 MiB heap), so every few 1 MiB prompts it starts a full mark-compact of a heap that holds no
 // garbage: 20–50 ms of marking on the event loop, the tail that made a 1 MiB prompt's p90 three
-// times its p50. A scavenge of our 1 MiB young generation takes a fraction of a millisecond and
-// frees those Buffers, so the budget is never reached for them.
+// times its p50. A scavenge of our young generation (1-4 MiB per semi-space) takes a millisecond or
+// less and frees those Buffers, so the budget is never reached for them.
 //
 // When: at the end of a stream (for ext_proc, a request), once enough was read since the last look.
 // Then that request's Buffers are dead. A scavenge while a body is still arriving would find its

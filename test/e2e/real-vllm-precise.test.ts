@@ -59,7 +59,7 @@ describe('precise prefix routing on real vLLM', { skip: unavailable }, () => {
 
   before(async () => {
     tokenizerDir = (await vllmInstall()).model;
-    servers = await startVllmServers(cacheServerSpecs());
+    servers = await startVllmServers(cacheServerSpecs(tokenizerDir));
     subscribers = await Promise.all(servers.map((s) => KvEventSubscriber.connect(s.kvEventsEndpoint)));
   });
   after(async () => {

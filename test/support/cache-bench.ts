@@ -5,6 +5,7 @@
 // test that asserts its ordering. Hits are counted by vLLM (tokens found cached / tokens asked),
 // not timed, so the ordering holds on a busy machine; times to first token are the client's.
 
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -26,12 +27,38 @@ import { prng } from '../../scripts/simulate/kernel.js';
 export const CACHE_POLICIES = ['round-robin', 'least-in-flight', 'approximate', 'precise'] as const;
 export type CachePolicy = (typeof CACHE_POLICIES)[number];
 
-/** 4 MiB of KV cache: 64 blocks of 32 tokens per server, a few tenants' prompts and conversations. */
-const CACHE_BYTES = 4 * 1024 * 1024;
+/** Blocks of KV cache per server by default: a few tenants' prompts and conversations, so caches evict. */
+export const DEFAULT_CACHE_BLOCKS = 64;
 
-/** Three servers for the bench: small caches (eviction), `POST /reset_prefix_cache` between runs. */
-export function cacheServerSpecs(count = 3): VllmServerSpec[] {
-  return Array.from({ length: count }, (_, i) => ({ id: `cache-${i}`, kvCacheBytes: CACHE_BYTES, devMode: true }));
+/**
+ * Bytes of KV cache one block of `VLLM_BLOCK_TOKENS` tokens takes in a float32 model (K and V per
+ * layer, one vector per KV head), from its config.json: what `--kv-cache-memory-bytes` must be per
+ * block wanted. The tiny model: 2 layers × 2 × 4 heads × 32 floats × 4 bytes × 32 tokens = 64 KiB.
+ */
+export function kvBytesPerBlock(modelDir: string): number {
+  const config = JSON.parse(readFileSync(join(modelDir, 'config.json'), 'utf8')) as {
+    num_hidden_layers: number;
+    hidden_size: number;
+    num_attention_heads: number;
+    num_key_value_heads?: number;
+  };
+  const headDim = config.hidden_size / config.num_attention_heads;
+  const kvHeads = config.num_key_value_heads ?? config.num_attention_heads;
+  return 2 * config.num_hidden_layers * kvHeads * headDim * 4 * VLLM_BLOCK_TOKENS;
+}
+
+export interface CacheServerOptions {
+  /** The model's directory (it must share the tiny model's tokenizer); default the tiny model. */
+  readonly model?: string;
+  /** KV-cache blocks per server (default `DEFAULT_CACHE_BLOCKS`). */
+  readonly blocks?: number;
+}
+
+/** Servers for the bench: small caches (eviction), `POST /reset_prefix_cache` between runs. */
+export function cacheServerSpecs(modelDir: string, count = 3, options: CacheServerOptions = {}): VllmServerSpec[] {
+  const model = options.model ?? modelDir;
+  const kvCacheBytes = (options.blocks ?? DEFAULT_CACHE_BLOCKS) * kvBytesPerBlock(model);
+  return Array.from({ length: count }, (_, i) => ({ id: `cache-${i}`, kvCacheBytes, devMode: true, model }));
 }
 
 // ── the workload ────────────────────────────────────────────────────────────────────────────
@@ -165,6 +192,12 @@ export interface CacheRun {
   readonly ttftP99Ms: number;
   readonly requestsPerSecond: number;
   readonly seconds: number;
+  /**
+   * With clients that ask for usage: the share of prompt tokens the answers report cached
+   * (`prompt_tokens_details.cached_tokens`), for the tenants' sessions and for the conversations
+   * apart (short chats hold no whole block). Undefined otherwise.
+   */
+  readonly classHitRatios: { readonly tenants: number; readonly conversations: number } | undefined;
 }
 
 /** llm-extproc's config for a policy (round-robin needs none: Envoy's own balancing). */
@@ -393,11 +426,29 @@ interface StreamResult {
   readonly ttftMs: number;
   readonly content: string;
   readonly ok: boolean;
+  /** From the usage chunk, when the request asked for one: prompt tokens and how many were cached. */
+  readonly usage?: { readonly promptTokens: number; readonly cachedTokens: number };
 }
 
-/** One streamed chat request through the gateway: time to the first content chunk, and the answer's text. */
-export function streamChat(port: number, messages: readonly ChatMessage[], maxTokens = 8): Promise<StreamResult> {
-  const body = JSON.stringify({ model: VLLM_MODEL, messages, max_tokens: maxTokens, temperature: 0, ignore_eos: true, stream: true });
+interface UsageChunk {
+  readonly usage?: { readonly prompt_tokens?: number; readonly prompt_tokens_details?: { readonly cached_tokens?: number } | null } | null;
+}
+
+/**
+ * One streamed chat request through the gateway: time to the first content chunk, and the answer's
+ * text; with `usage`, the request asks for the usage chunk (`stream_options.include_usage`, as most
+ * SDK clients do) and the result carries its prompt and cached token counts.
+ */
+export function streamChat(port: number, messages: readonly ChatMessage[], maxTokens = 8, usage = false): Promise<StreamResult> {
+  const body = JSON.stringify({
+    model: VLLM_MODEL,
+    messages,
+    max_tokens: maxTokens,
+    temperature: 0,
+    ignore_eos: true,
+    stream: true,
+    ...(usage ? { stream_options: { include_usage: true } } : {}),
+  });
   return new Promise((resolve) => {
     const started = performance.now();
     let first = Number.NaN;
@@ -418,15 +469,18 @@ export function streamChat(port: number, messages: readonly ChatMessage[], maxTo
           text += chunk;
         });
         res.on('end', () => {
-          const content = text
-            .split('\n')
-            .filter((l) => l.startsWith('data: {'))
-            .map((l) => {
-              const parsed = JSON.parse(l.slice(6)) as { choices?: Array<{ delta?: { content?: string } }> };
-              return parsed.choices?.[0]?.delta?.content ?? '';
-            })
-            .join('');
-          resolve({ status: res.statusCode ?? 0, ttftMs: first, content, ok: res.statusCode === 200 && text.includes('data: [DONE]') });
+          let content = '';
+          let reported: StreamResult['usage'];
+          for (const line of text.split('\n')) {
+            if (!line.startsWith('data: {')) continue;
+            const parsed = JSON.parse(line.slice(6)) as { choices?: Array<{ delta?: { content?: string } }> } & UsageChunk;
+            content += parsed.choices?.[0]?.delta?.content ?? '';
+            const promptTokens = parsed.usage?.prompt_tokens;
+            if (promptTokens !== undefined)
+              reported = { promptTokens, cachedTokens: parsed.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
+          }
+          const ok = res.statusCode === 200 && text.includes('data: [DONE]');
+          resolve({ status: res.statusCode ?? 0, ttftMs: first, content, ok, ...(reported === undefined ? {} : { usage: reported }) });
         });
         res.on('error', () => resolve({ status: res.statusCode ?? 0, ttftMs: first, content: '', ok: false }));
       },
@@ -451,6 +505,8 @@ export async function runWorkload(
   /** One per server, connected: what they evict is counted from their events. */
   subscribers: readonly KvEventSubscriber[],
   concurrency = 9,
+  /** Clients ask for usage: llm-extproc then measures prefill per token, and the run reports hits per kind of session. */
+  clientUsage = false,
 ): Promise<CacheRun> {
   const before = await Promise.all(servers.map(serverCounters));
   for (const subscriber of subscribers) subscriber.batches.length = 0;
@@ -458,16 +514,23 @@ export async function runWorkload(
   let failed = 0;
   let requests = 0;
   let next = 0;
+  // Prompt and cached tokens the answers reported, for tenants' sessions and for conversations.
+  const reported = { tenants: [0, 0], conversations: [0, 0] };
   const started = performance.now();
   const worker = async (): Promise<void> => {
     while (next < sessions.length) {
       const session = sessions[next++];
       const answers: string[] = [];
       for (let turn = 0; turn < session.turns.length; turn++) {
-        const result = await streamChat(fleet.port, turnMessages(session, turn, answers));
+        const result = await streamChat(fleet.port, turnMessages(session, turn, answers), 8, clientUsage);
         requests++;
         if (!result.ok) failed++;
         else ttfts.push(result.ttftMs);
+        const kind = session.tenant >= 0 ? reported.tenants : session.system !== undefined ? reported.conversations : undefined;
+        if (kind !== undefined && result.usage !== undefined) {
+          kind[0] += result.usage.promptTokens;
+          kind[1] += result.usage.cachedTokens;
+        }
         answers.push(result.content);
       }
     }
@@ -494,5 +557,11 @@ export async function runWorkload(
     ttftP99Ms: percentile(ttfts, 0.99),
     requestsPerSecond: requests / seconds,
     seconds,
+    classHitRatios: clientUsage
+      ? {
+          tenants: reported.tenants[0] === 0 ? 0 : reported.tenants[1] / reported.tenants[0],
+          conversations: reported.conversations[0] === 0 ? 0 : reported.conversations[1] / reported.conversations[0],
+        }
+      : undefined,
   };
 }

@@ -76,6 +76,8 @@ export interface VllmServerSpec {
   readonly maxNumSeqs?: number;
   /** `VLLM_SERVER_DEV_MODE=1`: `POST /reset_prefix_cache` empties the cache (and publishes AllBlocksCleared). */
   readonly devMode?: boolean;
+  /** The model's directory (default: the install's tiny model); served as `VLLM_MODEL` either way. */
+  readonly model?: string;
 }
 
 export interface VllmServer {
@@ -124,7 +126,7 @@ export async function launchVllmServer(install: VllmInstall, spec: VllmServerSpe
     '-m',
     'vllm.entrypoints.openai.api_server',
     '--model',
-    install.model,
+    spec.model ?? install.model,
     '--served-model-name',
     VLLM_MODEL,
     '--host',

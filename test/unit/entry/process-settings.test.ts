@@ -36,11 +36,57 @@ function peakSpaceBytes(space: 'new_space', apply: boolean, keep: number): numbe
 const MiB = 1024 * 1024;
 
 void describe('process settings', () => {
-  void it('keep the young generation at its initial size under an allocation load that grows it eightfold without them', () => {
+  void it('while the program starts, keep the young generation at its initial size under an allocation load that grows it eightfold without them', () => {
     const without = peakSpaceBytes('new_space', false, 200);
     const withSettings = peakSpaceBytes('new_space', true, 200);
     assert.ok(without >= 8 * MiB, `without the settings the load grows the young generation (${without / MiB} MiB)`);
     assert.ok(withSettings <= 2 * MiB, `with them it stays at its initial 2 MiB (${withSettings / MiB} MiB)`);
+  });
+
+  /** Peak young generation (new space) while starting and once started, streams ending every thousand allocations. */
+  const youngGenerationPeaks = (operatorFlags: string): { starting: number; started: number; cap: number } => {
+    const script = `
+      import { getHeapSpaceStatistics } from 'node:v8';
+      const { applyProcessSettings, readGarbageCollector, startupDone, YOUNG_GENERATION_CAP_BYTES } = await import(${JSON.stringify(SETTINGS)});
+      applyProcessSettings(${operatorFlags}, undefined);
+      const observer = readGarbageCollector();
+      const size = () => getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size;
+      const ring = new Array(200);
+      const peakUnderLoad = (allocations) => {
+        let peak = size();
+        for (let i = 0; i < allocations; i++) {
+          ring[i % 200] = { id: i, name: 'request-' + i, pieces: [i, i + 1] };
+          if (i % 1000 === 0) {
+            observer.streamEnded();
+            peak = Math.max(peak, size());
+          }
+        }
+        return peak;
+      };
+      const starting = peakUnderLoad(2_000_000);
+      startupDone();
+      const started = peakUnderLoad(4_000_000);
+      process.stdout.write(JSON.stringify({ starting, started, cap: YOUNG_GENERATION_CAP_BYTES }));
+    `;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 120_000 });
+    assert.equal(run.status, 0, run.stderr);
+    return JSON.parse(run.stdout) as { starting: number; started: number; cap: number };
+  };
+
+  void it('once started, let the young generation grow under load to its ceiling (4 MiB per semi-space) and no further', () => {
+    // Streams end every thousand allocations, as a server's do under load: that is when the ceiling is looked at.
+    const { starting, started, cap } = youngGenerationPeaks('[]');
+    assert.equal(cap, 8 * MiB);
+    assert.ok(starting <= 2 * MiB, `while starting it stays at its initial 2 MiB (${starting / MiB} MiB)`);
+    assert.ok(started > 2 * MiB, `once started the load grows it (${started / MiB} MiB)`);
+    assert.ok(started <= cap, `up to the ceiling and no further (${started / MiB} MiB)`);
+  });
+
+  void it('leave the young generation to V8 when the operator sized it: no ceiling of ours', () => {
+    // As if started with --max-semi-space-size=16 (the child itself runs with V8's default, 16 MiB).
+    const { starting, started, cap } = youngGenerationPeaks(`['--max-semi-space-size=16']`);
+    assert.ok(starting > 2 * MiB, `nothing holds it while starting (${starting / MiB} MiB)`);
+    assert.ok(started > cap, `nor once started (${started / MiB} MiB)`);
   });
 
   void it('run each scavenge on the main thread alone, where V8 would split it over helper threads', () => {
