@@ -184,20 +184,15 @@ export function readGarbageCollector(): ReadGarbageObserver | undefined {
           scavenge,
           later: (task) => void setImmediate(task),
         });
-  if (external === undefined || youngGenerationCap === undefined) return external ?? youngGenerationCap;
-  return bothObservers(external, youngGenerationCap);
-}
-
-/** Both observers told of every read and every stream's end. */
-function bothObservers(first: ReadGarbageObserver, second: ReadGarbageObserver): ReadGarbageObserver {
+  const cap = youngGenerationCap;
+  if (cap === undefined) return external;
+  if (external === undefined) return { read: () => undefined, streamEnded: () => cap.streamEnded() };
+  // Reads go to the scavenge rule alone (the per-read path); stream ends to both.
   return {
-    read(bytes: number): void {
-      first.read(bytes);
-      second.read(bytes);
-    },
-    streamEnded(): void {
-      first.streamEnded();
-      second.streamEnded();
+    read: (bytes) => external.read(bytes),
+    streamEnded: () => {
+      external.streamEnded();
+      cap.streamEnded();
     },
   };
 }

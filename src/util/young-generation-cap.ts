@@ -14,8 +14,6 @@
 //
 // Pure: the caller supplies V8's readings and the flag setter.
 
-import type { ReadGarbageObserver } from './external-garbage.js';
-
 export interface YoungGenerationCapOptions {
   /** The young generation's ceiling: both semi-spaces, as `new_space` reports its size. */
   readonly capBytes: number;
@@ -32,7 +30,7 @@ export interface YoungGenerationCapOptions {
   readonly timerMs: number;
 }
 
-export class YoungGenerationCap implements ReadGarbageObserver {
+export class YoungGenerationCap {
   private started = false;
   /** The factor last set (1 at start: the process starts with growth off). */
   private factor = 1;
@@ -48,10 +46,7 @@ export class YoungGenerationCap implements ReadGarbageObserver {
     this.options.every(this.options.timerMs, () => this.check());
   }
 
-  read(): void {
-    // Reads are the hot path; the size is looked at when streams end.
-  }
-
+  /** A stream ended: a moment to look (reads, the hot path, are not). */
   streamEnded(): void {
     this.check();
   }

@@ -26,44 +26,37 @@ function bed(startBytes = 2 * MiB) {
   const scavenge = (): void => {
     if (state.factor === 2 && state.size !== undefined) state.size = Math.min(32 * MiB, 2 * state.size);
   };
-  return { cap, state, scavenge };
-}
-
-void describe('YoungGenerationCap: V8 grows the young generation up to the ceiling and no further', () => {
-  void it('nothing grows while the program starts; once started, a load takes it to the ceiling, where it stays', () => {
-    const { cap, state, scavenge } = bed();
-    for (let i = 0; i < 10; i++) {
-      cap.streamEnded();
-      scavenge();
-    }
-    assert.equal(state.size, 2 * MiB, 'before start() the factor stays 1');
-    assert.deepEqual(state.sets, []);
-    cap.start();
-    for (let i = 0; i < 100; i++) {
+  /** A load: `rounds` times, 2 ms pass, a scavenge comes and a stream ends. */
+  const load = (rounds: number): void => {
+    for (let i = 0; i < rounds; i++) {
       state.now += 2;
       scavenge();
       cap.streamEnded();
     }
+  };
+  return { cap, state, scavenge, load };
+}
+
+void describe('YoungGenerationCap: V8 grows the young generation up to the ceiling and no further', () => {
+  void it('nothing grows while the program starts; once started, a load takes it to the ceiling, where it stays', () => {
+    const { cap, state, load } = bed();
+    load(10);
+    assert.equal(state.size, 2 * MiB, 'before start() the factor stays 1');
+    assert.deepEqual(state.sets, []);
+    cap.start();
+    load(100);
     assert.equal(state.size, 8 * MiB);
     assert.equal(cap.growthFactor, 1);
     assert.deepEqual(state.sets, [2, 1], 'the flag is set only when the decision changes');
   });
 
   void it('when V8 shrinks it at rest, growth is allowed again up to the ceiling', () => {
-    const { cap, state, scavenge } = bed();
+    const { cap, state, load } = bed();
     cap.start();
-    for (let i = 0; i < 10; i++) {
-      state.now += 2;
-      scavenge();
-      cap.streamEnded();
-    }
+    load(10);
     assert.equal(state.size, 8 * MiB);
     state.size = 1 * MiB; // the process idled: V8's memory reducer shrank the young generation
-    for (let i = 0; i < 10; i++) {
-      state.now += 2;
-      cap.streamEnded();
-      scavenge();
-    }
+    load(10);
     assert.equal(state.size, 8 * MiB);
     assert.equal(cap.growthFactor, 1);
   });
