@@ -11,6 +11,8 @@
 // --workload tenants=9,tenantSessions=60,…: the workload's shape (WorkloadShape's fields);
 // --client-usage: clients ask for the usage chunk, as most SDK clients do (llm-extproc then measures
 //   prefill per token), and the table adds the hit ratio the answers report per kind of session.
+// --users N: sessions open at once (default 9, one per request slot); with more, a turn's follow-up
+//   waits behind other users' ready turns instead of taking the slot its answer freed at once.
 // --cpu-prof DIR: a V8 CPU profile of every llm-extproc process, written to DIR when it stops.
 // --tokenize: instead, the prompt's token ids in process against one server's POST /tokenize
 // (scripts/bench/tokenize.ts): CPU, added latency, exactness over 1,000 chat requests.
@@ -47,6 +49,7 @@ const { values: flags } = parseArgs({
     blocks: { type: 'string', default: String(DEFAULT_CACHE_BLOCKS) },
     workload: { type: 'string', default: '' },
     'client-usage': { type: 'boolean', default: false },
+    users: { type: 'string', default: '9' },
   },
 });
 
@@ -68,6 +71,9 @@ if (!Number.isInteger(blocks) || blocks < 32)
   throw new Error(`--blocks: expected an integer of at least 32 (one 1,024-token prompt), got ${flags.blocks}`);
 const shape = workloadShape(flags.workload);
 const clientUsage = flags['client-usage'];
+const users = Number(flags.users);
+if (!Number.isInteger(users) || users < 9)
+  throw new Error(`--users: expected an integer of at least 9 (the clients' request slots), got ${flags.users}`);
 const install = await vllmInstall();
 process.stderr.write('starting 3 vLLM servers…\n');
 const servers = await startVllmServers(
@@ -84,16 +90,11 @@ try {
       const fleet = await startFleet(servers, { policy, processes, tokenizerDir: install.model, nodeArgs });
       try {
         await resetForRun(servers, fleet, policy === 'precise');
-        const run = await runWorkload(
-          servers,
-          fleet,
-          policy,
-          policy === 'round-robin' ? 0 : processes,
-          sessions,
-          subscribers,
-          9,
+        const run = await runWorkload(servers, fleet, policy, policy === 'round-robin' ? 0 : processes, sessions, subscribers, {
+          concurrency: 9,
+          users,
           clientUsage,
-        );
+        });
         runs.push(run);
         process.stderr.write(
           `${policy} × ${processes}: hit ratio ${(run.hitRatio * 100).toFixed(1)} %, p99 TTFT ${run.ttftP99Ms.toFixed(0)} ms\n`,
@@ -115,7 +116,7 @@ const modelText = flags.model === undefined ? "the test bed's tiny model" : `the
 const byKind = (r: CacheRun): string =>
   r.classHitRatios === undefined ? '' : ` ${pct(r.classHitRatios.tenants)} · ${pct(r.classHitRatios.conversations)} |`;
 const table = [
-  `Command: \`${command}\` · real vLLM ${install.vllm} (CPU), ${modelText}, 3 servers × ${blocks} blocks of ${VLLM_BLOCK_TOKENS} tokens (caches that evict) · ${sessions.length} sessions per run: ${shape.tenantSessions} sessions of ${shape.tenants} tenants with ~600-token system prompts (${shape.tenantTurns} turns), ${shape.conversations} conversations of ${shape.conversationTurns} turns behind a one-line system prompt (each turn resends the answers so far) and ${shape.shortChats} short single-turn chats; 9 clients at once, streamed, 8 tokens per answer. Hit ratio: vLLM's own \`prefix_cache_hits_total / prefix_cache_queries_total\` (tokens) over the run, all servers; evicted: blocks the servers' KV events report removed during the run. Caches emptied before each run.${clientUsage ? " Clients ask for usage (`stream_options.include_usage`); by kind: the cached share of prompt tokens the answers report (`prompt_tokens_details.cached_tokens`), tenants' sessions · conversations." : ''}`,
+  `Command: \`${command}\` · real vLLM ${install.vllm} (CPU), ${modelText}, 3 servers × ${blocks} blocks of ${VLLM_BLOCK_TOKENS} tokens (caches that evict) · ${sessions.length} sessions per run: ${shape.tenantSessions} sessions of ${shape.tenants} tenants with ~600-token system prompts (${shape.tenantTurns} turns), ${shape.conversations} conversations of ${shape.conversationTurns} turns behind a one-line system prompt (each turn resends the answers so far) and ${shape.shortChats} short single-turn chats; ${users === 9 ? '9 clients at once, each sending its next turn as soon as the answer arrives' : `${users} users, 9 requests at once, a finished turn's follow-up queued behind the other users' ready turns`}, streamed, 8 tokens per answer. Hit ratio: vLLM's own \`prefix_cache_hits_total / prefix_cache_queries_total\` (tokens) over the run, all servers; evicted: blocks the servers' KV events report removed during the run. Caches emptied before each run.${clientUsage ? " Clients ask for usage (`stream_options.include_usage`); by kind: the cached share of prompt tokens the answers report (`prompt_tokens_details.cached_tokens`), tenants' sessions · conversations." : ''}`,
   '',
   `| policy | llm-extproc processes | vLLM prefix-cache hit ratio | per server |${clientUsage ? ' by kind |' : ''} blocks evicted | TTFT p50 ms | TTFT p99 ms | requests/s | failed |`,
   `| --- | ---: | ---: | --- |${clientUsage ? ' --- |' : ''} ---: | ---: | ---: | ---: | ---: |`,

@@ -5,9 +5,11 @@
 // after a think time. The server that answered a turn holds that history in its prefix cache
 // (vLLM's: whole 16-token blocks, LRU), so a turn is cheap exactly when it goes back there.
 //
-// Without session affinity a turn is placed by load and by the prefix key of its history (the
-// first whole blocks of everything before its last message), which changes from turn to turn while
-// the history is short: the turns scatter. With it (the real SessionAffinity of
+// Without session affinity a turn is placed by load and by the prefix key of its conversation's
+// opening (the first whole blocks of its first message, or of its first exchange when that message
+// holds none: src/routing/affinity-key.ts), the same for every turn, so a conversation's turns
+// after the first share an owner on every llm-extproc replica (the first, with nothing cached
+// anywhere, is placed by load). With it (the real SessionAffinity of
 // src/routing/sessions.ts, the client sending back each answer's token), every turn after the
 // first goes where the session started, while that server can take it. Deterministic for a seed.
 
@@ -80,6 +82,9 @@ interface Conversation {
   readonly id: number;
   /** Token ids of the conversation so far (ids unique to the session: nothing is shared). */
   readonly tokens: number[];
+  /** Tokens of its first message (the opening), and of its first exchange (that and its answer). */
+  opening: number;
+  exchange: number;
   turn: number;
   /** The server of the last turn, and the token its answer carried. */
   lastServer: string | undefined;
@@ -153,7 +158,11 @@ export function simulateSessions(config: SessionSimConfig, policy: SessionPolicy
   let start = 0;
   for (let id = 0; id < config.sessions; id++) {
     start += (1000 / config.sessionRate) * -Math.log(1 - rand());
-    events.push({ time: start, kind: 'turn', conversation: { id, tokens: [], turn: 0, lastServer: undefined, token: undefined } });
+    events.push({
+      time: start,
+      kind: 'turn',
+      conversation: { id, tokens: [], opening: 0, exchange: 0, turn: 0, lastServer: undefined, token: undefined },
+    });
   }
   events.push({ time: 0, kind: 'scrape' });
   let open = config.sessions;
@@ -176,6 +185,7 @@ export function simulateSessions(config: SessionSimConfig, policy: SessionPolicy
     ttfts.push(now - arrival + prefill);
     const answer = between(config.answerTokens);
     for (let i = 0; i < answer; i++) conversation.tokens.push(nextToken++);
+    if (conversation.turn === 0) conversation.exchange = conversation.tokens.length;
     events.push({ time: now + prefill + answer * config.decodeMsPerToken, kind: 'finish', server, router, conversation });
   };
 
@@ -186,11 +196,15 @@ export function simulateSessions(config: SessionSimConfig, policy: SessionPolicy
       if (open > 0) events.push({ time: now + config.scrapeMs, kind: 'scrape' });
     } else if (event.kind === 'turn') {
       const conversation = event.conversation;
-      // The shared part (everything before the new message) gives the prefix key, as the request reader cuts it.
-      const history = blockHashes(conversation.tokens);
-      const key = history.length > 0 ? history[Math.min(history.length, KEY_BLOCKS) - 1] : undefined;
+      // The shared part (everything before the new message) is what a server can hold; the
+      // opening gives the prefix key, as the request reader cuts it.
+      const shared = Math.floor(conversation.tokens.length / BLOCK_TOKENS);
       const message = between(config.messageTokens);
       for (let i = 0; i < message; i++) conversation.tokens.push(nextToken++);
+      if (conversation.turn === 0) conversation.opening = message;
+      const keyHashes = blockHashes(conversation.tokens.slice(0, conversation.opening));
+      const material = keyHashes.length > 0 ? keyHashes : blockHashes(conversation.tokens.slice(0, conversation.exchange));
+      const key = material.length > 0 ? material[Math.min(material.length, KEY_BLOCKS) - 1] : undefined;
       const router = routers[Math.floor(rand() * routers.length)];
       const header = (name: string): string | undefined =>
         name === 'x-session-token' ? (conversation.token ?? `conversation-${conversation.id}`) : undefined;
@@ -198,7 +212,7 @@ export function simulateSessions(config: SessionSimConfig, policy: SessionPolicy
       const place = ref === undefined ? undefined : sessions.placeOf(ref, pools);
       const outcome = router.picker.pick(pools, {
         model: 'm',
-        ...(key === undefined ? {} : { affinityKey: key, sharedTokens: history.length * BLOCK_TOKENS }),
+        ...(key === undefined ? {} : { affinityKey: key, sharedTokens: shared * BLOCK_TOKENS }),
         ...(place?.at === undefined ? {} : { sessionAt: place.at }),
       });
       if (outcome.kind !== 'picked') throw new Error(`session simulation: pick gave ${outcome.kind}`);

@@ -23,7 +23,9 @@
 //   room     where flow control is on, a candidate that cannot take a request without queueing
 //            past its pool's saturation limits (saturation.ts) ranks below every one that can, and
 //            saves no prefill: a request dispatched because the pool has room goes where the room is
-//   ties     visiting order from a random start, so equal endpoints share traffic evenly
+//   ties     visiting order from a random start, so equal endpoints share traffic evenly; from the
+//            affinity key's rendezvous-first candidate when the prompt has a key, so a prompt that
+//            saves nothing yet lands at equal load where its later turns will be credited
 
 import type { Endpoint, PoolView } from '../endpoints/model.js';
 import { candidateLoad, isExcluded } from './aggregates.js';
@@ -132,6 +134,13 @@ class Scoring {
   holds = -1;
   meanLoad = 0;
   start = 0;
+  /**
+   * Where the affinity key's rendezvous order starts among the candidates (a visiting position;
+   * -1: no key): ties go there, so a prompt that saves nothing anywhere yet (a conversation's first
+   * turn, a prefix no server holds) still lands where the key's later requests will be credited,
+   * on every llm-extproc replica alike.
+   */
+  keyStart = -1;
   /** The model's latency scores by slot (latency-tracker.ts), or undefined: latency does not speak. */
   latency: Float64Array | undefined = undefined;
   /** The per-candidate scorers that speak for this request: how many, their score functions and weights. */
@@ -294,8 +303,10 @@ export class Picker {
     scoring.owner = scoring.useAffinity ? this.affinityOwner(set, count, summary, scoring) : -1;
     scoring.latency = weights.latency > 0 ? this.board.latencyTable(request.model) : undefined;
     scoring.extras = this.extras.length === 0 ? 0 : this.prepareExtras(request, scoring);
-    // From a random start, so that ties go to a random endpoint.
-    scoring.start = Math.floor(this.options.random() * count) % count;
+    // From a random start, so that ties go to a random endpoint; with an affinity key, from its
+    // rendezvous-first candidate (found with the owner), so that ties go to the key's home.
+    const randomStart = Math.floor(this.options.random() * count) % count;
+    scoring.start = scoring.useAffinity && scoring.keyStart >= 0 ? scoring.keyStart : randomStart;
     const kept = this.rank(set, count, summary, scoring, incremental ? this.loadScores(set, summary) : undefined);
 
     const picked: Endpoint[] = [];
@@ -389,9 +400,16 @@ export class Picker {
     const costs = this.costsOf(set);
     let owner = -1;
     let ownerWeight = -1;
+    let topWeight = -1;
+    scoring.keyStart = -1;
     for (let j = 0; j < count; j++) {
       const i = all ? j : order[j];
       if (excluded[i] === 1) continue;
+      const w = mixedRendezvousWeight(key, records[2 * i + 1]);
+      if (w > topWeight) {
+        topWeight = w;
+        scoring.keyStart = j;
+      }
       const at = records[2 * i];
       if (saturates && !canTake(signals, at, saturationLimits[i])) continue;
       // Owners must be known to be within bounds: when any candidate reports metrics, one that
@@ -403,7 +421,6 @@ export class Picker {
       const others = signals[at + Field.OthersLoad];
       if (isOverloaded(reports ? outstandingLoad(flight, others) : flight, meanLoad, factor, slack)) continue;
       if (precise?.matchedTokens(set.endpoints[i].address) !== undefined) continue;
-      const w = mixedRendezvousWeight(key, records[2 * i + 1]);
       if (w <= ownerWeight) continue;
       const excess = candidateLoad(flight, reports, others) - minLoad;
       if (sharedTokens !== Infinity && !(prefillSavedScore(sharedTokens, bestTokens, excess, costs[set.poolIndex[i]]) > 0)) continue;

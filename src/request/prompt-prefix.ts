@@ -5,6 +5,12 @@
 // from request to request, so it is left out whenever earlier messages exist. What remains (system
 // prompt, earlier turns) is what requests share and what a server's prefix cache holds. A single
 // message (or a completion prompt) is the whole shared part.
+//
+// The affinity key is cut from the conversation's opening instead (routing/affinity-key.ts): the
+// messages up to its first user message, and up to the first answer after it when that is all
+// that makes a whole block. Every later turn of the conversation starts with the same opening, so
+// its key, and its owner on every llm-extproc replica, stays put while the history grows; a key
+// cut from the shared part would change whenever the history crossed a block.
 
 import type { PrefixLimit, PromptPrefix } from '../routing/affinity-key.js';
 import { NO_PROMPT } from '../routing/affinity-key.js';
@@ -12,10 +18,14 @@ import { NO_PROMPT } from '../routing/affinity-key.js';
 /** Follows every piece, so piece boundaries change the key. */
 const SEPARATOR = '\u001f';
 
-/** Collects text pieces up to a character limit. */
+/** Collects text pieces up to a character limit, and where its parts end. */
 class TextPrefix {
   private readonly pieces: string[] = [];
-  private length = 0;
+  length = 0;
+  /** Where the shared part, the opening and the first exchange end (characters of the text). */
+  shared = -1;
+  opening = -1;
+  exchange = -1;
 
   constructor(private readonly limit: number) {}
 
@@ -32,7 +42,11 @@ class TextPrefix {
   }
 
   result(): PromptPrefix {
-    return this.length === 0 ? NO_PROMPT : { kind: 'text', text: this.pieces.join('') };
+    if (this.length === 0) return NO_PROMPT;
+    const shared = this.shared < 0 ? this.length : this.shared;
+    const opening = this.opening < 0 ? shared : this.opening;
+    const exchange = this.exchange < 0 ? opening : this.exchange;
+    return { kind: 'text', text: this.pieces.join(''), shared, opening, exchange };
   }
 }
 
@@ -55,13 +69,26 @@ function addContent(out: TextPrefix, content: unknown): void {
   }
 }
 
+/**
+ * The messages' pieces: the shared part (all but the last message, when there are several) and
+ * the opening (through the first user message) and first exchange (through the first answer after
+ * it), whichever reaches further, with where each ends.
+ */
 function addMessages(out: TextPrefix, all: readonly unknown[]): void {
   const shared = all.length > 1 ? all.length - 1 : all.length;
-  for (let i = 0; i < shared && !out.full; i++) {
+  let opened = false;
+  for (let i = 0; i < all.length && !out.full; i++) {
+    if (i === shared) out.shared = out.length;
+    // The last message is read only for the opening: the new turn of a conversation already opened is not.
+    if (i >= shared && opened) break;
     const message = all[i];
     if (!isRecord(message)) continue;
     if (typeof message.role === 'string') out.add(message.role);
     addContent(out, message.content);
+    if (!opened && message.role === 'user') {
+      opened = true;
+      out.opening = out.length;
+    } else if (opened && out.exchange < 0 && message.role === 'assistant') out.exchange = out.length;
   }
 }
 

@@ -11,8 +11,12 @@
 // contents joined with U+001F). The estimate should err high (more characters per token than the
 // tokenizer really produces), so that what we call a whole block is one on the server. Token-id
 // prompts are cut in exact blocks of `blockTokens` ids. The key is the 32-bit FNV-1a hash of the
-// first min(whole blocks, keyBlocks) blocks: two prompts whose shared parts agree on their first
-// keyBlocks blocks, or agree entirely and hold the same number of whole blocks, share the key.
+// first min(whole blocks, keyBlocks) blocks of a conversation's opening (its messages up to the
+// first user message, or up to the first answer when the opening alone holds no whole block; a
+// completion prompt is its own opening): two prompts whose openings agree on their first keyBlocks
+// blocks, or agree entirely and hold the same number of whole blocks, share the key, so every turn
+// of a conversation shares its first turn's. What the key's owner is credited with is the shared
+// part's whole blocks (request/prompt-prefix.ts).
 // The text is only hashed: nothing here keeps, returns or logs it.
 
 import type { PoolView } from '../endpoints/model.js';
@@ -23,8 +27,17 @@ import type { PickerSettings } from '../picker/settings.js';
 /** The leading part of a prompt's shared part (see request/prompt-prefix.ts), bounded in length. */
 export type PromptPrefix =
   | { readonly kind: 'none' }
-  /** Pieces (role, content, part) each followed by U+001F, so `ab`+`c` ≠ `a`+`bc`. */
-  | { readonly kind: 'text'; readonly text: string }
+  /**
+   * Pieces (role, content, part) each followed by U+001F, so `ab`+`c` ≠ `a`+`bc`, and where the
+   * shared part, the opening and the first exchange end in it (characters).
+   */
+  | {
+      readonly kind: 'text';
+      readonly text: string;
+      readonly shared: number;
+      readonly opening: number;
+      readonly exchange: number;
+    }
   /** A completion prompt given as token ids. */
   | { readonly kind: 'tokens'; readonly tokens: readonly number[] };
 
@@ -56,19 +69,27 @@ export function prefixLimit(sizes: readonly CacheBlockSize[], keyBlocks: number)
 const FNV_OFFSET = 0x811c9dc5;
 const FNV_PRIME = 0x01000193;
 
-/** Whole blocks the prefix holds (of at most `keyBlocks`, and only as far as it was extracted). */
+/** Whole blocks the prefix's shared part holds (only as far as it was extracted). */
 export function wholeBlocks(prefix: PromptPrefix, size: CacheBlockSize): number {
-  if (prefix.kind === 'text') return Math.floor(prefix.text.length / blockChars(size));
+  if (prefix.kind === 'text') return Math.floor(prefix.shared / blockChars(size));
   if (prefix.kind === 'tokens') return Math.floor(prefix.tokens.length / Math.max(1, size.blockTokens));
   return 0;
 }
 
+/** Whole blocks the key is cut from: the opening's, or the first exchange's when the opening holds none. */
+function keyMaterialBlocks(prefix: PromptPrefix, size: CacheBlockSize): number {
+  if (prefix.kind !== 'text') return wholeBlocks(prefix, size);
+  const chars = blockChars(size);
+  const opening = Math.floor(prefix.opening / chars);
+  return opening > 0 ? opening : Math.floor(prefix.exchange / chars);
+}
+
 /**
- * The affinity key: the hash of the prefix's first min(whole blocks, keyBlocks) blocks, or
- * undefined when it holds no whole block (or keyBlocks is 0).
+ * The affinity key: the hash of the first min(whole blocks, keyBlocks) blocks of the prompt's
+ * opening (see above), or undefined when it holds no whole block (or keyBlocks is 0).
  */
 export function affinityKey(prefix: PromptPrefix, size: CacheBlockSize, keyBlocks: number): number | undefined {
-  const blocks = Math.min(wholeBlocks(prefix, size), keyBlocks);
+  const blocks = Math.min(keyMaterialBlocks(prefix, size), keyBlocks);
   if (blocks <= 0) return undefined;
   let hash = FNV_OFFSET;
   if (prefix.kind === 'text') {
@@ -111,8 +132,7 @@ export function sharedTokensOf(
 ): number {
   const size = cacheBlockOf(settings, pools);
   const whole = wholeBlocks(prompt, size) * size.blockTokens;
-  const full =
-    prompt.kind === 'text' ? prompt.text.length >= limit.chars : prompt.kind === 'tokens' && prompt.tokens.length >= limit.tokens;
+  const full = prompt.kind === 'text' ? prompt.shared >= limit.chars : prompt.kind === 'tokens' && prompt.tokens.length >= limit.tokens;
   if (!full || bodyBytes === undefined) return whole;
   const fromBody = Math.floor(bodyBytes / size.charsPerToken / size.blockTokens) * size.blockTokens;
   return fromBody > whole ? fromBody : whole;

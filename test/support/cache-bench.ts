@@ -495,7 +495,29 @@ function percentile(sorted: readonly number[], q: number): number {
   return sorted.length === 0 ? Number.NaN : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
 }
 
-/** Runs the sessions through the fleet with `concurrency` workers; returns vLLM's and the client's figures. */
+/** How the clients send the workload (runWorkload). */
+export interface ClientModel {
+  /** Requests at once (default 9). */
+  readonly concurrency?: number;
+  /**
+   * Sessions open at once (default 9, one per request slot: each client sends its next turn the
+   * moment the answer arrives). With more users than slots a finished turn's follow-up joins the
+   * back of the queue of turns ready to send, behind other users' turns, as when people read an
+   * answer before they reply: the server that answered it has meanwhile taken other work.
+   */
+  readonly users?: number;
+  /** Clients ask for usage: llm-extproc then measures prefill per token, and the run reports hits per kind of session. */
+  readonly clientUsage?: boolean;
+}
+
+/** One turn ready to send: its session, which turn, and the answers so far. */
+interface ReadyTurn {
+  readonly session: Session;
+  readonly turn: number;
+  readonly answers: string[];
+}
+
+/** Runs the sessions through the fleet (`clients`: how they send); returns vLLM's and the client's figures. */
 export async function runWorkload(
   servers: readonly VllmServer[],
   fleet: Fleet,
@@ -504,35 +526,59 @@ export async function runWorkload(
   sessions: readonly Session[],
   /** One per server, connected: what they evict is counted from their events. */
   subscribers: readonly KvEventSubscriber[],
-  concurrency = 9,
-  /** Clients ask for usage: llm-extproc then measures prefill per token, and the run reports hits per kind of session. */
-  clientUsage = false,
+  clients: ClientModel = {},
 ): Promise<CacheRun> {
+  const concurrency = clients.concurrency ?? 9;
+  const users = Math.max(concurrency, clients.users ?? concurrency);
+  const clientUsage = clients.clientUsage ?? false;
   const before = await Promise.all(servers.map(serverCounters));
   for (const subscriber of subscribers) subscriber.batches.length = 0;
   const ttfts: number[] = [];
   let failed = 0;
   let requests = 0;
-  let next = 0;
   // Prompt and cached tokens the answers reported, for tenants' sessions and for conversations.
   const reported = { tenants: [0, 0], conversations: [0, 0] };
+  // Turns ready to send, first in first out; sessions open while fewer than `users` are.
+  const ready: ReadyTurn[] = [];
+  let nextSession = 0;
+  let openSessions = 0;
+  let sending = 0;
+  let idle: Array<() => void> = [];
+  const wakeAll = (): void => {
+    const waiting = idle;
+    idle = [];
+    for (const wake of waiting) wake();
+  };
   const started = performance.now();
   const worker = async (): Promise<void> => {
-    while (next < sessions.length) {
-      const session = sessions[next++];
-      const answers: string[] = [];
-      for (let turn = 0; turn < session.turns.length; turn++) {
-        const result = await streamChat(fleet.port, turnMessages(session, turn, answers), 8, clientUsage);
-        requests++;
-        if (!result.ok) failed++;
-        else ttfts.push(result.ttftMs);
-        const kind = session.tenant >= 0 ? reported.tenants : session.system !== undefined ? reported.conversations : undefined;
-        if (kind !== undefined && result.usage !== undefined) {
-          kind[0] += result.usage.promptTokens;
-          kind[1] += result.usage.cachedTokens;
-        }
-        answers.push(result.content);
+    for (;;) {
+      while (openSessions < users && nextSession < sessions.length) {
+        ready.push({ session: sessions[nextSession++], turn: 0, answers: [] });
+        openSessions++;
       }
+      const item = ready.shift();
+      if (item === undefined) {
+        if (sending === 0 && openSessions === 0) return wakeAll();
+        // A turn in flight will queue its follow-up (or close its session): wait for it.
+        await new Promise<void>((resolve) => idle.push(resolve));
+        continue;
+      }
+      const { session, turn, answers } = item;
+      sending++;
+      const result = await streamChat(fleet.port, turnMessages(session, turn, answers), 8, clientUsage);
+      sending--;
+      requests++;
+      if (!result.ok) failed++;
+      else ttfts.push(result.ttftMs);
+      const kind = session.tenant >= 0 ? reported.tenants : session.system !== undefined ? reported.conversations : undefined;
+      if (kind !== undefined && result.usage !== undefined) {
+        kind[0] += result.usage.promptTokens;
+        kind[1] += result.usage.cachedTokens;
+      }
+      answers.push(result.content);
+      if (turn + 1 < session.turns.length) ready.push({ session, turn: turn + 1, answers });
+      else openSessions--;
+      wakeAll();
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));

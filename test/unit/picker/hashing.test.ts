@@ -52,13 +52,58 @@ describe('affinity keys on whole cache blocks', () => {
     assert.notEqual(key(chat(['system', 'T' + shared.slice(1) + 'first tenant'], ['user', 'q1'])), a);
   });
 
-  it('equal shared parts of N < keyBlocks whole blocks share the key; the partial block after them does not count', () => {
-    const a = key(chat(['system', 'twenty-three chars long'], ['user', 'one']));
-    // "system␟" + 23 + "␟" = 31 units: 3 whole blocks, and 7 units of a fourth that is not whole.
-    const b = key(chat(['system', 'twenty-three chars lonG'], ['user', 'two']));
+  it('equal openings of N < keyBlocks whole blocks share the key; the partial block after them does not count', () => {
+    // "system␟" + 23 + "␟" + "user␟on␟" = 39 units: 4 whole blocks, and 7 units of a fifth that is not whole.
+    const a = key(chat(['system', 'twenty-three chars long'], ['user', 'on']));
+    const b = key(chat(['system', 'twenty-three chars long'], ['user', 'oN']));
     assert.notEqual(a, undefined);
-    assert.equal(a, b, 'the change is in the partial fourth block');
-    assert.notEqual(key(chat(['system', 'twenty-thRee chars long'], ['user', 'one'])), a, 'the change is in the third block');
+    assert.equal(a, b, 'the change is in the partial fifth block');
+    assert.notEqual(key(chat(['system', 'twenty-thRee chars long'], ['user', 'on'])), a, 'the change is in the third block');
+  });
+
+  it("every turn of a conversation has its first turn's key, while its history grows", () => {
+    // The opening ("system␟be brief␟user␟tell me about whole blocks␟") holds whole blocks itself.
+    const turns: Array<[string, string]> = [
+      ['system', 'be brief'],
+      ['user', 'tell me about whole blocks'],
+    ];
+    const first = key(chat(...turns));
+    assert.notEqual(first, undefined);
+    for (let turn = 2; turn <= 6; turn++) {
+      turns.push(['assistant', `answer number ${turn - 1}, long enough to cross a block or two`], ['user', `question ${turn}`]);
+      assert.equal(key(chat(...turns)), first, `turn ${turn}`);
+    }
+    // Another conversation behind the same system prompt opens differently within the key's 4 blocks: its own key.
+    assert.notEqual(key(chat(['system', 'be brief'], ['user', 'what are whole blocks?'])), first);
+  });
+
+  it('an opening shorter than a block: the turns after the first share the key of the first exchange', () => {
+    const opening: Array<[string, string]> = [['user', 'hi']]; // "user␟hi␟": exactly one block of 8
+    const tiny = { blockTokens: 4, charsPerToken: 4 }; // blocks of 16: "user␟hi␟" holds none
+    assert.equal(key(chat(...opening), tiny), undefined, 'the first turn has nothing to share: placed by load');
+    const second = key(chat(...opening, ['assistant', 'hello, what can I do?'], ['user', 'explain blocks']), tiny);
+    assert.notEqual(second, undefined);
+    const third = key(
+      chat(...opening, ['assistant', 'hello, what can I do?'], ['user', 'explain blocks'], ['assistant', 'they are…'], ['user', 'more']),
+      tiny,
+    );
+    assert.equal(third, second);
+    assert.notEqual(key(chat(...opening, ['assistant', 'hey! what now?'], ['user', 'explain blocks']), tiny), second, 'another exchange');
+  });
+
+  it("the owner is credited with the shared part, not the opening: a first turn's new message is not cached anywhere", () => {
+    const body = chat(['system', 'x'.repeat(9)], ['user', 'y'.repeat(40)]); // "system␟" + 9 + "␟" = 17 units shared
+    const prefix = promptPrefixOf(body, LIMIT);
+    assert.equal(wholeBlocks(prefix, SMALL), 2);
+    assert.notEqual(
+      affinityKey(prefix, SMALL, 4),
+      affinityKey(promptPrefixOf(chat(['system', 'x'.repeat(9)], ['user', 'z'.repeat(40)]), LIMIT), SMALL, 4),
+    );
+  });
+
+  it("an opened conversation's new turn is not read at all", () => {
+    const prefix = promptPrefixOf(chat(['user', 'first'], ['assistant', 'answer'], ['user', 'NEW TURN']), { chars: 1000, tokens: 100 });
+    assert.equal(prefix.kind === 'text' && prefix.text.includes('NEW TURN'), false);
   });
 
   it('identical short prompts have no key at all (placed by load alone)', () => {
@@ -93,10 +138,7 @@ describe('affinity keys on whole cache blocks', () => {
   });
 
   it('piece boundaries matter: "ab"+"c" differs from "a"+"bc"', () => {
-    assert.notEqual(
-      key(chat(['user', 'abcdefgh'], ['user', 'c'], ['user', 'z'])),
-      key(chat(['user', 'abcdefg'], ['user', 'hc'], ['user', 'z'])),
-    );
+    assert.notEqual(key(chat(['system', 'abcdefgh'], ['user', 'c'])), key(chat(['system', 'abcdefg'], ['user', 'hc'])));
   });
 
   it('content parts and images are part of the prefix', () => {

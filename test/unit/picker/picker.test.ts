@@ -467,6 +467,28 @@ describe('pipeline: prefix-cache affinity', () => {
     assert.notEqual(addresses(p.pick(fleet(4), request))[0], owner);
   });
 
+  it("a keyed prompt that saves nothing yet (a conversation's first turn) goes to the key's home at equal loads, on every replica", () => {
+    // No shared tokens anywhere: the owner is credited with nothing, so load decides, and ties go
+    // where the key's later turns will be credited.
+    const withShared = (request: PickRequest, sharedTokens: number): PickRequest => ({ ...request, sharedTokens });
+    const homes = new Set<string>();
+    for (let i = 0; i < 40; i++) {
+      const request = chat(`conversation ${i} opens with this question, long enough for blocks`, 'q');
+      const first = addresses(picker(new SignalBoard(), { draws: [0.1], fallbacks: 0 }).pick(fleet(8), withShared(request, 0)))[0];
+      assert.equal(addresses(picker(new SignalBoard(), { draws: [0.9], fallbacks: 0 }).pick(fleet(8), withShared(request, 0)))[0], first);
+      // Its next turn, with history to credit, is owned there.
+      assert.equal(addresses(picker(new SignalBoard(), { draws: [0.5], fallbacks: 0 }).pick(fleet(8), withShared(request, 64)))[0], first);
+      homes.add(first);
+    }
+    assert.ok(homes.size >= 6, `40 conversations used only ${homes.size} of 8 endpoints`);
+    // A less loaded endpoint still wins over the home: nothing is saved there.
+    const request = withShared(chat('conversation 0 opens with this question, long enough for blocks', 'q'), 0);
+    const home = addresses(picker(new SignalBoard(), { fallbacks: 0 }).pick(fleet(3), request))[0];
+    const board = new SignalBoard();
+    inFlight(board, { [home]: 1 });
+    assert.notEqual(addresses(picker(board, { fallbacks: 0 }).pick(fleet(3), request))[0], home);
+  });
+
   it('no prompt: no affinity, load decides', () => {
     const board = new SignalBoard();
     inFlight(board, { '10.0.0.1:8000': 1, '10.0.0.2:8000': 1 });

@@ -242,7 +242,7 @@ describe('readInferenceRequest: long prompts', () => {
     const document = 'é "quoted" \\ 😀 line\n'.repeat(MiB / 24);
     const read = readInferenceRequest(chat(document), LIMIT);
     const expected = `system\u001fAnswer from the document.\u001fuser\u001f${document}`.slice(0, LIMIT.chars);
-    assert.deepEqual(read.prompt, { kind: 'text', text: expected });
+    assert.deepEqual(read.prompt, { kind: 'text', text: expected, shared: LIMIT.chars, opening: LIMIT.chars, exchange: LIMIT.chars });
     assert.equal(read.stream, true);
   });
 
