@@ -23,9 +23,9 @@
 //   room     where flow control is on, a candidate that cannot take a request without queueing
 //            past its pool's saturation limits (saturation.ts) ranks below every one that can, and
 //            saves no prefill: a request dispatched because the pool has room goes where the room is
-//   ties     visiting order from a random start, so equal endpoints share traffic evenly; from the
-//            affinity key's rendezvous-first candidate when the prompt has a key, so a prompt that
-//            saves nothing yet lands at equal load where its later turns will be credited
+//   ties     visiting order from a random start, so equal endpoints share traffic evenly; the
+//            affinity key's rendezvous-first candidate wins a tie it is in, so a prompt that saves
+//            nothing yet lands at equal score where its later turns will be credited
 
 import type { Endpoint, PoolView } from '../endpoints/model.js';
 import { candidateLoad, isExcluded } from './aggregates.js';
@@ -99,6 +99,13 @@ export type PickOutcome =
  */
 const INCREMENTAL_FROM = 128;
 
+/**
+ * Added to the affinity key's home so that it wins ties. Scores are sums of weighted terms of order
+ * 1; float rounding in those sums is about 1e-13, while the scorers' own differences (counts,
+ * ratios of counts, latency bands) are orders of magnitude above 1e-9: it decides ties only.
+ */
+const HOME_TIE_NUDGE = 1e-9;
+
 /** What pass 1 learns about the candidates of one pick (one reused instance per picker). */
 class Summary {
   minFlight = Infinity;
@@ -135,12 +142,12 @@ class Scoring {
   meanLoad = 0;
   start = 0;
   /**
-   * Where the affinity key's rendezvous order starts among the candidates (a visiting position;
-   * -1: no key): ties go there, so a prompt that saves nothing anywhere yet (a conversation's first
-   * turn, a prefix no server holds) still lands where the key's later requests will be credited,
-   * on every llm-extproc replica alike.
+   * The affinity key's home: the candidate first in its rendezvous order (an index; -1: no key),
+   * found with the owner. It wins ties, so a prompt that saves nothing anywhere yet (a
+   * conversation's first turn, a prefix no server holds) still lands, at equal score, where the
+   * key's later requests will be credited, on every llm-extproc replica alike.
    */
-  keyStart = -1;
+  keyHome = -1;
   /** The model's latency scores by slot (latency-tracker.ts), or undefined: latency does not speak. */
   latency: Float64Array | undefined = undefined;
   /** The per-candidate scorers that speak for this request: how many, their score functions and weights. */
@@ -303,10 +310,8 @@ export class Picker {
     scoring.owner = scoring.useAffinity ? this.affinityOwner(set, count, summary, scoring) : -1;
     scoring.latency = weights.latency > 0 ? this.board.latencyTable(request.model) : undefined;
     scoring.extras = this.extras.length === 0 ? 0 : this.prepareExtras(request, scoring);
-    // From a random start, so that ties go to a random endpoint; with an affinity key, from its
-    // rendezvous-first candidate (found with the owner), so that ties go to the key's home.
-    const randomStart = Math.floor(this.options.random() * count) % count;
-    scoring.start = scoring.useAffinity && scoring.keyStart >= 0 ? scoring.keyStart : randomStart;
+    // From a random start, so that ties go to a random endpoint (the key's home excepted: rank).
+    scoring.start = Math.floor(this.options.random() * count) % count;
     const kept = this.rank(set, count, summary, scoring, incremental ? this.loadScores(set, summary) : undefined);
 
     const picked: Endpoint[] = [];
@@ -401,14 +406,14 @@ export class Picker {
     let owner = -1;
     let ownerWeight = -1;
     let topWeight = -1;
-    scoring.keyStart = -1;
+    scoring.keyHome = -1;
     for (let j = 0; j < count; j++) {
       const i = all ? j : order[j];
       if (excluded[i] === 1) continue;
       const w = mixedRendezvousWeight(key, records[2 * i + 1]);
       if (w > topWeight) {
         topWeight = w;
-        scoring.keyStart = j;
+        scoring.keyHome = i;
       }
       const at = records[2 * i];
       if (saturates && !canTake(signals, at, saturationLimits[i])) continue;
@@ -450,6 +455,7 @@ export class Picker {
     const loraWeight = weights.lora;
     const { useLora, holds, start, latency, extras, extraScores, extraWeights } = scoring;
     const { usePrefill, precise, owner, sharedTokens, bestTokens, minLoad } = scoring;
+    const keyHome = scoring.useAffinity ? scoring.keyHome : -1;
     const prefixWeight = weights.prefix;
     const costs = usePrefill ? this.costsOf(set) : this.costScratch;
     const latencyWeight = weights.latency;
@@ -512,6 +518,8 @@ export class Picker {
         score = value === LATENCY_DEMOTED ? demotedScore + score : score + latencyWeight * (value - LATENCY_NEUTRAL);
       }
       if (full) score += fullScore;
+      // The key's home wins ties, and only ties: the nudge is far below any scorer's resolution.
+      if (i === keyHome) score += HOME_TIE_NUDGE;
       // Most candidates do not make the top list: test that before calling.
       if (kept < limit || score > topScore[limit - 1]) kept = this.keep(kept, i, score, step);
     }

@@ -15,7 +15,8 @@
 // first user message, or up to the first answer when the opening alone holds no whole block; a
 // completion prompt is its own opening): two prompts whose openings agree on their first keyBlocks
 // blocks, or agree entirely and hold the same number of whole blocks, share the key, so every turn
-// of a conversation shares its first turn's. What the key's owner is credited with is the shared
+// of a conversation shares its first turn's (its second's, when the opening holds no whole block
+// and the key waits for the first answer). What the key's owner is credited with is the shared
 // part's whole blocks (request/prompt-prefix.ts).
 // The text is only hashed: nothing here keeps, returns or logs it.
 

@@ -553,7 +553,9 @@ export async function runWorkload(
   const worker = async (): Promise<void> => {
     for (;;) {
       while (openSessions < users && nextSession < sessions.length) {
-        ready.push({ session: sessions[nextSession++], turn: 0, answers: [] });
+        const session = sessions[nextSession++];
+        if (session.turns.length === 0) continue; // nothing to send (a workload of 0 turns per session)
+        ready.push({ session, turn: 0, answers: [] });
         openSessions++;
       }
       const item = ready.shift();
