@@ -28,6 +28,7 @@ import {
   cacheServerSpecs,
   chatRequests,
   DEFAULT_CACHE_BLOCKS,
+  DEFAULT_REQUEST_SLOTS,
   DEFAULT_WORKLOAD,
   resetForRun,
   runWorkload,
@@ -49,7 +50,7 @@ const { values: flags } = parseArgs({
     blocks: { type: 'string', default: String(DEFAULT_CACHE_BLOCKS) },
     workload: { type: 'string', default: '' },
     'client-usage': { type: 'boolean', default: false },
-    users: { type: 'string', default: '9' },
+    users: { type: 'string', default: String(DEFAULT_REQUEST_SLOTS) },
   },
 });
 
@@ -72,8 +73,8 @@ if (!Number.isInteger(blocks) || blocks < 32)
 const shape = workloadShape(flags.workload);
 const clientUsage = flags['client-usage'];
 const users = Number(flags.users);
-if (!Number.isInteger(users) || users < 9)
-  throw new Error(`--users: expected an integer of at least 9 (the clients' request slots), got ${flags.users}`);
+if (!Number.isInteger(users) || users < DEFAULT_REQUEST_SLOTS)
+  throw new Error(`--users: expected an integer of at least ${DEFAULT_REQUEST_SLOTS} (the clients' request slots), got ${flags.users}`);
 const install = await vllmInstall();
 process.stderr.write('starting 3 vLLM servers…\n');
 const servers = await startVllmServers(
@@ -91,7 +92,6 @@ try {
       try {
         await resetForRun(servers, fleet, policy === 'precise');
         const run = await runWorkload(servers, fleet, policy, policy === 'round-robin' ? 0 : processes, sessions, subscribers, {
-          concurrency: 9,
           users,
           clientUsage,
         });
@@ -116,7 +116,7 @@ const modelText = flags.model === undefined ? "the test bed's tiny model" : `the
 const byKind = (r: CacheRun): string =>
   r.classHitRatios === undefined ? '' : ` ${pct(r.classHitRatios.tenants)} · ${pct(r.classHitRatios.conversations)} |`;
 const table = [
-  `Command: \`${command}\` · real vLLM ${install.vllm} (CPU), ${modelText}, 3 servers × ${blocks} blocks of ${VLLM_BLOCK_TOKENS} tokens (caches that evict) · ${sessions.length} sessions per run: ${shape.tenantSessions} sessions of ${shape.tenants} tenants with ~600-token system prompts (${shape.tenantTurns} turns), ${shape.conversations} conversations of ${shape.conversationTurns} turns behind a one-line system prompt (each turn resends the answers so far) and ${shape.shortChats} short single-turn chats; ${users === 9 ? '9 clients at once, each sending its next turn as soon as the answer arrives' : `${users} users, 9 requests at once, a finished turn's follow-up queued behind the other users' ready turns`}, streamed, 8 tokens per answer. Hit ratio: vLLM's own \`prefix_cache_hits_total / prefix_cache_queries_total\` (tokens) over the run, all servers; evicted: blocks the servers' KV events report removed during the run. Caches emptied before each run.${clientUsage ? " Clients ask for usage (`stream_options.include_usage`); by kind: the cached share of prompt tokens the answers report (`prompt_tokens_details.cached_tokens`), tenants' sessions · conversations." : ''}`,
+  `Command: \`${command}\` · real vLLM ${install.vllm} (CPU), ${modelText}, 3 servers × ${blocks} blocks of ${VLLM_BLOCK_TOKENS} tokens (caches that evict) · ${sessions.length} sessions per run: ${shape.tenantSessions} sessions of ${shape.tenants} tenants with ~600-token system prompts (${shape.tenantTurns} turns), ${shape.conversations} conversations of ${shape.conversationTurns} turns behind a one-line system prompt (each turn resends the answers so far) and ${shape.shortChats} short single-turn chats; ${users === DEFAULT_REQUEST_SLOTS ? `${users} clients at once, each sending its next turn as soon as the answer arrives` : `${users} users, ${DEFAULT_REQUEST_SLOTS} requests at once, a finished turn's follow-up queued behind the other users' ready turns`}, streamed, 8 tokens per answer. Hit ratio: vLLM's own \`prefix_cache_hits_total / prefix_cache_queries_total\` (tokens) over the run, all servers; evicted: blocks the servers' KV events report removed during the run. Caches emptied before each run.${clientUsage ? " Clients ask for usage (`stream_options.include_usage`); by kind: the cached share of prompt tokens the answers report (`prompt_tokens_details.cached_tokens`), tenants' sessions · conversations." : ''}`,
   '',
   `| policy | llm-extproc processes | vLLM prefix-cache hit ratio | per server |${clientUsage ? ' by kind |' : ''} blocks evicted | TTFT p50 ms | TTFT p99 ms | requests/s | failed |`,
   `| --- | ---: | ---: | --- |${clientUsage ? ' --- |' : ''} ---: | ---: | ---: | ---: | ---: |`,

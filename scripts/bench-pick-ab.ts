@@ -27,8 +27,9 @@ if (flags.baseline === undefined) throw new Error('--baseline <checkout with a b
 async function library(checkout: string): Promise<PickerLibrary> {
   const load = (path: string): Promise<Record<string, unknown>> =>
     import(pathToFileURL(join(checkout, 'dist', 'src', 'picker', path)).href);
-  const [picker, signals, settings] = await Promise.all([load('picker.js'), load('signals.js'), load('settings.js')]);
-  return { ...picker, ...signals, ...settings } as unknown as PickerLibrary;
+  // DEFAULT_BOUNDED_LOAD lives in scorer-table.js (it moved there from settings.js).
+  const parts = await Promise.all(['picker.js', 'signals.js', 'settings.js', 'scorer-table.js'].map(load));
+  return Object.assign({}, ...parts) as PickerLibrary;
 }
 
 interface Run {

@@ -106,6 +106,24 @@ const INCREMENTAL_FROM = 128;
  */
 const HOME_TIE_NUDGE = 1e-9;
 
+/** The candidate (an index) first in `key`'s rendezvous order among those not excluded; -1: none. */
+function homeOfKey(set: CandidateSet, count: number, key: number): number {
+  const { order, excluded, records } = set;
+  const all = count === set.size;
+  let home = -1;
+  let top = -1;
+  for (let j = 0; j < count; j++) {
+    const i = all ? j : order[j];
+    if (excluded[i] === 1) continue;
+    const w = mixedRendezvousWeight(key, records[2 * i + 1]);
+    if (w > top) {
+      top = w;
+      home = i;
+    }
+  }
+  return home;
+}
+
 /** What pass 1 learns about the candidates of one pick (one reused instance per picker). */
 class Summary {
   minFlight = Infinity;
@@ -142,10 +160,10 @@ class Scoring {
   meanLoad = 0;
   start = 0;
   /**
-   * The affinity key's home: the candidate first in its rendezvous order (an index; -1: no key),
-   * found with the owner. It wins ties, so a prompt that saves nothing anywhere yet (a
-   * conversation's first turn, a prefix no server holds) still lands, at equal score, where the
-   * key's later requests will be credited, on every llm-extproc replica alike.
+   * The affinity key's home: the candidate first in its rendezvous order (an index; -1: no key, or
+   * an owner was found, whose prefix bonus decides instead). It wins ties, so a prompt that saves
+   * nothing anywhere yet (a conversation's first turn, a prefix no server holds) still lands, at
+   * equal score, where the key's later requests will be credited, on every replica alike.
    */
   keyHome = -1;
   /** The model's latency scores by slot (latency-tracker.ts), or undefined: latency does not speak. */
@@ -308,6 +326,8 @@ export class Picker {
     scoring.holds = scoring.useLora ? this.board.markHolders(request.model) : -1;
     scoring.meanLoad = summary.loadSum / summary.eligible;
     scoring.owner = scoring.useAffinity ? this.affinityOwner(set, count, summary, scoring) : -1;
+    // An owner takes the prefix bonus, which decides; without one the key's home breaks ties.
+    scoring.keyHome = scoring.useAffinity && scoring.owner < 0 ? homeOfKey(set, count, scoring.key) : -1;
     scoring.latency = weights.latency > 0 ? this.board.latencyTable(request.model) : undefined;
     scoring.extras = this.extras.length === 0 ? 0 : this.prepareExtras(request, scoring);
     // From a random start, so that ties go to a random endpoint (the key's home excepted: rank).
@@ -405,16 +425,9 @@ export class Picker {
     const costs = this.costsOf(set);
     let owner = -1;
     let ownerWeight = -1;
-    let topWeight = -1;
-    scoring.keyHome = -1;
     for (let j = 0; j < count; j++) {
       const i = all ? j : order[j];
       if (excluded[i] === 1) continue;
-      const w = mixedRendezvousWeight(key, records[2 * i + 1]);
-      if (w > topWeight) {
-        topWeight = w;
-        scoring.keyHome = i;
-      }
       const at = records[2 * i];
       if (saturates && !canTake(signals, at, saturationLimits[i])) continue;
       // Owners must be known to be within bounds: when any candidate reports metrics, one that
@@ -426,6 +439,7 @@ export class Picker {
       const others = signals[at + Field.OthersLoad];
       if (isOverloaded(reports ? outstandingLoad(flight, others) : flight, meanLoad, factor, slack)) continue;
       if (precise?.matchedTokens(set.endpoints[i].address) !== undefined) continue;
+      const w = mixedRendezvousWeight(key, records[2 * i + 1]);
       if (w <= ownerWeight) continue;
       const excess = candidateLoad(flight, reports, others) - minLoad;
       if (sharedTokens !== Infinity && !(prefillSavedScore(sharedTokens, bestTokens, excess, costs[set.poolIndex[i]]) > 0)) continue;
@@ -455,7 +469,7 @@ export class Picker {
     const loraWeight = weights.lora;
     const { useLora, holds, start, latency, extras, extraScores, extraWeights } = scoring;
     const { usePrefill, precise, owner, sharedTokens, bestTokens, minLoad } = scoring;
-    const keyHome = scoring.useAffinity ? scoring.keyHome : -1;
+    const keyHome = scoring.keyHome;
     const prefixWeight = weights.prefix;
     const costs = usePrefill ? this.costsOf(set) : this.costScratch;
     const latencyWeight = weights.latency;

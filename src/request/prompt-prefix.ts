@@ -76,19 +76,17 @@ function addContent(out: TextPrefix, content: unknown): void {
  */
 function addMessages(out: TextPrefix, all: readonly unknown[]): void {
   const shared = all.length > 1 ? all.length - 1 : all.length;
-  let opened = false;
   for (let i = 0; i < all.length && !out.full; i++) {
     if (i === shared) out.shared = out.length;
     // The last message is read only for the opening: the new turn of a conversation already opened is not.
-    if (i >= shared && opened) break;
+    if (i >= shared && out.opening >= 0) break;
     const message = all[i];
     if (!isRecord(message)) continue;
     if (typeof message.role === 'string') out.add(message.role);
     addContent(out, message.content);
-    if (!opened && message.role === 'user') {
-      opened = true;
-      out.opening = out.length;
-    } else if (opened && out.exchange < 0 && message.role === 'assistant') out.exchange = out.length;
+    if (out.opening < 0) {
+      if (message.role === 'user') out.opening = out.length;
+    } else if (out.exchange < 0 && message.role === 'assistant') out.exchange = out.length;
   }
 }
 

@@ -495,12 +495,15 @@ function percentile(sorted: readonly number[], q: number): number {
   return sorted.length === 0 ? Number.NaN : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
 }
 
+/** Requests the clients have in flight at once, unless told otherwise (runWorkload). */
+export const DEFAULT_REQUEST_SLOTS = 9;
+
 /** How the clients send the workload (runWorkload). */
 export interface ClientModel {
-  /** Requests at once (default 9). */
+  /** Requests at once (default DEFAULT_REQUEST_SLOTS). */
   readonly concurrency?: number;
   /**
-   * Sessions open at once (default 9, one per request slot: each client sends its next turn the
+   * Sessions open at once (default: one per request slot: each client sends its next turn the
    * moment the answer arrives). With more users than slots a finished turn's follow-up joins the
    * back of the queue of turns ready to send, behind other users' turns, as when people read an
    * answer before they reply: the server that answered it has meanwhile taken other work.
@@ -528,7 +531,7 @@ export async function runWorkload(
   subscribers: readonly KvEventSubscriber[],
   clients: ClientModel = {},
 ): Promise<CacheRun> {
-  const concurrency = clients.concurrency ?? 9;
+  const concurrency = clients.concurrency ?? DEFAULT_REQUEST_SLOTS;
   const users = Math.max(concurrency, clients.users ?? concurrency);
   const clientUsage = clients.clientUsage ?? false;
   const before = await Promise.all(servers.map(serverCounters));
