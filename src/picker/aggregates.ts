@@ -86,8 +86,8 @@ export function candidateLoad(inFlight: number, reporting: boolean, othersLoad: 
 export class LoadAggregates {
   /** In-flight counts of every candidate. */
   readonly inFlight = new CountedExtremes();
-  /** Waiting counts of the candidates that report (those over their queue limit included). */
-  readonly waiting = new CountedExtremes();
+  /** The queue scorer's input (others' waiting) of the candidates that report (those over their queue limit included). */
+  readonly othersWaiting = new CountedExtremes();
   reporting = 0;
   /** Candidates not excluded by their queue limit. */
   eligible = 0;
@@ -101,13 +101,21 @@ export class LoadAggregates {
    * fresh metrics (only then do waiting and the others' load count), and its pool's queue limit.
    * Numbers, not an object: this runs for every signal change.
    */
-  apply(sign: 1 | -1, inFlight: number, reporting: boolean, waiting: number, othersLoad: number, queueLimit: number): void {
+  apply(
+    sign: 1 | -1,
+    inFlight: number,
+    reporting: boolean,
+    waiting: number,
+    othersWaiting: number,
+    othersLoad: number,
+    queueLimit: number,
+  ): void {
     if (sign === 1) this.inFlight.add(inFlight);
     else this.inFlight.remove(inFlight);
     if (reporting) {
       this.reporting += sign;
-      if (sign === 1) this.waiting.add(waiting);
-      else this.waiting.remove(waiting);
+      if (sign === 1) this.othersWaiting.add(othersWaiting);
+      else this.othersWaiting.remove(othersWaiting);
     }
     if (isExcluded(reporting, waiting, queueLimit)) return;
     this.eligible += sign;
@@ -123,7 +131,7 @@ export class LoadAggregates {
 
   clear(): void {
     this.inFlight.clear();
-    this.waiting.clear();
+    this.othersWaiting.clear();
     this.reporting = 0;
     this.eligible = 0;
     this.exactLoadSum = 0;

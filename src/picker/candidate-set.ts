@@ -55,7 +55,7 @@ export class CandidateSet {
    * the ranges in `scoredRanges` and for every candidate not listed in `rescore`.
    */
   readonly loadScores: Float64Array;
-  /** minFlight, maxFlight, minWaiting, maxWaiting that `loadScores` were computed for (NaN: none yet). */
+  /** minFlight, maxFlight, minOthersWaiting, maxOthersWaiting that `loadScores` were computed for (NaN: none yet). */
   readonly scoredRanges = new Float64Array(4).fill(Number.NaN);
   /** Candidates whose signals changed since their load score was computed (each listed once). */
   readonly rescore: Int32Array;
@@ -142,6 +142,7 @@ export class CandidateSet {
           counted[c + Mirror.InFlight],
           counted[c + Mirror.Reporting] === 1,
           counted[c + Mirror.Waiting],
+          counted[c + Mirror.OthersWaiting],
           counted[c + Mirror.OthersLoad],
           this.queueLimits[i],
         );
@@ -182,8 +183,9 @@ export class CandidateSet {
     const inFlight = (counted[c + Mirror.InFlight] = signals[at + Field.InFlight]);
     const reporting = (counted[c + Mirror.Reporting] = signals[at + Field.Reporting]) === 1;
     const waiting = (counted[c + Mirror.Waiting] = signals[at + Field.Waiting]);
+    const othersWaiting = (counted[c + Mirror.OthersWaiting] = signals[at + Field.OthersWaiting]);
     const others = (counted[c + Mirror.OthersLoad] = signals[at + Field.OthersLoad]);
-    this.aggregates.apply(1, inFlight, reporting, waiting, others, this.queueLimits[i]);
+    this.aggregates.apply(1, inFlight, reporting, waiting, othersWaiting, others, this.queueLimits[i]);
     this.excluded[i] = isExcluded(reporting, waiting, this.queueLimits[i]) ? 1 : 0;
   }
 }
@@ -194,7 +196,8 @@ const enum Mirror {
   Reporting = 1,
   Waiting = 2,
   OthersLoad = 3,
-  Stride = 4,
+  OthersWaiting = 4,
+  Stride = 5,
 }
 
 /**
@@ -205,7 +208,7 @@ const enum Mirror {
 export function loadScore(weights: ScorerWeights, signals: Float64Array, at: number, flightRange: Range, waitingRange: Range): number {
   let score = weights.inFlight * inFlightScore(signals[at + Field.InFlight], flightRange);
   if (signals[at + Field.Reporting] === 1) {
-    if (weights.queue > 0) score += weights.queue * queueDepthScore(signals[at + Field.Waiting], waitingRange);
+    if (weights.queue > 0) score += weights.queue * queueDepthScore(signals[at + Field.OthersWaiting], waitingRange);
     if (weights.kvCache > 0) score += weights.kvCache * kvCacheScore(signals[at + Field.KvCacheUsage]);
   }
   return score;

@@ -15,10 +15,11 @@
 // a pass for the aggregates, then the scoring pass.
 //
 //   filters  routable (Ready with an address) · the gateway's subset hint · the pool's queue limit
-//   scorers  queue depth · KV-cache use · our in-flight count · prefill saved (the tokens a
+//   scorers  queue depth (less ours, counted live) · KV-cache use · our in-flight count · prefill saved (the tokens a
 //            candidate holds, from its KV events or, without them, the affinity key's owner found
 //            with bounded load before the pass, against the queue it would join) · LoRA affinity ·
-//            recent latency (a replica demoted as much slower than its pool ranks below all others)
+//            recent latency (a replica demoted as much slower than its pool ranks below every
+//            candidate with room in its batch)
 //            · any per-candidate scorer of the table (scorer-table.ts), asked once per pick
 //   room     where flow control is on, a candidate that cannot take a request without queueing
 //            past its pool's saturation limits (saturation.ts) ranks below every one that can, and
@@ -31,7 +32,7 @@ import type { Endpoint, PoolView } from '../endpoints/model.js';
 import { candidateLoad, isExcluded } from './aggregates.js';
 import { mixedRendezvousWeight } from './rendezvous.js';
 import { canTake, isSaturated } from './saturation.js';
-import { isOverloaded, loraAffinityScore, outstandingLoad, prefillSavedScore } from './scorers.js';
+import { hasBatchRoom, isOverloaded, loraAffinityScore, outstandingLoad, prefillSavedScore } from './scorers.js';
 import type { PrefillCosts, Range } from './scorers.js';
 import { Field, LATENCY_DEMOTED, LATENCY_NEUTRAL } from './signals.js';
 import type { SignalBoard } from './signals.js';
@@ -128,9 +129,9 @@ function homeOfKey(set: CandidateSet, count: number, key: number): number {
 class Summary {
   minFlight = Infinity;
   maxFlight = -Infinity;
-  /** Among candidates that report metrics (excluded ones included). */
-  minWaiting = Infinity;
-  maxWaiting = -Infinity;
+  /** The queue scorer's range: others' waiting among candidates that report metrics (excluded ones included). */
+  minOthersWaiting = Infinity;
+  maxOthersWaiting = -Infinity;
   reporting = 0;
   /** Not excluded by their pool's queue limit. */
   eligible = 0;
@@ -184,8 +185,8 @@ function summarise(set: CandidateSet, count: number, signals: Float64Array, out:
   const all = count === set.size;
   let minFlight = Infinity;
   let maxFlight = -Infinity;
-  let minWaiting = Infinity;
-  let maxWaiting = -Infinity;
+  let minOthersWaiting = Infinity;
+  let maxOthersWaiting = -Infinity;
   let reporting = 0;
   let eligible = 0;
   let loadSum = 0;
@@ -197,11 +198,11 @@ function summarise(set: CandidateSet, count: number, signals: Float64Array, out:
     if (flight < minFlight) minFlight = flight;
     if (flight > maxFlight) maxFlight = flight;
     if (signals[at + Field.Reporting] === 1) {
-      const waiting = signals[at + Field.Waiting];
+      const othersWaiting = signals[at + Field.OthersWaiting];
       reporting++;
-      if (waiting < minWaiting) minWaiting = waiting;
-      if (waiting > maxWaiting) maxWaiting = waiting;
-      if (isExcluded(true, waiting, queueLimits[i])) {
+      if (othersWaiting < minOthersWaiting) minOthersWaiting = othersWaiting;
+      if (othersWaiting > maxOthersWaiting) maxOthersWaiting = othersWaiting;
+      if (isExcluded(true, signals[at + Field.Waiting], queueLimits[i])) {
         excluded[i] = 1;
         continue;
       }
@@ -217,13 +218,46 @@ function summarise(set: CandidateSet, count: number, signals: Float64Array, out:
   }
   out.minFlight = minFlight;
   out.maxFlight = maxFlight;
-  out.minWaiting = minWaiting;
-  out.maxWaiting = maxWaiting;
+  out.minOthersWaiting = minOthersWaiting;
+  out.maxOthersWaiting = maxOthersWaiting;
   out.reporting = reporting;
   out.eligible = eligible;
   out.loadSum = loadSum;
   out.minLoad = minLoad;
   return out;
+}
+
+/**
+ * Whether any eligible candidate that is not demoted for latency can take a request into its batch
+ * now (scorers.ts hasBatchRoom: a limit not known yet counts as room; flow control's saturation
+ * limits, where set, count too).
+ */
+function roomOutsideDemoted(set: CandidateSet, count: number, signals: Float64Array, latency: Float64Array): boolean {
+  const { order, excluded, records, saturates, saturationLimits } = set;
+  const all = count === set.size;
+  for (let j = 0; j < count; j++) {
+    const i = all ? j : order[j];
+    if (excluded[i] === 1) continue;
+    const at = records[2 * i];
+    const slot = at / Field.Stride;
+    if (slot < latency.length && latency[slot] === LATENCY_DEMOTED) continue;
+    if (saturates && !canTake(signals, at, saturationLimits[i])) continue;
+    const outstanding = candidateLoad(signals[at + Field.InFlight], signals[at + Field.Reporting] === 1, signals[at + Field.OthersLoad]);
+    if (hasBatchRoom(outstanding, signals[at + Field.BatchLimit])) return true;
+  }
+  return false;
+}
+
+/** The shortest queue the candidates report (a pass: only a pick that sheds asks). */
+function shortestReportedQueue(set: CandidateSet, count: number, signals: Float64Array): number {
+  const { order, records } = set;
+  const all = count === set.size;
+  let shortest = Infinity;
+  for (let j = 0; j < count; j++) {
+    const at = records[2 * (all ? j : order[j])];
+    if (signals[at + Field.Reporting] === 1 && signals[at + Field.Waiting] < shortest) shortest = signals[at + Field.Waiting];
+  }
+  return shortest;
 }
 
 /** The least outstanding load among a set's eligible candidates (a pass; the kept aggregates do not count it). */
@@ -307,7 +341,8 @@ export class Picker {
     const incremental = count === set.size && count >= INCREMENTAL_FROM;
     // Read after compiling: compiling may add slots, and growing the board replaces the array.
     const summary = incremental ? this.aggregated(set) : summarise(set, count, this.board.signals, this.summary);
-    if (summary.eligible === 0) return { kind: 'shed', pools: this.poolsOf(set, count), shortestQueue: summary.minWaiting };
+    if (summary.eligible === 0)
+      return { kind: 'shed', pools: this.poolsOf(set, count), shortestQueue: shortestReportedQueue(set, count, this.board.signals) };
 
     const scoring = this.scoring;
     scoring.useAffinity = weights.prefix > 0 && request.affinityKey !== undefined;
@@ -370,8 +405,8 @@ export class Picker {
     const out = this.summary;
     out.minFlight = aggregates.inFlight.min;
     out.maxFlight = aggregates.inFlight.max;
-    out.minWaiting = aggregates.waiting.min;
-    out.maxWaiting = aggregates.waiting.max;
+    out.minOthersWaiting = aggregates.othersWaiting.min;
+    out.maxOthersWaiting = aggregates.othersWaiting.max;
     out.reporting = aggregates.reporting;
     out.eligible = aggregates.eligible;
     out.loadSum = aggregates.loadSum ?? set.sumLoads();
@@ -387,7 +422,7 @@ export class Picker {
     const signals = this.board.signals;
     const { records, loadScores, scoredRanges: ranges } = set;
     const flightRange: Range = { min: summary.minFlight, max: summary.maxFlight };
-    const waitingRange: Range = { min: summary.minWaiting, max: summary.maxWaiting };
+    const waitingRange: Range = { min: summary.minOthersWaiting, max: summary.maxOthersWaiting };
     if (
       ranges[0] !== flightRange.min ||
       ranges[1] !== flightRange.max ||
@@ -465,7 +500,7 @@ export class Picker {
     // Without kept load scores (a small set, a subset hint) they are computed here, over these ranges.
     const fresh = loadScores === undefined;
     const flightRange: Range = { min: summary.minFlight, max: summary.maxFlight };
-    const waitingRange: Range = { min: summary.minWaiting, max: summary.maxWaiting };
+    const waitingRange: Range = { min: summary.minOthersWaiting, max: summary.maxOthersWaiting };
     const loraWeight = weights.lora;
     const { useLora, holds, start, latency, extras, extraScores, extraWeights } = scoring;
     const { usePrefill, precise, owner, sharedTokens, bestTokens, minLoad } = scoring;
@@ -479,6 +514,8 @@ export class Picker {
     const { saturates, saturationLimits } = set;
     const limit = this.k + 1;
     const topScore = this.topScore;
+    // Whether a candidate that is not demoted has room in its batch (-1: not asked yet; asked at the first demoted one).
+    let roomElsewhere = -1;
     let kept = 0;
     let saver = -1;
     let saverBonus = 0;
@@ -525,11 +562,23 @@ export class Picker {
       if (latency !== undefined) {
         const slot = at / Field.Stride;
         const value = slot < latency.length ? latency[slot] : LATENCY_NEUTRAL;
-        // A penalty, 0 for a replica as fast as its pool (latencyScore's band): while every
-        // replica is, each score is the very number it is without latency, so the picks are too
-        // by construction; adding the weight to every candidate would leave that to the rounding
-        // of every sum.
-        score = value === LATENCY_DEMOTED ? demotedScore + score : score + latencyWeight * (value - LATENCY_NEUTRAL);
+        if (value === LATENCY_DEMOTED) {
+          // Below every candidate with room in its batch. When none has any and this one has, it
+          // is scored as they are: a free slot on a slow replica starts the request sooner than a
+          // queue anywhere (`npm run simulate`, short prompts with a slow replica: ranked below
+          // every other, its idle slots went unused in bursts and the p99 queue wait rose above
+          // least in-flight's).
+          if (roomElsewhere < 0) roomElsewhere = roomOutsideDemoted(set, count, signals, latency) ? 1 : 0;
+          const reports = signals[at + Field.Reporting] === 1;
+          const outstanding = candidateLoad(signals[at + Field.InFlight], reports, signals[at + Field.OthersLoad]);
+          if (roomElsewhere === 1 || full || !hasBatchRoom(outstanding, signals[at + Field.BatchLimit])) score += demotedScore;
+        } else {
+          // A penalty, 0 for a replica as fast as its pool (latencyScore's band): while every
+          // replica is, each score is the very number it is without latency, so the picks are too
+          // by construction; adding the weight to every candidate would leave that to the rounding
+          // of every sum.
+          score += latencyWeight * (value - LATENCY_NEUTRAL);
+        }
       }
       if (full) score += fullScore;
       // The key's home wins ties, and only ties: the nudge is far below any scorer's resolution.

@@ -430,7 +430,12 @@ function sessionScorer({ settings }: ScorerContext<SessionSettings>): CandidateS
 
 /** The scorers, in the order their weighted scores are added up. */
 export const SCORERS = {
-  queue: { weight: 1, prefers: 'Model-server queue depth (num_requests_waiting), shorter first.', runs: 'built-in' },
+  queue: {
+    weight: 1,
+    prefers:
+      'Model-server queue depth (num_requests_waiting) less our requests in flight there when it was reported (counted live by inFlight), shorter first.',
+    runs: 'built-in',
+  },
   kvCache: { weight: 1, prefers: 'KV-cache utilisation, emptier first.', runs: 'built-in' },
   inFlight: { weight: 1, prefers: 'Our own in-flight requests per endpoint, fewer first.', runs: 'built-in' },
   // One scorer, the prefill saved, fed per candidate by one of two sources: the tokens its own

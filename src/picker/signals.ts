@@ -8,7 +8,7 @@
 // count at that moment, so that the picker can tell our share of the reported load (which it
 // knows live) from everyone else's (which only the next scrape updates).
 
-import { othersLoad, type PrefillCosts } from './scorers.js';
+import { observedBatchLimit, othersLoad, othersWaiting, type PrefillCosts } from './scorers.js';
 
 /** Why an endpoint's model-server metrics cannot be used right now. */
 export type MetricsState =
@@ -59,14 +59,23 @@ export const enum Field {
   OthersLoad = 3,
   /** NaN when the server does not report it. */
   KvCacheUsage = 4,
+  /**
+   * The reported queue beyond ours in flight to the server when the report was taken
+   * (scorers.ts, othersWaiting): the queue scorer's input. Waiting above is the whole queue, for
+   * the pool's queue limit and flow control.
+   */
+  OthersWaiting = 5,
+  /** How many requests the server runs at once, as its reports showed it (observedBatchLimit); NaN until one did. */
+  BatchLimit = 6,
+  // What every pick reads comes first (one cache line); the LoRA fields only a LoRA pick reads.
   /** How many LoRA adapters the server runs or loads. */
-  AdapterCount = 5,
+  AdapterCount = 7,
   /** The server's own `max_lora`; Infinity when it does not say. */
-  MaxAdapters = 6,
+  MaxAdapters = 8,
   /** Scratch for one pick: equals the pick's stamp where the server holds the requested adapter. */
-  AdapterMark = 7,
+  AdapterMark = 9,
   /** Numbers per record. */
-  Stride = 8,
+  Stride = 10,
 }
 
 /** A slot's record as it is before anything is known. */
@@ -75,11 +84,12 @@ function resetRecord(signals: Float64Array, slot: number): void {
   signals.fill(0, at, at + Field.Stride);
   signals[at + Field.KvCacheUsage] = Number.NaN;
   signals[at + Field.MaxAdapters] = Number.POSITIVE_INFINITY;
+  signals[at + Field.BatchLimit] = Number.NaN;
 }
 
 /** Latency score of an endpoint as fast as its pool's median, or not measured yet. */
 export const LATENCY_NEUTRAL = 1;
-/** Latency "score" of a replica demoted as much slower than its pool: ranked below every other. */
+/** Latency "score" of a replica demoted as much slower than its pool: ranked below every candidate with room in its batch (picker.ts). */
 export const LATENCY_DEMOTED = -1;
 
 /** No slot: the cell left the board (its address left the view with nothing in flight). */
@@ -111,6 +121,11 @@ class SignalCell {
 
   get slot(): number {
     return this.slotIndex;
+  }
+
+  /** How many requests the server runs at once, as its reports showed it (NaN: none has queued yet). */
+  get batchLimit(): number {
+    return this.slotIndex === DETACHED ? Number.NaN : this.board.signals[this.slotIndex * Field.Stride + Field.BatchLimit];
   }
 
   /** Requests we routed here that have not finished. */
@@ -160,6 +175,8 @@ class SignalCell {
     const at = this.slotIndex * Field.Stride;
     signals[at + Field.Waiting] = load.waiting;
     signals[at + Field.OthersLoad] = othersLoad(load.waiting, load.running, this.inFlightAtReport);
+    signals[at + Field.OthersWaiting] = othersWaiting(load.waiting, this.inFlightAtReport);
+    signals[at + Field.BatchLimit] = observedBatchLimit(signals[at + Field.BatchLimit], load.waiting, load.running);
     signals[at + Field.KvCacheUsage] = load.kvCacheUsage ?? Number.NaN;
     signals[at + Field.AdapterCount] = this.adapters.size;
     signals[at + Field.MaxAdapters] = load.maxAdapters ?? Number.POSITIVE_INFINITY;
@@ -223,6 +240,8 @@ export interface SignalSnapshot {
   readonly kvCacheUsage?: number;
   readonly runningAdapters?: readonly string[];
   readonly waitingAdapters?: readonly string[];
+  /** How many requests the server runs at once, as its reports showed it (absent until one queued). */
+  readonly batchLimit?: number;
   readonly scrapedAt?: string;
   readonly lastError?: string;
 }
@@ -370,6 +389,7 @@ export class SignalBoard {
             runningAdapters: load.runningAdapters,
             waitingAdapters: load.waitingAdapters,
           }),
+      ...(Number.isNaN(cell.batchLimit) ? {} : { batchLimit: cell.batchLimit }),
       ...(cell.scrapedAt === 0 ? {} : { scrapedAt: new Date(cell.scrapedAt).toISOString() }),
       ...(cell.lastError === '' ? {} : { lastError: cell.lastError }),
     };

@@ -64,6 +64,15 @@ const POOLS: PoolView[] = [
 ];
 const LIMIT = 6;
 
+/**
+ * The queue scorer's input: the part of a reported queue that was not ours when it was reported
+ * (an unreadable gauge, NaN, counts as none).
+ */
+function queueNotOurs(waiting: number, ourInFlightThen: number): number {
+  const beyondOurs = waiting - ourInFlightThen;
+  return beyondOurs > 0 ? beyondOurs : 0;
+}
+
 /** The aggregates as a pass over the candidates from scratch computes them, in candidate order. */
 function fromScratch(board: SignalBoard, set: CandidateSet) {
   let minFlight = Infinity;
@@ -87,8 +96,9 @@ function fromScratch(board: SignalBoard, set: CandidateSet) {
       continue;
     }
     reporting++;
-    if (load.waiting < minWaiting) minWaiting = load.waiting;
-    if (load.waiting > maxWaiting) maxWaiting = load.waiting;
+    const othersWaiting = queueNotOurs(load.waiting, cell?.inFlightAtReport ?? 0);
+    if (othersWaiting < minWaiting) minWaiting = othersWaiting;
+    if (othersWaiting > maxWaiting) maxWaiting = othersWaiting;
     const limit = endpoint.pool === 'limited' ? LIMIT : Infinity;
     if (load.waiting >= limit) {
       excluded.push(1);
@@ -108,8 +118,8 @@ function incremental(set: CandidateSet) {
   return {
     minFlight: a.inFlight.min,
     maxFlight: a.inFlight.max,
-    minWaiting: a.waiting.min,
-    maxWaiting: a.waiting.max,
+    minWaiting: a.othersWaiting.min,
+    maxWaiting: a.othersWaiting.max,
     reporting: a.reporting,
     eligible: a.eligible,
     loadSum: a.loadSum ?? set.sumLoads(),
@@ -236,7 +246,7 @@ describe('incremental pick aggregates', () => {
               const load = cell?.usableLoad();
               let score = DEFAULT_WEIGHTS.inFlight * inFlightScore(cell?.inFlight ?? 0, flightRange);
               if (load !== undefined) {
-                score += DEFAULT_WEIGHTS.queue * queueDepthScore(load.waiting, waitingRange);
+                score += DEFAULT_WEIGHTS.queue * queueDepthScore(queueNotOurs(load.waiting, cell?.inFlightAtReport ?? 0), waitingRange);
                 score += DEFAULT_WEIGHTS.kvCache * kvCacheScore(load.kvCacheUsage);
               }
               assert.ok(

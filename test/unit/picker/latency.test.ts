@@ -12,7 +12,7 @@ import { Picker } from '../../../src/picker/picker.js';
 import { DEFAULT_WEIGHTS } from '../../../src/picker/settings.js';
 import { DEFAULT_LATENCY } from '../../../src/picker/scorer-table.js';
 import type { LatencySettings } from '../../../src/picker/scorer-table.js';
-import { LATENCY_DEMOTED, LATENCY_NEUTRAL, SignalBoard } from '../../../src/picker/signals.js';
+import { LATENCY_DEMOTED, LATENCY_NEUTRAL, recordScrape, SignalBoard } from '../../../src/picker/signals.js';
 
 const H = 1000;
 const FLOOR = { ttftSeconds: 0.02, tpotSeconds: 0.002 };
@@ -227,6 +227,38 @@ describe('LatencyTracker: passive outlier handling', () => {
     warm(b, { [FAST_A]: 0.1, [FAST_B]: 0.1, [SLOW]: 0.3 });
     const outcome = pickerOn(b.board).pick(pools([SLOW]), { model: 'm' });
     assert.ok(outcome.kind === 'picked' && outcome.endpoints[0].address === SLOW);
+  });
+
+  it("a demoted replica takes a request when every other replica's batch is full, as their reports showed it, and only while it has room itself", () => {
+    const b = bed();
+    warm(b, { [FAST_A]: 0.1, [FAST_B]: 0.1, [SLOW]: 0.3 });
+    const scrape = (address: string, waiting: number, running: number): void =>
+      recordScrape(
+        b.board.cell(address),
+        { waiting, running, kvCacheUsage: 0.5, runningAdapters: [], waitingAdapters: [], maxAdapters: undefined },
+        0,
+      );
+    const first = (): string => {
+      const outcome = pickerOn(b.board).pick(pools(), { model: 'm' });
+      assert.equal(outcome.kind, 'picked');
+      return outcome.kind === 'picked' ? outcome.endpoints[0].address : '';
+    };
+    // Nothing known of any batch yet: a limit never seen counts as room, and the demoted replica waits.
+    scrape(FAST_A, 0, 4);
+    scrape(FAST_B, 0, 4);
+    scrape(SLOW, 0, 1);
+    assert.notEqual(first(), SLOW);
+    // Both fast replicas queue behind 4 running: their batches hold 4, and both are full.
+    scrape(FAST_A, 2, 4);
+    scrape(FAST_B, 1, 4);
+    assert.equal(first(), SLOW);
+    // One fast replica drains to 3 running: it has room again, and takes the request before the slow one.
+    scrape(FAST_B, 0, 3);
+    assert.equal(first(), FAST_B);
+    // Every fast batch full again, and the slow replica's own too (it queues behind 1): it stays below.
+    scrape(FAST_B, 1, 4);
+    scrape(SLOW, 1, 1);
+    assert.notEqual(first(), SLOW);
   });
 
   it('somewhat slower (under the outlier factor) is scored down, not demoted', () => {

@@ -267,6 +267,21 @@ describe('pipeline: model-server load', () => {
     });
   }
 
+  it("a queue that was ours when reported is not scored again: our in-flight count has it live, the others' share comes from the report", () => {
+    const board = new SignalBoard();
+    // a:1 queued our 3 requests when scraped, and they have ended since; b:1 queues 1 of someone else's.
+    inFlight(board, { 'a:1': 3 });
+    report(board, { 'a:1': { waiting: 3, running: 0 }, 'b:1': { waiting: 1, running: 0 } });
+    inFlight(board, { 'a:1': 0 });
+    const p = picker(board, { weights: { ...DEFAULT_WEIGHTS, prefix: 0, lora: 0 }, fallbacks: 1 });
+    assert.deepEqual(addresses(p.pick([poolOf('p', [ep('a:1'), ep('b:1')])], { model: 'm' })), ['a:1', 'b:1']);
+    // The same queue at a:1 when none of it was ours: three strangers wait there, and b:1 comes first.
+    const strangers = new SignalBoard();
+    report(strangers, { 'a:1': { waiting: 3, running: 0 }, 'b:1': { waiting: 1, running: 0 } });
+    const q = picker(strangers, { weights: { ...DEFAULT_WEIGHTS, prefix: 0, lora: 0 }, fallbacks: 1 });
+    assert.deepEqual(addresses(q.pick([poolOf('p', [ep('a:1'), ep('b:1')])], { model: 'm' })), ['b:1', 'a:1']);
+  });
+
   it('a stale report counts as unknown', () => {
     const board = new SignalBoard();
     report(board, { 'a:1': { waiting: 0 }, 'b:1': { waiting: 5 } });
@@ -290,6 +305,14 @@ describe('pipeline: queue limit and shedding', () => {
 
   it('every endpoint at its limit: shed, naming the pools and the shortest queue', () => {
     const board = new SignalBoard();
+    report(board, { 'a:1': { waiting: 12 }, 'b:1': { waiting: 10 } });
+    const outcome = picker(board, { poolPolicy: policy({ p: 10 }) }).pick([poolOf('p', [ep('a:1'), ep('b:1')])], { model: 'm' });
+    assert.deepEqual(outcome, { kind: 'shed', pools: ['p'], shortestQueue: 10 });
+  });
+
+  it('the shortest queue named when shedding is the whole reported queue, ours included', () => {
+    const board = new SignalBoard();
+    inFlight(board, { 'a:1': 12, 'b:1': 10 });
     report(board, { 'a:1': { waiting: 12 }, 'b:1': { waiting: 10 } });
     const outcome = picker(board, { poolPolicy: policy({ p: 10 }) }).pick([poolOf('p', [ep('a:1'), ep('b:1')])], { model: 'm' });
     assert.deepEqual(outcome, { kind: 'shed', pools: ['p'], shortestQueue: 10 });

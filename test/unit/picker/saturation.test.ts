@@ -5,7 +5,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { canTake, DEFAULT_SATURATION, isSaturated, OPEN_POOL } from '../../../src/picker/saturation.js';
 import type { SaturationLimits } from '../../../src/picker/saturation.js';
-import { SignalBoard } from '../../../src/picker/signals.js';
+import { Field, SignalBoard } from '../../../src/picker/signals.js';
 
 const LIMITS: SaturationLimits = { ...DEFAULT_SATURATION, maxInFlight: 4, scraped: true };
 
@@ -17,7 +17,7 @@ function report(b: SignalBoard, address: string, waiting: number, kv: number | u
   const cell = b.cell(address);
   cell.storeReport({ waiting, running: 4, kvCacheUsage: kv, runningAdapters: [], waitingAdapters: [], maxAdapters: undefined });
   cell.metricsState = 'fresh';
-  return cell.slot * 8;
+  return cell.slot * Field.Stride;
 }
 
 describe('saturation', () => {

@@ -2,12 +2,15 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
+  hasBatchRoom,
   inFlightScore,
   isOverloaded,
   kvCacheScore,
   loraAffinityScore,
   lowerIsBetter,
+  observedBatchLimit,
   othersLoad,
+  othersWaiting,
   outstandingLoad,
   prefillSavedScore,
   queueDepthScore,
@@ -133,6 +136,39 @@ describe('othersLoad: the reported load that is not ours', () => {
   for (const c of cases)
     it(`${c.waiting} waiting + ${String(c.running)} running, ${c.oursThen} ours then → ${c.expected} (${c.why})`, () =>
       assert.equal(othersLoad(c.waiting, c.running, c.oursThen), c.expected));
+});
+
+describe("othersWaiting: the reported queue that is not ours (the queue scorer's input)", () => {
+  const cases: ReadonlyArray<{ waiting: number; oursThen: number; expected: number; why: string }> = [
+    { waiting: 5, oursThen: 0, expected: 5, why: 'all of it is others' },
+    { waiting: 5, oursThen: 2, expected: 3, why: 'at most ours were queued: the rest is others' },
+    { waiting: 3, oursThen: 8, expected: 0, why: 'one llm-extproc replica: the whole queue can be ours' },
+    { waiting: Number.NaN, oursThen: 0, expected: 0, why: 'an unreadable gauge counts as nothing' },
+  ];
+  for (const c of cases)
+    it(`${c.waiting} waiting, ${c.oursThen} ours then → ${c.expected} (${c.why})`, () =>
+      assert.equal(othersWaiting(c.waiting, c.oursThen), c.expected));
+});
+
+describe('observedBatchLimit and hasBatchRoom: how many a server runs at once, as its reports show it', () => {
+  const cases: ReadonlyArray<{ previous: number; waiting: number; running: number; expected: number; why: string }> = [
+    { previous: Number.NaN, waiting: 0, running: 5, expected: Number.NaN, why: 'no queue yet: only room for what runs, no limit' },
+    { previous: Number.NaN, waiting: 2, running: 8, expected: 8, why: 'a queue: the batch is full at what runs' },
+    { previous: 8, waiting: 0, running: 10, expected: 10, why: 'more running than the limit: it was higher' },
+    { previous: 8, waiting: 0, running: 3, expected: 8, why: 'fewer running without a queue says nothing new' },
+    { previous: 8, waiting: 1, running: 6, expected: 6, why: 'a queue behind fewer: the KV cache holds no more now' },
+    { previous: 8, waiting: 1, running: Number.NaN, expected: 8, why: 'an unreadable batch gauge changes nothing' },
+  ];
+  for (const c of cases)
+    it(`${c.previous} then ${c.waiting} waiting behind ${c.running} running → ${c.expected} (${c.why})`, () =>
+      assert.ok(Object.is(observedBatchLimit(c.previous, c.waiting, c.running), c.expected)));
+
+  it('room: below the limit; a limit not known yet is room', () => {
+    assert.equal(hasBatchRoom(7, 8), true);
+    assert.equal(hasBatchRoom(8, 8), false);
+    assert.equal(hasBatchRoom(12, 8), false);
+    assert.equal(hasBatchRoom(100, Number.NaN), true);
+  });
 });
 
 describe('outstandingLoad: the others from the report plus ours now', () => {

@@ -54,6 +54,8 @@ describe('MetricsScraper', () => {
         kvCacheUsage: 0.5,
         runningAdapters: ['sql'],
         waitingAdapters: [],
+        // It queues 4 behind 2 running: its batch holds 2 now.
+        batchLimit: 2,
         scrapedAt: board.snapshot(ok.address).scrapedAt,
       });
       assert.deepEqual(board.snapshot(broken.address), { inFlight: 0, metrics: 'failing', lastError: 'HTTP 500' });
