@@ -82,7 +82,7 @@ export class Metrics {
 
   private readonly slowReplicas = new Gauge({
     name: 'llm_extproc_slow_replicas',
-    help: 'Endpoints currently demoted as much slower than their pool (they take requests only as fallbacks, and an occasional probe).',
+    help: 'Endpoints currently demoted as much slower than their pool (they take requests only as fallbacks, when no other replica has room in its batch, and an occasional probe).',
     labelNames: ['pool'] as const,
     registers: [this.registry],
     collect: () => {

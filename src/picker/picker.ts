@@ -19,7 +19,7 @@
 //            candidate holds, from its KV events or, without them, the affinity key's owner found
 //            with bounded load before the pass, against the queue it would join) · LoRA affinity ·
 //            recent latency (a replica demoted as much slower than its pool ranks below every
-//            candidate with room in its batch)
+//            replica that is not, while one of those has room in its batch)
 //            · any per-candidate scorer of the table (scorer-table.ts), asked once per pick
 //   room     where flow control is on, a candidate that cannot take a request without queueing
 //            past its pool's saturation limits (saturation.ts) ranks below every one that can, and
@@ -316,7 +316,8 @@ export class Picker {
     this.defaultCosts = options.prefillCosts ?? prefillCostsOf(sectionDefaults(SCORERS).prefix);
     let extraWeight = 0;
     for (const extra of this.extras) extraWeight += extra.weight;
-    // Below what any other replica can score, so a demoted one leads only when no other is eligible.
+    // Below what any other replica can score, so a demoted one leads only when no other is
+    // eligible, or none of the others has room in its batch (rank).
     this.demotedScore = -(builtInWeight(SCORERS, options.weights) + extraWeight + 1);
     this.topIndex = new Int32Array(this.k + 2);
     this.topScore = new Float64Array(this.k + 2);
@@ -563,8 +564,8 @@ export class Picker {
         const slot = at / Field.Stride;
         const value = slot < latency.length ? latency[slot] : LATENCY_NEUTRAL;
         if (value === LATENCY_DEMOTED) {
-          // Below every candidate with room in its batch. When none has any and this one has, it
-          // is scored as they are: a free slot on a slow replica starts the request sooner than a
+          // Below every replica that is not demoted, while one of them has room in its batch. When
+          // none has any and this one has, it is scored as they are: a free slot on a slow replica starts the request sooner than a
           // queue anywhere (`npm run simulate`, short prompts with a slow replica: ranked below
           // every other, its idle slots went unused in bursts and the p99 queue wait rose above
           // least in-flight's).

@@ -459,7 +459,8 @@ export const SCORERS = {
     runs: 'built-in',
   },
   // Above every other scorer together: a session stays on its replica unless the replica is
-  // saturated (its score is then 0), excluded by its pool's queue limit, demoted as slow, or gone.
+  // saturated (its score is then 0), excluded by its pool's queue limit, demoted as slow while
+  // another replica has room in its batch, or gone.
   session: {
     weight: 100,
     prefers: "Session affinity: the replica a session's earlier turns went to (header picker.session.header), while it is not saturated.",

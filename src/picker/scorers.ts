@@ -105,7 +105,8 @@ export function othersLoad(waiting: number, running: number | undefined, ourInFl
  * count there when it was taken, never below 0. Ours are counted live by the in-flight scorer;
  * scored again from a report up to a scrape interval old, they would count twice, and late: with
  * one llm-extproc replica the whole queue is ours, and the report only lags what we know
- * (`npm run simulate`, short prompts: a p99 queue wait of 117 against 99 ms without it).
+ * (`npm run simulate`, short prompts with a slow replica, latency off: a p99 queue wait of 117 ms
+ * with the whole queue scored, 87 with this).
  * NaN (an unreadable gauge) gives 0.
  */
 export function othersWaiting(waiting: number, ourInFlightThen: number): number {
@@ -114,15 +115,19 @@ export function othersWaiting(waiting: number, ourInFlightThen: number): number 
 }
 
 /**
- * How many requests a model server runs at once, as its reports show it; NaN while none has. A
- * report with a queue shows the batch full: what runs then is the limit now (`max_num_seqs`, or
- * fewer when the KV cache holds no more). One without a queue only shows room for what runs: it
- * raises a known limit, it does not set one.
+ * How many requests a model server runs at once, as its reports show it; NaN until one shows a
+ * queue. A report with a queue behind `running` requests says the batch was full at about that
+ * many (`max_num_seqs`, or fewer while the KV cache holds no more); from then on the most seen
+ * running is the limit. It is never lowered: a queue scraped before the scheduler's next step
+ * (vLLM shows one for a moment while the batch still has room) would otherwise make a replica
+ * with room look full, and send requests to a demoted one; a limit too high only keeps the
+ * demoted one below, as without a limit. A report with nothing running (a server starting, an
+ * unreadable or missing gauge, which the parser reads as 0) says nothing.
  */
 export function observedBatchLimit(previous: number, waiting: number, running: number): number {
-  if (!(running >= 0)) return previous;
-  if (waiting > 0) return running;
-  // NaN (not known) stays NaN: the comparison is false.
+  if (!(running > 0)) return previous;
+  if (waiting > 0 && !(previous >= running)) return running;
+  // NaN (not known) stays NaN without a queue: the comparison is false.
   return running > previous ? running : previous;
 }
 

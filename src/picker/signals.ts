@@ -40,7 +40,7 @@ export interface ServerLoad {
 
 /**
  * The picker's inputs: one record of `Field.Stride` numbers per slot in one Float64Array, so a
- * candidate's signals share a cache line and the picker's loops index a single array.
+ * candidate's signals sit together and the picker's loops index a single array.
  */
 export const enum Field {
   /** Requests we routed here that have not finished. */
@@ -67,7 +67,7 @@ export const enum Field {
   OthersWaiting = 5,
   /** How many requests the server runs at once, as its reports showed it (observedBatchLimit); NaN until one did. */
   BatchLimit = 6,
-  // What every pick reads comes first (one cache line); the LoRA fields only a LoRA pick reads.
+  // What every pick reads comes first; the LoRA fields after them, which only a LoRA pick reads.
   /** How many LoRA adapters the server runs or loads. */
   AdapterCount = 7,
   /** The server's own `max_lora`; Infinity when it does not say. */
@@ -89,7 +89,10 @@ function resetRecord(signals: Float64Array, slot: number): void {
 
 /** Latency score of an endpoint as fast as its pool's median, or not measured yet. */
 export const LATENCY_NEUTRAL = 1;
-/** Latency "score" of a replica demoted as much slower than its pool: ranked below every candidate with room in its batch (picker.ts). */
+/**
+ * Latency "score" of a replica demoted as much slower than its pool: ranked below every replica
+ * that is not, while one of those has room in its batch (picker.ts).
+ */
 export const LATENCY_DEMOTED = -1;
 
 /** No slot: the cell left the board (its address left the view with nothing in flight). */

@@ -186,10 +186,10 @@ function firstPicks(picker: Picker, n: number): Map<string, number> {
   return counts;
 }
 
-function pickerOn(board: SignalBoard, draws: readonly number[] = [0, 0.34, 0.67]): Picker {
+function pickerOn(board: SignalBoard, draws: readonly number[] = [0, 0.34, 0.67], weights = DEFAULT_WEIGHTS): Picker {
   let i = 0;
   return new Picker(board, {
-    weights: DEFAULT_WEIGHTS,
+    weights,
     fallbacks: 2,
     boundedLoad: { factor: 1.1, slack: 1 },
     maxAdaptersPerServer: 4,
@@ -243,21 +243,32 @@ describe('LatencyTracker: passive outlier handling', () => {
       assert.equal(outcome.kind, 'picked');
       return outcome.kind === 'picked' ? outcome.endpoints[0].address : '';
     };
+    // Without latency the slow replica would lead every pick below: one request of ours is in flight
+    // at each fast replica and none at the slow one, and their queues are alike.
+    const blind = (): string => {
+      const outcome = pickerOn(b.board, [0], { ...DEFAULT_WEIGHTS, latency: 0 }).pick(pools(), { model: 'm' });
+      return outcome.kind === 'picked' ? outcome.endpoints[0].address : '';
+    };
+    b.board.cell(FAST_A).inFlight = 1;
+    b.board.cell(FAST_B).inFlight = 1;
     // Nothing known of any batch yet: a limit never seen counts as room, and the demoted replica waits.
     scrape(FAST_A, 0, 4);
     scrape(FAST_B, 0, 4);
     scrape(SLOW, 0, 1);
+    assert.equal(blind(), SLOW);
     assert.notEqual(first(), SLOW);
-    // Both fast replicas queue behind 4 running: their batches hold 4, and both are full.
+    // Both fast replicas queue 2 behind 4 running: their batches hold 4, and with ours both are full.
     scrape(FAST_A, 2, 4);
-    scrape(FAST_B, 1, 4);
+    scrape(FAST_B, 2, 4);
     assert.equal(first(), SLOW);
-    // One fast replica drains to 3 running: it has room again, and takes the request before the slow one.
+    // One fast replica drains to 3 running (its limit stays 4): it has room again, and takes the request.
     scrape(FAST_B, 0, 3);
+    assert.equal(blind(), SLOW);
     assert.equal(first(), FAST_B);
     // Every fast batch full again, and the slow replica's own too (it queues behind 1): it stays below.
-    scrape(FAST_B, 1, 4);
+    scrape(FAST_B, 2, 4);
     scrape(SLOW, 1, 1);
+    assert.equal(blind(), SLOW);
     assert.notEqual(first(), SLOW);
   });
 
@@ -344,14 +355,7 @@ describe('LatencyTracker: passive outlier handling', () => {
     warm(b, { [FAST_A]: 0.1, [FAST_B]: 0.1, [SLOW]: 0.3 });
     const picker = pickerOn(b.board);
     // Find a key the slow replica owns (rendezvous over the three), from the picker itself with latency off.
-    const plain = new Picker(new SignalBoard(), {
-      weights: { ...DEFAULT_WEIGHTS, latency: 0 },
-      fallbacks: 2,
-      boundedLoad: { factor: 1.1, slack: 1 },
-      maxAdaptersPerServer: 4,
-      poolPolicy: () => ({}),
-      random: () => 0,
-    });
+    const plain = pickerOn(new SignalBoard(), [0], { ...DEFAULT_WEIGHTS, latency: 0 });
     const owned = Array.from({ length: 64 }, (_, k) => k + 1).filter((key) => {
       const o = plain.pick(pools(), { model: 'm', affinityKey: key });
       return o.kind === 'picked' && o.endpoints[0].address === SLOW;

@@ -156,7 +156,21 @@ describe('observedBatchLimit and hasBatchRoom: how many a server runs at once, a
     { previous: Number.NaN, waiting: 2, running: 8, expected: 8, why: 'a queue: the batch is full at what runs' },
     { previous: 8, waiting: 0, running: 10, expected: 10, why: 'more running than the limit: it was higher' },
     { previous: 8, waiting: 0, running: 3, expected: 8, why: 'fewer running without a queue says nothing new' },
-    { previous: 8, waiting: 1, running: 6, expected: 6, why: 'a queue behind fewer: the KV cache holds no more now' },
+    {
+      previous: 8,
+      waiting: 1,
+      running: 6,
+      expected: 8,
+      why: 'a queue behind fewer never lowers it (a queue scraped before the next step)',
+    },
+    { previous: 8, waiting: 1, running: 12, expected: 12, why: 'a queue behind more raises it' },
+    {
+      previous: Number.NaN,
+      waiting: 3,
+      running: 0,
+      expected: Number.NaN,
+      why: 'a queue with nothing running (starting, or no gauge) says nothing',
+    },
     { previous: 8, waiting: 1, running: Number.NaN, expected: 8, why: 'an unreadable batch gauge changes nothing' },
   ];
   for (const c of cases)
