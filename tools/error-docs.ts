@@ -362,9 +362,9 @@ function statesSection(): string[] {
     `A \`Ready\` replica can also be **demoted** by the picker, reason \`${SLOW_REPLICA}\`: its recent time per output token`,
     "(or, where that is unknown, time to first token) is `picker.latency.outlierFactor` (2) times its pool's median or more.",
     'It stays Ready and routable: it keeps the prompt prefixes it owns and is still a fallback, but takes no other request',
-    'first except one probe now and then, and is reinstated when a probe answers at pool speed. No client sees an error',
-    'for it. Its own state machine, `/debug/endpoints` (`load.latency`) and the metrics are in',
-    '[picking.md](picking.md#latency-and-slow-replicas).',
+    'first except one probe now and then, or when no other replica has room in its batch, and is reinstated when a probe',
+    'answers at pool speed. No client sees an error for it. Its own state machine, `/debug/endpoints` (`load.latency`)',
+    'and the metrics are in [picking.md](picking.md#latency-and-slow-replicas).',
   );
   return lines;
 }
