@@ -4,7 +4,8 @@
 // score per endpoint into the signal board, where the picker reads it as one number per candidate.
 // A replica that is Ready but persistently much slower than its pool is demoted: ranked below
 // every replica that is not, while one of those has room in its batch, it only takes requests
-// when no other can without queueing them, plus one probe request now and then so that its estimate sees it speed up. Pure apart from the board it writes: the caller
+// when no other can without queueing them, plus one probe request now and then so that its
+// estimate sees it speed up. Pure apart from the board it writes: the caller
 // passes every time (monotonic milliseconds), and the work per sample is a few map lookups; the
 // medians are taken at most every REFRESH_MS per model.
 //

@@ -15,9 +15,10 @@
 // a pass for the aggregates, then the scoring pass.
 //
 //   filters  routable (Ready with an address) · the gateway's subset hint · the pool's queue limit
-//   scorers  queue depth (less ours, counted live) · KV-cache use · our in-flight count · prefill saved (the tokens a
-//            candidate holds, from its KV events or, without them, the affinity key's owner found
-//            with bounded load before the pass, against the queue it would join) · LoRA affinity ·
+//   scorers  queue depth (less ours, counted live) · KV-cache use · our in-flight count ·
+//            prefill saved (the tokens a candidate holds, from its KV events or, without them, the
+//            affinity key's owner found with bounded load before the pass, against the queue it
+//            would join) · LoRA affinity ·
 //            recent latency (a replica demoted as much slower than its pool ranks below every
 //            replica that is not, while one of those has room in its batch)
 //            · any per-candidate scorer of the table (scorer-table.ts), asked once per pick
@@ -242,10 +243,15 @@ function roomOutsideDemoted(set: CandidateSet, count: number, signals: Float64Ar
     const slot = at / Field.Stride;
     if (slot < latency.length && latency[slot] === LATENCY_DEMOTED) continue;
     if (saturates && !canTake(signals, at, saturationLimits[i])) continue;
-    const outstanding = candidateLoad(signals[at + Field.InFlight], signals[at + Field.Reporting] === 1, signals[at + Field.OthersLoad]);
-    if (hasBatchRoom(outstanding, signals[at + Field.BatchLimit])) return true;
+    if (hasRoomAt(signals, at)) return true;
   }
   return false;
+}
+
+/** Whether the candidate whose record is at `at` can take one more request into its batch now (hasBatchRoom). */
+function hasRoomAt(signals: Float64Array, at: number): boolean {
+  const outstanding = candidateLoad(signals[at + Field.InFlight], signals[at + Field.Reporting] === 1, signals[at + Field.OthersLoad]);
+  return hasBatchRoom(outstanding, signals[at + Field.BatchLimit]);
 }
 
 /** The shortest queue the candidates report (a pass: only a pick that sheds asks). */
@@ -565,14 +571,12 @@ export class Picker {
         const value = slot < latency.length ? latency[slot] : LATENCY_NEUTRAL;
         if (value === LATENCY_DEMOTED) {
           // Below every replica that is not demoted, while one of them has room in its batch. When
-          // none has any and this one has, it is scored as they are: a free slot on a slow replica starts the request sooner than a
-          // queue anywhere (`npm run simulate`, short prompts with a slow replica: ranked below
-          // every other, its idle slots went unused in bursts and the p99 queue wait rose above
-          // least in-flight's).
+          // none has any and this one has, it is scored as they are: a free slot on a slow replica
+          // starts the request sooner than a queue anywhere (`npm run simulate`, short prompts with
+          // a slow replica: ranked below every other, its idle slots went unused in bursts and the
+          // p99 queue wait rose above least in-flight's).
           if (roomElsewhere < 0) roomElsewhere = roomOutsideDemoted(set, count, signals, latency) ? 1 : 0;
-          const reports = signals[at + Field.Reporting] === 1;
-          const outstanding = candidateLoad(signals[at + Field.InFlight], reports, signals[at + Field.OthersLoad]);
-          if (roomElsewhere === 1 || full || !hasBatchRoom(outstanding, signals[at + Field.BatchLimit])) score += demotedScore;
+          if (roomElsewhere === 1 || full || !hasRoomAt(signals, at)) score += demotedScore;
         } else {
           // A penalty, 0 for a replica as fast as its pool (latencyScore's band): while every
           // replica is, each score is the very number it is without latency, so the picks are too

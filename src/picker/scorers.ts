@@ -126,8 +126,8 @@ export function othersWaiting(waiting: number, ourInFlightThen: number): number 
  */
 export function observedBatchLimit(previous: number, waiting: number, running: number): number {
   if (!(running > 0)) return previous;
-  if (waiting > 0 && !(previous >= running)) return running;
-  // NaN (not known) stays NaN without a queue: the comparison is false.
+  if (waiting > 0 && Number.isNaN(previous)) return running;
+  // A known limit only rises; NaN (not known) stays NaN without a queue: the comparison is false.
   return running > previous ? running : previous;
 }
 

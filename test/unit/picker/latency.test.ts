@@ -238,17 +238,15 @@ describe('LatencyTracker: passive outlier handling', () => {
         { waiting, running, kvCacheUsage: 0.5, runningAdapters: [], waitingAdapters: [], maxAdapters: undefined },
         0,
       );
-    const first = (): string => {
-      const outcome = pickerOn(b.board).pick(pools(), { model: 'm' });
+    const leader = (weights = DEFAULT_WEIGHTS): string => {
+      const outcome = pickerOn(b.board, [0], weights).pick(pools(), { model: 'm' });
       assert.equal(outcome.kind, 'picked');
       return outcome.kind === 'picked' ? outcome.endpoints[0].address : '';
     };
+    const first = (): string => leader();
     // Without latency the slow replica would lead every pick below: one request of ours is in flight
     // at each fast replica and none at the slow one, and their queues are alike.
-    const blind = (): string => {
-      const outcome = pickerOn(b.board, [0], { ...DEFAULT_WEIGHTS, latency: 0 }).pick(pools(), { model: 'm' });
-      return outcome.kind === 'picked' ? outcome.endpoints[0].address : '';
-    };
+    const blind = (): string => leader({ ...DEFAULT_WEIGHTS, latency: 0 });
     b.board.cell(FAST_A).inFlight = 1;
     b.board.cell(FAST_B).inFlight = 1;
     // Nothing known of any batch yet: a limit never seen counts as room, and the demoted replica waits.
