@@ -114,6 +114,8 @@ interface DebugLoad {
   readonly waiting?: number;
   readonly running?: number;
   readonly kvCacheUsage?: number;
+  /** The batch size llm-extproc learnt from the server's own gauges (running when some wait). */
+  readonly batchLimit?: number;
 }
 
 async function debugLoad(gateway: Gateway, address: string): Promise<DebugLoad | undefined> {
@@ -149,7 +151,7 @@ describe('real vLLM behind Envoy and llm-extproc', { skip: unavailable }, () => 
     return g;
   }
 
-  it("the scraper reads vLLM 0.32's queue, batch and KV-cache gauges, and new requests avoid the loaded server", async () => {
+  it("the scraper reads vLLM 0.32's queue, batch and KV-cache gauges, learns its batch size from them, and new requests avoid the loaded server", async () => {
     const g = await gateway();
     const [loaded] = servers;
     const load = new AbortController();
@@ -168,6 +170,17 @@ describe('real vLLM behind Envoy and llm-extproc', { skip: unavailable }, () => 
         { description: 'llm-extproc to read the loaded server as 4 running and some waiting', timeoutMs: 60_000, intervalMs: 50 },
       );
       assert.ok((seen.kvCacheUsage ?? 0) > 0, `KV-cache use read as ${seen.kvCacheUsage}`);
+      // The batch size is learnt from the gauges alone (running while some wait): vLLM's
+      // --max-num-seqs, which the picker never reads from a flag. It can be first read low, from a
+      // step that had not yet taken the whole batch in, and only rises, to the real figure.
+      const learnt = await waitUntil(
+        async () => {
+          const l = await debugLoad(g, loaded.address);
+          return l?.batchLimit === 4 ? l : undefined;
+        },
+        { description: "llm-extproc to learn the loaded server's batch size (4) from its gauges", timeoutMs: 30_000, intervalMs: 50 },
+      );
+      assert.equal(learnt.batchLimit, 4);
       const before = attemptsBy(await g.metricsText(), servers);
       for (let i = 0; i < 12; i++) {
         const response = await g.send(post(chat([{ role: 'user', content: `short question ${i}` }])));
@@ -181,6 +194,8 @@ describe('real vLLM behind Envoy and llm-extproc', { skip: unavailable }, () => 
         const l = await debugLoad(g, idle.address);
         assert.equal(l?.metrics, 'fresh');
         assert.equal(l?.waiting, 0);
+        // A server that never queued has shown no limit: unknown, which counts as room.
+        assert.equal(l?.batchLimit, undefined);
       }
     } finally {
       load.abort();
