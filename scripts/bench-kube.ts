@@ -24,7 +24,7 @@ import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { parse as parseYaml, stringify as toYaml } from 'yaml';
+import { stringify as toYaml } from 'yaml';
 import { KubeControlPlane } from '../test/support/kube-control-plane.js';
 import { NODE_NAME } from '../test/support/kube-kubelet.js';
 import { notReadyPod, readyPod } from '../test/support/pod-builders.js';
@@ -33,6 +33,7 @@ import { ApiWriter } from './bench-kube/api-writer.js';
 import { cpuSeconds } from './bench/processes.js';
 import { summarize } from './bench/stats.js';
 import type { Summary } from './bench/stats.js';
+import { chartNodeOptions } from './bench/chart-node-options.js';
 import { repoRoot } from './repo-root.js';
 
 const NAMESPACE = 'bench';
@@ -146,12 +147,6 @@ interface MemorySample {
   readonly cpuSeconds: number;
 }
 
-/** The NODE_OPTIONS a deployment of the Helm chart runs with. */
-function chartNodeOptions(): string[] {
-  const values = parseYaml(readFileSync(join(repoRoot(), 'charts', 'llm-extproc', 'values.yaml'), 'utf8')) as { nodeOptions?: unknown };
-  return typeof values.nodeOptions === 'string' ? values.nodeOptions.split(/\s+/).filter((o) => o !== '') : [];
-}
-
 class Extproc {
   /** Replies of each type arrive in request order; each waiter takes the next one. */
   private readonly waiters = new Map<string, Array<(m: ChildMessage) => void>>();
@@ -260,7 +255,7 @@ async function run(): Promise<Results> {
     );
     const script = join(repoRoot(), 'dist', 'scripts', 'bench-kube', 'extproc-child.js');
     const spawnedAt = now();
-    const nodeOptions = chartNodeOptions();
+    const nodeOptions = chartNodeOptions(repoRoot());
     const child = fork(script, [configPath], { execArgv: nodeOptions, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     const extproc = new Extproc(child);
     try {

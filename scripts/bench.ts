@@ -29,6 +29,9 @@
 // --envoy-runtime key=value (repeatable; a static runtime layer for every Envoy), --server PATH
 // (the server entry script to run instead of dist/src/main.js, e.g. another build to compare),
 // --compare-server PATH (another server entry run beside tcp and duplex: an A/B in one run),
+// --node-options 'FLAGS' (NODE_OPTIONS of every llm-extproc process and of the bare-Node one;
+// default the Helm chart's `nodeOptions`, as its pods run: scripts/bench/chart-node-options.ts;
+// '' for V8's own defaults on this machine),
 // --compare-env KEY=VALUE (repeatable; environment of the --compare-server processes only, e.g. an
 // allocator setting such as MALLOC_ARENA_MAX, which must be in the environment at exec: with the
 // same build as --compare-server it is the A/B of that setting),
@@ -81,6 +84,7 @@ import { addServerDelta, serverSnapshot } from './bench/server-stats.js';
 import type { ServerSnapshot } from './bench/server-stats.js';
 import { histogramDelta, parseHistogram, replaceBetweenMarkers } from './bench/stats.js';
 import type { HistogramSnapshot } from './bench/stats.js';
+import { chartNodeOptions } from './bench/chart-node-options.js';
 import { repoRoot } from './repo-root.js';
 import { errorMessage } from '../src/util/error-message.js';
 
@@ -123,6 +127,7 @@ const { values: flags } = parseArgs({
     server: { type: 'string' },
     'compare-server': { type: 'string' },
     'compare-env': { type: 'string', multiple: true, default: [] },
+    'node-options': { type: 'string' },
     workers: { type: 'string', default: '2' },
     'envoy-concurrency': { type: 'string', default: '2' },
     'no-modes': { type: 'boolean', default: false },
@@ -187,6 +192,8 @@ const opts = {
   compareServer: flags['compare-server'],
   /** Environment of the --compare-server processes only (`--compare-env KEY=VALUE`). */
   compareEnv: envPairs(flags['compare-env']),
+  /** NODE_OPTIONS of every llm-extproc process (a --compare-env NODE_OPTIONS wins on its side) and of bare Node. */
+  nodeOptions: flags['node-options'] ?? chartNodeOptions(repoRoot()).join(' '),
   workers: positiveInt('workers', flags.workers),
   envoyConcurrency: positiveInt('envoy-concurrency', flags['envoy-concurrency']),
   modes: !flags['no-modes'],
@@ -307,6 +314,7 @@ async function startServer(root: string, launch: ServerLaunch): Promise<Server> 
       LLM_EXTPROC_HTTP_ADDRESS: `127.0.0.1:${httpPort}`,
       LLM_EXTPROC_LOG_LEVEL: 'warn',
       LLM_EXTPROC_WORKERS: String(workers),
+      NODE_OPTIONS: opts.nodeOptions,
       ...launch.env,
     },
     nodeArgs: [
@@ -551,7 +559,7 @@ class MemoryLog {
       })),
     ];
     const args = process.argv.slice(2).filter((a) => a !== '--write');
-    return renderMemoryTable(rows, this.points, `npm run bench -- --write${args.length > 0 ? ` ${args.join(' ')}` : ''}`);
+    return renderMemoryTable(rows, this.points, `npm run bench -- --write${args.length > 0 ? ` ${args.join(' ')}` : ''}`, opts.nodeOptions);
   }
 }
 
@@ -734,7 +742,10 @@ async function main(): Promise<void> {
       });
   }
   // Memory: every server and a bare Node process beside them, idle after start (before any Envoy).
-  const bare = spawnNode('bare-node', join(root, 'dist', 'scripts', 'bench', 'idle-process.js'), { nodeArgs: probeArgs(root) });
+  const bare = spawnNode('bare-node', join(root, 'dist', 'scripts', 'bench', 'idle-process.js'), {
+    nodeArgs: probeArgs(root),
+    env: { NODE_OPTIONS: opts.nodeOptions },
+  });
   cleanups.push(() => bare.stop());
   await bare.waitForLine(/^(idle)$/);
   const memory = new MemoryLog(

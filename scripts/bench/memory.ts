@@ -54,7 +54,12 @@ const POINT_NAMES: Readonly<Record<MemoryPoint, string>> = {
 
 const mib = (bytes: number | undefined): string => (bytes === undefined || !Number.isFinite(bytes) ? '–' : (bytes / 1048576).toFixed(1));
 
-export function renderMemoryTable(rows: readonly MemoryRow[], points: readonly MemoryPoint[], command: string): string {
+export function renderMemoryTable(
+  rows: readonly MemoryRow[],
+  points: readonly MemoryPoint[],
+  command: string,
+  nodeOptions: string,
+): string {
   const header = ['process'];
   for (const point of points) header.push(`RSS ${point} MiB`, 'heap after GC', 'external');
   header.push('peak RSS MiB');
@@ -78,7 +83,7 @@ export function renderMemoryTable(rows: readonly MemoryRow[], points: readonly M
     });
   return [
     `Command: \`${command}\`. MiB = 2²⁰ bytes. RSS is the process's resident set (\`/proc/<pid>/status\` VmRSS; a cluster primary with its workers) read as it was; "heap after GC" and "external" are \`process.memoryUsage()\` after two full garbage collections, which a preload of the bench asks for (\`scripts/bench/memory-probe.ts\`, \`--expose-gc\`), run after the RSS was read.`,
-    `The bare-Node row is an empty script with the same preload: Node's own floor on this machine. Targets (RSS of the default server, both body modes): ${targets}. ${verdicts.join('; ')}.`,
+    `Every process ran with ${nodeOptions === '' ? 'no NODE_OPTIONS' : `NODE_OPTIONS \`${nodeOptions}\``} (by default the Helm chart's \`nodeOptions\`, as its pods run; \`--node-options\` sets others). The bare-Node row is an empty script with the same preload: Node's own floor on this machine. Targets (RSS of the default server, both body modes): ${targets}. ${verdicts.join('; ')}.`,
     '',
     line(header),
     line(header.map((_, i) => (i === 0 ? '---' : '---:'))),

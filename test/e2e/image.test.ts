@@ -22,6 +22,7 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { repoRoot } from '../../scripts/repo-root.js';
+import { chartNodeOptions } from '../../scripts/bench/chart-node-options.js';
 import { CHART_DIR } from '../../scripts/chart/chart-files.js';
 import {
   containerEngine,
@@ -203,7 +204,13 @@ describe('container image (podman, as the chart runs it)', { skip }, () => {
     const config = JSON.parse(await podmanOk(env, ['image', 'inspect', '--format', '{{json .Config}}', image.image])) as {
       User?: string;
       Healthcheck?: unknown;
+      Env?: string[];
     };
+    // A container started without the chart keeps the chart's heap limit, read only at start.
+    assert.ok(
+      (config.Env ?? []).includes(`NODE_OPTIONS=${chartNodeOptions(ROOT).join(' ')}`),
+      `the image's NODE_OPTIONS are the chart's: ${JSON.stringify(config.Env)}`,
+    );
     assert.match(config.User ?? '', /^\d+(:\d+)?$/, 'USER is numeric (runAsNonRoot can check it)');
     assert.equal(config.Healthcheck, undefined, 'no HEALTHCHECK: the kubelet probes decide');
     const version = await podmanOk(env, ['run', '--rm', '--network=none', image.image, '--version']);
