@@ -11,7 +11,7 @@ import { stringify as toYaml } from 'yaml';
 import { startEnvoy, type RunningEnvoy } from './envoy-process.js';
 import { startExtprocProcess, withAllPickers, type ExtprocProcess } from './extproc-process.js';
 import { loopbackGatewayConfig, poolsYaml, type StaticEndpointSpec } from './gateway.js';
-import { freePorts } from './kube-control-plane.js';
+import { freePorts } from './free-ports.js';
 import { startModelServer, type Behavior, type ModelServer } from './model-server.js';
 
 export interface ActiveActiveBed {

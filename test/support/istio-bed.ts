@@ -29,7 +29,8 @@ import { send, type ClientRequest, type ClientResponse } from './http-client.js'
 import { Istiod, type IstiodOptions } from './istio-control-plane.js';
 import { EndpointSliceController } from './istio-endpoint-slices.js';
 import { startIstioGatewayProxy, type IstioGatewayProxy } from './istio-gateway-proxy.js';
-import { freePorts, KubeControlPlane } from './kube-control-plane.js';
+import { freePorts } from './free-ports.js';
+import { KubeControlPlane } from './kube-control-plane.js';
 import { FakeKubelet, NODE_NAME, type TestPod } from './kube-kubelet.js';
 import { startModelServer, type Behavior, type ModelServer } from './model-server.js';
 import { notReadyPod, readyPod, terminatingPod, type PodJson, type PodOptions } from './pod-builders.js';

@@ -13,14 +13,13 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { mkdirSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
 import { request as httpRequest } from 'node:http';
-import { createServer } from 'node:net';
-import type { Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, KubernetesObjectApi } from '@kubernetes/client-node';
 import type { KubernetesObject } from '@kubernetes/client-node';
 import { parseAllDocuments } from 'yaml';
 import { repoRoot } from '../../scripts/repo-root.js';
+import { freePorts } from './free-ports.js';
 import { kubeTools } from './kube-tools.js';
 import type { KubeTools } from './kube-tools.js';
 import { TiedProcess } from './tied-process.js';
@@ -385,28 +384,6 @@ class ObjectPaths extends KubernetesObjectApi {
   useNamespaceOf(kc: KubeConfig): void {
     this.setDefaultNamespace(kc);
   }
-}
-
-/** Distinct free loopback ports (the kernel picks them; they are released before use). */
-export async function freePorts(count: number): Promise<number[]> {
-  const servers = await Promise.all(
-    Array.from(
-      { length: count },
-      () =>
-        new Promise<Server>((resolve, reject) => {
-          const server = createServer();
-          server.once('error', reject);
-          server.listen(0, '127.0.0.1', () => resolve(server));
-        }),
-    ),
-  );
-  const ports = servers.map((s) => {
-    const address = s.address();
-    if (address === null || typeof address === 'string') throw new Error('unexpected address');
-    return address.port;
-  });
-  await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
-  return ports;
 }
 
 /** An AbortSignal that fires when the process exits, so waits fail fast with a useful message. */

@@ -8,9 +8,10 @@
 // with that reason; an install that fails on a machine that can run it fails the tests.
 
 import { mkdtemp, readFile } from 'node:fs/promises';
-import { createServer, request as httpRequest } from 'node:http';
+import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePorts } from './free-ports.js';
 import { installerOutput } from './installer-output.js';
 import { TiedProcess } from './tied-process.js';
 import { waitUntil } from './wait-until.js';
@@ -115,7 +116,7 @@ export interface VllmServer {
 export async function launchVllmServer(install: VllmInstall, spec: VllmServerSpec): Promise<VllmServer> {
   const host = spec.host ?? '127.0.0.1';
   const [freeHttp, freeEvents] =
-    spec.port !== undefined && spec.eventsPort !== undefined ? [spec.port, spec.eventsPort] : await vllmPorts(2);
+    spec.port !== undefined && spec.eventsPort !== undefined ? [spec.port, spec.eventsPort] : await freePorts(2);
   const port = spec.port ?? freeHttp;
   const eventsPort = spec.eventsPort ?? freeEvents;
   const dir = await mkdtemp(join(tmpdir(), `vllm-${spec.id}-`));
@@ -229,7 +230,7 @@ export async function startVllmServers(specs: readonly VllmServerSpec[]): Promis
   try {
     // Every server's ports at once: a port found free for one server is not bound until its vLLM
     // has started (tens of seconds), and asked again meanwhile it would be handed to the next.
-    const ports = await vllmPorts(2 * specs.length);
+    const ports = await freePorts(2 * specs.length);
     for (const [i, spec] of specs.entries())
       servers.push(await launchVllmServer(install, { port: ports[2 * i], eventsPort: ports[2 * i + 1], ...spec }));
     await Promise.all(servers.map((s) => s.healthy()));
@@ -238,41 +239,6 @@ export async function startVllmServers(specs: readonly VllmServerSpec[]): Promis
     await stopVllmServers(servers);
     throw err;
   }
-}
-
-/** Ports handed out by vllmPorts in this process: none is handed out twice. */
-const handedOut = new Set<number>();
-
-/**
- * Distinct ports for vLLM servers to bind, from below the kernel's ephemeral range. A server binds
- * its KV-event port only once its engine has loaded, tens of seconds after the port was found free;
- * a port from the ephemeral range (what a bind to port 0 returns) can meanwhile be handed by the
- * kernel to any other socket, another vLLM's internal ones included, and that server then dies with
- * "Address already in use". Below the range the kernel assigns nothing by itself. Each candidate is
- * tried on every interface, as vLLM binds its publisher.
- */
-async function vllmPorts(count: number): Promise<number[]> {
-  const range = await readFile('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').catch(() => '32768 60999');
-  const ephemeralLow = Number(range.trim().split(/\s+/)[0]) || 32768;
-  const low = Math.max(10_000, ephemeralLow - 12_000);
-  const ports: number[] = [];
-  for (let tries = 0; ports.length < count; tries++) {
-    if (tries > 200) throw new Error(`no free port for vLLM in ${low}-${ephemeralLow - 1}`);
-    const port = low + Math.floor(Math.random() * (ephemeralLow - low));
-    if (handedOut.has(port) || !(await bindable(port))) continue;
-    handedOut.add(port);
-    ports.push(port);
-  }
-  return ports;
-}
-
-/** Whether nothing listens on `port` on any interface now. */
-function bindable(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const probe = createServer();
-    probe.once('error', () => resolve(false));
-    probe.listen(port, () => probe.close(() => resolve(true)));
-  });
 }
 
 export async function stopVllmServers(servers: readonly VllmServer[]): Promise<void> {
