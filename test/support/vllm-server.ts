@@ -115,10 +115,8 @@ export interface VllmServer {
  */
 export async function launchVllmServer(install: VllmInstall, spec: VllmServerSpec): Promise<VllmServer> {
   const host = spec.host ?? '127.0.0.1';
-  const [freeHttp, freeEvents] =
-    spec.port !== undefined && spec.eventsPort !== undefined ? [spec.port, spec.eventsPort] : await freePorts(2);
-  const port = spec.port ?? freeHttp;
-  const eventsPort = spec.eventsPort ?? freeEvents;
+  const port = spec.port ?? (await freePorts(1))[0];
+  const eventsPort = spec.eventsPort ?? (await freePorts(1))[0];
   const dir = await mkdtemp(join(tmpdir(), `vllm-${spec.id}-`));
   const logFile = join(dir, 'vllm.log');
   const topic = `kv@${VLLM_MODEL}`;
