@@ -19,7 +19,6 @@
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { replaceBetweenMarkers } from './bench/stats.js';
 import { compareTokenizers } from './bench/tokenize.js';
 import { repoRoot } from './repo-root.js';
@@ -38,8 +37,9 @@ import {
 import type { CachePolicy, CacheRun, WorkloadShape } from '../test/support/cache-bench.js';
 import { KvEventSubscriber } from '../test/support/kv-events.js';
 import { startVllmServers, stopVllmServers, VLLM_BLOCK_TOKENS, vllmInstall } from '../test/support/vllm-server.js';
+import { parseScriptOptions } from './script-options.js';
 
-const { values: flags } = parseArgs({
+const { values: flags } = parseScriptOptions(import.meta.url, {
   options: {
     processes: { type: 'string', default: '1,3' },
     policies: { type: 'string', default: CACHE_POLICIES.join(',') },

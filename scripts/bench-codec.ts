@@ -3,14 +3,14 @@
 // for the messages that dominate an ext_proc stream. CPU time (process.cpuUsage), not wall time,
 // so the ratio holds up on a shared machine. Flags: --iterations N (default 100000).
 
-import { parseArgs } from 'node:util';
 import { decodeProcessingRequest } from '../src/extproc/codec/decode-request.js';
 import { encodeProcessingResponse } from '../src/extproc/codec/encode-response.js';
 import { Writer } from '../src/grpc/protobuf-wire.js';
 import type { ProcessingResponse } from '../src/extproc/messages.js';
 import { loadWireDefinitions } from '../test/support/proto-definitions.js';
+import { parseScriptOptions } from './script-options.js';
 
-const { values } = parseArgs({ options: { iterations: { type: 'string', default: '100000' } } });
+const { values } = parseScriptOptions(import.meta.url, { options: { iterations: { type: 'string', default: '100000' } } });
 const iterations = Number(values.iterations);
 
 const wire = loadWireDefinitions();

@@ -23,7 +23,6 @@ import { writeFile } from 'node:fs/promises';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { KubeControlPlane } from '../test/support/kube-control-plane.js';
 import { NODE_NAME } from '../test/support/kube-kubelet.js';
@@ -35,12 +34,13 @@ import { summarize } from './bench/stats.js';
 import type { Summary } from './bench/stats.js';
 import { chartNodeOptions } from './bench/chart-node-options.js';
 import { repoRoot } from './repo-root.js';
+import { parseScriptOptions } from './script-options.js';
 
 const NAMESPACE = 'bench';
 const START_MARKER = '<!-- bench:kube:start -->';
 const END_MARKER = '<!-- bench:kube:end -->';
 
-const { values: flags } = parseArgs({
+const { values: flags } = parseScriptOptions(import.meta.url, {
   options: {
     pods: { type: 'string', default: '10000' },
     pools: { type: 'string', default: '4' },

@@ -9,12 +9,12 @@
 
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { benchFleet, benchReport, lcg, PICK_SIZES } from './bench/pick.js';
 import type { BenchFleet, PickerLibrary } from './bench/pick.js';
 import { repoRoot } from './repo-root.js';
+import { parseScriptOptions } from './script-options.js';
 
-const { values: flags } = parseArgs({
+const { values: flags } = parseScriptOptions(import.meta.url, {
   options: {
     baseline: { type: 'string' },
     churn: { type: 'boolean', default: false },

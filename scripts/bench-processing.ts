@@ -15,7 +15,6 @@
 
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import type { ProcessingRequest, ProcessingResponse } from '../src/extproc/messages.js';
 import type { BidiCall } from '../src/grpc/bidi-call.js';
@@ -35,8 +34,9 @@ import type * as MetricsModule from '../src/metrics/metrics.js';
 import type * as Load from '../src/picker/load-tracker.js';
 import type { RequestResult } from '../src/request/request-result.js';
 import { LogThrottle } from '../src/util/log-throttle.js';
+import { parseScriptOptions } from './script-options.js';
 
-const { values } = parseArgs({
+const { values } = parseScriptOptions(import.meta.url, {
   options: {
     requests: { type: 'string', default: '2000' },
     rounds: { type: 'string', default: '30' },

@@ -57,11 +57,11 @@ import { request } from 'node:http';
 import { release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../tools/envoy-config/gateway-config.js';
 import type { GatewayConfigOptions } from '../tools/envoy-config/gateway-config.js';
 import { envoyBinaryPath } from '../test/support/envoy-binary.js';
+import { freePort } from '../test/support/free-ports.js';
 import { startEnvoy } from '../test/support/envoy-process.js';
 import type { RunningEnvoy } from '../test/support/envoy-process.js';
 import { poolsYaml } from '../test/support/gateway.js';
@@ -76,7 +76,7 @@ import { parseProbeLine, renderMemoryTable } from './bench/memory.js';
 import type { MemoryPoint, MemoryRow, MemorySample } from './bench/memory.js';
 import { closedLoop, keepAliveAgent, runRequests, timedRequest, timedStream } from './bench/load.js';
 import type { Target } from './bench/load.js';
-import { freePort, spawnNode, treeCpuSeconds, treePeakRssBytes, treeRssBytes } from './bench/processes.js';
+import { spawnNode, treeCpuSeconds, treePeakRssBytes, treeRssBytes } from './bench/processes.js';
 import type { ManagedChild } from './bench/processes.js';
 import { renderReport, SETUP_LABELS } from './bench/report.js';
 import type { CpuUse, RequestPhase, RunInfo, SetupKey, SetupResults, StreamPhase } from './bench/report.js';
@@ -87,6 +87,7 @@ import type { HistogramSnapshot } from './bench/stats.js';
 import { chartNodeOptions } from './bench/chart-node-options.js';
 import { repoRoot } from './repo-root.js';
 import { errorMessage } from '../src/util/error-message.js';
+import { parseScriptOptions } from './script-options.js';
 
 const MODEL = 'bench-model';
 const MESSAGE_METRIC = 'llm_extproc_message_processing_seconds';
@@ -111,7 +112,7 @@ const MEMORY_TARGET_SETUPS: ReadonlySet<SetupKey> = new Set(['tcp', 'duplex']);
 
 // ── options ──────────────────────────────────────────────────────────────────────────────────
 
-const { values: flags } = parseArgs({
+const { values: flags } = parseScriptOptions(import.meta.url, {
   options: {
     requests: { type: 'string', default: '5000' },
     concurrency: { type: 'string', default: '8,16' },

@@ -11,7 +11,6 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { DEFAULT_GATEWAY_OPTIONS, renderGatewayConfig } from '../tools/envoy-config/gateway-config.js';
 import { startEnvoy, type RunningEnvoy } from '../test/support/envoy-process.js';
@@ -20,8 +19,9 @@ import { startModelServer, type ModelServer } from '../test/support/model-server
 import { poolsYaml } from '../test/support/gateway.js';
 import { waitUntil } from '../test/support/wait-until.js';
 import { repoRoot } from './repo-root.js';
+import { parseScriptOptions } from './script-options.js';
 
-const { values } = parseArgs({
+const { values } = parseScriptOptions(import.meta.url, {
   options: { port: { type: 'string', default: '8080' }, smoke: { type: 'boolean', default: false }, 'state-dir': { type: 'string' } },
 });
 const root = repoRoot();

@@ -13,7 +13,6 @@
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { replaceBetweenMarkers } from './bench/stats.js';
 import { renderSimulationSvg } from './simulate/chart.js';
 import { simulateDraws } from './simulate/draws.js';
@@ -24,13 +23,14 @@ import { renderTenantSvg, tenantRuns, tenantTables } from './simulate/tenant-rep
 import { DEFAULT_TENANT_SIM } from './simulate/tenants.js';
 import { DEFAULT_SESSION_SIM, SESSION_POLICIES, simulateSessions } from './simulate/sessions.js';
 import { repoRoot } from './repo-root.js';
+import { parseScriptOptions } from './script-options.js';
 
 // Router draws per picking row. With 3 llm-extproc replicas the pipeline's p99 queue wait leads
 // least in-flight's by a few percent, about what one draw's p99 moves: 5 draws left the gap at
 // ~1.3 standard errors, 10 put it at ~3. The whole run then takes ~90 s on 2 cores (1 draw: 9 s).
 const DEFAULT_DRAWS = 10;
 
-const { values: flags } = parseArgs({
+const { values: flags } = parseScriptOptions(import.meta.url, {
   options: {
     seed: { type: 'string', default: String(DEFAULT_SIM.seed) },
     servers: { type: 'string', default: String(DEFAULT_SIM.servers) },

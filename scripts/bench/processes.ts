@@ -6,8 +6,6 @@ import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import type { AddressInfo } from 'node:net';
 import { LogRing } from '../../test/support/log-ring.js';
 
 export interface ManagedChild {
@@ -118,18 +116,6 @@ export function spawnNode(
         }
       })()),
   };
-}
-
-/** A TCP port that was free a moment ago (bind 0, read, close). The tiny race is acceptable here. */
-export async function freePort(host = '127.0.0.1'): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, host, () => resolve());
-  });
-  const port = (server.address() as AddressInfo).port;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 let clockTicks: number | undefined;

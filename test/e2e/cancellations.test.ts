@@ -18,7 +18,7 @@ import type { GatewayProfileName } from '../../tools/envoy-config/gateway-profil
 import { CANCELLATION_KINDS } from '../../src/errors/catalog.js';
 import { renderedRules } from '../support/chart-rules.js';
 import type { ChartRule } from '../support/chart-rules.js';
-import { freePort } from '../support/envoy-gateway-bed.js';
+import { freePort } from '../support/free-ports.js';
 import { startActiveActiveBed, type ActiveActiveBed } from '../support/active-active-bed.js';
 import { startGateway, type Gateway } from '../support/gateway.js';
 import { send, type ClientRequest } from '../support/http-client.js';

@@ -9,13 +9,12 @@ import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { request } from 'node:http';
-import { createServer } from 'node:net';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { stringify as toYaml } from 'yaml';
 import { startEnvoy } from '../support/envoy-process.js';
+import { freePort } from '../support/free-ports.js';
 import type { RunningEnvoy } from '../support/envoy-process.js';
 import { loopbackGatewayConfig, poolsYaml } from '../support/gateway.js';
 import { metricValue } from '../support/prometheus.js';
@@ -28,17 +27,6 @@ import { waitUntil } from '../support/wait-until.js';
 
 const MODEL = 'cluster-model';
 const CHAT = '/v1/chat/completions';
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 function httpGet(port: number, path: string): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {

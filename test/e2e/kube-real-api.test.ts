@@ -12,6 +12,7 @@ import type { TestContext } from 'node:test';
 import { CustomObjectsApi } from '@kubernetes/client-node';
 import { stringify as toYaml } from 'yaml';
 import type { EndpointState } from '../../src/endpoints/model.js';
+import { freePort } from '../support/free-ports.js';
 import { startGateway } from '../support/gateway.js';
 import { metricValue } from '../support/prometheus.js';
 import type { Gateway } from '../support/gateway.js';
@@ -47,21 +48,13 @@ after(async () => {
 
 // ---- model servers ---------------------------------------------------------------------------
 
-/** One model server per IP, all on one port (retrying on a new port if another process holds it). */
+/** One model server per IP, all on one port (free on every interface: free-ports.ts). */
 async function startServers(t: TestContext, ids: readonly string[], models: readonly string[] = [MODEL]): Promise<ModelServer[]> {
-  for (let attempt = 1; ; attempt++) {
-    const started: ModelServer[] = [];
-    try {
-      for (const [i, id] of ids.entries()) {
-        started.push(await startModelServer({ id, host: IPS[i], port: started[0]?.port ?? 0, models }));
-      }
-      t.after(() => Promise.all(started.map((s) => s.close())));
-      return started;
-    } catch (err) {
-      await Promise.all(started.map((s) => s.close()));
-      if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE' || attempt >= 5) throw err;
-    }
-  }
+  const port = await freePort();
+  const started: ModelServer[] = [];
+  t.after(() => Promise.all(started.map((s) => s.close())));
+  for (const [i, id] of ids.entries()) started.push(await startModelServer({ id, host: IPS[i], port, models }));
+  return started;
 }
 
 async function startExtproc(t: TestContext, kubernetes: object, servers: readonly ModelServer[]): Promise<Gateway> {

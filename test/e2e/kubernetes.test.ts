@@ -12,6 +12,7 @@ import { stringify as toYaml } from 'yaml';
 import type { EndpointState, EndpointView } from '../../src/endpoints/model.js';
 import { EXT_PROC_SERVICE_NAME } from '../support/proto-definitions.js';
 import { FakeKubeApi, podsPath, writeKubeconfig } from '../support/fake-kube-api.js';
+import { freePort } from '../support/free-ports.js';
 import { startGateway } from '../support/gateway.js';
 import { metricValue } from '../support/prometheus.js';
 import type { Gateway } from '../support/gateway.js';
@@ -59,25 +60,18 @@ function podOf(builder: (o: PodOptions) => PodJson, key: PodKey): PodJson {
   return builder({ name: PODS[key].name, namespace: NS, labels: { ...LABELS }, ip: PODS[key].ip });
 }
 
-/**
- * One model server per pod IP, all on the same port. The port is free on the first IP; another
- * process may hold it on the others, so on EADDRINUSE we start over on a new port.
- */
+/** One model server per pod IP, all on one port (free on every interface: free-ports.ts). */
 async function startPodServers(): Promise<Record<PodKey, ModelServer>> {
-  for (let attempt = 1; ; attempt++) {
-    const started: ModelServer[] = [];
-    try {
-      for (const key of POD_KEYS) {
-        const port = started[0]?.port ?? 0;
-        started.push(await startModelServer({ id: PODS[key].server, host: PODS[key].ip, port, models: [MODEL] }));
-      }
-      const [a, b, c] = started as [ModelServer, ModelServer, ModelServer];
-      return { a, b, c };
-    } catch (err) {
-      await Promise.all(started.map((s) => s.close()));
-      if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE' || attempt >= 5) throw err;
-    }
+  const port = await freePort();
+  const started: ModelServer[] = [];
+  try {
+    for (const key of POD_KEYS) started.push(await startModelServer({ id: PODS[key].server, host: PODS[key].ip, port, models: [MODEL] }));
+  } catch (err) {
+    await Promise.all(started.map((s) => s.close()));
+    throw err;
   }
+  const [a, b, c] = started as [ModelServer, ModelServer, ModelServer];
+  return { a, b, c };
 }
 
 function kubernetesYaml(kubeconfigPath: string, targetPort: number): string {

@@ -39,8 +39,8 @@ import {
   RELEASE_NS,
   ROUTE_CLUSTER,
   deepMerge,
-  freePort,
 } from '../support/envoy-gateway-bed.js';
+import { freePort } from '../support/free-ports.js';
 import { metricValue } from '../support/prometheus.js';
 import { ARRANGED_POOLS, arrangedPools, fromArrangedPools, gatewayScenarios } from '../support/gateway-scenarios.js';
 import type { ClientRequest, ClientResponse } from '../support/http-client.js';

@@ -14,7 +14,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { freePort } from '../support/envoy-gateway-bed.js';
+import { freePort } from '../support/free-ports.js';
 import { startGateway, type Gateway } from '../support/gateway.js';
 import { metricValue } from '../support/prometheus.js';
 import type { ClientRequest } from '../support/http-client.js';

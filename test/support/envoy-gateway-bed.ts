@@ -15,7 +15,6 @@
 // one per pod.
 
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CustomObjectsApi, KubernetesObjectApi } from '@kubernetes/client-node';
@@ -31,6 +30,7 @@ import { guideManifests, guideObject, withListenerPort } from './install-guide.j
 import { send, type ClientRequest, type ClientResponse } from './http-client.js';
 import { KubeControlPlane } from './kube-control-plane.js';
 import { FakeKubelet, type TestPod } from './kube-kubelet.js';
+import { freePort } from './free-ports.js';
 import { startModelServer, type Behavior, type ModelServer } from './model-server.js';
 import { notReadyPod, readyPod, startingPod } from './pod-builders.js';
 import { claimPodAddresses, releasePodAddresses } from './pod-network.js';
@@ -78,16 +78,6 @@ export interface BedOptions {
   /** The chart example the install starts from. */
   readonly example?: string;
   readonly controller?: EnvoyGatewayOptions;
-}
-
-/** Port 0 handed out by the kernel and released: free for the next bind (a Gateway listener here). */
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === 'string') throw new Error('no port');
-  return address.port;
 }
 
 export class EnvoyGatewayBed {

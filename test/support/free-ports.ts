@@ -37,3 +37,9 @@ function bindable(port: number): Promise<boolean> {
     probe.listen(port, () => probe.close(() => resolve(true)));
   });
 }
+
+/** One port, as freePorts gives them. */
+export async function freePort(): Promise<number> {
+  const [port] = await freePorts(1);
+  return port;
+}
