@@ -54,11 +54,12 @@ FROM scratch
 COPY --from=runtime-root /out/root/ /
 COPY --from=build /out/app/ /app/
 ENV NODE_ENV=production
-# The Helm chart's heap limit (values.yaml `nodeOptions`; test/e2e/image.test.ts holds the two equal),
-# so a container run without the chart collects and grows its heap as the chart's pods do. V8 reads
-# it only when the process starts, so the entry cannot set it (docs/benchmarks.md, "Memory"). The
-# chart's own NODE_OPTIONS replaces this one.
-ENV NODE_OPTIONS=--max-old-space-size=160
+# The Helm chart's node options (values.yaml `nodeOptions`; test/e2e/image.test.ts holds the two
+# equal): its heap limit and one V8 background thread, so a container run without the chart
+# collects, grows its heap and keeps its threads as the chart's pods do. Node reads both only when
+# the process starts, so the entry cannot set them (docs/benchmarks.md, "Memory"). The chart's own
+# NODE_OPTIONS replaces this one.
+ENV NODE_OPTIONS="--max-old-space-size=160 --v8-pool-size=1"
 WORKDIR /app
 # Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 1000:1000
