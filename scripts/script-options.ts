@@ -42,7 +42,7 @@ function scriptName(scriptUrl: string): string {
  * The header comment of the script's TypeScript source (the build drops comments), or, where the
  * source is not beside the build, the names of its flags.
  */
-export function usageText(scriptUrl: string, config: ParseArgsConfig): string {
+function usageText(scriptUrl: string, config: ParseArgsConfig): string {
   const source = join(repoRoot(), 'scripts', `${scriptName(scriptUrl)}.ts`);
   const header: string[] = [];
   if (existsSync(source)) {

@@ -11,7 +11,10 @@ import { repoRoot } from '../../../scripts/repo-root.js';
 const root = repoRoot();
 
 function runScript(script: string, args: readonly string[]): { status: number | null; stdout: string; stderr: string } {
-  const result = spawnSync(process.execPath, [join(root, 'dist', 'scripts', `${script}.js`), ...args], { encoding: 'utf8', timeout: 30_000 });
+  const result = spawnSync(process.execPath, [join(root, 'dist', 'scripts', `${script}.js`), ...args], {
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
   return { status: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 
