@@ -80,6 +80,7 @@ function preciseSettings(
       silenceMs: e.silenceSeconds === undefined ? d.silenceMs : e.silenceSeconds * 1000,
       rebuildMs: e.rebuildSeconds === undefined ? d.rebuildMs : e.rebuildSeconds * 1000,
       heartbeatMs: e.heartbeatSeconds === undefined ? d.heartbeatMs : e.heartbeatSeconds * 1000,
+      pendingMs: e.pendingSeconds === undefined ? d.pendingMs : e.pendingSeconds * 1000,
     },
   };
 }

@@ -370,6 +370,12 @@ const Picker = Mapping(
                     description: `ZMTP heartbeat interval: a publisher that answers none for 3 intervals counts as disconnected. Default ${DEFAULT_PRECISE_EVENTS.heartbeatMs / 1000}.`,
                   }),
                 ),
+                pendingSeconds: Type.Optional(
+                  Type.Number({
+                    minimum: 0,
+                    description: `A prompt's blocks count as held by the server it was sent to for this long, until that server's events report them: a second request with the same prefix follows the first instead of prefilling it elsewhere. 0 = only what the events report. Default ${DEFAULT_PRECISE_EVENTS.pendingMs / 1000}.`,
+                  }),
+                ),
               },
               { description: "The model servers' KV-event publishers (set port, or discover: true)." },
             ),

@@ -41,7 +41,7 @@ export class PrecisePrefix {
     if (!trusted) return undefined;
     const tokens = this.tokenizer.tokenize(source);
     if (tokens === undefined) return undefined;
-    return this.index.match(tokens, adapter, candidates);
+    return this.index.match(tokens, adapter, candidates, this.now());
   }
 
   /** The pick went to `primary` (of `pool`), judged with `match` (absent: without events). */

@@ -51,7 +51,7 @@ export async function startPrecise(
   );
   const { events } = settings;
   const index = new PrefixIndex(
-    { silenceMs: events.silenceMs, rebuildMs: events.rebuildMs },
+    { silenceMs: events.silenceMs, rebuildMs: events.rebuildMs, pendingMs: events.pendingMs },
     {
       episode: (pool, address, reason, detail) => {
         observer.episode(pool, reason);

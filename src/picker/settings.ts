@@ -88,6 +88,8 @@ export interface PreciseSettings {
     readonly silenceMs: number;
     readonly rebuildMs: number;
     readonly heartbeatMs: number;
+    /** How long a prompt's blocks count as held by the server it was sent to before its events report them (0: not at all). */
+    readonly pendingMs: number;
   };
 }
 
@@ -102,6 +104,10 @@ export const DEFAULT_PRECISE_EVENTS: PreciseSettings['events'] = {
   // has been stored again (and published) by then.
   rebuildMs: 30_000,
   heartbeatMs: 1000,
+  // vLLM publishes a request's blocks once its scheduler has taken it: within a step when the
+  // batch has room, later behind a queue. Long enough to cover a queue of a few seconds; short,
+  // because a pending block the server then evicts, or never stored, is credited until it ends.
+  pendingMs: 5000,
 };
 
 export interface PoolPickerSettings {

@@ -106,7 +106,7 @@ describe('precise prefix routing on real vLLM', { skip: unavailable }, () => {
       const all = await waitUntil(
         () => {
           feed();
-          const match = index.match(tokens, undefined, [server.address]);
+          const match = index.match(tokens, undefined, [server.address], 0);
           return match.matchedTokens(server.address) === keys.length * VLLM_BLOCK_TOKENS ? true : undefined;
         },
         { description: `request ${i}'s ${keys.length} blocks in the index`, timeoutMs: 5000, intervalMs: 5 },
@@ -114,7 +114,7 @@ describe('precise prefix routing on real vLLM', { skip: unavailable }, () => {
       if (all) exact++;
       else
         mismatches.push(
-          `request ${i}: ${keys.length} blocks computed, ${(index.match(tokens, undefined, [server.address]).matchedTokens(server.address) ?? 0) / VLLM_BLOCK_TOKENS} matched`,
+          `request ${i}: ${keys.length} blocks computed, ${(index.match(tokens, undefined, [server.address], 0).matchedTokens(server.address) ?? 0) / VLLM_BLOCK_TOKENS} matched`,
         );
     }
     assert.deepEqual(mismatches, []);

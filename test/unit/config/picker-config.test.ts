@@ -115,6 +115,18 @@ describe('picker config', () => {
     assert.deepEqual(poolSettings(config.picker, 'toString'), {});
   });
 
+  it('precise: the events’ timings in seconds, pending blocks on by default and off at 0', () => {
+    const precise = (events: string) =>
+      buildConfig(`picker:\n  precise:\n    tokenizerDir: /models/tok\n    events: ${events}\n`, {}).picker.precise;
+    assert.deepEqual(precise('{ port: 5557, silenceSeconds: 4, rebuildSeconds: 20, heartbeatSeconds: 0.5, pendingSeconds: 2 }'), {
+      tokenizerDir: '/models/tok',
+      events: { port: 5557, discover: false, topic: '', silenceMs: 4000, rebuildMs: 20_000, heartbeatMs: 500, pendingMs: 2000 },
+    });
+    assert.equal(precise('{ discover: true }')?.events.pendingMs, 5000);
+    assert.equal(precise('{ discover: true, pendingSeconds: 0 }')?.events.pendingMs, 0);
+    assert.throws(() => precise('{ discover: true, pendingSeconds: -1 }'), /pendingSeconds/);
+  });
+
   it('latency: a recover factor at or above the outlier factor is refused, naming both', () => {
     assert.throws(
       () => buildConfig('picker:\n  latency: { outlierFactor: 2, recoverFactor: 2 }\n', {}),
