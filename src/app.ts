@@ -419,7 +419,7 @@ async function startPreciseIfOn(
     (pool) => poolSettings(config.picker, pool).kvEventsPort,
     () => store.view(),
     (pool) => preciseFor(config.picker, pool),
-    (address) => board.peek(address)?.load?.cacheBlocks,
+    (address) => board.peek(address)?.load,
     new KvEventsMetrics(metrics.registry),
     logger,
   );

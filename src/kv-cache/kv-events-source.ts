@@ -13,6 +13,7 @@ import { splitHostPort } from '../util/host-port.js';
 import type { PrefixIndex } from './prefix-index.js';
 import { ZmqSubscription } from './zmq-subscription.js';
 import type { SubscriptionHandler } from './zmq-subscription.js';
+import type { ServerLoad } from '../picker/signals.js';
 
 export interface KvEventsSettings {
   /** The publisher's port on each server of a pool; undefined = ask the server (`discover`). */
@@ -42,6 +43,9 @@ interface Follow {
   closed: boolean;
 }
 
+/** What a server's metrics say of its cache: capacity in blocks, tokens per block. */
+export type ServerCache = Pick<ServerLoad, 'cacheBlocks' | 'cacheBlockSize'>;
+
 export class KvEventsSource {
   private readonly follows = new Map<string, Follow>();
   private timer: NodeJS.Timeout | undefined;
@@ -53,8 +57,8 @@ export class KvEventsSource {
     private readonly settings: KvEventsSettings,
     /** Whether a pool is in precise mode. */
     private readonly precise: (pool: string) => boolean,
-    /** A server's cache capacity in blocks, as its metrics last said (undefined: unknown). */
-    private readonly capacityOf: (address: string) => number | undefined,
+    /** A server's cache as its metrics last described it (undefined: unknown). */
+    private readonly cacheOf: (address: string) => ServerCache | undefined,
     private readonly log: KvEventsLog,
     private readonly now: () => number = () => performance.now(),
   ) {}
@@ -74,7 +78,7 @@ export class KvEventsSource {
     await Promise.all(closing);
   }
 
-  /** Follows the view (when it changed), ticks the index, passes capacities on. */
+  /** Follows the view (when it changed), ticks the index, passes the servers' cache shapes on. */
   sync(): void {
     const view = this.view();
     if (view.version !== this.lastVersion) {
@@ -90,8 +94,9 @@ export class KvEventsSource {
     }
     for (const [address, follow] of this.follows) {
       if (follow.subscription === undefined && !follow.opening) void this.open(address, follow);
-      const capacity = this.capacityOf(address);
-      if (capacity !== undefined) this.index.capacity(address, capacity);
+      const cache = this.cacheOf(address);
+      if (cache?.cacheBlocks !== undefined) this.index.capacity(address, cache.cacheBlocks);
+      if (cache?.cacheBlockSize !== undefined) this.index.blockSize(address, cache.cacheBlockSize);
     }
     this.index.tick(this.now());
   }

@@ -150,10 +150,25 @@ export class PrefixIndex {
     if (counts.overCapacity > 0) this.observer.applied?.(server.pool, counts, 0);
   }
 
+  /**
+   * The server's block size as its metrics report it (`block_size`), until its events say: without
+   * it, the prompts sent to a server that has stored nothing yet (just started, or just followed)
+   * could not be cut into its blocks to be credited as pending.
+   */
+  blockSize(address: string, size: number): void {
+    const server = this.servers.get(address);
+    if (server !== undefined && server.blocks.blockSize === undefined) server.blocks.blockSize = size;
+  }
+
   /** Time passes: silent publishers, finished rebuilds, pending blocks whose window ended. */
   tick(now: number): void {
     for (const [address, server] of this.servers) {
-      for (const [key, until] of server.pending) if (until <= now) server.pending.delete(key);
+      // Every entry is set anew at the end with the same window, so the map is in expiry order:
+      // only the expired head is visited.
+      for (const [key, until] of server.pending) {
+        if (until > now) break;
+        server.pending.delete(key);
+      }
       const verdict = server.state.tick(now);
       if (verdict.drop || verdict.episode !== undefined || verdict.recovered === true)
         this.follows(address, server, verdict, `no KV events for over ${this.timings.silenceMs / 1000} s after requests that store blocks`);

@@ -8,6 +8,7 @@ import type { EndpointView } from '../endpoints/model.js';
 import type { PreciseSettings } from '../picker/settings.js';
 import { FileTokenizer } from './file-tokenizer.js';
 import { KvEventsSource } from './kv-events-source.js';
+import type { ServerCache } from './kv-events-source.js';
 import type { ApplyCounts } from './pod-blocks.js';
 import { PrecisePrefix } from './precise-prefix.js';
 import type { PickMode } from './precise-prefix.js';
@@ -38,7 +39,7 @@ export async function startPrecise(
   poolPort: (pool: string) => number | undefined,
   view: () => EndpointView,
   inPrecise: (pool: string) => boolean,
-  capacityOf: (address: string) => number | undefined,
+  cacheOf: (address: string) => ServerCache | undefined,
   observer: PreciseObserver,
   logger: Logger,
 ): Promise<RunningPrecise> {
@@ -88,7 +89,7 @@ export async function startPrecise(
       tickMs: TICK_MS,
     },
     inPrecise,
-    capacityOf,
+    cacheOf,
     {
       unreachable: (address, detail) =>
         log.warn({ endpoint: address, detail }, 'KV events: cannot subscribe to this server; it is picked as without events'),

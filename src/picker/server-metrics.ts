@@ -25,7 +25,7 @@ interface FormatNames {
   /** Tried in order; the first present wins. */
   readonly kvCache: readonly string[];
   readonly lora?: string;
-  /** An info gauge whose labels describe the cache (`num_gpu_blocks`). */
+  /** An info gauge whose labels describe the cache (`num_gpu_blocks`, `block_size`). */
   readonly cacheConfig?: string;
 }
 
@@ -139,11 +139,12 @@ export function parseServerMetrics(text: string, format: MetricsFormat): ServerL
       maxAdapters = sample.labels?.max_lora !== undefined && Number.isFinite(max) && max > 0 ? max : undefined;
     }
   }
-  const cacheBlocks = Number(
-    names.cacheConfig === undefined ? undefined : byName.get(names.cacheConfig)?.metrics[0]?.labels?.num_gpu_blocks,
-  );
+  const cacheLabels = names.cacheConfig === undefined ? undefined : byName.get(names.cacheConfig)?.metrics[0]?.labels;
+  const cacheBlocks = Number(cacheLabels?.num_gpu_blocks);
+  const cacheBlockSize = Number(cacheLabels?.block_size);
   return {
     ...(Number.isInteger(cacheBlocks) && cacheBlocks > 0 ? { cacheBlocks } : {}),
+    ...(Number.isInteger(cacheBlockSize) && cacheBlockSize > 0 ? { cacheBlockSize } : {}),
     waiting: waiting.reduce((a, b) => a + b, 0),
     running: running.reduce((a, b) => a + b, 0),
     kvCacheUsage,

@@ -36,6 +36,8 @@ export interface ServerLoad {
   readonly maxAdapters: number | undefined;
   /** The prefix cache's capacity in blocks (vLLM `cache_config_info{num_gpu_blocks}`), when reported. */
   readonly cacheBlocks?: number;
+  /** Tokens per cache block (vLLM `cache_config_info{block_size}`), when reported. */
+  readonly cacheBlockSize?: number;
 }
 
 /**

@@ -192,20 +192,18 @@ describe('precise prefix routing on real vLLM', { skip: unavailable }, () => {
     },
   );
 
-  it('finds every publisher by asking the server (GET /kv_event_sources, no port configured) and picks from its events', async () => {
-    const logs: Array<Record<string, unknown>> = [];
+  /** A gateway over the three servers with the precise policy (events.discover, no port anywhere), every index trusted after a reset. */
+  async function trustedPreciseGateway(extra: Record<string, unknown> = {}, logs: Array<Record<string, unknown>> = []): Promise<Gateway> {
     const pools = [{ name: 'vllm', models: [VLLM_MODEL], endpoints: servers.map((s) => ({ address: s.address })) }];
-    // The precise policy's config: events.discover true, and no port anywhere.
-    const config = policyConfig('precise', tokenizerDir);
     const gateway = await startGateway({
       pools,
-      configYaml: toYaml(config),
+      configYaml: toYaml(policyConfig('precise', tokenizerDir, extra)),
       envoy: { routeTimeoutSeconds: 120 },
       logger: pino({ level: 'info' }, { write: (line: string) => void logs.push(JSON.parse(line) as Record<string, unknown>) }),
     });
+    const publishers = async (state: string): Promise<number> =>
+      metricValue(await gateway.metricsText(), 'llm_extproc_kv_events_publishers', { pool: 'vllm', state });
     try {
-      const publishers = async (state: string): Promise<number> =>
-        metricValue(await gateway.metricsText(), 'llm_extproc_kv_events_publishers', { pool: 'vllm', state });
       await waitUntil(
         async () =>
           (await publishers('connecting')) === 0 && (await publishers('subscribed')) + (await publishers('trusted')) === 3
@@ -222,6 +220,17 @@ describe('precise prefix routing on real vLLM', { skip: unavailable }, () => {
         async (reset) => ((await publishers('trusted')) === 3 ? [] : reset),
         'every index trusted after AllBlocksCleared',
       );
+    } catch (err) {
+      await gateway.stop();
+      throw err;
+    }
+    return gateway;
+  }
+
+  it('finds every publisher by asking the server (GET /kv_event_sources, no port configured) and picks from its events', async () => {
+    const logs: Array<Record<string, unknown>> = [];
+    const gateway = await trustedPreciseGateway({}, logs);
+    try {
       // A tenant's conversation: the second turn's prompt is found in the events of the server that took the first.
       const [session] = workloadSessions();
       const answers: string[] = [];
@@ -240,6 +249,53 @@ describe('precise prefix routing on real vLLM', { skip: unavailable }, () => {
       );
     } finally {
       await gateway.stop();
+    }
+  });
+
+  it('pending blocks: a second copy of a new long prompt, sent while the first is in flight, goes where the first went; with pendingSeconds 0, where load sends it', async () => {
+    // Prefill made costly (1 ms a token against 100 ms a request ahead), so a 700–800-token prompt
+    // held somewhere outweighs the one request in flight there. Each pair's prompt is new: nothing
+    // is cached, and no event about it can have arrived when the second copy is picked.
+    const costly = { prefix: { prefillMsPerToken: 1 } };
+    const words = ['amber', 'basil', 'cedar', 'delta', 'ember', 'fjord', 'grove', 'heron', 'indigo', 'juniper', 'kestrel', 'lumen'];
+    const prompt = (pair: number, run: string): string =>
+      Array.from({ length: 200 }, (_, i) => words[(i * 7 + pair * 5 + i * i) % words.length]).join(' ') + ` (${run} ${pair})`;
+    const queries = async (): Promise<number[]> =>
+      Promise.all(
+        servers.map(async (s) =>
+          metricValue(await s.metricsText(), 'vllm:prefix_cache_queries_total', { engine: '0', model_name: VLLM_MODEL }),
+        ),
+      );
+    /** For each pair sent at once, how many servers vLLM's own counters show it reached. */
+    const serversPerPair = async (gateway: Gateway, run: string): Promise<number[]> => {
+      const reached: number[] = [];
+      for (let pair = 0; pair < 3; pair++) {
+        const before = await queries();
+        const messages = [{ role: 'user' as const, content: prompt(pair, run) }];
+        const results = await Promise.all([streamChat(gateway.port, messages, 2), streamChat(gateway.port, messages, 2)]);
+        assert.ok(
+          results.every((r) => r.ok),
+          `pair ${pair} answered`,
+        );
+        const after = await queries();
+        reached.push(after.filter((q, i) => q > before[i]).length);
+      }
+      return reached;
+    };
+
+    const pending = await trustedPreciseGateway(costly);
+    try {
+      assert.deepEqual(await serversPerPair(pending, 'pending'), [1, 1, 1], 'each pair served by one server');
+    } finally {
+      await pending.stop();
+    }
+    const eventsOnly = await trustedPreciseGateway({ ...costly, precise: { tokenizerDir, events: { discover: true, pendingSeconds: 0 } } });
+    try {
+      const reached = await serversPerPair(eventsOnly, 'events-only');
+      // Without pending blocks the second copy finds no holder yet and goes to a server with nothing in flight.
+      assert.ok(reached.filter((n) => n === 2).length >= 2, `pairs split over two servers: ${reached.join(', ')}`);
+    } finally {
+      await eventsOnly.stop();
     }
   });
 

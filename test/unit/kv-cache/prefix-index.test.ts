@@ -182,6 +182,17 @@ describe('the prefix-cache index', () => {
       );
     });
 
+    it('a server that has stored nothing yet is credited once its metrics give its block size', () => {
+      const { index } = indexed(2000);
+      index.batch(A, batch(0, [{ type: 'AllBlocksCleared' }]), 0);
+      assert.equal(index.phase(A), 'trusted');
+      index.routed(A, index.match(prompt, undefined, [A], 1000), 1000);
+      assert.equal(index.match(prompt, undefined, [A], 1001).matchedTokens(A), 0, 'block size unknown: nothing to cut the prompt by');
+      index.blockSize(A, SIZE);
+      index.routed(A, index.match(prompt, undefined, [A], 1002), 1002);
+      assert.equal(index.match(prompt, undefined, [A], 1003).matchedTokens(A), 5 * SIZE);
+    });
+
     it('without pendingMs only what the events report counts', () => {
       const { index } = indexed();
       index.batch(A, batch(0, [stored([1n], null, 0)]), 0);

@@ -33,13 +33,14 @@ describe('parseServerMetrics', () => {
       expected: { waiting: 7, running: 3, kvCacheUsage: 0.42, runningAdapters: ['sql', 'chat'], waitingAdapters: [], maxAdapters: 4 },
     },
     {
-      name: "vLLM's cache capacity in blocks (cache_config_info, as 0.32 labels it)",
+      name: "vLLM's cache capacity in blocks and block size (cache_config_info, as 0.32 labels it)",
       text:
         'vllm:num_requests_waiting 0\nvllm:num_requests_running 0\nvllm:kv_cache_usage_perc 0\n' +
         'vllm:cache_config_info{block_size="32",cache_dtype="auto",enable_prefix_caching="True",engine="0",num_gpu_blocks="256",prefix_caching_hash_algo="sha256"} 1.0\n',
       format: 'vllm',
       expected: {
         cacheBlocks: 256,
+        cacheBlockSize: 32,
         waiting: 0,
         running: 0,
         kvCacheUsage: 0,
